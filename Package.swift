@@ -1,0 +1,30 @@
+// swift-tools-version:6.0
+//
+// FetchKit: concurrent download operations on Foundation's `Operation` and `URLSession`,
+// for Linux (FoundationNetworking) and Apple platforms. No package dependencies.
+import PackageDescription
+
+let package = Package(
+    name: "FetchKit",
+    // The floors are those of Swift concurrency's back-deployment (async/await, `Task`
+    // cancellation handlers), which FetchKit's `async` API uses. Everything else FetchKit
+    // touches (`Operation`, `URLSession` delegates, `Progress`, `NotificationCenter`) is older.
+    platforms: [
+        .macOS(.v10_15),
+        .iOS(.v13),
+        .tvOS(.v13),
+        .watchOS(.v6),
+    ],
+    products: [
+        .library(name: "FetchKit", targets: ["FetchKit"]),
+    ],
+    targets: [
+        .target(name: "FetchKit"),
+        // The in-tree HTTP/1.1 server on 127.0.0.1 that the tests, the demo and the benchmark
+        // run against. A target, not a product: it is not part of FetchKit's public surface.
+        .target(name: "LoopbackServer"),
+        .testTarget(name: "FetchKitTests", dependencies: ["FetchKit", "LoopbackServer"]),
+        .testTarget(name: "LoopbackServerTests", dependencies: ["LoopbackServer"]),
+    ],
+    swiftLanguageModes: [.v6]
+)

@@ -1,0 +1,254 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+/// Why a fetch did not succeed.
+///
+/// Every failed ``FetchOperation`` finishes with exactly one of these kinds in
+/// ``FetchOperation/error``; a successful one has `nil` there. Switch over the kinds to react
+/// to each; `description` gives a sentence a person can read, naming the URL and the cause.
+///
+/// ```swift
+/// switch operation.error {
+/// case nil: show(operation.user)
+/// case .unacceptableStatus(let failure) where failure.statusCode == 404: showNotFound()
+/// case .cancelled: break
+/// case let error?: report(error)
+/// }
+/// ```
+public enum FetchError: Error, Sendable {
+    /// The request was missing or unusable, so nothing was sent.
+    case invalidRequest(InvalidRequest)
+    /// The operation was cancelled before it finished.
+    case cancelled
+    /// A FetchKit timeout fired: no data for the idle timeout, or not done within the total one.
+    case timedOut(Timeout)
+    /// The transfer failed below HTTP: refused, reset, DNS, TLS… The `URLError` is kept.
+    case transport(URLError)
+    /// The server answered with a status code the operation does not accept.
+    case unacceptableStatus(StatusFailure)
+    /// The response body is larger than the operation allows; the transfer was stopped.
+    case responseTooLarge(SizeLimit)
+    /// The body did not match the length the server announced in `Content-Length`.
+    case lengthMismatch(LengthMismatch)
+    /// ``FetchOperation/parseResponseBody(_:)`` threw; its error is kept.
+    case parseFailed(ParseFailure)
+    /// A dependency failed or was cancelled, so this operation sent no request.
+    case dependencyFailed(DependencyFailure)
+}
+
+extension FetchError {
+    /// Details of ``FetchError/invalidRequest(_:)``.
+    public struct InvalidRequest: Sendable, CustomStringConvertible {
+        /// What was wrong.
+        public enum Reason: Sendable {
+            /// No request was set and ``FetchOperation/makeRequest()`` returned none.
+            case missing
+            /// The URL's scheme is not `http` or `https` (the scheme, if any).
+            case unsupportedScheme(String?)
+            /// The request cannot be sent as HTTP (says why): no host, a bad method or header.
+            case malformed(String)
+            /// ``FetchOperation/makeRequest()`` threw.
+            case preparationFailed(UnderlyingError)
+            /// `start()` was called by hand before the operation's dependencies had finished.
+            case startedBeforeReady
+            /// The ``FetchSession`` was invalidated before this operation could use it.
+            case sessionInvalidated
+        }
+
+        /// What was wrong.
+        public let reason: Reason
+        /// The request's URL, if there was one.
+        public let url: URL?
+
+        public var description: String {
+            let target = url.map { " (\($0.absoluteString))" } ?? ""
+            switch reason {
+            case .missing:
+                return "Invalid request: the operation has no request to send."
+            case .unsupportedScheme(let scheme):
+                return "Invalid request\(target): scheme \(scheme.map { "'\($0)'" } ?? "(none)") is not supported; use http or https."
+            case .malformed(let problem):
+                return "Invalid request\(target): \(problem)."
+            case .preparationFailed(let error):
+                return "Invalid request\(target): preparing it failed: \(error)."
+            case .startedBeforeReady:
+                return "Invalid request\(target): start() was called before the operation's dependencies finished."
+            case .sessionInvalidated:
+                return "Invalid request\(target): its FetchSession has been invalidated."
+            }
+        }
+    }
+
+    /// Details of ``FetchError/timedOut(_:)``.
+    public struct Timeout: Sendable, CustomStringConvertible {
+        /// Which limit fired.
+        public enum Kind: Sendable, Equatable {
+            /// No bytes arrived for ``FetchOperation/idleTimeout``.
+            case idle
+            /// The fetch did not complete within ``FetchOperation/totalTimeout``.
+            case total
+        }
+        /// Which limit fired.
+        public let kind: Kind
+        /// The limit, in seconds.
+        public let interval: TimeInterval
+        /// The URL being fetched.
+        public let url: URL?
+
+        public var description: String {
+            let target = url?.absoluteString ?? "the request"
+            switch kind {
+            case .idle: return "\(target) timed out: no data for \(Self.format(interval)) (idle timeout)."
+            case .total: return "\(target) timed out: not complete within \(Self.format(interval)) (total timeout)."
+            }
+        }
+
+        static func format(_ seconds: TimeInterval) -> String {
+            seconds < 10 ? String(format: "%.3g s", seconds) : String(format: "%.0f s", seconds)
+        }
+    }
+
+    /// Details of ``FetchError/unacceptableStatus(_:)``.
+    public struct StatusFailure: Sendable, CustomStringConvertible {
+        /// The HTTP status code.
+        public let statusCode: Int
+        /// The response's header fields.
+        public let headers: [String: String]
+        /// The first bytes of the body (at most ``bodyPrefixLimit``), for diagnostics.
+        public let bodyPrefix: Data
+        /// The URL that answered (after redirects).
+        public let url: URL?
+
+        /// How many bytes of an error body FetchKit keeps.
+        public static let bodyPrefixLimit = 4096
+
+        /// The body prefix as UTF-8 text, if it is text.
+        public var bodyText: String? { String(data: bodyPrefix, encoding: .utf8) }
+
+        public var description: String {
+            let target = url?.absoluteString ?? "the server"
+            var text = "\(target) answered HTTP \(statusCode) (\(HTTPURLResponse.localizedString(forStatusCode: statusCode)))."
+            if let body = bodyText?.trimmingCharacters(in: .whitespacesAndNewlines), !body.isEmpty {
+                text += " Body: \(body.prefix(200))"
+            }
+            return text
+        }
+    }
+
+    /// Details of ``FetchError/responseTooLarge(_:)``.
+    public struct SizeLimit: Sendable, CustomStringConvertible {
+        /// The operation's ``FetchOperation/maximumResponseSize``.
+        public let limit: Int64
+        /// The length the server announced, if it did.
+        public let expectedLength: Int64?
+        /// The URL being fetched.
+        public let url: URL?
+
+        public var description: String {
+            let target = url?.absoluteString ?? "the response"
+            let announced = expectedLength.map { "; it announced \($0) bytes" } ?? ""
+            return "\(target) is larger than the \(limit)-byte limit\(announced)."
+        }
+    }
+
+    /// Details of ``FetchError/lengthMismatch(_:)``.
+    public struct LengthMismatch: Sendable, CustomStringConvertible {
+        /// The length in `Content-Length`.
+        public let expected: Int64
+        /// The bytes that actually arrived.
+        public let received: Int64
+        /// The URL being fetched.
+        public let url: URL?
+
+        public var description: String {
+            "\(url?.absoluteString ?? "The response") announced \(expected) bytes but \(received) arrived."
+        }
+    }
+
+    /// Details of ``FetchError/parseFailed(_:)``.
+    public struct ParseFailure: Sendable, CustomStringConvertible {
+        /// What ``FetchOperation/parseResponseBody(_:)`` threw.
+        public let underlying: UnderlyingError
+        /// The URL whose body failed to parse.
+        public let url: URL?
+
+        public var description: String {
+            "Parsing the response from \(url?.absoluteString ?? "the server") failed: \(underlying)."
+        }
+    }
+
+    /// Details of ``FetchError/dependencyFailed(_:)``.
+    public struct DependencyFailure: Sendable, CustomStringConvertible {
+        /// The dependency's `name`, or its type when it has none.
+        public let dependency: String
+        /// The dependency's own error; `nil` for a cancelled dependency that is not a ``FetchOperation``.
+        public let dependencyError: UnderlyingError?
+
+        /// Whether the dependency was cancelled (as opposed to failing).
+        public var dependencyWasCancelled: Bool {
+            guard let error = dependencyError?.error as? FetchError else { return dependencyError == nil }
+            return error.isCancellation
+        }
+
+        public var description: String {
+            if let error = dependencyError {
+                return "Not sent: dependency \(dependency) failed: \(error)"
+            }
+            return "Not sent: dependency \(dependency) was cancelled."
+        }
+    }
+
+    /// An error of any type, carried inside a `Sendable` ``FetchError``.
+    ///
+    /// Errors thrown by your code (a parse, a request builder) need not be `Sendable`; FetchKit
+    /// hands them on once, after your code returned, and never mutates them.
+    public struct UnderlyingError: @unchecked Sendable, CustomStringConvertible {
+        /// The original error.
+        public let error: any Error
+        init(_ error: any Error) { self.error = error }
+        public var description: String {
+            if let described = (error as? LocalizedError)?.errorDescription { return described }
+            return String(describing: error)
+        }
+    }
+}
+
+extension FetchError: CustomStringConvertible, LocalizedError {
+    public var description: String {
+        switch self {
+        case .invalidRequest(let details): return details.description
+        case .cancelled: return "The fetch was cancelled."
+        case .timedOut(let details): return details.description
+        case .transport(let error):
+            let target = error.failingURL?.absoluteString ?? "the request"
+            return "\(target) failed: \(error.localizedDescription) (URLError \(error.code.rawValue))."
+        case .unacceptableStatus(let details): return details.description
+        case .responseTooLarge(let details): return details.description
+        case .lengthMismatch(let details): return details.description
+        case .parseFailed(let details): return details.description
+        case .dependencyFailed(let details): return details.description
+        }
+    }
+
+    public var errorDescription: String? { description }
+
+    /// Whether this is ``FetchError/cancelled``.
+    public var isCancellation: Bool {
+        if case .cancelled = self { return true }
+        return false
+    }
+
+    /// The HTTP status code of an ``FetchError/unacceptableStatus(_:)``.
+    public var statusCode: Int? {
+        if case .unacceptableStatus(let failure) = self { return failure.statusCode }
+        return nil
+    }
+
+    /// The `URLError` of a ``FetchError/transport(_:)`` failure.
+    public var urlError: URLError? {
+        if case .transport(let error) = self { return error }
+        return nil
+    }
+}

@@ -1,0 +1,276 @@
+import Dispatch
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+// The lifecycle, step by step. Each step applies one event to the state machine under the lock,
+// posts the resulting state changes for ordered delivery, and acts after unlocking.
+extension FetchOperation {
+    func lifecycleStart() {
+        // Reading isReady also reports a readiness change to observers before "executing".
+        let ready = isReady
+        var deliver = false
+        let action = core.withLock { core in
+            let action = core.machine.start()
+            switch action {
+            case .begin:
+                deliver = core.post(.change(StateChange(key: .executing, oldValue: false, newValue: true)))
+            case .finishCancelled:
+                // Cancelled before it started: finished now, inside start() as Foundation requires.
+                deliver = core.post(.change(StateChange(key: .finished, oldValue: false, newValue: true)), .releaseCompletions)
+            case .ignore:
+                break
+            }
+            return action
+        }
+        if deliver { deliverEvents() }
+        guard action == .begin else { return }
+        guard ready else {
+            failBeforeTransfer(.invalidRequest(.init(reason: .startedBeforeReady, url: request?.url)))
+            return
+        }
+        prepareAndSend()
+    }
+
+    /// - Returns: Whether the cancel changed anything (the caller then tells Foundation).
+    func lifecycleCancel(foundationCancel: () -> Void) {
+        var deliver = false
+        let (action, transfer, admission) = core.withLock { core in
+            let action = core.machine.cancel()
+            if action != .none {
+                deliver = core.post(.change(StateChange(key: .cancelled, oldValue: false, newValue: true)))
+            }
+            return (action, core.transfer, core.admission)
+        }
+        guard action != .none else { return }
+        // Foundation's own flag, and readiness: a cancelled operation becomes ready so that its
+        // queue starts it, and start() then finishes it.
+        foundationCancel()
+        if deliver { deliverEvents() }
+        switch action {
+        case .stopPreparing:
+            admission?.withdraw(self)
+            completeNow()
+        case .stopTransfer:
+            transfer?.stop()
+        case .none, .flagOnly:
+            break
+        }
+    }
+
+    // MARK: Preparing
+
+    private func prepareAndSend() {
+        if let failure = dependencyFailure() {
+            failBeforeTransfer(failure)
+            return
+        }
+        let request: URLRequest
+        do {
+            guard let made = try makeRequest() else {
+                failBeforeTransfer(.invalidRequest(.init(reason: .missing, url: nil)))
+                return
+            }
+            request = made
+        } catch {
+            failBeforeTransfer(.invalidRequest(.init(reason: .preparationFailed(.init(error)), url: self.request?.url)))
+            return
+        }
+        if let problem = RequestValidation.problem(with: request) {
+            failBeforeTransfer(.invalidRequest(problem))
+            return
+        }
+        let admission = core.withLock { core in
+            core.sentRequest = request
+            return core.admission
+        }
+        if let admission {
+            admission.requestSlot(for: self, request: request) { [self] in slotGranted(for: request) }
+        } else {
+            beginTransfer(request)
+        }
+    }
+
+    private func dependencyFailure() -> FetchError? {
+        guard core.withLock({ $0.settings.requiresSuccessfulDependencies }) else { return nil }
+        for dependency in dependencies {
+            let name = dependency.name.map { "'\($0)'" } ?? String(describing: type(of: dependency))
+            if let fetch = dependency as? FetchOperation, let error = fetch.error {
+                return .dependencyFailed(.init(dependency: name, dependencyError: .init(error)))
+            }
+            if dependency.isCancelled {
+                return .dependencyFailed(.init(dependency: name, dependencyError: nil))
+            }
+        }
+        return nil
+    }
+
+    private func failBeforeTransfer(_ error: FetchError) {
+        if core.withLock({ $0.machine.failBeforeTransfer(error) }) {
+            completeNow()
+        }
+    }
+
+    private func slotGranted(for request: URLRequest) {
+        let proceed = core.withLock { core in
+            core.holdsAdmissionSlot = true
+            if case .executing(.preparing) = core.machine.state { return true }
+            return false
+        }
+        guard proceed else {
+            releaseAdmissionSlot()
+            return
+        }
+        beginTransfer(request)
+    }
+
+    private func beginTransfer(_ request: URLRequest) {
+        let settings = core.withLock { $0.settings }
+        let idle = settings.idleTimeout ?? (request.timeoutInterval > 0 ? request.timeoutInterval : 60)
+        let limits = TransferLimits(
+            idleTimeout: max(0.001, idle),
+            totalTimeout: settings.totalTimeout.map { max(0.001, $0) },
+            maximumResponseSize: settings.maximumResponseSize,
+            acceptableStatusCodes: settings.acceptableStatusCodes
+        )
+        let transfer = Transfer(request: request, session: settings.session, limits: limits, sink: makeBodySink(), owner: self)
+        let attached = core.withLock { core in
+            guard core.machine.attachTransfer() else { return false }
+            core.transfer = transfer
+            return true
+        }
+        guard attached else {
+            // Cancelled meanwhile; the transfer never started.
+            releaseAdmissionSlot()
+            return
+        }
+        transfer.start()
+    }
+
+    private func releaseAdmissionSlot() {
+        let admission = core.withLock { core -> (any TransferAdmission)? in
+            guard core.holdsAdmissionSlot else { return nil }
+            core.holdsAdmissionSlot = false
+            return core.admission
+        }
+        admission?.releaseSlot(of: self)
+    }
+
+    // MARK: Parsing and finishing
+
+    private func runParse() {
+        var failure: FetchError?
+        if !isCancelled {
+            let body = core.withLock { $0.responseBody } ?? Data()
+            do {
+                try parseResponseBody(body)
+            } catch {
+                failure = .parseFailed(.init(underlying: .init(error), url: response?.url ?? sentRequest?.url))
+            }
+        }
+        core.withLock { $0.machine.parseEnded(failure) }
+        completeNow()
+    }
+
+    /// The one terminal transition: finishing → finished, then notifications and completions.
+    private func completeNow() {
+        var deliver = false
+        let outcome = core.withLock { core in
+            let outcome = core.machine.complete()
+            core.progressRelays.removeAll()
+            deliver = core.post(
+                .change(StateChange(key: .executing, oldValue: true, newValue: false)),
+                .change(StateChange(key: .finished, oldValue: false, newValue: true)),
+                .releaseCompletions
+            )
+            return outcome
+        }
+        if case .success = outcome, progress.totalUnitCount < 0 {
+            progress.totalUnitCount = progress.completedUnitCount
+        }
+        if deliver { deliverEvents() }
+    }
+}
+
+extension FetchOperation: TransferOwner {
+    func transferDidReceive(response: HTTPURLResponse, expectedLength: Int64?) {
+        progress.totalUnitCount = expectedLength ?? -1
+        postProgress(FetchProgress(bytesReceived: 0, bytesExpected: expectedLength))
+    }
+
+    func transferDidReceive(bytes: Int64, of expectedLength: Int64?) {
+        progress.completedUnitCount = bytes
+        postProgress(FetchProgress(bytesReceived: bytes, bytesExpected: expectedLength))
+    }
+
+    func transferDidEnd(_ result: TransferResult) {
+        let outcome: LifecycleStateMachine.Outcome
+        switch result {
+        case .success: outcome = .success
+        case .failure(let error, _): outcome = .failure(error)
+        }
+        let (action, parseQueue) = core.withLock { core in
+            core.transfer = nil
+            let action = core.machine.transferEnded(outcome)
+            if action != .ignore {
+                switch result {
+                case .success(let response, let body):
+                    core.response = response
+                    core.responseBody = body.data
+                case .failure(_, let response):
+                    core.response = response
+                }
+            }
+            return (action, core.settings.parseQueue)
+        }
+        releaseAdmissionSlot()
+        switch action {
+        case .parse:
+            parseQueue.perform { self.runParse() }
+        case .complete:
+            // Off the router queue: observers and Foundation's bookkeeping must not hold up
+            // other transfers' callbacks.
+            DispatchQueue.global().async { self.completeNow() }
+        case .ignore:
+            break
+        }
+    }
+}
+
+/// Checks that a request can be sent at all.
+enum RequestValidation {
+    static func problem(with request: URLRequest) -> FetchError.InvalidRequest? {
+        guard let url = request.url else {
+            return .init(reason: .missing, url: nil)
+        }
+        guard let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https" else {
+            return .init(reason: .unsupportedScheme(url.scheme), url: url)
+        }
+        guard let host = url.host, !host.isEmpty else {
+            return .init(reason: .malformed("the URL has no host"), url: url)
+        }
+        let method = request.httpMethod ?? "GET"
+        if method.isEmpty || !method.unicodeScalars.allSatisfy(isTokenCharacter) {
+            return .init(reason: .malformed("'\(method)' is not a valid HTTP method"), url: url)
+        }
+        for (name, value) in request.allHTTPHeaderFields ?? [:] {
+            if name.isEmpty || !name.unicodeScalars.allSatisfy(isTokenCharacter) {
+                return .init(reason: .malformed("'\(name)' is not a valid header name"), url: url)
+            }
+            if value.unicodeScalars.contains(where: { $0 == "\r" || $0 == "\n" || $0 == "\0" }) {
+                return .init(reason: .malformed("the value of header '\(name)' contains a line break"), url: url)
+            }
+        }
+        return nil
+    }
+
+    /// RFC 9110 `tchar`.
+    private static func isTokenCharacter(_ scalar: Unicode.Scalar) -> Bool {
+        switch scalar {
+        case "a"..."z", "A"..."Z", "0"..."9": return true
+        case "!", "#", "$", "%", "&", "'", "*", "+", "-", ".", "^", "_", "`", "|", "~": return true
+        default: return false
+        }
+    }
+}

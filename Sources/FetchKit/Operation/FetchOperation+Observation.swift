@@ -1,0 +1,162 @@
+import Dispatch
+import Foundation
+
+extension FetchOperation {
+    /// A state an operation can be observed in.
+    public enum StateKey: String, Sendable, CaseIterable {
+        /// `isReady`: every dependency has finished (or the operation was cancelled).
+        case ready
+        /// `isExecuting`: started and not yet finished.
+        case executing
+        /// `isFinished`.
+        case finished
+        /// `isCancelled`.
+        case cancelled
+    }
+
+    /// One change of one state key.
+    public struct StateChange: Sendable, Equatable, CustomStringConvertible {
+        /// The key that changed.
+        public let key: StateKey
+        /// Its value before.
+        public let oldValue: Bool
+        /// Its value after.
+        public let newValue: Bool
+
+        /// Creates a change record.
+        public init(key: StateKey, oldValue: Bool, newValue: Bool) {
+            self.key = key
+            self.oldValue = oldValue
+            self.newValue = newValue
+        }
+
+        public var description: String { "\(key): \(oldValue) → \(newValue)" }
+    }
+
+    /// Observes the operation's state keys — ready, executing, finished, cancelled.
+    ///
+    /// Foundation on Linux has no key-value observing, so this is the portable way to watch an
+    /// operation. The handler is called once per real change, with old and new values, in the
+    /// order the changes happened, synchronously on the thread that made the change (or on the
+    /// thread already delivering earlier changes). Foundation's own `isExecuting` /
+    /// `isFinished` notifications are sent just before, so an `OperationQueue` has already
+    /// seen a change when your handler does. After `finished` is delivered no change can
+    /// follow, and the operation drops its observers.
+    ///
+    /// ```swift
+    /// let observation = operation.observeState { change in
+    ///     print(change)                        // "executing: false → true"
+    /// }
+    /// ```
+    ///
+    /// On Apple platforms, KVO on `isExecuting` and `isFinished` works too.
+    ///
+    /// - Parameter handler: Called for each change. Keep it short; avoid blocking.
+    /// - Returns: A token; observation stops when you call
+    ///   ``FetchOperation/StateObservation/invalidate()`` or release it.
+    public func observeState(_ handler: @escaping @Sendable (StateChange) -> Void) -> StateObservation {
+        let id = core.withLock { core in
+            let id = core.nextObserverID
+            core.nextObserverID += 1
+            core.observers.append((id: id, handler: handler))
+            return id
+        }
+        return StateObservation { [weak self] in
+            self?.core.withLock { core in core.observers.removeAll { $0.id == id } }
+        }
+    }
+
+    /// Keeps a state observation alive; see ``FetchOperation/observeState(_:)``.
+    public final class StateObservation: @unchecked Sendable {
+        private let cancellation = Protected<(@Sendable () -> Void)?>(nil)
+
+        init(_ cancel: @escaping @Sendable () -> Void) {
+            cancellation.withLock { $0 = cancel }
+        }
+
+        /// Stops the observation. No new callback starts after this returns (one already under
+        /// way on another thread may still complete). Idempotent.
+        public func invalidate() {
+            let cancel = cancellation.withLock { value -> (@Sendable () -> Void)? in
+                defer { value = nil }
+                return value
+            }
+            cancel?()
+        }
+
+        deinit {
+            invalidate()
+        }
+    }
+
+    // MARK: Readiness
+
+    /// Reads `super.isReady` and, when it differs from what observers last heard, reports the
+    /// change. Foundation computes readiness itself (dependencies finishing, cancel) and always
+    /// reads it through this getter, which is therefore where a change is first seen.
+    func observedReadiness(_ ready: Bool) -> Bool {
+        let deliver = core.withLock { core -> Bool in
+            guard core.lastReportedReady != ready, !core.machine.isFinished else { return false }
+            core.lastReportedReady = ready
+            return core.post(.change(StateChange(key: .ready, oldValue: !ready, newValue: ready)))
+        }
+        if deliver {
+            // Foundation may call this getter while holding its own locks: deliver elsewhere.
+            DispatchQueue.global().async { self.deliverEvents() }
+        }
+        return ready
+    }
+
+    // MARK: Ordered delivery
+
+    /// Delivers posted events in order until none are left.
+    ///
+    /// Exactly one thread delivers at a time (the one that received `true` from
+    /// `Core.post`), so changes reach Foundation and observers in the order they were made,
+    /// and a handler that changes the operation again (cancel from an observer) does not
+    /// deadlock: its events are appended and delivered next.
+    func deliverEvents() {
+        while true {
+            let batch = core.withLock { core -> [Event] in
+                guard !core.pendingEvents.isEmpty else {
+                    core.isDeliveringEvents = false
+                    return []
+                }
+                defer { core.pendingEvents.removeAll(keepingCapacity: true) }
+                return core.pendingEvents
+            }
+            if batch.isEmpty { return }
+            for event in batch {
+                deliver(event)
+            }
+        }
+    }
+
+    private func deliver(_ event: Event) {
+        switch event {
+        case .change(let change):
+            // Foundation learns of executing and finished from us; it originates ready and
+            // cancelled itself. The state is stored already: `isFinished` returns true here,
+            // which is when OperationQueue's bookkeeping acts on the notification.
+            switch change.key {
+            case .executing:
+                willChangeValue(forKey: "isExecuting")
+                didChangeValue(forKey: "isExecuting")
+            case .finished:
+                willChangeValue(forKey: "isFinished")
+                didChangeValue(forKey: "isFinished")
+            case .ready, .cancelled:
+                break
+            }
+            let observers = core.withLock { core in
+                defer { if change.key == .finished { core.observers.removeAll() } }
+                return core.observers.map(\.handler)
+            }
+            for observer in observers {
+                observer(change)
+            }
+        case .releaseCompletions:
+            releaseCompletions()
+        }
+    }
+}

@@ -1,0 +1,278 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+/// An asynchronous `Operation` that fetches one HTTP request and hands the body to your parser.
+///
+/// Subclass it once per API endpoint and override ``parseResponseBody(_:)``:
+///
+/// ```swift
+/// final class GetUser: FetchOperation, @unchecked Sendable {
+///     private(set) var user: User?
+///     override func parseResponseBody(_ body: Data) throws {
+///         user = try JSONDecoder().decode(User.self, from: body)
+///     }
+/// }
+///
+/// let getUser = GetUser(request: URLRequest(url: userURL))
+/// getUser.onCompletion(on: .main) { op in
+///     if let error = op.error { print(error) } else { show(op.user!) }
+/// }
+/// queue.addOperation(getUser)
+/// ```
+///
+/// The operation runs Foundation's asynchronous lifecycle itself — ready, executing, finished,
+/// cancelled — and sends the `isExecuting` / `isFinished` change notifications that
+/// `OperationQueue` relies on, on Linux and Apple platforms alike. It finishes exactly once,
+/// and every completion handler runs exactly once, whatever races: cancel, transport error,
+/// timeout, parse failure.
+///
+/// Settings (``request``, ``session``, timeouts, limits, queues) may be changed until the
+/// operation starts; after that they are frozen and changes are ignored. Results
+/// (``response``, ``responseBody``, ``error``) are set when it finishes.
+open class FetchOperation: Operation, @unchecked Sendable {
+    struct Settings {
+        var request: URLRequest?
+        var session: FetchSession = .shared
+        var acceptableStatusCodes: Set<Int> = Set(200..<300)
+        var maximumResponseSize: Int64 = FetchOperation.defaultMaximumResponseSize
+        var idleTimeout: TimeInterval?
+        var totalTimeout: TimeInterval?
+        var parseQueue: CallbackQueue = .global
+        var completionQueue: CallbackQueue = .global
+        var requiresSuccessfulDependencies = true
+    }
+
+    let core: Protected<Core>
+
+    /// Bytes received of bytes expected, updated as the body arrives.
+    ///
+    /// `totalUnitCount` is the `Content-Length` (or -1 while unknown); `completedUnitCount`
+    /// the bytes received. Calling `cancel()` on it cancels the operation. On Linux a
+    /// `Progress` cannot be observed with KVO: poll it, or use ``onProgress(on:_:)``.
+    public let progress: Progress
+
+    /// The default ``maximumResponseSize``: 512 MiB.
+    public static let defaultMaximumResponseSize: Int64 = 512 << 20
+
+    /// Creates an operation for `request`.
+    ///
+    /// - Parameter request: The request to send. It may be `nil` now and set later, or built
+    ///   just before sending by overriding ``makeRequest()``.
+    public init(request: URLRequest? = nil) {
+        core = Protected(Core(settings: Settings(request: request)))
+        progress = Progress(totalUnitCount: -1)
+        super.init()
+        progress.cancellationHandler = { [weak self] in self?.cancel() }
+    }
+
+    /// Creates an operation that GETs `url`.
+    public convenience init(url: URL) {
+        self.init(request: URLRequest(url: url))
+    }
+
+    // MARK: Settings (frozen once started)
+
+    /// The request to send. Settable until the operation starts.
+    public var request: URLRequest? {
+        get { setting(\.request) }
+        set { set(\.request, newValue) }
+    }
+
+    /// The session whose `URLSession` carries the transfer. Defaults to ``FetchSession/shared``.
+    public var session: FetchSession {
+        get { setting(\.session) }
+        set { set(\.session, newValue) }
+    }
+
+    /// The status codes that count as success. Defaults to 200–299. Any other status finishes
+    /// the operation with ``FetchError/unacceptableStatus(_:)``, and the parse hook is not called.
+    public var acceptableStatusCodes: Set<Int> {
+        get { setting(\.acceptableStatusCodes) }
+        set { set(\.acceptableStatusCodes, newValue) }
+    }
+
+    /// The largest response body accepted, in bytes. Defaults to
+    /// ``defaultMaximumResponseSize``. A larger body stops the transfer as soon as it is known
+    /// — from `Content-Length`, or when the bytes received pass the limit — with
+    /// ``FetchError/responseTooLarge(_:)``.
+    public var maximumResponseSize: Int64 {
+        get { setting(\.maximumResponseSize) }
+        set { set(\.maximumResponseSize, max(0, newValue)) }
+    }
+
+    /// The longest wait for the next byte, in seconds, at sub-second precision. `nil` (the
+    /// default) uses the request's `timeoutInterval` (60 s unless set).
+    ///
+    /// FetchKit enforces it itself: URLSession on Linux truncates timeouts to whole seconds.
+    /// The clock starts when the transfer starts, never while the operation waits in a queue.
+    public var idleTimeout: TimeInterval? {
+        get { setting(\.idleTimeout) }
+        set { set(\.idleTimeout, newValue) }
+    }
+
+    /// The most the whole transfer may take, in seconds, or `nil` (the default) for no limit.
+    /// Enforced by FetchKit (URLSession on Linux ignores its resource timeout); the clock starts
+    /// with the transfer.
+    public var totalTimeout: TimeInterval? {
+        get { setting(\.totalTimeout) }
+        set { set(\.totalTimeout, newValue) }
+    }
+
+    /// Where ``parseResponseBody(_:)`` runs. Defaults to ``CallbackQueue/global``.
+    ///
+    /// Name a serial queue to serialise every parse that touches a shared store (the
+    /// "one managed-object context" case): parses then never run at the same time.
+    public var parseQueue: CallbackQueue {
+        get { setting(\.parseQueue) }
+        set { set(\.parseQueue, newValue) }
+    }
+
+    /// Where completion handlers run unless ``onCompletion(on:_:)`` names another queue.
+    /// Defaults to ``CallbackQueue/global``.
+    public var completionQueue: CallbackQueue {
+        get { setting(\.completionQueue) }
+        set { set(\.completionQueue, newValue) }
+    }
+
+    /// Whether a failed or cancelled dependency stops this operation. Defaults to `true`.
+    ///
+    /// When `true` and a dependency that is a ``FetchOperation`` finished with an error, or any
+    /// dependency was cancelled, this operation sends no request and finishes with
+    /// ``FetchError/dependencyFailed(_:)``. Set `false` to run regardless, as plain
+    /// `Operation`s do.
+    public var requiresSuccessfulDependencies: Bool {
+        get { setting(\.requiresSuccessfulDependencies) }
+        set { set(\.requiresSuccessfulDependencies, newValue) }
+    }
+
+    // MARK: Results (set when finished)
+
+    /// The HTTP response, once it arrived. Also set for an unacceptable status.
+    public var response: HTTPURLResponse? {
+        core.withLock { $0.response }
+    }
+
+    /// The response body, after a successful transfer.
+    public var responseBody: Data? {
+        core.withLock { $0.responseBody }
+    }
+
+    /// Why the operation failed; `nil` while it runs and after success.
+    public var error: FetchError? {
+        core.withLock { $0.machine.outcome.flatMap { outcome in
+            if case .failure(let error) = outcome { return error }
+            return nil
+        } }
+    }
+
+    /// The request as it was sent (after ``makeRequest()``), once the operation started sending.
+    public var sentRequest: URLRequest? {
+        core.withLock { $0.sentRequest }
+    }
+
+    // MARK: Hooks for subclasses
+
+    /// Parses the body of a successful, validated response. Override it; the default does nothing.
+    ///
+    /// Called exactly once per successful transfer, on ``parseQueue`` — never on URLSession's
+    /// delegate queue. The operation finishes only when this returns. A thrown error becomes
+    /// ``FetchError/parseFailed(_:)``. Long parses may check `isCancelled` and stop early: a
+    /// cancel that arrives while parsing finishes the operation as ``FetchError/cancelled``.
+    ///
+    /// - Parameter body: The complete body (empty when the response had none).
+    open func parseResponseBody(_ body: Data) throws {}
+
+    /// Builds the request just before it is sent. Override it to use a dependency's result.
+    ///
+    /// Called once, after every dependency has finished and before any transfer starts, on the
+    /// thread that started the operation. The default returns ``request``.
+    ///
+    /// ```swift
+    /// override func makeRequest() throws -> URLRequest? {
+    ///     var request = URLRequest(url: api.appendingPathComponent("user"))
+    ///     request.setValue("Bearer \(login.token!)", forHTTPHeaderField: "Authorization")
+    ///     return request
+    /// }
+    /// ```
+    ///
+    /// - Returns: The request to send; `nil` finishes the operation with an invalid-request error.
+    /// - Throws: Any error; the operation then finishes with
+    ///   ``FetchError/InvalidRequest/Reason/preparationFailed(_:)``.
+    open func makeRequest() throws -> URLRequest? {
+        request
+    }
+
+    // MARK: Foundation's lifecycle (final: a subclass cannot break it)
+
+    /// Always `true`: the operation finishes when its transfer and parse are done, not when
+    /// `start()` returns.
+    public final override var isAsynchronous: Bool { true }
+
+    /// Whether the operation has started and not yet finished.
+    public final override var isExecuting: Bool {
+        core.withLock { $0.machine.isExecuting }
+    }
+
+    /// Whether the operation has finished, successfully or not.
+    public final override var isFinished: Bool {
+        core.withLock { $0.machine.isFinished }
+    }
+
+    /// Whether ``cancel()`` was called before the operation finished.
+    public final override var isCancelled: Bool {
+        core.withLock { $0.machine.isCancelled }
+    }
+
+    /// Foundation's readiness: every dependency finished, or the operation was cancelled.
+    public final override var isReady: Bool {
+        observedReadiness(super.isReady)
+    }
+
+    /// Starts the operation: an `OperationQueue` calls it, or you may call it yourself.
+    ///
+    /// It returns at once; the operation finishes later. A cancelled operation finishes inside
+    /// `start()`. Calling it again, or on a finished operation, does nothing. Called by hand
+    /// before the dependencies finished, the operation fails with
+    /// ``FetchError/InvalidRequest/Reason/startedBeforeReady`` rather than trapping.
+    public final override func start() {
+        lifecycleStart()
+    }
+
+    /// Cancels the operation.
+    ///
+    /// Before it starts, this only marks it cancelled (and ready): its queue then starts it and
+    /// it finishes at once with ``FetchError/cancelled``, sending nothing. While it waits for a
+    /// slot or transfers, the transfer is stopped and it finishes with ``FetchError/cancelled``.
+    /// While it parses, the parse runs to its end (check `isCancelled` to stop early) and it
+    /// finishes as cancelled. After it finished, this does nothing.
+    public final override func cancel() {
+        lifecycleCancel { super.cancel() }
+    }
+
+    open override var description: String {
+        let (phase, cancelled, url) = core.withLock { ($0.machine.phase, $0.machine.isCancelled, ($0.sentRequest ?? $0.settings.request)?.url) }
+        let target = url?.absoluteString ?? "no request"
+        return "<\(type(of: self)) \(name.map { "'\($0)' " } ?? "")\(target) \(phase)\(cancelled ? ", cancelled" : "")>"
+    }
+
+    /// Where the body goes: memory here; a download writes a file.
+    func makeBodySink() -> any ResponseBodySink {
+        MemoryBodySink(limit: maximumResponseSize)
+    }
+
+    // MARK: Settings plumbing
+
+    private func setting<Value>(_ keyPath: KeyPath<Settings, Value>) -> Value {
+        core.withLock { $0.settings[keyPath: keyPath] }
+    }
+
+    private func set<Value>(_ keyPath: WritableKeyPath<Settings, Value>, _ value: Value) {
+        core.withLock { core in
+            // Frozen once started: the transfer uses the values read at start.
+            guard core.machine.phase == .pending else { return }
+            core.settings[keyPath: keyPath] = value
+        }
+    }
+}

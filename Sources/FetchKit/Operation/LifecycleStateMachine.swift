@@ -1,0 +1,198 @@
+/// The lifecycle of one ``FetchOperation``, as a pure value: events in, actions out.
+///
+/// ```
+/// pending ──start──▶ executing(preparing) ──attachTransfer──▶ executing(transferring)
+///    │                    │                                        │
+///    │ (cancelled)        │ failBeforeTransfer / cancel            │ transferEnded / cancel
+///    ▼                    ▼                                        ▼
+/// finished ◀──complete── finishing(completing) ◀──────── finishing(parsing | stoppingTransfer)
+/// ```
+///
+/// `cancelled` is a flag beside the state, as in Foundation. The operation holds this value
+/// under its lock, applies one event, and performs the returned action after unlocking —
+/// Foundation notifications, task cancellation and user callbacks never run under the lock.
+/// Every transition is in this file; an event that cannot happen in the current state is a
+/// bug in FetchKit and traps here, in one place.
+struct LifecycleStateMachine: Sendable {
+    /// How an operation ended.
+    enum Outcome: Sendable {
+        case success
+        case failure(FetchError)
+    }
+
+    /// What the operation is doing while it executes.
+    enum Execution: Sendable, Equatable {
+        /// Checking dependencies, building the request, waiting for a connection slot.
+        /// No URLSession task exists and no timeout clock runs.
+        case preparing
+        /// A transfer (URLSession task) is in flight.
+        case transferring
+    }
+
+    /// What remains to do once the transfer is over.
+    enum Finishing: Sendable {
+        /// The transfer succeeded; the parse hook runs. The outcome is decided when it returns.
+        case parsing
+        /// Cancelled mid-transfer; waiting for the transfer to confirm it stopped and cleaned up.
+        case stoppingTransfer(Outcome)
+        /// The outcome is decided; ``LifecycleStateMachine/complete()`` comes next.
+        case completing(Outcome)
+    }
+
+    enum State: Sendable {
+        case pending
+        case executing(Execution)
+        case finishing(Finishing)
+        case finished(Outcome)
+    }
+
+    /// The state without its payloads, for tests and diagnostics.
+    enum Phase: Sendable, Equatable {
+        case pending, executing, finishing, finished
+    }
+
+    private(set) var state: State = .pending
+    private(set) var isCancelled = false
+
+    var phase: Phase {
+        switch state {
+        case .pending: return .pending
+        case .executing: return .executing
+        case .finishing: return .finishing
+        case .finished: return .finished
+        }
+    }
+
+    /// Foundation's `isExecuting`: true from `start()` until the operation is finished.
+    var isExecuting: Bool { phase == .executing || phase == .finishing }
+
+    /// Foundation's `isFinished`.
+    var isFinished: Bool { phase == .finished }
+
+    /// The outcome, once finished.
+    var outcome: Outcome? {
+        if case .finished(let outcome) = state { return outcome }
+        return nil
+    }
+
+    // MARK: Events
+
+    enum StartAction: Sendable, Equatable {
+        /// Now executing: notify `isExecuting`, then prepare and send.
+        case begin
+        /// Cancelled before start: now finished as cancelled; notify `isFinished` only.
+        case finishCancelled
+        /// Already started: nothing to do.
+        case ignore
+    }
+
+    mutating func start() -> StartAction {
+        guard case .pending = state else { return .ignore }
+        if isCancelled {
+            state = .finished(.failure(.cancelled))
+            return .finishCancelled
+        }
+        state = .executing(.preparing)
+        return .begin
+    }
+
+    enum CancelAction: Sendable, Equatable {
+        /// Already cancelled, or finished: nothing changed.
+        case none
+        /// The flag is now set; the state is unchanged (pending, or already finishing).
+        case flagOnly
+        /// Cancelled while preparing: withdraw from any slot wait, then ``complete()``.
+        case stopPreparing
+        /// Cancelled mid-transfer: stop the transfer; it reports back with ``transferEnded(_:)``.
+        case stopTransfer
+    }
+
+    mutating func cancel() -> CancelAction {
+        if isCancelled || isFinished { return .none }
+        isCancelled = true
+        switch state {
+        case .pending, .finishing:
+            return .flagOnly
+        case .executing(.preparing):
+            state = .finishing(.completing(.failure(.cancelled)))
+            return .stopPreparing
+        case .executing(.transferring):
+            state = .finishing(.stoppingTransfer(.failure(.cancelled)))
+            return .stopTransfer
+        case .finished:
+            preconditionFailure("unreachable: finished was handled above")
+        }
+    }
+
+    /// A transfer was created for the prepared request.
+    ///
+    /// - Returns: `false` if the operation stopped meanwhile (cancelled, failed): the caller
+    ///   must discard the transfer without starting it.
+    mutating func attachTransfer() -> Bool {
+        guard case .executing(.preparing) = state else { return false }
+        state = .executing(.transferring)
+        return true
+    }
+
+    /// Preparation failed (a failed dependency, an invalid request…) before any transfer.
+    ///
+    /// - Returns: `true` if the caller must now ``complete()``; `false` if the operation had
+    ///   already stopped (a cancel won the race and completes it).
+    mutating func failBeforeTransfer(_ error: FetchError) -> Bool {
+        guard case .executing(.preparing) = state else { return false }
+        state = .finishing(.completing(.failure(error)))
+        return true
+    }
+
+    enum TransferEndAction: Sendable, Equatable {
+        /// Run the parse hook, then ``parseEnded(_:)``.
+        case parse
+        /// ``complete()`` now.
+        case complete
+        /// A late or duplicate report; nothing to do.
+        case ignore
+    }
+
+    /// The transfer ended, successfully or not, or confirmed it stopped after a cancel.
+    mutating func transferEnded(_ result: Outcome) -> TransferEndAction {
+        switch state {
+        case .executing(.transferring):
+            switch result {
+            case .success:
+                state = .finishing(.parsing)
+                return .parse
+            case .failure:
+                state = .finishing(.completing(result))
+                return .complete
+            }
+        case .finishing(.stoppingTransfer(let decided)):
+            state = .finishing(.completing(decided))
+            return .complete
+        default:
+            return .ignore
+        }
+    }
+
+    /// The parse hook returned (`nil`) or threw. A cancel that arrived while it ran wins.
+    mutating func parseEnded(_ error: FetchError?) {
+        guard case .finishing(.parsing) = state else {
+            preconditionFailure("FetchKit bug: parse ended in state \(phase)")
+        }
+        if isCancelled {
+            state = .finishing(.completing(.failure(.cancelled)))
+        } else if let error {
+            state = .finishing(.completing(.failure(error)))
+        } else {
+            state = .finishing(.completing(.success))
+        }
+    }
+
+    /// The one terminal transition: finishing → finished.
+    mutating func complete() -> Outcome {
+        guard case .finishing(.completing(let outcome)) = state else {
+            preconditionFailure("FetchKit bug: complete() in state \(phase)")
+        }
+        state = .finished(outcome)
+        return outcome
+    }
+}

@@ -1,0 +1,83 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+/// One long-lived `URLSession` and its routing delegate, shared by every operation that uses it.
+///
+/// Connections are reused across the tasks of one session only, and session teardown is the
+/// crash-prone path of FoundationNetworking, so FetchKit keeps one session per configuration for
+/// the life of the process. Most programs use ``shared``; make your own to change the
+/// `URLSessionConfiguration` (headers, cookies, proxy), and assign it to
+/// ``FetchOperation/session``.
+///
+/// The session's delegate queue is serial: callbacks for one task arrive in order, and
+/// completion never overtakes data (a concurrent delegate queue breaks both).
+public final class FetchSession: @unchecked Sendable {
+    /// The session every operation uses unless told otherwise.
+    public static let shared = FetchSession()
+
+    let router: SessionRouter
+    private let urlSession: URLSession
+    private let invalidated = Protected(false)
+
+    /// Creates a session.
+    ///
+    /// - Parameter configuration: The configuration to copy. Defaults to
+    ///   ``defaultConfiguration()``.
+    public init(configuration: URLSessionConfiguration = FetchSession.defaultConfiguration()) {
+        router = SessionRouter()
+        urlSession = URLSession(configuration: configuration, delegate: router, delegateQueue: router.delegateQueue)
+    }
+
+    /// The configuration FetchKit uses by default: `URLSessionConfiguration.default` with
+    ///
+    /// - no `URLCache` (FetchKit does its own conditional GET; a cache would hold a second copy
+    ///   of every body in memory), and
+    /// - `httpMaximumConnectionsPerHost` raised to 64. FetchKit bounds concurrency itself, before
+    ///   a task exists; a lower cap would make libcurl queue tasks internally, where their
+    ///   timeout clocks already run.
+    public static func defaultConfiguration() -> URLSessionConfiguration {
+        let configuration = URLSessionConfiguration.default
+        configuration.urlCache = nil
+        configuration.requestCachePolicy = .reloadIgnoringLocalCacheData
+        configuration.httpMaximumConnectionsPerHost = 64
+        return configuration
+    }
+
+    /// A copy of the session's configuration.
+    public var configuration: URLSessionConfiguration {
+        urlSession.configuration
+    }
+
+    /// Whether ``invalidate(cancellingTransfers:)`` was called.
+    public var isInvalidated: Bool {
+        invalidated.snapshot
+    }
+
+    /// Ends the session. Operations that start afterwards fail with
+    /// ``FetchError/InvalidRequest/Reason/sessionInvalidated``.
+    ///
+    /// - Parameter cancellingTransfers: `true` cancels transfers in flight (their operations
+    ///   finish with ``FetchError/cancelled``); `false` lets them finish first.
+    public func invalidate(cancellingTransfers: Bool = false) {
+        let first = invalidated.withLock { value -> Bool in
+            defer { value = true }
+            return !value
+        }
+        guard first else { return }
+        if cancellingTransfers {
+            urlSession.invalidateAndCancel()
+        } else {
+            urlSession.finishTasksAndInvalidate()
+        }
+    }
+
+    /// Creates a data task, unless the session is invalidated (creating a task on an invalidated
+    /// `URLSession` is a fatal error in Foundation).
+    func makeDataTask(with request: URLRequest) -> URLSessionDataTask? {
+        invalidated.withLock { isInvalidated in
+            isInvalidated ? nil : urlSession.dataTask(with: request)
+        }
+    }
+}

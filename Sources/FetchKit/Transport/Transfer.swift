@@ -1,0 +1,338 @@
+import Dispatch
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+/// What a transfer reports, exactly once, when it ends.
+enum TransferResult: Sendable {
+    case success(HTTPURLResponse, ResponseBody)
+    case failure(FetchError, HTTPURLResponse?)
+}
+
+/// The operation a transfer works for.
+protocol TransferOwner: AnyObject, Sendable {
+    /// The response head arrived and was accepted. Called on the router queue.
+    func transferDidReceive(response: HTTPURLResponse, expectedLength: Int64?)
+    /// More of the body arrived. Called on the router queue.
+    func transferDidReceive(bytes: Int64, of expectedLength: Int64?)
+    /// The transfer is over and has cleaned up. Called once, on the router queue.
+    func transferDidEnd(_ result: TransferResult)
+}
+
+/// The limits a transfer enforces itself.
+struct TransferLimits: Sendable {
+    /// The longest wait for the next byte. Enforced at sub-second precision by FetchKit;
+    /// URLSession's own (whole-second, truncated) timeout is only a later backstop.
+    var idleTimeout: TimeInterval
+    /// The most the transfer may take in all, or `nil`.
+    var totalTimeout: TimeInterval?
+    /// The largest body accepted.
+    var maximumResponseSize: Int64
+    /// Status codes that count as success.
+    var acceptableStatusCodes: Set<Int>
+}
+
+/// One HTTP exchange: a URLSession data task, its body, its timeouts and its limits.
+///
+/// Everything mutable here is confined to the session router's serial queue: URLSession
+/// callbacks, the timer, ``start()`` and ``stop()`` all run there. The transfer reports to its
+/// owner exactly once, through ``TransferOwner/transferDidEnd(_:)``, after it has stopped its
+/// task, timer and sink — whichever of completion, failure, timeout or stop comes first.
+final class Transfer: @unchecked Sendable {
+    let request: URLRequest
+    private let session: FetchSession
+    private let limits: TransferLimits
+    private let sink: ResponseBodySink
+
+    // Confined to the router queue.
+    private var owner: (any TransferOwner)?
+    private var task: URLSessionDataTask?
+    private var response: HTTPURLResponse?
+    private var errorBodyPrefix: Data?
+    private var receivedBytes: Int64 = 0
+    private var expectedBytes: Int64?
+    private var totalDeadline: UInt64?
+    private var lastActivity: UInt64 = 0
+    private var timer: DispatchSourceTimer?
+    private var declinedChallenge = false
+    private var ended = false
+
+    private var queue: DispatchQueue { session.router.queue }
+
+    init(request: URLRequest, session: FetchSession, limits: TransferLimits, sink: ResponseBodySink, owner: any TransferOwner) {
+        var request = request
+        // URLSession on Linux truncates timeouts to whole seconds (0.5 s becomes ~1 ms). FetchKit
+        // enforces the real one; this whole-second value, always later, is only a backstop.
+        request.timeoutInterval = (limits.idleTimeout.rounded(.up) + 1).clamped(to: 1...(7 * 24 * 3600))
+        self.request = request
+        self.session = session
+        self.limits = limits
+        self.sink = sink
+        self.owner = owner
+    }
+
+    /// Creates and resumes the task. The clocks start now, not while the operation was queued.
+    func start() {
+        queue.async { self.startOnQueue() }
+    }
+
+    /// Stops the transfer; the owner hears ``FetchError/cancelled`` once it has cleaned up.
+    /// Safe from any thread, at any time, any number of times.
+    func stop() {
+        queue.async { self.end(.failure(.cancelled, self.response)) }
+    }
+
+    private func startOnQueue() {
+        guard !ended else { return }
+        guard let task = session.makeDataTask(with: request) else {
+            end(.failure(.invalidRequest(.init(reason: .sessionInvalidated, url: request.url)), nil))
+            return
+        }
+        self.task = task
+        session.router.register(self, for: task)
+        let now = Self.now()
+        lastActivity = now
+        if let total = limits.totalTimeout {
+            totalDeadline = now &+ Self.nanoseconds(total)
+        }
+        armTimer()
+        task.resume()
+    }
+
+    // MARK: URLSession callbacks (router queue)
+
+    func didReceive(response: URLResponse) {
+        guard !ended else { return }
+        lastActivity = Self.now()
+        guard let http = response as? HTTPURLResponse else {
+            end(.failure(.transport(urlError(.badServerResponse)), nil))
+            return
+        }
+        self.response = http
+        expectedBytes = http.expectedContentLength >= 0 ? http.expectedContentLength : nil
+        guard limits.acceptableStatusCodes.contains(http.statusCode) else {
+            // Keep a bounded prefix of the error body for the error; discard the rest.
+            errorBodyPrefix = Data()
+            return
+        }
+        if let expected = expectedBytes, expected > limits.maximumResponseSize {
+            end(.failure(tooLarge(), http))
+            return
+        }
+        do {
+            try sink.open(response: http, expectedLength: expectedBytes)
+        } catch {
+            end(.failure(error, http))
+            return
+        }
+        owner?.transferDidReceive(response: http, expectedLength: expectedBytes)
+    }
+
+    func didReceive(data: Data) {
+        guard !ended, let response else { return }
+        lastActivity = Self.now()
+        receivedBytes += Int64(data.count)
+        if errorBodyPrefix != nil {
+            let room = FetchError.StatusFailure.bodyPrefixLimit - errorBodyPrefix!.count
+            if room > 0 { errorBodyPrefix!.append(data.prefix(room)) }
+            if receivedBytes > limits.maximumResponseSize {
+                end(.failure(.unacceptableStatus(statusFailure(response)), response))
+            }
+            return
+        }
+        guard receivedBytes <= limits.maximumResponseSize else {
+            end(.failure(tooLarge(), response))
+            return
+        }
+        do {
+            try sink.write(data)
+        } catch {
+            end(.failure(error, response))
+            return
+        }
+        owner?.transferDidReceive(bytes: receivedBytes, of: expectedBytes)
+    }
+
+    func didComplete(error: (any Error)?) {
+        guard !ended else { return }
+        if let error {
+            end(.failure(failure(for: error), response))
+            return
+        }
+        guard let response else {
+            end(.failure(.transport(urlError(.badServerResponse)), nil))
+            return
+        }
+        if errorBodyPrefix != nil {
+            end(.failure(.unacceptableStatus(statusFailure(response)), response))
+            return
+        }
+        if let expected = expectedBytes, bodyLengthIsCheckable(response), receivedBytes != expected {
+            end(.failure(.lengthMismatch(.init(expected: expected, received: receivedBytes, url: response.url ?? request.url)), response))
+            return
+        }
+        do {
+            let body = try sink.close()
+            end(.success(response, body))
+        } catch {
+            end(.failure(error, response))
+        }
+    }
+
+    func redirect(_ response: HTTPURLResponse, to next: URLRequest) -> URLRequest? {
+        guard !ended else { return nil }
+        lastActivity = Self.now()
+        var next = next
+        if !Self.sameOrigin(response.url ?? request.url, next.url) {
+            // Credentials belong to the origin they were meant for.
+            next.setValue(nil, forHTTPHeaderField: "Authorization")
+            next.setValue(nil, forHTTPHeaderField: "Cookie")
+        }
+        return next
+    }
+
+    func answer(_ challenge: URLAuthenticationChallenge) -> (URLSession.AuthChallengeDisposition, URLCredential?) {
+        // Declining ends the task at once. Swift 6.3.1's default handling of a 401 with
+        // `WWW-Authenticate` and no credential never completes the task (corelibs #5456).
+        // The 401 response has already arrived; it becomes the operation's status error.
+        declinedChallenge = true
+        return (.cancelAuthenticationChallenge, nil)
+    }
+
+    // MARK: Ending
+
+    private func end(_ result: TransferResult) {
+        guard !ended else { return }
+        ended = true
+        timer?.setEventHandler {}
+        timer?.cancel()
+        timer = nil
+        if let task {
+            session.router.unregister(task)
+            if case .failure = result, task.state != .completed {
+                // Never cancel a task on the delegate queue: in 6.3.1 cancel() waits on
+                // URLSession's work queue, which may be waiting to deliver to this one.
+                DispatchQueue.global().async { task.cancel() }
+            }
+        }
+        task = nil
+        if case .failure = result { sink.abandon() }
+        let owner = self.owner
+        self.owner = nil
+        owner?.transferDidEnd(result)
+    }
+
+    // MARK: Timeouts
+
+    private func armTimer() {
+        let timer = DispatchSource.makeTimerSource(queue: queue)
+        timer.setEventHandler { [weak self] in self?.timerFired() }
+        timer.schedule(deadline: DispatchTime(uptimeNanoseconds: nextTimerDeadline()), leeway: .milliseconds(1))
+        self.timer = timer
+        timer.resume()
+    }
+
+    private func nextTimerDeadline() -> UInt64 {
+        let idleDeadline = lastActivity &+ Self.nanoseconds(limits.idleTimeout)
+        return min(idleDeadline, totalDeadline ?? .max)
+    }
+
+    private func timerFired() {
+        guard !ended else { return }
+        let now = Self.now()
+        if let totalDeadline, now >= totalDeadline {
+            end(.failure(.timedOut(.init(kind: .total, interval: limits.totalTimeout ?? 0, url: request.url)), response))
+        } else if now >= lastActivity &+ Self.nanoseconds(limits.idleTimeout) {
+            end(.failure(.timedOut(.init(kind: .idle, interval: limits.idleTimeout, url: request.url)), response))
+        } else {
+            // Data arrived since the timer was set: sleep until the new idle deadline.
+            timer?.schedule(deadline: DispatchTime(uptimeNanoseconds: nextTimerDeadline()), leeway: .milliseconds(1))
+        }
+    }
+
+    // MARK: Helpers
+
+    private func failure(for error: any Error) -> FetchError {
+        if declinedChallenge, let response, !limits.acceptableStatusCodes.contains(response.statusCode) {
+            return .unacceptableStatus(statusFailure(response))
+        }
+        guard let error = error as? URLError else {
+            return .transport(urlError(.unknown, underlying: error))
+        }
+        switch error.code {
+        case .cancelled:
+            // Not ours (ours end the transfer before URLSession reports): the session was
+            // invalidated and cancelled its tasks.
+            return .cancelled
+        case .timedOut:
+            return .timedOut(.init(kind: .idle, interval: limits.idleTimeout, url: request.url))
+        default:
+            return .transport(error.failingURL == nil ? urlError(error.code, underlying: error) : error)
+        }
+    }
+
+    private func urlError(_ code: URLError.Code, underlying: (any Error)? = nil) -> URLError {
+        var info: [String: Any] = [:]
+        if let url = request.url {
+            info[NSURLErrorFailingURLErrorKey] = url
+        }
+        if let underlying {
+            info[NSUnderlyingErrorKey] = underlying
+            info[NSLocalizedDescriptionKey] = (underlying as? URLError)?.localizedDescription ?? String(describing: underlying)
+        }
+        return URLError(code, userInfo: info)
+    }
+
+    private func statusFailure(_ response: HTTPURLResponse) -> FetchError.StatusFailure {
+        var headers: [String: String] = [:]
+        for (name, value) in response.allHeaderFields {
+            headers[String(describing: name)] = String(describing: value)
+        }
+        return .init(statusCode: response.statusCode, headers: headers, bodyPrefix: errorBodyPrefix ?? Data(), url: response.url ?? request.url)
+    }
+
+    private func tooLarge() -> FetchError {
+        .responseTooLarge(.init(limit: limits.maximumResponseSize, expectedLength: expectedBytes, url: response?.url ?? request.url))
+    }
+
+    /// Whether `Content-Length` describes the bytes URLSession hands over: not for HEAD, not for
+    /// bodiless statuses, and not when a content coding was decoded on the way.
+    private func bodyLengthIsCheckable(_ response: HTTPURLResponse) -> Bool {
+        if request.httpMethod?.uppercased() == "HEAD" { return false }
+        if response.statusCode == 204 || response.statusCode == 304 || (100..<200).contains(response.statusCode) { return false }
+        let coding = (response.value(forHTTPHeaderField: "Content-Encoding") ?? "identity").lowercased()
+        return coding == "identity" || coding.isEmpty
+    }
+
+    static func sameOrigin(_ a: URL?, _ b: URL?) -> Bool {
+        guard let a, let b else { return false }
+        return a.scheme?.lowercased() == b.scheme?.lowercased()
+            && a.host?.lowercased() == b.host?.lowercased()
+            && effectivePort(a) == effectivePort(b)
+    }
+
+    static func effectivePort(_ url: URL) -> Int? {
+        if let port = url.port { return port }
+        switch url.scheme?.lowercased() {
+        case "http": return 80
+        case "https": return 443
+        default: return nil
+        }
+    }
+
+    static func now() -> UInt64 {
+        DispatchTime.now().uptimeNanoseconds
+    }
+
+    static func nanoseconds(_ interval: TimeInterval) -> UInt64 {
+        guard interval > 0 else { return 0 }
+        return interval >= Double(UInt64.max / 2) / 1e9 ? UInt64.max / 2 : UInt64(interval * 1e9)
+    }
+}
+
+extension Comparable {
+    func clamped(to range: ClosedRange<Self>) -> Self {
+        min(max(self, range.lowerBound), range.upperBound)
+    }
+}

@@ -1,0 +1,215 @@
+import Testing
+@testable import FetchKit
+
+/// The lifecycle as a pure value: every transition, no network.
+@Suite("Lifecycle state machine")
+struct LifecycleStateMachineTests {
+    typealias Machine = LifecycleStateMachine
+
+    private func isCancelledOutcome(_ outcome: Machine.Outcome?) -> Bool {
+        if case .failure(.cancelled)? = outcome { return true }
+        return false
+    }
+
+    @Test func startsPendingAndNotCancelled() {
+        let machine = Machine()
+        #expect(machine.phase == .pending)
+        #expect(!machine.isCancelled)
+        #expect(!machine.isExecuting)
+        #expect(!machine.isFinished)
+        #expect(machine.outcome == nil)
+    }
+
+    @Test func successPathVisitsEveryPhaseInOrder() {
+        var machine = Machine()
+        #expect(machine.start() == .begin)
+        #expect(machine.phase == .executing)
+        #expect(machine.isExecuting)
+        let attached = machine.attachTransfer()
+        #expect(attached)
+        #expect(machine.transferEnded(.success) == .parse)
+        #expect(machine.phase == .finishing)
+        #expect(machine.isExecuting, "isExecuting stays true while parsing")
+        machine.parseEnded(nil)
+        guard case .success = machine.complete() else {
+            Issue.record("expected success")
+            return
+        }
+        #expect(machine.phase == .finished)
+        #expect(!machine.isExecuting)
+        #expect(machine.isFinished)
+    }
+
+    @Test func transferFailureSkipsParse() {
+        var machine = Machine()
+        _ = machine.start()
+        _ = machine.attachTransfer()
+        #expect(machine.transferEnded(.failure(.transport(.init(.cannotConnectToHost)))) == .complete)
+        guard case .failure(.transport(let error)) = machine.complete() else {
+            Issue.record("expected the transport error")
+            return
+        }
+        #expect(error.code == .cannotConnectToHost)
+    }
+
+    @Test func parseFailureBecomesTheOutcome() {
+        var machine = Machine()
+        _ = machine.start()
+        _ = machine.attachTransfer()
+        _ = machine.transferEnded(.success)
+        machine.parseEnded(.parseFailed(.init(underlying: .init(CancellationError()), url: nil)))
+        guard case .failure(.parseFailed) = machine.complete() else {
+            Issue.record("expected parseFailed")
+            return
+        }
+    }
+
+    @Test func cancelBeforeStartOnlySetsTheFlag() {
+        var machine = Machine()
+        #expect(machine.cancel() == .flagOnly)
+        #expect(machine.isCancelled)
+        #expect(machine.phase == .pending, "never finished without being started")
+        #expect(!machine.isFinished)
+        #expect(machine.start() == .finishCancelled)
+        #expect(machine.isFinished)
+        #expect(isCancelledOutcome(machine.outcome))
+    }
+
+    @Test func cancelWhilePreparingCompletesWithoutATransfer() {
+        var machine = Machine()
+        _ = machine.start()
+        #expect(machine.cancel() == .stopPreparing)
+        let attached = machine.attachTransfer()
+        #expect(!attached, "a transfer created after the cancel must be discarded")
+        let failed = machine.failBeforeTransfer(.invalidRequest(.init(reason: .missing, url: nil)))
+        #expect(!failed, "the cancel already decided")
+        #expect(isCancelledOutcome(machine.complete()))
+    }
+
+    @Test func cancelDuringTransferWaitsForTheTransferToStop() {
+        var machine = Machine()
+        _ = machine.start()
+        _ = machine.attachTransfer()
+        #expect(machine.cancel() == .stopTransfer)
+        #expect(machine.phase == .finishing)
+        #expect(machine.isExecuting)
+        // The transfer confirms it stopped (whatever it reports, the cancel decided).
+        #expect(machine.transferEnded(.success) == .complete)
+        #expect(isCancelledOutcome(machine.complete()))
+    }
+
+    @Test func cancelDuringParseWinsWhenTheParseReturns() {
+        var machine = Machine()
+        _ = machine.start()
+        _ = machine.attachTransfer()
+        _ = machine.transferEnded(.success)
+        #expect(machine.cancel() == .flagOnly)
+        machine.parseEnded(nil)
+        #expect(isCancelledOutcome(machine.complete()))
+    }
+
+    @Test func cancelAfterFinishChangesNothing() {
+        var machine = Machine()
+        _ = machine.start()
+        _ = machine.attachTransfer()
+        _ = machine.transferEnded(.success)
+        machine.parseEnded(nil)
+        _ = machine.complete()
+        #expect(machine.cancel() == .none)
+        #expect(!machine.isCancelled)
+        guard case .success? = machine.outcome else {
+            Issue.record("outcome changed after finish")
+            return
+        }
+    }
+
+    @Test func secondCancelIsIgnored() {
+        var machine = Machine()
+        _ = machine.start()
+        _ = machine.attachTransfer()
+        #expect(machine.cancel() == .stopTransfer)
+        #expect(machine.cancel() == .none)
+    }
+
+    @Test func secondStartIsIgnored() {
+        var machine = Machine()
+        #expect(machine.start() == .begin)
+        #expect(machine.start() == .ignore)
+        _ = machine.failBeforeTransfer(.cancelled)
+        _ = machine.complete()
+        #expect(machine.start() == .ignore)
+    }
+
+    @Test func lateTransferReportsAreIgnored() {
+        var machine = Machine()
+        _ = machine.start()
+        _ = machine.attachTransfer()
+        _ = machine.transferEnded(.failure(.cancelled))
+        #expect(machine.transferEnded(.success) == .ignore)
+        _ = machine.complete()
+        #expect(machine.transferEnded(.success) == .ignore)
+    }
+
+    @Test func failureBeforeTransfer() {
+        var machine = Machine()
+        _ = machine.start()
+        let failed = machine.failBeforeTransfer(.invalidRequest(.init(reason: .missing, url: nil)))
+        #expect(failed)
+        guard case .failure(.invalidRequest) = machine.complete() else {
+            Issue.record("expected invalidRequest")
+            return
+        }
+    }
+
+    /// Random event sequences: the machine reaches `finished` at most once, only through
+    /// `complete()` or a cancelled start, and never from `pending` without `start()`.
+    @Test(arguments: 0..<200)
+    func randomEventSequencesFinishAtMostOnce(seed: Int) {
+        var generator = SplitMix64(seed: UInt64(seed))
+        var machine = Machine()
+        var finishes = 0
+        var started = false
+        for _ in 0..<12 {
+            let wasFinished = machine.isFinished
+            switch generator.next() % 6 {
+            case 0:
+                let action = machine.start()
+                if action != .ignore { started = true }
+            case 1:
+                switch machine.cancel() {
+                case .stopPreparing: _ = machine.complete()
+                default: break
+                }
+            case 2:
+                _ = machine.attachTransfer()
+            case 3:
+                if machine.transferEnded(generator.next() % 2 == 0 ? .success : .failure(.cancelled)) == .complete {
+                    _ = machine.complete()
+                }
+            case 4:
+                if case .finishing(.parsing) = machine.state {
+                    machine.parseEnded(nil)
+                    _ = machine.complete()
+                }
+            default:
+                if machine.failBeforeTransfer(.cancelled) { _ = machine.complete() }
+            }
+            if !wasFinished && machine.isFinished { finishes += 1 }
+            if machine.isFinished { #expect(started, "finished without being started") }
+        }
+        #expect(finishes <= 1)
+    }
+}
+
+/// A small deterministic generator for reproducible random tests.
+struct SplitMix64: RandomNumberGenerator {
+    private var state: UInt64
+    init(seed: UInt64) { state = seed &+ 0x9E37_79B9_7F4A_7C15 }
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}
