@@ -28,7 +28,7 @@ extension FetchOperationProtocol {
 
     /// Suspends until the operation has finished, and returns it, or throws its error.
     ///
-    /// The operation must be started by someone — an `OperationQueue`, a ``FetchQueue``, or
+    /// The operation must be started by someone — an `OperationQueue`, or
     /// `start()`; this only waits. Cancelling the awaiting Swift task cancels the operation,
     /// which then finishes promptly and this throws ``FetchError/cancelled``.
     ///

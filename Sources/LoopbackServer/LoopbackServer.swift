@@ -1,0 +1,159 @@
+import Foundation
+
+/// An HTTP/1.1 server on 127.0.0.1, on an ephemeral port, for tests, demos and benchmarks.
+///
+/// It starts accepting as soon as it is created and runs until ``stop()`` (or until it is
+/// deinitialized). Each connection is served by its own thread with blocking socket I/O and
+/// keep-alive; pattern bodies are streamed from a shared buffer, so bodies of any size cost
+/// no memory.
+///
+/// ```swift
+/// let server = try LoopbackServer()
+/// defer { server.stop() }
+/// server.route("/hello") { _ in .text("hi") }
+/// let (data, _) = try await URLSession.shared.data(from: server.url("/bytes/1024"))
+/// ```
+///
+/// Requests are answered by custom routes (``route(_:_:)``, exact path match) first, then by
+/// the built-in endpoints (`/bytes/{n}`, `/delay/{ms}`, `/status/{code}`, fault injection
+/// such as `/reset-mid-body/{n}`, and so on; see the package's documentation of the
+/// endpoints), and otherwise get a 404.
+///
+/// All members are thread-safe.
+public final class LoopbackServer: @unchecked Sendable {
+    private let core: ServerCore
+
+    /// The port the server listens on (on 127.0.0.1).
+    public let port: UInt16
+
+    /// Starts a server on 127.0.0.1 and an ephemeral port; it accepts connections at once.
+    ///
+    /// - Parameter recordRequests: whether to keep every request received (including its
+    ///   body) for ``recordedRequests`` and ``requests(path:)``. Turn off for benchmarks.
+    /// - Throws: if the listening socket cannot be created.
+    public init(recordRequests: Bool = true) throws {
+        core = try ServerCore(recordRequests: recordRequests)
+        port = core.port
+    }
+
+    deinit {
+        core.stop()
+    }
+
+    /// `http://127.0.0.1:<port>`.
+    public var baseURL: URL {
+        URL(string: "http://127.0.0.1:\(port)")!
+    }
+
+    /// The URL of `pathAndQuery` on this server, e.g. `url("/bytes/10?x=1")`. A missing
+    /// leading `/` is added.
+    public func url(_ pathAndQuery: String) -> URL {
+        let suffix = pathAndQuery.hasPrefix("/") ? pathAndQuery : "/" + pathAndQuery
+        return URL(string: "http://127.0.0.1:\(port)" + suffix)!
+    }
+
+    /// Stops the server: closes the listening socket, shuts down every open connection
+    /// (clients see the connection end), interrupts every waiting endpoint (`/delay`,
+    /// `/never`, `/stall-mid-body`, `.sleep`, `.stall`, ...), and waits (a few seconds at
+    /// most, normally a few milliseconds) for the server's threads to finish.
+    ///
+    /// Idempotent; may be called from any thread, including from a route handler.
+    public func stop() {
+        core.stop()
+    }
+
+    /// Whether ``stop()`` has been called.
+    public var isStopped: Bool { core.isStopping }
+
+    // MARK: Counters
+
+    /// All counters, read together.
+    public var counters: ServerCounters { core.snapshot }
+
+    /// TCP connections accepted since the start or the last ``resetCounters()``.
+    public var connectionsAccepted: Int { core.snapshot.connectionsAccepted }
+
+    /// Requests whose head was read and whose response has not been completely written (or
+    /// abandoned) yet. See ``ServerCounters/requestsInFlight``.
+    public var requestsInFlight: Int { core.snapshot.requestsInFlight }
+
+    /// The highest ``requestsInFlight`` since the start or the last ``resetCounters()``.
+    public var peakRequestsInFlight: Int { core.snapshot.peakRequestsInFlight }
+
+    /// Request heads parsed since the start or the last ``resetCounters()``.
+    public var requestsReceived: Int { core.snapshot.requestsReceived }
+
+    /// Resets the counters: ``peakRequestsInFlight`` becomes the current
+    /// ``requestsInFlight``; ``connectionsAccepted`` and ``requestsReceived`` become 0; the
+    /// recorded requests are cleared too, so ``requestCount(path:)`` counts from here on.
+    /// The state of `/flaky` keys is kept.
+    public func resetCounters() {
+        core.resetCounters()
+    }
+
+    /// Blocks the calling thread until `predicate` holds for the counters or `timeout`
+    /// seconds pass. Returns whether the predicate held. The predicate runs under the
+    /// server's lock, so it must be quick and must not call back into the server.
+    @discardableResult
+    public func blockingWait(timeout: TimeInterval = 10, until predicate: (ServerCounters) -> Bool) -> Bool {
+        core.wait(timeout: timeout, until: predicate)
+    }
+
+    /// Suspends until `predicate` holds for the counters or `timeout` seconds pass. Returns
+    /// whether the predicate held. The wait blocks a Dispatch worker thread, not a Swift
+    /// concurrency thread. The predicate runs under the server's lock, so it must be quick
+    /// and must not call back into the server.
+    @discardableResult
+    public func waitUntil(
+        timeout: TimeInterval = 10,
+        _ predicate: @escaping @Sendable (ServerCounters) -> Bool
+    ) async -> Bool {
+        let core = self.core
+        return await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
+            DispatchQueue.global().async {
+                continuation.resume(returning: core.wait(timeout: timeout, until: predicate))
+            }
+        }
+    }
+
+    // MARK: Recorded requests
+
+    /// Every request received, in the order their bodies finished arriving (empty when the
+    /// server was created with `recordRequests: false`).
+    public var recordedRequests: [RecordedRequest] { core.recordedRequests }
+
+    /// The recorded requests whose path (without query) is `path`.
+    public func requests(path: String) -> [RecordedRequest] {
+        core.recordedRequests.filter { $0.path == path }
+    }
+
+    /// The number of recorded requests whose path (without query) is `path`.
+    public func requestCount(path: String) -> Int {
+        core.recordedRequests.reduce(0) { $0 + ($1.path == path ? 1 : 0) }
+    }
+
+    /// Forgets the recorded requests (counters are untouched).
+    public func clearRecordedRequests() {
+        core.clearRecordedRequests()
+    }
+
+    // MARK: Routes
+
+    /// Answers requests whose path (without query) is exactly `path` with `handler`, which
+    /// runs on the connection's thread. Custom routes are checked before the built-in
+    /// endpoints and may replace them; registering a path again replaces its handler.
+    /// The server keeps the handler until it is deinitialized, so a handler that needs the
+    /// server should capture it weakly.
+    public func route(_ path: String, _ handler: @escaping @Sendable (HTTPRequest) -> HTTPResponse) {
+        core.setRoute(path, handler)
+    }
+
+    /// Removes the custom route for `path`, if any.
+    public func removeRoute(_ path: String) {
+        core.setRoute(path, nil)
+    }
+
+    /// The `Last-Modified` value of `/bytes`, `/bytes-norange` and `/etag` responses:
+    /// `Wed, 21 Oct 2026 07:28:00 GMT`.
+    public static let fixedLastModified = BuiltinRoutes.lastModified
+}

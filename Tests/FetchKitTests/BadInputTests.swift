@@ -1,0 +1,225 @@
+import Foundation
+import LoopbackServer
+import Testing
+@testable import FetchKit
+
+/// Every bad input yields its error — never a crash, never a hang.
+@Suite("Bad input")
+struct BadInputTests {
+    private func run(_ operation: FetchOperation) async -> FetchError? {
+        do {
+            try await operation.run()
+            return nil
+        } catch {
+            return error
+        }
+    }
+
+    @Test func noRequest() async {
+        let error = await run(FetchOperation())
+        guard case .invalidRequest(let details)? = error, case .missing = details.reason else {
+            Issue.record("expected a missing-request error, got \(String(describing: error))")
+            return
+        }
+        #expect(details.description.contains("no request"))
+    }
+
+    @Test(arguments: ["ftp://127.0.0.1/file", "file:///etc/hosts", "mailto:someone@example.com"])
+    func unsupportedScheme(_ string: String) async throws {
+        let error = await run(FetchOperation(url: try #require(URL(string: string))))
+        guard case .invalidRequest(let details)? = error, case .unsupportedScheme = details.reason else {
+            Issue.record("expected unsupportedScheme, got \(String(describing: error))")
+            return
+        }
+    }
+
+    @Test func urlWithoutHost() async throws {
+        let error = await run(FetchOperation(url: try #require(URL(string: "http:///no-host"))))
+        guard case .invalidRequest(let details)? = error, case .malformed = details.reason else {
+            Issue.record("expected malformed, got \(String(describing: error))")
+            return
+        }
+    }
+
+    @Test func invalidMethod() async throws {
+        var request = URLRequest(url: try #require(URL(string: "http://127.0.0.1:9/")))
+        request.httpMethod = "GE T"
+        let error = await run(FetchOperation(request: request))
+        guard case .invalidRequest(let details)? = error, case .malformed(let problem) = details.reason else {
+            Issue.record("expected malformed, got \(String(describing: error))")
+            return
+        }
+        #expect(problem.contains("method"))
+    }
+
+    @Test(arguments: [["X-Test": "a\r\nX-Injected: 1"], ["X-Test": "line\nbreak"], ["Bad Name": "value"]])
+    func malformedHeaders(_ headers: [String: String]) async throws {
+        // `setValue(_:forHTTPHeaderField:)` drops such values; `allHTTPHeaderFields` keeps them.
+        var request = URLRequest(url: try #require(URL(string: "http://127.0.0.1:9/")))
+        request.allHTTPHeaderFields = headers
+        let error = await run(FetchOperation(request: request))
+        guard case .invalidRequest(let details)? = error, case .malformed = details.reason else {
+            Issue.record("expected malformed, got \(String(describing: error))")
+            return
+        }
+    }
+
+    @Test func makeRequestThrows() async {
+        final class Broken: FetchOperation, @unchecked Sendable {
+            override func makeRequest() throws -> URLRequest? { throw ParseTestError(reason: "no token") }
+        }
+        let error = await run(Broken())
+        guard case .invalidRequest(let details)? = error, case .preparationFailed(let underlying) = details.reason else {
+            Issue.record("expected preparationFailed, got \(String(describing: error))")
+            return
+        }
+        #expect(underlying.error as? ParseTestError == ParseTestError(reason: "no token"))
+    }
+
+    @Test func connectionRefused() async throws {
+        // Bind a port, then close it: nothing listens there any more.
+        let server = try LoopbackServer()
+        let url = server.url("/json")
+        server.stop()
+        let error = await run(FetchOperation(url: url))
+        guard case .transport(let urlError)? = error else {
+            Issue.record("expected a transport error, got \(String(describing: error))")
+            return
+        }
+        #expect(urlError.code == .cannotConnectToHost)
+        #expect(error?.description.contains(url.absoluteString) == true)
+    }
+
+    @Test func unresolvableHost() async throws {
+        let operation = FetchOperation(url: try #require(URL(string: "http://no-such-host.invalid/")))
+        operation.idleTimeout = 10
+        let error = await run(operation)
+        guard case .transport? = error else {
+            Issue.record("expected a transport error, got \(String(describing: error))")
+            return
+        }
+    }
+
+    @Test(arguments: ["/close-mid-body/100000", "/reset-mid-body/100000", "/lie/5000/100", "/garbage", "/garbage-status"])
+    func serverMisbehaves(_ path: String) async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let operation = server.operation(path)
+        operation.idleTimeout = 5
+        let error = await run(operation)
+        #expect(error != nil, "\(path) must fail")
+        switch error {
+        case .transport?, .lengthMismatch?: break
+        default: Issue.record("\(path): expected a transport or length error, got \(String(describing: error))")
+        }
+        #expect(operation.parses.current.isEmpty, "a broken body is never parsed")
+    }
+
+    @Test func serverThatNeverAnswersTimesOut() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let operation = server.operation("/stall-head")
+        operation.idleTimeout = 0.3
+        let error = await run(operation)
+        guard case .timedOut(let timeout)? = error else {
+            Issue.record("expected a timeout, got \(String(describing: error))")
+            return
+        }
+        #expect(timeout.kind == .idle)
+        #expect(timeout.interval == 0.3)
+    }
+
+    @Test func serverThatStallsMidBodyTimesOut() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let operation = server.operation("/stall-mid-body/100000")
+        operation.idleTimeout = 0.3
+        let error = await run(operation)
+        guard case .timedOut(let timeout)? = error else {
+            Issue.record("expected a timeout, got \(String(describing: error))")
+            return
+        }
+        #expect(timeout.kind == .idle)
+    }
+
+    @Test func challengeWithoutCredentialsDoesNotHang() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let operation = server.operation("/basic-auth/alice/secret")
+        operation.idleTimeout = 5
+        let error = await run(operation)
+        #expect(error?.statusCode == 401, "got \(String(describing: error))")
+    }
+
+    @Test func tinyBodyLengthLiesAreCaught() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let operation = server.operation("/lie/10/10")
+        try await operation.run()
+        #expect(operation.responseBody == BytePattern.data(offset: 0, count: 10))
+    }
+}
+
+@Suite("Timeouts enforced by FetchKit")
+struct TimeoutTests {
+    @Test func subSecondIdleTimeoutIsNotTruncated() async throws {
+        // URLSession on Linux would turn 0.8 s into about 1 ms and fail this at once.
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let operation = server.operation("/delay/100")
+        operation.idleTimeout = 0.8
+        try await operation.run()
+        #expect(operation.error == nil)
+    }
+
+    @Test func idleTimeoutResetsWhileDataKeepsComing() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let operation = server.operation("/trickle/12/1/60")   // 12 chunks, one every 60 ms
+        operation.idleTimeout = 0.5
+        try await operation.run()
+        #expect(operation.responseBody?.count == 12)
+    }
+
+    @Test func totalTimeoutBoundsASlowTrickle() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let operation = server.operation("/trickle/100/1/50")  // 5 s in all
+        operation.idleTimeout = 2
+        operation.totalTimeout = 0.4
+        _ = try? await operation.run()
+        guard case .timedOut(let timeout)? = operation.error else {
+            Issue.record("expected a timeout, got \(String(describing: operation.error))")
+            return
+        }
+        #expect(timeout.kind == .total)
+    }
+
+    @Test func requestTimeoutIntervalIsTheDefaultIdleTimeout() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        var request = URLRequest(url: server.url("/stall-head"))
+        request.timeoutInterval = 0.3
+        let operation = FetchOperation(request: request)
+        _ = try? await operation.run()
+        guard case .timedOut(let timeout)? = operation.error else {
+            Issue.record("expected a timeout, got \(String(describing: operation.error))")
+            return
+        }
+        #expect(timeout.interval == 0.3)
+    }
+
+    @Test func clocksDoNotRunWhileQueued() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let queue = makeQueue(1)
+        let first = server.operation("/delay/600")
+        let second = server.operation("/json")
+        second.idleTimeout = 0.3
+        second.totalTimeout = 0.3
+        queue.enqueue([first, second])
+        try await first.finished()
+        try await second.finished()
+        #expect(second.error == nil, "waited 0.6 s in the queue with 0.3 s timeouts")
+    }
+}

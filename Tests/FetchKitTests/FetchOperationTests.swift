@@ -1,0 +1,311 @@
+import Dispatch
+import Foundation
+import LoopbackServer
+import Testing
+@testable import FetchKit
+
+@Suite("FetchOperation against the loopback server")
+struct FetchOperationTests {
+    @Test func successfulGETParsesTheBodyOnce() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let operation = server.operation("/json")
+        try await operation.run()
+        #expect(operation.error == nil)
+        #expect(operation.response?.statusCode == 200)
+        let parses = operation.parses.current
+        #expect(parses.count == 1)
+        let object = try JSONSerialization.jsonObject(with: parses[0]) as? [String: Any]
+        #expect(object?["name"] as? String == "fetchkit")
+        #expect(operation.responseBody == parses[0])
+    }
+
+    @Test func bodyArrivesIntactAndProgressCountsEveryByte() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let length = 1_000_003
+        let operation = server.operation("/bytes/\(length)")
+        let seen = Locked<[FetchProgress]>([])
+        operation.onProgress(on: .immediate) { progress in seen.withLock { $0.append(progress) } }
+        try await operation.run()
+        #expect(operation.responseBody == BytePattern.data(offset: 0, count: length))
+        #expect(operation.progress.totalUnitCount == Int64(length))
+        #expect(operation.progress.completedUnitCount == Int64(length))
+        let values = seen.current
+        #expect(values.last == FetchProgress(bytesReceived: Int64(length), bytesExpected: Int64(length)))
+        #expect(zip(values, values.dropFirst()).allSatisfy { $0.bytesReceived <= $1.bytesReceived })
+    }
+
+    @Test func parseRunsOffTheDelegateQueueOnTheNamedQueue() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let store = tagged(DispatchQueue(label: "test.store"))
+        let operation = server.operation("/json")
+        operation.parseQueue = .dispatch(store)
+        try await operation.run()
+        #expect(operation.parseQueueLabels.current == ["test.store"])
+        #expect(operation.parseQueueLabels.current.first != "FetchKit.SessionRouter")
+    }
+
+    @Test func aSerialParseQueueSerialisesEveryParse() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let store = DispatchQueue(label: "test.store.serial")
+        let active = Locked((now: 0, peak: 0))
+        let queue = makeQueue(8)
+        let operations = (0..<24).map { _ in server.operation("/bytes/2000") }
+        for operation in operations {
+            operation.parseQueue = .dispatch(store)
+            operation.onParse = { _ in
+                active.withLock { $0.now += 1; $0.peak = max($0.peak, $0.now) }
+                // Give an overlapping parse, if the queue allowed one, the chance to show up.
+                for _ in 0..<2000 { _ = active.withLock { $0.now } }
+                active.withLock { $0.now -= 1 }
+            }
+        }
+        queue.enqueue(operations)
+        for operation in operations { try await operation.finished() }
+        #expect(active.current.peak == 1)
+    }
+
+    @Test func aThrowingParseBecomesParseFailed() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let operation = server.operation("/json")
+        operation.parseError = ParseTestError(reason: "bad shape")
+        await #expect(throws: FetchError.self) { try await operation.run() }
+        guard case .parseFailed(let failure)? = operation.error else {
+            Issue.record("expected parseFailed, got \(String(describing: operation.error))")
+            return
+        }
+        #expect(failure.underlying.error as? ParseTestError == ParseTestError(reason: "bad shape"))
+        #expect(operation.parses.current.count == 1)
+        #expect(operation.error?.description.contains("bad shape") == true)
+    }
+
+    @Test func unacceptableStatusKeepsCodeHeadersAndBodyPrefixAndSkipsParse() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let operation = server.operation("/status/404")
+        _ = try? await operation.run()
+        guard case .unacceptableStatus(let failure)? = operation.error else {
+            Issue.record("expected unacceptableStatus, got \(String(describing: operation.error))")
+            return
+        }
+        #expect(failure.statusCode == 404)
+        #expect(failure.bodyText == "status 404")
+        #expect(failure.headers.keys.contains { $0.lowercased() == "content-length" })
+        #expect(operation.parses.current.isEmpty)
+        #expect(operation.response?.statusCode == 404)
+    }
+
+    @Test func errorBodyPrefixIsBounded() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        server.route("/big-error") { _ in HTTPResponse(status: 500, body: BytePattern.data(offset: 0, count: 100_000)) }
+        let operation = server.operation("/big-error")
+        _ = try? await operation.run()
+        guard case .unacceptableStatus(let failure)? = operation.error else {
+            Issue.record("expected unacceptableStatus")
+            return
+        }
+        #expect(failure.statusCode == 500)
+        #expect(failure.bodyPrefix == BytePattern.data(offset: 0, count: FetchError.StatusFailure.bodyPrefixLimit))
+    }
+
+    @Test func acceptableStatusCodesAreConfigurable() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let operation = server.operation("/status/404")
+        operation.acceptableStatusCodes = [404]
+        try await operation.run()
+        #expect(operation.error == nil)
+        #expect(operation.parses.current == [Data("status 404".utf8)])
+    }
+
+    @Test func announcedLengthOverTheLimitStopsAtTheHead() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let operation = server.operation("/bytes/100000")
+        operation.maximumResponseSize = 1000
+        _ = try? await operation.run()
+        guard case .responseTooLarge(let limit)? = operation.error else {
+            Issue.record("expected responseTooLarge, got \(String(describing: operation.error))")
+            return
+        }
+        #expect(limit.limit == 1000)
+        #expect(limit.expectedLength == 100_000)
+        #expect(operation.parses.current.isEmpty)
+    }
+
+    @Test func unannouncedBodyOverTheLimitStopsWhenItPassesIt() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let operation = server.operation("/trickle/200000/20000/1")
+        operation.maximumResponseSize = 50_000
+        _ = try? await operation.run()
+        guard case .responseTooLarge(let limit)? = operation.error else {
+            Issue.record("expected responseTooLarge, got \(String(describing: operation.error))")
+            return
+        }
+        #expect(limit.expectedLength == nil)
+        #expect(operation.responseBody == nil)
+    }
+
+    @Test func chunkedBodyIsReassembled() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let operation = server.operation("/trickle/10000/1000/1")
+        try await operation.run()
+        #expect(operation.responseBody == BytePattern.data(offset: 0, count: 10000))
+    }
+
+    @Test func completionHandlerRunsOnceOnTheChosenQueue() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let queue = tagged(DispatchQueue(label: "test.completions"))
+        let operation = server.operation("/json")
+        operation.completionQueue = .dispatch(queue)
+        let labels = Locked<[String]>([])
+        let done = Countdown(2)
+        operation.onCompletion { _ in labels.withLock { $0.append(currentQueueLabel()) }; done.signal() }
+        operation.onCompletion(on: .global) { op in
+            #expect(op.isFinished)
+            #expect(op.error == nil)
+            done.signal()
+        }
+        operation.start()
+        #expect(await done.wait())
+        #expect(labels.current == ["test.completions"])
+        #expect(done.overSignals == 0)
+    }
+
+    @Test func aHandlerAddedAfterFinishRunsOnce() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let operation = server.operation("/json")
+        try await operation.run()
+        let done = Countdown(1)
+        operation.onCompletion { _ in done.signal() }
+        #expect(await done.wait())
+        #expect(done.overSignals == 0)
+    }
+
+    @Test func foundationCompletionBlockStillRuns() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let operation = server.operation("/json")
+        let done = Countdown(1)
+        operation.completionBlock = { done.signal() }
+        makeQueue(1).addOperation(operation)
+        #expect(await done.wait())
+        #expect(operation.isFinished)
+    }
+
+    @Test func startCalledDirectlyWithoutAQueueWorks() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let operation = server.operation("/json")
+        operation.start()
+        #expect(operation.isExecuting || operation.isFinished)
+        #expect(await operation.awaitCompletion())
+        #expect(operation.error == nil)
+        #expect(!operation.isExecuting)
+    }
+
+    @Test func aSecondStartIsIgnored() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let operation = server.operation("/json")
+        operation.start()
+        operation.start()
+        #expect(await operation.awaitCompletion())
+        operation.start()
+        #expect(operation.parses.current.count == 1)
+        #expect(server.requestCount(path: "/json") == 1)
+    }
+
+    @Test func settingsAreFrozenOnceStarted() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let operation = server.operation("/delay/100")
+        operation.start()
+        operation.request = URLRequest(url: server.url("/json"))
+        operation.maximumResponseSize = 1
+        try await operation.finished()
+        #expect(operation.request?.url?.path == "/delay/100")
+        #expect(operation.sentRequest?.url?.path == "/delay/100")
+        #expect(server.requestCount(path: "/json") == 0)
+    }
+
+    @Test func redirectsAreFollowed() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let operation = server.operation("/redirect/3")
+        try await operation.run()
+        #expect(operation.response?.url?.path == "/redirect/0")
+        #expect(operation.parses.current == [Data("redirected".utf8)])
+    }
+
+    @Test func authorizationIsNotForwardedToAnotherOrigin() async throws {
+        let origin = try LoopbackServer()
+        let other = try LoopbackServer()
+        defer { origin.stop(); other.stop() }
+        let target = other.url("/headers").absoluteString
+        var request = URLRequest(url: origin.url("/redirect-to?url=\(target)"))
+        request.setValue("Bearer secret", forHTTPHeaderField: "Authorization")
+        let operation = RecordingOperation(request: request)
+        try await operation.run()
+        let headers = try JSONSerialization.jsonObject(with: operation.responseBody ?? Data()) as? [String: String]
+        #expect(headers?["authorization"] == nil)
+        #expect(other.requests(path: "/headers").first?.headers["Authorization"] == nil)
+    }
+
+    @Test func makeRequestBuildsTheRequestJustBeforeSending() async throws {
+        final class Late: FetchOperation, @unchecked Sendable {
+            let url: URL
+            init(url: URL) { self.url = url; super.init() }
+            override func makeRequest() throws -> URLRequest? {
+                var request = URLRequest(url: url)
+                request.setValue("built-late", forHTTPHeaderField: "X-Test")
+                return request
+            }
+        }
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let operation = Late(url: server.url("/headers"))
+        try await operation.run()
+        let headers = try JSONSerialization.jsonObject(with: operation.responseBody ?? Data()) as? [String: String]
+        #expect(headers?["x-test"] == "built-late")
+        #expect(operation.sentRequest?.value(forHTTPHeaderField: "X-Test") == "built-late")
+    }
+
+    @Test func aFinishedOperationIsReleased() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let released = Countdown(1)
+        let queue = makeQueue(2)
+        do {
+            let operation = DeinitProbeOperation(request: URLRequest(url: server.url("/json")))
+            operation.onDeinit = { released.signal() }
+            operation.onCompletion { op in _ = op.responseBody } // a handler that captures it
+            queue.addOperation(operation)
+            try await operation.finished()
+        }
+        #expect(await released.wait(), "the operation was not released after finishing")
+    }
+
+    @Test func aFailedOperationIsReleased() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let released = Countdown(1)
+        do {
+            let operation = DeinitProbeOperation(request: URLRequest(url: server.url("/stall-mid-body/100000")))
+            operation.onDeinit = { released.signal() }
+            operation.idleTimeout = 0.2
+            _ = try? await operation.run()
+            #expect(operation.error != nil)
+        }
+        #expect(await released.wait(), "the operation was not released after failing")
+    }
+}

@@ -1,0 +1,97 @@
+import Foundation
+import LoopbackServer
+import Testing
+@testable import FetchKit
+
+// The README's Quick Start, compiled and run against the loopback server (whose /login and
+// /user endpoints play the API). Keep the two in step.
+
+struct User: Decodable {
+    let name: String
+    let id: Int
+}
+
+/// POST /login → {"token": "…"}
+final class LogIn: FetchOperation, @unchecked Sendable {
+    private(set) var token: String?
+
+    init(api: URL, user: String, password: String) {
+        var request = URLRequest(url: api.appendingPathComponent("login"))
+        request.httpMethod = "POST"
+        request.setValue("application/json", forHTTPHeaderField: "Content-Type")
+        request.httpBody = try? JSONEncoder().encode(["user": user, "password": password])
+        super.init(request: request)
+    }
+
+    override func parseResponseBody(_ body: Data) throws {
+        token = try JSONDecoder().decode([String: String].self, from: body)["token"]
+    }
+}
+
+/// GET /user, with the token the login got.
+final class GetUser: FetchOperation, @unchecked Sendable {
+    private let api: URL
+    private let login: LogIn
+    private(set) var user: User?
+
+    init(api: URL, after login: LogIn) {
+        self.api = api
+        self.login = login
+        super.init()
+        addDependency(login)            // runs after the login; if it fails, sends nothing
+    }
+
+    override func makeRequest() throws -> URLRequest? {
+        var request = URLRequest(url: api.appendingPathComponent("user"))
+        request.setValue("Bearer \(login.token ?? "")", forHTTPHeaderField: "Authorization")
+        return request
+    }
+
+    override func parseResponseBody(_ body: Data) throws {
+        user = try JSONDecoder().decode(User.self, from: body)
+    }
+}
+
+@Suite("README Quick Start")
+struct QuickStartTests {
+    @Test func loginThenUser() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let api = server.baseURL
+
+        let queue = OperationQueue()
+        queue.maxConcurrentOperationCount = 4
+
+        let login = LogIn(api: api, user: "alice", password: "secret")
+        let getUser = GetUser(api: api, after: login)
+        let printed = Locked<String?>(nil)
+        getUser.onCompletion(on: .global) { operation in
+            if let error = operation.error {
+                printed.withLock { $0 = "failed: \(error)" }
+            } else {
+                printed.withLock { $0 = "hello, \(operation.user!.name)" }
+            }
+        }
+        queue.addOperation(login)
+        queue.addOperation(getUser)
+
+        let user = try await getUser.finished().user
+        #expect(user?.name == "alice")
+        #expect(user?.id == 42)
+        #expect(await getUser.awaitCompletion())
+        #expect(printed.current == "hello, alice")
+    }
+
+    @Test func wrongPasswordStopsTheDependent() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let login = LogIn(api: server.baseURL, user: "alice", password: "wrong")
+        let getUser = GetUser(api: server.baseURL, after: login)
+        let queue = makeQueue(4)
+        queue.addOperation(login)
+        queue.addOperation(getUser)
+        await #expect(throws: FetchError.self) { try await getUser.finished() }
+        #expect(getUser.error?.description.contains("Not sent: dependency LogIn failed") == true)
+        #expect(server.requestCount(path: "/user") == 0)
+    }
+}

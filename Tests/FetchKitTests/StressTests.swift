@@ -1,0 +1,78 @@
+import Dispatch
+import Foundation
+import LoopbackServer
+import Testing
+@testable import FetchKit
+
+@Suite("Stress")
+struct StressTests {
+    @Test func tenThousandOperationsWithRandomCancelsFinishAndCompleteExactlyOnce() async throws {
+        let server = try LoopbackServer(recordRequests: false)
+        defer { server.stop() }
+        let count = 10_000
+        let queue = makeQueue(16)
+        let completions = Locked([Int](repeating: 0, count: count))
+        let finishes = Locked([Int](repeating: 0, count: count))
+        let allCompleted = Countdown(count)
+        var tokens: [FetchOperation.StateObservation] = []
+        tokens.reserveCapacity(count)
+        var generator = SplitMix64(seed: 2026)
+        // A third are cancelled at once from four threads (mostly still queued); another third
+        // from other operations' completion handlers, so they land while transferring,
+        // parsing, finishing or already finished.
+        let roles = (0..<count).map { _ in generator.next() % 3 }
+        let lateVictims = (0..<count).map { _ in Int(generator.next() % UInt64(count)) }
+        let operationsBox = Locked<[FetchOperation]>([])
+        let operations: [FetchOperation] = (0..<count).map { index in
+            let path = index.isMultiple(of: 10) ? "/delay/2" : "/bytes/\(index % 1024)"
+            let operation = FetchOperation(url: server.url(path))
+            tokens.append(operation.observeState { change in
+                if change.key == .finished { finishes.withLock { $0[index] += 1 } }
+            })
+            operation.onCompletion { _ in
+                completions.withLock { $0[index] += 1 }
+                if roles[index] == 1 {
+                    operationsBox.withLock { $0.isEmpty ? nil : $0[lateVictims[index]] }?.cancel()
+                }
+                allCompleted.signal()
+            }
+            return operation
+        }
+        operationsBox.withLock { $0 = operations }
+        let victims = operations.indices.filter { roles[$0] == 0 }
+        let started = Date()
+        queue.enqueue(operations)
+        // Cancel from four threads at once while the queue runs.
+        DispatchQueue.concurrentPerform(iterations: 4) { part in
+            for index in victims where index % 4 == part {
+                operations[index].cancel()
+            }
+        }
+        #expect(await allCompleted.wait(timeout: 300), "\(allCompleted.count) operations never completed")
+        let elapsed = Date().timeIntervalSince(started)
+        #expect(await queueDrains(queue))
+        #expect(queue.operationCount == 0)
+        #expect(allCompleted.overSignals == 0)
+        #expect(completions.current.allSatisfy { $0 == 1 }, "every completion runs exactly once")
+        #expect(finishes.current.allSatisfy { $0 == 1 }, "every operation finishes exactly once")
+        #expect(operations.allSatisfy { $0.isFinished && !$0.isExecuting })
+        let cancelled = operations.filter { $0.error?.isCancellation == true }.count
+        let succeeded = operations.filter { $0.error == nil }.count
+        #expect(cancelled + succeeded == count, "only cancels and successes are possible here")
+        #expect(victims.allSatisfy { operations[$0].isCancelled || operations[$0].error == nil })
+        let requested = victims.count + roles.filter { $0 == 1 }.count
+        print("stress: \(count) operations, \(requested) cancels requested (\(victims.count) up front, the rest from completion handlers), \(cancelled) finished cancelled, \(succeeded) succeeded, \(server.requestsReceived) requests served, \(String(format: "%.2f", elapsed)) s")
+        withExtendedLifetime(tokens) {}
+    }
+
+    @Test func queueBoundIsRespectedAsSeenByTheServer() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let queue = makeQueue(3)
+        let operations = (0..<12).map { _ in server.operation("/delay/150") }
+        queue.enqueue(operations)
+        for operation in operations { try await operation.finished() }
+        #expect(server.peakRequestsInFlight <= 3)
+        #expect(server.peakRequestsInFlight >= 2, "the operations ran in parallel")
+    }
+}

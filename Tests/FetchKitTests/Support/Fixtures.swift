@@ -1,0 +1,82 @@
+import Foundation
+import LoopbackServer
+@testable import FetchKit
+
+/// An error for parse hooks to throw.
+struct ParseTestError: Error, Equatable {
+    let reason: String
+}
+
+/// Records how its parse hook was called.
+final class RecordingOperation: FetchOperation, @unchecked Sendable {
+    let parses = Locked<[Data]>([])
+    let parseQueueLabels = Locked<[String]>([])
+    var parseError: (any Error & Sendable)?
+    /// Called inside the parse, before it returns (to hold a parse open, or observe concurrency).
+    var onParse: (@Sendable (RecordingOperation) -> Void)?
+
+    override func parseResponseBody(_ body: Data) throws {
+        parses.withLock { $0.append(body) }
+        parseQueueLabels.withLock { $0.append(currentQueueLabel()) }
+        onParse?(self)
+        if let parseError { throw parseError }
+    }
+}
+
+/// Calls `onDeinit` when released, to prove an operation is not leaked.
+final class DeinitProbeOperation: FetchOperation, @unchecked Sendable {
+    var onDeinit: (@Sendable () -> Void)?
+    deinit { onDeinit?() }
+}
+
+/// Tags a dispatch queue so that code running on it can tell (see ``currentQueueLabel()``).
+let queueTagKey = DispatchSpecificKey<String>()
+
+func tagged(_ queue: DispatchQueue) -> DispatchQueue {
+    queue.setSpecific(key: queueTagKey, value: queue.label)
+    return queue
+}
+
+/// The label of the tagged queue the caller runs on, "untagged" elsewhere. The shared
+/// session's router queue is tagged as "FetchKit.SessionRouter".
+func currentQueueLabel() -> String {
+    _ = routerTagged
+    return DispatchQueue.getSpecific(key: queueTagKey) ?? "untagged"
+}
+
+private let routerTagged: Bool = {
+    _ = tagged(FetchSession.shared.router.queue)
+    return true
+}()
+
+extension OperationQueue {
+    /// Adds operations without waiting (`addOperations(_:waitUntilFinished:)` is unavailable
+    /// in async code).
+    func enqueue(_ operations: [Operation]) {
+        for operation in operations { addOperation(operation) }
+    }
+}
+
+extension LoopbackServer {
+    /// A GET operation for a path on this server.
+    func operation(_ path: String) -> RecordingOperation {
+        RecordingOperation(request: URLRequest(url: url(path)))
+    }
+}
+
+/// An operation queue with an explicit bound, as FetchKit recommends.
+func makeQueue(_ maxConcurrent: Int, name: String = #function) -> OperationQueue {
+    let queue = OperationQueue()
+    queue.name = name
+    queue.maxConcurrentOperationCount = maxConcurrent
+    return queue
+}
+
+extension FetchOperation {
+    /// Adds a completion that signals `countdown`, then awaits it.
+    func awaitCompletion(timeout: TimeInterval = 30) async -> Bool {
+        let done = Countdown(1)
+        onCompletion(on: .global) { _ in done.signal() }
+        return await done.wait(timeout: timeout)
+    }
+}

@@ -1,0 +1,74 @@
+import Foundation
+import LoopbackServer
+import Testing
+@testable import FetchKit
+
+@Suite("Waiting: the run-loop wait and async")
+struct WaitingTests {
+    /// Runs the RunLoopProbe executable, built beside the test bundle.
+    private func runProbe(_ mode: String) throws -> (status: Int32, output: String) {
+        let directory = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
+        let process = Process()
+        process.executableURL = directory.appendingPathComponent("RunLoopProbe")
+        process.arguments = [mode]
+        let pipe = Pipe()
+        process.standardOutput = pipe
+        process.standardError = pipe
+        try process.run()
+        process.waitUntilExit()
+        let output = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        return (process.terminationStatus, output)
+    }
+
+    @Test func mainThreadWaitWithMainQueueCompletionsReturns() throws {
+        let (status, output) = try runProbe("main")
+        #expect(status == 0, "probe said: \(output)")
+        #expect(output.contains("returned=true completionRan=true onExpectedThread=true error=none"))
+    }
+
+    @Test func mainThreadWaitWithBackgroundCompletionsReturns() throws {
+        let (status, output) = try runProbe("global")
+        #expect(status == 0, "probe said: \(output)")
+    }
+
+    @Test func backgroundThreadWaitWithoutRunLoopSourcesReturns() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let operation = server.operation("/delay/100")
+        let ranHandler = Locked(false)
+        operation.onCompletion { _ in ranHandler.withLock { $0 = true } }
+        makeQueue(1).addOperation(operation)
+        let result = Locked<Bool?>(nil)
+        let done = Countdown(1)
+        let thread = Thread {
+            result.withLock { $0 = operation.waitUntilFinished(timeout: 30) }
+            done.signal()
+        }
+        thread.start()
+        #expect(await done.wait())
+        #expect(result.current == true)
+        #expect(ranHandler.current, "the wait returns only after the completion handler ran")
+    }
+
+    @Test func waitTimesOutForAnOperationNobodyStarts() async {
+        let operation = FetchOperation(url: URL(string: "http://127.0.0.1:9/")!)
+        let result = Locked<Bool?>(nil)
+        let done = Countdown(1)
+        Thread {
+            result.withLock { $0 = operation.waitUntilFinished(timeout: 0.2) }
+            done.signal()
+        }.start()
+        #expect(await done.wait())
+        #expect(result.current == false)
+    }
+
+    @Test func finishedReturnsTheTypedOperation() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let operation = server.operation("/json")
+        makeQueue(1).addOperation(operation)
+        let finished: RecordingOperation = try await operation.finished()
+        #expect(finished === operation)
+        #expect(finished.parses.current.count == 1)
+    }
+}
