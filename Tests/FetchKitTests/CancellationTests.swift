@@ -113,13 +113,15 @@ struct CancellationTests {
     }
 }
 
-/// Waits for an operation queue to report no operations, by adding a barrier-like sentinel.
-func queueDrains(_ queue: OperationQueue) async -> Bool {
+/// Waits until an operation queue holds no operations at all (every one finished and was
+/// removed), on a helper thread, because `waitUntilAllOperationsAreFinished()` blocks.
+func queueDrains(_ queue: OperationQueue, timeout: TimeInterval = 60) async -> Bool {
     let drained = Countdown(1)
-    let sentinel = BlockOperation { drained.signal() }
-    for operation in queue.operations { sentinel.addDependency(operation) }
-    queue.addOperation(sentinel)
-    return await drained.wait()
+    Thread {
+        queue.waitUntilAllOperationsAreFinished()
+        drained.signal()
+    }.start()
+    return await drained.wait(timeout: timeout)
 }
 
 /// Whether a session has no registered transfers once its router queue has run everything
