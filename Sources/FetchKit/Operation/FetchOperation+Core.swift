@@ -14,10 +14,9 @@ extension FetchOperation {
         var response: HTTPURLResponse?
         var responseBody: Data?
 
-        // The transfer in flight, and the slot it holds in a FetchQueue, if any.
-        var transfer: Transfer?
-        var admission: (any TransferAdmission)?
-        var holdsAdmissionSlot = false
+        // The transfer in flight, and the coordinator (a FetchQueue) that provides it, if any.
+        var transfer: (any TransferHandle)?
+        var coordinator: (any TransferCoordinator)?
 
         // Completion delivery.
         var completionHandlers: [CompletionEntry] = []
@@ -75,15 +74,27 @@ extension FetchOperation {
     }
 }
 
-/// A coordinator that hands out transfer slots (a ``FetchQueue``'s overall and per-host limits).
+/// Something that moves one operation's request: a ``Transfer`` of its own, or a place in a
+/// ``FetchQueue`` (which waits for a slot and may share one transfer among identical requests).
 ///
-/// An operation that has one asks it for a slot after preparing its request and before creating
-/// any URLSession task, so an operation waiting for a slot runs no clock.
-protocol TransferAdmission: AnyObject, Sendable {
-    /// Asks for a slot for `operation`; calls `grant` (on any thread) once one is free.
-    func requestSlot(for operation: FetchOperation, request: URLRequest, grant: @escaping @Sendable () -> Void)
-    /// The operation stopped before its slot was granted (a grant already under way still comes).
-    func withdraw(_ operation: FetchOperation)
-    /// The operation's transfer is over: its slot is free.
-    func releaseSlot(of operation: FetchOperation)
+/// The operation calls ``start()`` once; it may call ``stop()`` at any time after creating it.
+/// Either way the handle reports exactly once, through ``TransferOwner/transferDidEnd(_:)`` —
+/// after a stop, with ``FetchError/cancelled`` once it has cleaned up.
+protocol TransferHandle: AnyObject, Sendable {
+    func start()
+    func stop()
+}
+
+/// A coordinator that provides transfers for the operations it owns (a ``FetchQueue``).
+///
+/// An operation that has one asks it for a handle after its dependencies finished and its
+/// request was built; nothing is created in URLSession and no clock runs until the coordinator
+/// lets the transfer begin.
+protocol TransferCoordinator: AnyObject, Sendable {
+    func makeTransfer(
+        for operation: FetchOperation,
+        request: URLRequest,
+        limits: TransferLimits,
+        sink: any ResponseBodySink
+    ) -> any TransferHandle
 }

@@ -36,12 +36,12 @@ extension FetchOperation {
     /// - Returns: Whether the cancel changed anything (the caller then tells Foundation).
     func lifecycleCancel(foundationCancel: () -> Void) {
         var deliver = false
-        let (action, transfer, admission) = core.withLock { core in
+        let (action, transfer) = core.withLock { core in
             let action = core.machine.cancel()
             if action != .none {
                 deliver = core.post(.change(StateChange(key: .cancelled, oldValue: false, newValue: true)))
             }
-            return (action, core.transfer, core.admission)
+            return (action, core.transfer)
         }
         guard action != .none else { return }
         // Foundation's own flag, and readiness: a cancelled operation becomes ready so that its
@@ -50,7 +50,6 @@ extension FetchOperation {
         if deliver { deliverEvents() }
         switch action {
         case .stopPreparing:
-            admission?.withdraw(self)
             completeNow()
         case .stopTransfer:
             transfer?.stop()
@@ -81,15 +80,8 @@ extension FetchOperation {
             failBeforeTransfer(.invalidRequest(problem))
             return
         }
-        let admission = core.withLock { core in
-            core.sentRequest = request
-            return core.admission
-        }
-        if let admission {
-            admission.requestSlot(for: self, request: request) { [self] in slotGranted(for: request) }
-        } else {
-            beginTransfer(request)
-        }
+        core.withLock { $0.sentRequest = request }
+        beginTransfer(request)
     }
 
     private func dependencyFailure() -> FetchError? {
@@ -112,21 +104,8 @@ extension FetchOperation {
         }
     }
 
-    private func slotGranted(for request: URLRequest) {
-        let proceed = core.withLock { core in
-            core.holdsAdmissionSlot = true
-            if case .executing(.preparing) = core.machine.state { return true }
-            return false
-        }
-        guard proceed else {
-            releaseAdmissionSlot()
-            return
-        }
-        beginTransfer(request)
-    }
-
     private func beginTransfer(_ request: URLRequest) {
-        let settings = core.withLock { $0.settings }
+        let (settings, coordinator) = core.withLock { ($0.settings, $0.coordinator) }
         let idle = settings.idleTimeout ?? (request.timeoutInterval > 0 ? request.timeoutInterval : 60)
         let limits = TransferLimits(
             idleTimeout: max(0.001, idle),
@@ -134,27 +113,17 @@ extension FetchOperation {
             maximumResponseSize: settings.maximumResponseSize,
             acceptableStatusCodes: settings.acceptableStatusCodes
         )
-        let transfer = Transfer(request: request, session: settings.session, limits: limits, sink: makeBodySink(), owner: self)
+        let sink = makeBodySink()
+        let transfer: any TransferHandle = coordinator?.makeTransfer(for: self, request: request, limits: limits, sink: sink)
+            ?? Transfer(request: request, session: settings.session, limits: limits, sink: sink, owner: self)
         let attached = core.withLock { core in
             guard core.machine.attachTransfer() else { return false }
             core.transfer = transfer
             return true
         }
-        guard attached else {
-            // Cancelled meanwhile; the transfer never started.
-            releaseAdmissionSlot()
-            return
-        }
+        // Cancelled meanwhile: the handle is dropped unstarted.
+        guard attached else { return }
         transfer.start()
-    }
-
-    private func releaseAdmissionSlot() {
-        let admission = core.withLock { core -> (any TransferAdmission)? in
-            guard core.holdsAdmissionSlot else { return nil }
-            core.holdsAdmissionSlot = false
-            return core.admission
-        }
-        admission?.releaseSlot(of: self)
     }
 
     // MARK: Parsing and finishing
@@ -224,7 +193,6 @@ extension FetchOperation: TransferOwner {
             }
             return (action, core.settings.parseQueue)
         }
-        releaseAdmissionSlot()
         switch action {
         case .parse:
             parseQueue.perform { self.runParse() }

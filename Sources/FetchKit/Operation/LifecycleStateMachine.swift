@@ -22,10 +22,10 @@ struct LifecycleStateMachine: Sendable {
 
     /// What the operation is doing while it executes.
     enum Execution: Sendable, Equatable {
-        /// Checking dependencies, building the request, waiting for a connection slot.
-        /// No URLSession task exists and no timeout clock runs.
+        /// Checking dependencies and building the request. No transfer exists yet.
         case preparing
-        /// A transfer (URLSession task) is in flight.
+        /// A transfer is attached: waiting for a slot in a ``FetchQueue`` (no URLSession task,
+        /// no clock yet), or in flight.
         case transferring
     }
 
@@ -101,7 +101,7 @@ struct LifecycleStateMachine: Sendable {
         case none
         /// The flag is now set; the state is unchanged (pending, or already finishing).
         case flagOnly
-        /// Cancelled while preparing: withdraw from any slot wait, then ``complete()``.
+        /// Cancelled while preparing (no transfer yet): ``complete()`` now.
         case stopPreparing
         /// Cancelled mid-transfer: stop the transfer; it reports back with ``transferEnded(_:)``.
         case stopTransfer

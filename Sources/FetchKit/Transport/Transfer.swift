@@ -39,7 +39,7 @@ struct TransferLimits: Sendable {
 /// callbacks, the timer, ``start()`` and ``stop()`` all run there. The transfer reports to its
 /// owner exactly once, through ``TransferOwner/transferDidEnd(_:)``, after it has stopped its
 /// task, timer and sink — whichever of completion, failure, timeout or stop comes first.
-final class Transfer: @unchecked Sendable {
+final class Transfer: TransferHandle, @unchecked Sendable {
     let request: URLRequest
     private let session: FetchSession
     private let limits: TransferLimits
