@@ -260,7 +260,7 @@ final class Connection {
             switch actions[index] {
             case .close, .reset: continue scan
             case .write, .writePattern: lastWrite = index
-            case .sleep, .stall: break
+            case .sleep, .stall, .wait: break
             }
             break scan
         }
@@ -286,10 +286,26 @@ final class Connection {
                 stall()
                 token.finish()
                 return .end(.close)
+            case let .wait(gate):
+                if !await(gate) { return .end(.close) }
             }
         }
         token.finish()
         return .keepAlive
+    }
+
+    /// Waits for `gate` to open. Returns `false` early if the server stops or the peer goes
+    /// away (checked between short waits on the gate).
+    private func await(_ gate: ServerGate) -> Bool {
+        var watchPeer = true
+        while !gate.wait(timeout: 0.02) {
+            if core.isStopping { return false }
+            if watchPeer && Socket.waitReadable(fd, milliseconds: 0) {
+                if Socket.peerIsGone(fd) { return false }
+                watchPeer = false   // a pipelined request is waiting; keep holding
+            }
+        }
+        return true
     }
 
     // MARK: Waiting

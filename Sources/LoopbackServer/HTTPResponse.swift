@@ -150,4 +150,7 @@ public enum ScriptAction: Sendable {
     /// Writes nothing more and waits until the server stops or the client goes away, then
     /// closes the connection.
     case stall
+    /// Waits until the gate is opened, then goes on with the script. The wait ends early, and
+    /// the script with it, if the server stops or the client goes away.
+    case wait(ServerGate)
 }
