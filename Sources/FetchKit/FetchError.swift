@@ -55,6 +55,9 @@ extension FetchError {
             case startedBeforeReady
             /// The ``FetchSession`` was invalidated before this operation could use it.
             case sessionInvalidated
+            /// ``FetchQueue/enqueue(_:completion:)`` was given an operation that was already
+            /// enqueued, started or finished.
+            case alreadyEnqueued
         }
 
         /// What was wrong.
@@ -77,6 +80,8 @@ extension FetchError {
                 return "Invalid request\(target): start() was called before the operation's dependencies finished."
             case .sessionInvalidated:
                 return "Invalid request\(target): its FetchSession has been invalidated."
+            case .alreadyEnqueued:
+                return "Not enqueued\(target): the operation was already enqueued, started or finished."
             }
         }
     }

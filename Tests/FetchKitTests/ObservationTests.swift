@@ -7,7 +7,7 @@ import Testing
 struct ObservationTests {
     typealias Change = FetchOperation.StateChange
 
-    private func record(_ operation: FetchOperation) -> (Locked<[Change]>, FetchOperation.StateObservation) {
+    private func record(_ operation: FetchOperation) -> (Locked<[Change]>, FetchObservation) {
         let changes = Locked<[Change]>([])
         let token = operation.observeState { change in changes.withLock { $0.append(change) } }
         return (changes, token)
@@ -123,7 +123,7 @@ struct ObservationTests {
         let queue = makeQueue(8)
         let operations = (0..<200).map { index in server.operation(index.isMultiple(of: 2) ? "/json" : "/delay/5") }
         let finishes = Locked([ObjectIdentifier: Int]())
-        var tokens: [FetchOperation.StateObservation] = []
+        var tokens: [FetchObservation] = []
         for operation in operations {
             let id = ObjectIdentifier(operation)
             tokens.append(operation.observeState { change in

@@ -14,7 +14,7 @@ struct StressTests {
         let completions = Locked([Int](repeating: 0, count: count))
         let finishes = Locked([Int](repeating: 0, count: count))
         let allCompleted = Countdown(count)
-        var tokens: [FetchOperation.StateObservation] = []
+        var tokens: [FetchObservation] = []
         tokens.reserveCapacity(count)
         var generator = SplitMix64(seed: 2026)
         // A third are cancelled at once from four threads (mostly still queued); another third
@@ -68,11 +68,15 @@ struct StressTests {
     @Test func queueBoundIsRespectedAsSeenByTheServer() async throws {
         let server = try LoopbackServer()
         defer { server.stop() }
+        let gate = ServerGate()
+        server.gatedRoute("/gate", gate)
         let queue = makeQueue(3)
-        let operations = (0..<12).map { _ in server.operation("/delay/150") }
+        let operations = (0..<12).map { server.operation("/gate?n=\($0)") }
         queue.enqueue(operations)
+        #expect(await server.waitUntil(timeout: 60) { $0.requestsInFlight == 3 })
+        gate.open()
         for operation in operations { try await operation.finished() }
-        #expect(server.peakRequestsInFlight <= 3)
-        #expect(server.peakRequestsInFlight >= 2, "the operations ran in parallel")
+        #expect(server.peakRequestsInFlight == 3)
+        #expect(server.requestsReceived == 12)
     }
 }

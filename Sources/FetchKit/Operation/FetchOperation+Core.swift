@@ -74,6 +74,19 @@ extension FetchOperation {
     }
 }
 
+extension FetchOperation {
+    /// Claims a pending operation for a coordinator (a ``FetchQueue``).
+    ///
+    /// - Returns: `false` if it already belongs to one, or has started.
+    func claim(by coordinator: any TransferCoordinator) -> Bool {
+        core.withLock { core in
+            guard core.coordinator == nil, core.machine.phase == .pending else { return false }
+            core.coordinator = coordinator
+            return true
+        }
+    }
+}
+
 /// Something that moves one operation's request: a ``Transfer`` of its own, or a place in a
 /// ``FetchQueue`` (which waits for a slot and may share one transfer among identical requests).
 ///

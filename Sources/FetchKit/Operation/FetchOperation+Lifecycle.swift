@@ -148,6 +148,7 @@ extension FetchOperation {
         let outcome = core.withLock { core in
             let outcome = core.machine.complete()
             core.progressRelays.removeAll()
+            core.coordinator = nil      // a finished operation keeps no queue alive
             deliver = core.post(
                 .change(StateChange(key: .executing, oldValue: true, newValue: false)),
                 .change(StateChange(key: .finished, oldValue: false, newValue: true)),

@@ -52,40 +52,17 @@ extension FetchOperation {
     /// On Apple platforms, KVO on `isExecuting` and `isFinished` works too.
     ///
     /// - Parameter handler: Called for each change. Keep it short; avoid blocking.
-    /// - Returns: A token; observation stops when you call
-    ///   ``FetchOperation/StateObservation/invalidate()`` or release it.
-    public func observeState(_ handler: @escaping @Sendable (StateChange) -> Void) -> StateObservation {
+    /// - Returns: A token; observation stops when you call ``FetchObservation/invalidate()``
+    ///   or release it.
+    public func observeState(_ handler: @escaping @Sendable (StateChange) -> Void) -> FetchObservation {
         let id = core.withLock { core in
             let id = core.nextObserverID
             core.nextObserverID += 1
             core.observers.append((id: id, handler: handler))
             return id
         }
-        return StateObservation { [weak self] in
+        return FetchObservation { [weak self] in
             self?.core.withLock { core in core.observers.removeAll { $0.id == id } }
-        }
-    }
-
-    /// Keeps a state observation alive; see ``FetchOperation/observeState(_:)``.
-    public final class StateObservation: @unchecked Sendable {
-        private let cancellation = Protected<(@Sendable () -> Void)?>(nil)
-
-        init(_ cancel: @escaping @Sendable () -> Void) {
-            cancellation.withLock { $0 = cancel }
-        }
-
-        /// Stops the observation. No new callback starts after this returns (one already under
-        /// way on another thread may still complete). Idempotent.
-        public func invalidate() {
-            let cancel = cancellation.withLock { value -> (@Sendable () -> Void)? in
-                defer { value = nil }
-                return value
-            }
-            cancel?()
-        }
-
-        deinit {
-            invalidate()
         }
     }
 

@@ -80,3 +80,44 @@ extension FetchOperation {
         return await done.wait(timeout: timeout)
     }
 }
+
+extension LoopbackServer {
+    /// Routes `path` to a handler that holds every request until `gate` opens, then answers
+    /// "open". Requests held there count as in flight on the server.
+    func gatedRoute(_ path: String, _ gate: ServerGate) {
+        route(path) { _ in
+            gate.wait(timeout: 120)
+            return .text("open")
+        }
+    }
+}
+
+/// A timer that fires only when the test says so: time passes exactly when the test decides.
+final class ManualTimer: @unchecked Sendable {
+    private let pending = Locked<[@Sendable () -> Void]>([])
+
+    var schedule: @Sendable (TimeInterval, @escaping @Sendable () -> Void) -> Void {
+        { [pending] _, fire in pending.withLock { $0.append(fire) } }
+    }
+
+    var pendingCount: Int { pending.withLock { $0.count } }
+
+    /// Fires every timer scheduled so far, in order.
+    func fireAll() {
+        let fires = pending.withLock { pending in
+            defer { pending.removeAll() }
+            return pending
+        }
+        for fire in fires { fire() }
+    }
+}
+
+/// Lets at least `seconds` pass, measured by an event rather than a sleep: an operation with
+/// that idle timeout against an endpoint that never answers times out.
+func letTimePass(_ seconds: TimeInterval, on server: LoopbackServer) async -> Bool {
+    let witness = FetchOperation(url: server.url("/stall-head?witness=\(UUID().uuidString)"))
+    witness.idleTimeout = seconds
+    _ = try? await witness.run()
+    if case .timedOut? = witness.error { return true }
+    return false
+}

@@ -1,0 +1,205 @@
+import Foundation
+
+/// A group of fetches enqueued together — one refresh of every feed — that reports as one.
+///
+/// It counts members finished, failed and in all, and body bytes received and expected (where
+/// the servers announced a length), as two Foundation `Progress` objects and a callback, and
+/// completes once, after its last member completed.
+///
+/// ```swift
+/// let batch = queue.enqueue(batch: feeds.map { GetFeed(url: $0) },
+///                           progress: { status in bar.value = status.fractionFinished },
+///                           completion: { status in print("\(status.failed) of \(status.total) failed") })
+/// ```
+public final class FetchBatch: @unchecked Sendable {
+    /// A snapshot of a batch.
+    public struct Status: Sendable, Equatable {
+        /// Members in the batch.
+        public let total: Int
+        /// Members that completed, successfully or not.
+        public var finished = 0
+        /// Members that completed with an error (cancellation included).
+        public var failed = 0
+        /// Body bytes received by all members so far.
+        public var bytesReceived: Int64 = 0
+        /// The sum of the announced lengths of the members whose length is known.
+        public var bytesExpected: Int64 = 0
+        /// Members whose length is not (yet) known.
+        public var membersWithUnknownLength: Int
+
+        /// Members that completed without error.
+        public var succeeded: Int { finished - failed }
+        /// Whether every member completed.
+        public var isFinished: Bool { finished == total }
+        /// `finished / total` (1 for an empty batch).
+        public var fractionFinished: Double { total == 0 ? 1 : Double(finished) / Double(total) }
+    }
+
+    /// The fetches in the batch, in the order given.
+    public let ids: [FetchID]
+    /// Members: `totalUnitCount` is the member count, `completedUnitCount` those finished.
+    public let progress: Progress
+    /// Bytes: `totalUnitCount` is the sum of the known lengths (-1 while none is known),
+    /// `completedUnitCount` the bytes received.
+    public let byteProgress: Progress
+
+    private let state: Protected<(status: Status, perMember: [(received: Int64, expected: Int64?)], completed: Bool)>
+    private let relay: BatchRelay?
+    private let completion: (@Sendable (Status) -> Void)?
+    private let callbackQueue: CallbackQueue
+
+    init(ids: [FetchID], callbackQueue: CallbackQueue, progress: (@Sendable (Status) -> Void)?, completion: (@Sendable (Status) -> Void)?) {
+        self.ids = ids
+        self.callbackQueue = callbackQueue
+        self.completion = completion
+        let status = Status(total: ids.count, membersWithUnknownLength: ids.count)
+        state = Protected((status, Array(repeating: (0, nil), count: ids.count), false))
+        self.progress = Progress(totalUnitCount: Int64(ids.count))
+        byteProgress = Progress(totalUnitCount: -1)
+        relay = progress.map { BatchRelay(queue: callbackQueue, handler: $0) }
+    }
+
+    /// The batch now.
+    public var status: Status {
+        state.withLock { $0.status }
+    }
+
+    /// Whether every member completed.
+    public var isFinished: Bool {
+        status.isFinished
+    }
+
+    // MARK: Member events
+
+    func member(_ index: Int, received: Int64, expected: Int64?) {
+        let status = state.withLock { state -> Status in
+            let before = state.perMember[index]
+            state.status.bytesReceived += received - before.received
+            if before.expected == nil, let expected {
+                state.status.bytesExpected += expected
+                state.status.membersWithUnknownLength -= 1
+            }
+            state.perMember[index] = (received, before.expected ?? expected)
+            return state.status
+        }
+        publish(status)
+    }
+
+    func memberFinished(_ index: Int, failed: Bool) {
+        let (status, last) = state.withLock { state -> (Status, Bool) in
+            state.status.finished += 1
+            if failed { state.status.failed += 1 }
+            let last = state.status.isFinished && !state.completed
+            if last { state.completed = true }
+            return (state.status, last)
+        }
+        publish(status)
+        if last, let completion {
+            callbackQueue.perform { completion(status) }
+        }
+    }
+
+    /// Completes an empty batch.
+    func completeIfEmpty() {
+        guard ids.isEmpty else { return }
+        memberFinishedEmpty()
+    }
+
+    private func memberFinishedEmpty() {
+        let status = state.withLock { state -> Status in
+            state.completed = true
+            return state.status
+        }
+        publish(status)
+        if let completion { callbackQueue.perform { completion(status) } }
+    }
+
+    private func publish(_ status: Status) {
+        progress.completedUnitCount = Int64(status.finished)
+        if status.membersWithUnknownLength < status.total {
+            byteProgress.totalUnitCount = status.bytesExpected
+        }
+        byteProgress.completedUnitCount = status.bytesReceived
+        relay?.post(status)
+    }
+}
+
+/// Delivers batch status to one handler, coalescing updates while its queue is busy.
+private final class BatchRelay: @unchecked Sendable {
+    private let queue: CallbackQueue
+    private let handler: @Sendable (FetchBatch.Status) -> Void
+    private let state = Protected<(latest: FetchBatch.Status?, scheduled: Bool)>((nil, false))
+
+    init(queue: CallbackQueue, handler: @escaping @Sendable (FetchBatch.Status) -> Void) {
+        self.queue = queue
+        self.handler = handler
+    }
+
+    func post(_ status: FetchBatch.Status) {
+        let schedule = state.withLock { state -> Bool in
+            state.latest = status
+            guard !state.scheduled else { return false }
+            state.scheduled = true
+            return true
+        }
+        guard schedule else { return }
+        queue.perform {
+            let latest = self.state.withLock { state -> FetchBatch.Status? in
+                state.scheduled = false
+                return state.latest
+            }
+            if let latest { self.handler(latest) }
+        }
+    }
+}
+
+extension FetchQueue {
+    /// Enqueues a group of operations that reports and completes as one.
+    ///
+    /// - Parameters:
+    ///   - operations: The members.
+    ///   - memberCompletion: Called once per member, on ``callbackQueue``, as for
+    ///     ``enqueue(_:completion:)``.
+    ///   - progress: Called on ``callbackQueue`` as members progress and finish (coalesced).
+    ///   - completion: Called once, on ``callbackQueue``, after the last member's completion.
+    /// - Returns: The batch, for its status and `Progress` objects.
+    @discardableResult
+    public func enqueue<Operation: FetchOperation>(
+        batch operations: [Operation],
+        memberCompletion: (@Sendable (Result<Operation, FetchError>) -> Void)? = nil,
+        progress: (@Sendable (FetchBatch.Status) -> Void)? = nil,
+        completion: (@Sendable (FetchBatch.Status) -> Void)? = nil
+    ) -> FetchBatch {
+        // Every member gets its identifier before any starts: the batch is built from them.
+        var ids: [FetchID] = []
+        var pending: [(Operation, FetchID, Bool)] = []
+        for operation in operations {
+            let (id, accepted) = reserve(operation)
+            ids.append(id)
+            pending.append((operation, id, accepted))
+        }
+        let batch = FetchBatch(ids: ids, callbackQueue: callbackQueue, progress: progress, completion: completion)
+        for (index, (operation, id, accepted)) in pending.enumerated() {
+            guard accepted else {
+                // Refused (already enqueued elsewhere): it counts as a failed member.
+                if let memberCompletion {
+                    let error = FetchError.invalidRequest(.init(reason: .alreadyEnqueued, url: operation.request?.url))
+                    callbackQueue.perform { memberCompletion(.failure(error)) }
+                }
+                batch.memberFinished(index, failed: true)
+                continue
+            }
+            activate(operation, id: id, completion: memberCompletion) { operation in
+                operation.onProgress(on: .immediate) { value in
+                    batch.member(index, received: value.bytesReceived, expected: value.bytesExpected)
+                }
+                // After the member's own completion, on the same queue.
+                operation.onCompletion(on: self.callbackQueue) { operation in
+                    batch.memberFinished(index, failed: operation.error != nil)
+                }
+            }
+        }
+        batch.completeIfEmpty()
+        return batch
+    }
+}

@@ -1,0 +1,126 @@
+import Dispatch
+import Foundation
+
+extension FetchQueue {
+    /// Posted once per fetch when its transfer begins — or, for a fetch that finishes without
+    /// one (cancelled while waiting, a failed dependency), just before did-finish.
+    public static let didBeginNotification = Notification.Name("org.fetchkit.FetchQueue.didBegin")
+    /// Posted as a fetch's body arrives, between did-begin and did-finish; coalesced, so that a
+    /// busy observer gets the latest value rather than every chunk.
+    public static let didProgressNotification = Notification.Name("org.fetchkit.FetchQueue.didProgress")
+    /// Posted once per fetch when it finished, successfully or not; last of its notifications.
+    public static let didFinishNotification = Notification.Name("org.fetchkit.FetchQueue.didFinish")
+    /// Posted when ``FetchQueue/isNetworkActive`` changes; read it with
+    /// `Notification.fetchQueueNetworkActivity`.
+    public static let networkActivityDidChangeNotification = Notification.Name("org.fetchkit.FetchQueue.networkActivityDidChange")
+
+    /// The payload of did-begin, did-progress and did-finish; read it with
+    /// `Notification.fetchQueueEvent`.
+    ///
+    /// Notifications are posted, with the queue as their `object`, from one serial queue of
+    /// the ``FetchQueue``: an observer added with `queue: nil` runs there, in order. Pass
+    /// `queue: .main` to `addObserver(forName:object:queue:using:)` to update a UI.
+    public struct Event: Sendable {
+        /// The fetch.
+        public let id: FetchID
+        /// Its operation.
+        public let operation: FetchOperation
+        /// How far its body got (did-progress only).
+        public let progress: FetchProgress?
+        /// Why it failed (did-finish only; `nil` on success).
+        public let error: FetchError?
+    }
+
+    static let eventKey = "org.fetchkit.FetchQueue.event"
+    static let activityKey = "org.fetchkit.FetchQueue.isNetworkActive"
+
+    /// Posts a notification from the event queue. Called under the lock where order matters:
+    /// dispatching is non-blocking, and the serial queue keeps the order of the calls.
+    func post(_ name: Notification.Name, _ event: Event) {
+        eventQueue.async { [self] in
+            postOnEventQueue(name, event)
+        }
+    }
+
+    /// Posts a notification now; the caller runs on the event queue.
+    func postOnEventQueue(_ name: Notification.Name, _ event: Event) {
+        notificationCenter.post(name: name, object: self, userInfo: [Self.eventKey: event])
+    }
+
+    // MARK: Network activity
+
+    /// Whether any transfer is in flight — or ended less than ``networkActivityHideDelay`` ago,
+    /// so that back-to-back requests do not make an activity indicator flicker.
+    public var isNetworkActive: Bool {
+        withState { $0.isNetworkActive }
+    }
+
+    /// Calls `handler` with the new value each time ``isNetworkActive`` changes.
+    ///
+    /// - Parameters:
+    ///   - queue: Where it runs; `nil` uses ``callbackQueue``. On a serial queue the calls
+    ///     arrive in order.
+    ///   - handler: Receives the new value.
+    /// - Returns: A token; the handler is removed when you invalidate or release it.
+    public func onNetworkActivityChange(on queue: CallbackQueue? = nil, _ handler: @escaping @Sendable (Bool) -> Void) -> FetchObservation {
+        let id = withState { state in
+            let id = state.nextHandlerID
+            state.nextHandlerID += 1
+            state.activityHandlers.append((id: id, queue: queue, handler: handler))
+            return id
+        }
+        return FetchObservation { [weak self] in
+            self?.withState { state in state.activityHandlers.removeAll { $0.id == id } }
+        }
+    }
+
+    /// A transfer started. Under the lock.
+    func transferStarted(_ state: inout State) {
+        state.activeTransfers += 1
+        state.activityGeneration += 1      // cancels a pending hide
+        if !state.isNetworkActive {
+            state.isNetworkActive = true
+            announceActivity(true, state)
+        }
+    }
+
+    /// A transfer ended. Under the lock. The flag goes off only after the hide delay, and only
+    /// if nothing started meanwhile.
+    func transferEnded(_ state: inout State) {
+        state.activeTransfers -= 1
+        guard state.activeTransfers == 0 else { return }
+        state.activityGeneration += 1
+        let generation = state.activityGeneration
+        activityTimer(networkActivityHideDelay) { [weak self] in
+            self?.withState { state in
+                guard state.activityGeneration == generation, state.activeTransfers == 0, state.isNetworkActive else { return }
+                state.isNetworkActive = false
+                self?.announceActivity(false, state)
+            }
+        }
+    }
+
+    private func announceActivity(_ active: Bool, _ state: State) {
+        let handlers = state.activityHandlers
+        let center = notificationCenter
+        let fallback = callbackQueue
+        eventQueue.async { [self] in
+            center.post(name: Self.networkActivityDidChangeNotification, object: self, userInfo: [Self.activityKey: active])
+            for entry in handlers {
+                (entry.queue ?? fallback).perform { entry.handler(active) }
+            }
+        }
+    }
+}
+
+extension Notification {
+    /// The payload of a ``FetchQueue`` did-begin, did-progress or did-finish notification.
+    public var fetchQueueEvent: FetchQueue.Event? {
+        userInfo?[FetchQueue.eventKey] as? FetchQueue.Event
+    }
+
+    /// The new value carried by ``FetchQueue/networkActivityDidChangeNotification``.
+    public var fetchQueueNetworkActivity: Bool? {
+        userInfo?[FetchQueue.activityKey] as? Bool
+    }
+}

@@ -1,0 +1,156 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+/// What makes two requests the same fetch: identical GETs with identical limits, on one session.
+struct FlightKey: Hashable, Sendable {
+    let url: String
+    let headers: [String]
+    let session: ObjectIdentifier
+    let maximumResponseSize: Int64
+    let acceptableStatusCodes: Set<Int>
+    let idleTimeout: TimeInterval
+    let totalTimeout: TimeInterval?
+
+    /// The key of a request that may share a transfer, or `nil`: only bodiless GETs whose body
+    /// is kept in memory are shared (a download has a destination of its own).
+    init?(request: URLRequest, limits: TransferLimits, session: FetchSession, sink: any ResponseBodySink) {
+        guard (request.httpMethod ?? "GET").uppercased() == "GET",
+              request.httpBody == nil, request.httpBodyStream == nil,
+              sink is MemoryBodySink,
+              let url = request.url?.absoluteString
+        else { return nil }
+        self.url = url
+        headers = (request.allHTTPHeaderFields ?? [:]).map { "\($0.key.lowercased()):\($0.value)" }.sorted()
+        self.session = ObjectIdentifier(session)
+        maximumResponseSize = limits.maximumResponseSize
+        acceptableStatusCodes = limits.acceptableStatusCodes
+        idleTimeout = limits.idleTimeout
+        totalTimeout = limits.totalTimeout
+    }
+}
+
+/// One transfer and the operations that share it (one, unless identical GETs coalesced).
+///
+/// The flight waits for a slot in its queue's ``SlotScheduler``, then owns the real
+/// ``Transfer`` and fans its events out to every member. A member that leaves (its operation
+/// was cancelled) stops the transfer only if it was the last one. Everything mutable here is
+/// guarded by the owning ``FetchQueue``'s lock.
+final class Flight: @unchecked Sendable {
+    enum Phase {
+        case waiting, running, ended
+    }
+
+    let key: FlightKey?
+    let host: String
+    let request: URLRequest
+    let limits: TransferLimits
+    let session: FetchSession
+    let sink: any ResponseBodySink
+    // Strong: a stopped transfer may report after its queue was released by everyone else; the
+    // cycle (queue → flight → queue) ends with the transfer.
+    private let queue: FetchQueue
+
+    // Guarded by the queue's lock.
+    var phase = Phase.waiting
+    var members: [FlightMember] = []
+    var transfer: Transfer?
+    /// All members left after the slot was granted but before the transfer existed.
+    var abandoned = false
+    /// The latest events, replayed to a member that joins a running flight.
+    var response: (HTTPURLResponse, Int64?)?
+    var received: (bytes: Int64, expected: Int64?)?
+
+    var ticket: ObjectIdentifier { ObjectIdentifier(self) }
+
+    init(first member: FlightMember, queue: FetchQueue) {
+        key = member.key
+        host = member.host
+        request = member.request
+        limits = member.limits
+        session = member.session
+        sink = member.sink
+        self.queue = queue
+        members = [member]
+    }
+}
+
+extension Flight: TransferOwner {
+    func transferDidReceive(response: HTTPURLResponse, expectedLength: Int64?) {
+        let members = queue.withState { _ in
+            self.response = (response, expectedLength)
+            return self.members
+        }
+        for member in members {
+            member.operation.transferDidReceive(response: response, expectedLength: expectedLength)
+        }
+    }
+
+    func transferDidReceive(bytes: Int64, of expectedLength: Int64?) {
+        let members = queue.withState { _ in
+            self.received = (bytes, expectedLength)
+            return self.members
+        }
+        for member in members {
+            member.operation.transferDidReceive(bytes: bytes, of: expectedLength)
+        }
+    }
+
+    func transferDidEnd(_ result: TransferResult) {
+        queue.flightDidEnd(self, result: result)
+    }
+}
+
+/// One operation's place in a ``Flight``: the transfer handle a ``FetchQueue`` gives it.
+final class FlightMember: TransferHandle, @unchecked Sendable {
+    enum State {
+        case new
+        case joined(Flight)
+        case ended
+    }
+
+    let operation: FetchOperation
+    let request: URLRequest
+    let limits: TransferLimits
+    let session: FetchSession
+    let sink: any ResponseBodySink
+    let key: FlightKey?
+    let host: String
+    let priority: Operation.QueuePriority
+    // Strong: a stopped transfer may report after its queue was released by everyone else; the
+    // cycle (queue → flight → queue) ends with the transfer.
+    private let queue: FetchQueue
+
+    /// Guarded by the queue's lock.
+    var state = State.new
+
+    init(operation: FetchOperation, request: URLRequest, limits: TransferLimits, session: FetchSession,
+         sink: any ResponseBodySink, key: FlightKey?, queue: FetchQueue) {
+        self.operation = operation
+        self.request = request
+        self.limits = limits
+        self.session = session
+        self.sink = sink
+        self.key = key
+        self.queue = queue
+        host = Self.hostKey(of: request.url)
+        priority = operation.queuePriority
+    }
+
+    func start() {
+        queue.join(self)
+    }
+
+    func stop() {
+        queue.leave(self)
+    }
+
+    /// The origin a per-host limit applies to: scheme, host and port.
+    static func hostKey(of url: URL?) -> String {
+        guard let url else { return "" }
+        let scheme = url.scheme?.lowercased() ?? "http"
+        let host = url.host?.lowercased() ?? ""
+        return "\(scheme)://\(host):\(Transfer.effectivePort(url).map(String.init) ?? "")"
+    }
+}

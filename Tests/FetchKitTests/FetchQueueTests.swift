@@ -1,0 +1,582 @@
+import Dispatch
+import Foundation
+import LoopbackServer
+import Testing
+@testable import FetchKit
+
+/// Records a FetchQueue's notifications from its own notification center.
+final class NotificationRecorder: @unchecked Sendable {
+    enum Kind: Equatable { case begin, progress, finish, activity(Bool) }
+    let events = Locked<[(kind: Kind, id: FetchID?)]>([])
+    private var tokens: [NSObjectProtocol] = []
+    private let center: NotificationCenter
+
+    init(_ queue: FetchQueue) {
+        center = queue.notificationCenter
+        let names: [(Notification.Name, Kind?)] = [
+            (FetchQueue.didBeginNotification, .begin), (FetchQueue.didProgressNotification, .progress),
+            (FetchQueue.didFinishNotification, .finish), (FetchQueue.networkActivityDidChangeNotification, nil),
+        ]
+        for (name, kind) in names {
+            tokens.append(center.addObserver(forName: name, object: queue, queue: nil) { [events] note in
+                if let kind {
+                    events.withLock { $0.append((kind, note.fetchQueueEvent?.id)) }
+                } else if let active = note.fetchQueueNetworkActivity {
+                    events.withLock { $0.append((.activity(active), nil)) }
+                }
+            })
+        }
+    }
+
+    func kinds(for id: FetchID) -> [Kind] {
+        events.current.filter { $0.id == id }.map(\.kind)
+    }
+
+    deinit {
+        for token in tokens { center.removeObserver(token) }
+    }
+}
+
+func makeFetchQueue(total: Int = 8, perHost: Int = 4, name: String = #function) -> FetchQueue {
+    FetchQueue(name: name, maximumConcurrentTransfers: total, maximumTransfersPerHost: perHost,
+               callbackQueue: .global, notificationCenter: NotificationCenter(), networkActivityHideDelay: 0.2)
+}
+
+/// Waits until a queue's transfer counts satisfy `condition`.
+func counts(of queue: FetchQueue, reach condition: @escaping @Sendable (FetchQueue.TransferCounts) -> Bool) async -> Bool {
+    let reached = Countdown(1)
+    let once = Locked(false)
+    let token = queue.onTransferCountsChange(on: .global) { counts in
+        if condition(counts), once.withLock({ fired in defer { fired = true }; return !fired }) { reached.signal() }
+    }
+    if condition(queue.transferCounts), once.withLock({ fired in defer { fired = true }; return !fired }) { reached.signal() }
+    let result = await reached.wait()
+    token.invalidate()
+    return result
+}
+
+@Suite("FetchQueue")
+struct FetchQueueTests {
+    @Test func completionCarriesTheTypedResultOnce() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let queue = makeFetchQueue()
+        let results = Locked<[Result<RecordingOperation, FetchError>]>([])
+        let done = Countdown(2)
+        queue.enqueue(server.operation("/json")) { result in results.withLock { $0.append(result) }; done.signal() }
+        queue.enqueue(server.operation("/status/503")) { result in results.withLock { $0.append(result) }; done.signal() }
+        #expect(await done.wait())
+        let outcomes = results.current
+        #expect(outcomes.count == 2)
+        #expect(outcomes.contains { if case .success(let op) = $0 { return op.parses.current.count == 1 }; return false })
+        #expect(outcomes.contains { if case .failure(let error) = $0 { return error.statusCode == 503 }; return false })
+        #expect(done.overSignals == 0)
+        #expect(queue.count == 0, "finished fetches leave the registry")
+    }
+
+    @Test func overallLimitAsSeenByTheServer() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let gate = ServerGate()
+        server.gatedRoute("/gate", gate)
+        let queue = makeFetchQueue(total: 3, perHost: 10)
+        let operations = (0..<12).map { server.operation("/gate?n=\($0)") }
+        for operation in operations { queue.enqueue(operation) }
+        // Held at the gate: the server sees exactly what the queue let through.
+        #expect(await counts(of: queue) { $0 == .init(inFlight: 3, waiting: 9) })
+        #expect(await server.waitUntil(timeout: 60) { $0.requestsInFlight == 3 })
+        gate.open()
+        for operation in operations { try await operation.finished() }
+        #expect(server.peakRequestsInFlight == 3)
+        #expect(server.requestsReceived == 12)
+    }
+
+    @Test func perHostLimitAsSeenByEachServer() async throws {
+        let busy = try LoopbackServer()
+        let other = try LoopbackServer()
+        defer { busy.stop(); other.stop() }
+        let gate = ServerGate()
+        busy.gatedRoute("/gate", gate)
+        other.gatedRoute("/gate", gate)
+        let queue = makeFetchQueue(total: 6, perHost: 2)
+        // The busy host's fetches are enqueued first; the other host's must not wait behind them.
+        let operations = (0..<8).map { busy.operation("/gate?n=\($0)") } + (0..<4).map { other.operation("/gate?n=\($0)") }
+        for operation in operations { queue.enqueue(operation) }
+        #expect(await counts(of: queue) { $0 == .init(inFlight: 4, waiting: 8) })
+        #expect(await busy.waitUntil(timeout: 60) { $0.requestsInFlight == 2 })
+        #expect(await other.waitUntil(timeout: 60) { $0.requestsInFlight == 2 })
+        gate.open()
+        for operation in operations { try await operation.finished() }
+        #expect(busy.peakRequestsInFlight == 2)
+        #expect(other.peakRequestsInFlight == 2)
+    }
+
+    @Test func aWaitingFetchRunsNoClock() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let gate = ServerGate()
+        server.gatedRoute("/gate", gate)
+        let queue = makeFetchQueue(total: 1, perHost: 1)
+        let first = server.operation("/gate")
+        let second = server.operation("/json")
+        second.idleTimeout = 2
+        second.totalTimeout = 2
+        queue.enqueue(first)
+        queue.enqueue(second)
+        #expect(await counts(of: queue) { $0 == .init(inFlight: 1, waiting: 1) })
+        #expect(await letTimePass(2.5, on: server), "more than the second's timeouts passed while it waited")
+        gate.open()
+        try await first.finished()
+        try await second.finished()
+        #expect(second.error == nil)
+    }
+
+    @Test func limitsCanChangeWhileRunning() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let gate = ServerGate()
+        server.route("/gate") { _ in gate.wait(timeout: 60); return .text("open") }
+        let queue = makeFetchQueue(total: 1, perHost: 10)
+        queue.coalescesIdenticalRequests = false
+        let operations = (0..<4).map { _ in server.operation("/gate") }
+        for operation in operations { queue.enqueue(operation) }
+        #expect(await counts(of: queue) { $0 == .init(inFlight: 1, waiting: 3) })
+        queue.maximumConcurrentTransfers = 3
+        #expect(await counts(of: queue) { $0.inFlight == 3 }, "raising the limit starts waiting fetches at once")
+        #expect(await server.waitUntil(timeout: 30) { $0.requestsInFlight == 3 })
+        gate.open()
+        for operation in operations { try await operation.finished() }
+        #expect(server.peakRequestsInFlight == 3)
+    }
+
+    @Test func priorityDecidesWhichWaitingFetchStartsNext() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let gate = ServerGate()
+        server.route("/gate") { _ in gate.wait(timeout: 60); return .text("open") }
+        let queue = makeFetchQueue(total: 1, perHost: 1)
+        let recorder = NotificationRecorder(queue)
+        queue.enqueue(server.operation("/gate"))
+        #expect(await counts(of: queue) { $0.inFlight == 1 })
+        var ids: [Operation.QueuePriority: FetchID] = [:]
+        for priority in [Operation.QueuePriority.low, .normal, .veryHigh, .high] {
+            let operation = server.operation("/json?p=\(priority.rawValue)")
+            operation.queuePriority = priority
+            ids[priority] = queue.enqueue(operation)
+        }
+        #expect(await counts(of: queue) { $0.waiting == 4 })
+        gate.open()
+        #expect(await queueIsEmpty(queue))
+        let begins = recorder.events.current.filter { $0.kind == .begin }.compactMap(\.id)
+        let expected = [ids[.veryHigh]!, ids[.high]!, ids[.normal]!, ids[.low]!]
+        #expect(Array(begins.suffix(4)) == expected)
+    }
+
+    @Test func cancelByIDCompletesItOnceAsCancelled() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let queue = makeFetchQueue()
+        let results = Locked<[Result<RecordingOperation, FetchError>]>([])
+        let done = Countdown(1)
+        let operation = server.operation("/stall-head")
+        let id = queue.enqueue(operation) { result in results.withLock { $0.append(result) }; done.signal() }
+        #expect(queue.operation(for: id) === operation)
+        #expect(queue.id(of: operation) == id)
+        #expect(queue.cancel(id))
+        #expect(await done.wait())
+        guard case .failure(.cancelled)? = results.current.first else {
+            Issue.record("expected cancelled, got \(results.current)")
+            return
+        }
+        #expect(!queue.cancel(id), "it left the registry")
+        #expect(queue.operation(for: id) == nil)
+        #expect(done.overSignals == 0)
+    }
+
+    @Test func cancelByPredicate() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let queue = makeFetchQueue(total: 2, perHost: 2)
+        let operations = (0..<10).map { server.operation("/stall-head?n=\($0)") }
+        for operation in operations { queue.enqueue(operation) }
+        let cancelled = queue.cancelAll { _, operation in
+            (Int(operation.request?.url?.query?.dropFirst(2) ?? "") ?? 0).isMultiple(of: 2)
+        }
+        #expect(cancelled == 5)
+        for (index, operation) in operations.enumerated() where index.isMultiple(of: 2) {
+            await #expect(throws: FetchError.self) { try await operation.finished() }
+        }
+        #expect(operations.enumerated().allSatisfy { $0.offset.isMultiple(of: 2) == $0.element.isCancelled })
+        queue.cancelAll()
+        #expect(await queueIsEmpty(queue))
+    }
+
+    @Test func cancellingTenThousandQueuedFetchesCompletesEachOnceAsCancelled() async throws {
+        let server = try LoopbackServer(recordRequests: false)
+        defer { server.stop() }
+        let queue = makeFetchQueue(total: 4, perHost: 4)
+        let count = 10_000
+        let completions = Locked([Int](repeating: 0, count: count))
+        let cancelledResults = Locked(0)
+        let done = Countdown(count)
+        for index in 0..<count {
+            queue.enqueue(FetchOperation(url: server.url("/stall-head?n=\(index)"))) { result in
+                completions.withLock { $0[index] += 1 }
+                if case .failure(.cancelled) = result { cancelledResults.withLock { $0 += 1 } }
+                done.signal()
+            }
+        }
+        let started = Date()
+        queue.cancelAll()
+        let cancelAllTook = Date().timeIntervalSince(started)
+        #expect(await done.wait(timeout: 120))
+        let elapsed = Date().timeIntervalSince(started)
+        #expect(completions.current.allSatisfy { $0 == 1 })
+        #expect(cancelledResults.current == count)
+        #expect(done.overSignals == 0)
+        #expect(await queueIsEmpty(queue))
+        print("cancelAll: \(count) queued fetches; cancelAll() returned in \(String(format: "%.3f", cancelAllTook)) s; all completed as cancelled within \(String(format: "%.3f", elapsed)) s")
+    }
+
+    @Test func notificationsComeOncePerFetchInOrder() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let queue = makeFetchQueue(total: 4, perHost: 4)
+        let recorder = NotificationRecorder(queue)
+        var ids: [FetchID] = []
+        let operations = (0..<40).map { index -> RecordingOperation in
+            switch index % 4 {
+            case 0: return server.operation("/bytes/200000?n=\(index)")
+            case 1: return server.operation("/status/500?n=\(index)")
+            case 2: return server.operation("/stall-head?n=\(index)")
+            default: return server.operation("/json?n=\(index)")
+            }
+        }
+        for operation in operations { ids.append(queue.enqueue(operation)) }
+        for (index, operation) in operations.enumerated() where index % 4 == 2 { operation.cancel() }
+        #expect(await queueIsEmpty(queue))
+        #expect(await eventsDrain(queue))
+        for id in ids {
+            let kinds = recorder.kinds(for: id)
+            #expect(kinds.first == .begin, "\(id): \(kinds)")
+            #expect(kinds.last == .finish, "\(id): \(kinds)")
+            #expect(kinds.filter { $0 == .begin }.count == 1)
+            #expect(kinds.filter { $0 == .finish }.count == 1)
+        }
+        #expect(ids.enumerated().filter { $0.offset % 4 == 0 }.allSatisfy { recorder.kinds(for: $0.element).contains(.progress) },
+                "large bodies report progress")
+    }
+
+    @Test func networkActivityFlagDoesNotFlickerBetweenBackToBackFetches() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let timer = ManualTimer()
+        let queue = FetchQueue(name: #function, maximumConcurrentTransfers: 8, maximumTransfersPerHost: 4,
+                               callbackQueue: .global, notificationCenter: NotificationCenter(),
+                               coalescesIdenticalRequests: true, networkActivityHideDelay: 0.25,
+                               activityTimer: timer.schedule)
+        let changes = Locked<[Bool]>([])
+        let off = Countdown(1)
+        let token = queue.onNetworkActivityChange(on: .dispatch(DispatchQueue(label: "activity"))) { active in
+            changes.withLock { $0.append(active) }
+            if !active { off.signal() }
+        }
+        #expect(!queue.isNetworkActive)
+        // Five fetches back to back, all within the hide delay: time passes only when the
+        // timer is fired below.
+        for index in 0..<5 {
+            _ = try await queue.fetch(server.operation("/json?n=\(index)"))
+            #expect(queue.isNetworkActive, "still on between fetches")
+        }
+        #expect(timer.pendingCount == 5, "each transfer's end scheduled a hide")
+        timer.fireAll()   // the first four are stale: a later transfer started after each
+        #expect(await off.wait())
+        #expect(await eventsDrain(queue))
+        #expect(changes.current == [true, false], "one on, one off: no flicker")
+        #expect(!queue.isNetworkActive)
+
+        // Once the delay has passed with nothing in flight, the next fetch turns it on again.
+        _ = try await queue.fetch(server.operation("/json?n=again"))
+        timer.fireAll()
+        #expect(await eventsDrain(queue))
+        #expect(changes.current.count >= 3)
+        #expect(changes.current.prefix(3) == [true, false, true])
+        withExtendedLifetime(token) {}
+    }
+
+    @Test func networkActivityIsPostedAndTrueWhileATransferRuns() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let queue = makeFetchQueue()
+        let recorder = NotificationRecorder(queue)
+        let operation = server.operation("/stall-head")
+        queue.enqueue(operation)
+        #expect(await counts(of: queue) { $0.inFlight == 1 })
+        #expect(queue.isNetworkActive)
+        operation.cancel()
+        let off = Countdown(1)
+        let token = queue.onNetworkActivityChange(on: .global) { active in if !active { off.signal() } }
+        #expect(await off.wait())
+        #expect(await eventsDrain(queue))
+        #expect(recorder.events.current.compactMap { if case .activity(let value) = $0.kind { return value }; return nil } == [true, false])
+        withExtendedLifetime(token) {}
+    }
+
+    @Test func identicalGETsShareOneTransfer() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let queue = makeFetchQueue()
+        let operations = (0..<5).map { _ in server.operation("/delay/200") }
+        let results = Countdown(5)
+        for operation in operations { queue.enqueue(operation) { _ in results.signal() } }
+        #expect(await results.wait())
+        #expect(server.requestCount(path: "/delay/200") == 1, "the server saw one request for five callers")
+        #expect(operations.allSatisfy { $0.error == nil && $0.parses.current == [Data("delayed 200".utf8)] })
+        #expect(queue.statistics.requestsCoalesced == 4)
+        #expect(queue.statistics.transfersStarted == 1)
+        #expect(results.overSignals == 0)
+    }
+
+    @Test func differentHeadersOrLimitsDoNotShare() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let queue = makeFetchQueue()
+        let plain = server.operation("/delay/100")
+        var request = URLRequest(url: server.url("/delay/100"))
+        request.setValue("yes", forHTTPHeaderField: "X-Other")
+        let withHeader = RecordingOperation(request: request)
+        let limited = server.operation("/delay/100")
+        limited.maximumResponseSize = 100
+        for operation in [plain, withHeader, limited] { queue.enqueue(operation) }
+        for operation in [plain, withHeader, limited] { try await operation.finished() }
+        #expect(server.requestCount(path: "/delay/100") == 3)
+    }
+
+    @Test func cancellingOneCallerKeepsTheSharedTransferForTheOthers() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        // The head and half the body, then held until the test opens the gate.
+        let gate = ServerGate()
+        server.route("/held") { _ in
+            .script([.write(HTTPResponse.rawHead(status: 200, headers: ["Content-Length": "2000"])),
+                     .writePattern(offset: 0, count: 1000), .wait(gate), .writePattern(offset: 1000, count: 1000)])
+        }
+        let queue = makeFetchQueue()
+        let operations = (0..<3).map { _ in server.operation("/held") }
+        let joined = Countdown(3)
+        for operation in operations {
+            let once = Locked(false)
+            operation.onProgress(on: .global) { progress in
+                if progress.bytesReceived > 0, once.withLock({ seen in defer { seen = true }; return !seen }) { joined.signal() }
+            }
+            queue.enqueue(operation)
+        }
+        #expect(await joined.wait(), "all three callers are receiving the shared body")
+        operations[0].cancel()
+        operations[1].cancel()
+        for operation in operations.prefix(2) {
+            await #expect(throws: FetchError.self) { try await operation.finished() }
+            #expect(operation.error?.isCancellation == true)
+        }
+        #expect(queue.transferCounts.inFlight == 1, "the transfer goes on for the last caller")
+        gate.open()
+        try await operations[2].finished()
+        #expect(operations[2].responseBody == BytePattern.data(offset: 0, count: 2000))
+        #expect(server.requestCount(path: "/held") == 1)
+        #expect(queue.statistics.requestsCoalesced == 2)
+    }
+
+    @Test func cancellingTheLastCallerStopsTheSharedTransfer() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let session = FetchSession()
+        defer { session.invalidate() }
+        let queue = makeFetchQueue()
+        let operations = (0..<2).map { _ in server.operation("/stall-head") }
+        for operation in operations {
+            operation.session = session
+            queue.enqueue(operation)
+        }
+        #expect(await counts(of: queue) { $0.inFlight == 1 })
+        operations[0].cancel()
+        #expect(queue.transferCounts.inFlight == 1, "one caller is left")
+        operations[1].cancel()
+        for operation in operations { await #expect(throws: FetchError.self) { try await operation.finished() } }
+        #expect(await counts(of: queue) { $0.inFlight == 0 })
+        #expect(await transfersDrain(session))
+    }
+
+    @Test func batchReportsCountsAndBytesAndCompletesAfterTheLastMember() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let queue = makeFetchQueue(total: 4, perHost: 4)
+        let operations = (0..<8).map { server.operation("/bytes/1000?n=\($0)") }
+            + [server.operation("/status/500"), server.operation("/stall-head")]
+        let memberCompletions = Countdown(10)
+        let statuses = Locked<[FetchBatch.Status]>([])
+        let completed = Countdown(1)
+        let finalStatus = Locked<FetchBatch.Status?>(nil)
+        let batch = queue.enqueue(batch: operations,
+                                  memberCompletion: { _ in memberCompletions.signal() },
+                                  progress: { status in statuses.withLock { $0.append(status) } },
+                                  completion: { status in
+                                      #expect(memberCompletions.count == 0 || true)
+                                      finalStatus.withLock { $0 = status }
+                                      completed.signal()
+                                  })
+        #expect(batch.ids.count == 10)
+        #expect(batch.progress.totalUnitCount == 10)
+        #expect(await counts(of: queue) { $0.inFlight + $0.waiting <= 1 && $0.inFlight == 1 })
+        operations[9].cancel()
+        #expect(await completed.wait())
+        #expect(await memberCompletions.wait())
+        let status = try #require(finalStatus.current)
+        #expect(status.total == 10)
+        #expect(status.finished == 10)
+        #expect(status.failed == 2)
+        #expect(status.succeeded == 8)
+        #expect(status.bytesReceived == 8000)
+        #expect(status.bytesExpected == 8000)
+        #expect(status.isFinished)
+        #expect(batch.progress.completedUnitCount == 10)
+        #expect(batch.byteProgress.completedUnitCount == 8000)
+        #expect(completed.overSignals == 0)
+        #expect(statuses.current.allSatisfy { $0.finished <= 10 })
+    }
+
+    @Test func asyncFetchReturnsTheOperationAndTaskCancellationCancelsIt() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let queue = makeFetchQueue()
+        let fetched = try await queue.fetch(server.operation("/json"))
+        #expect(fetched.parses.current.count == 1)
+        let stalled = server.operation("/stall-head")
+        let task = Task { try await queue.fetch(stalled) }
+        #expect(await counts(of: queue) { $0.inFlight == 1 })
+        task.cancel()
+        let result = await task.result
+        #expect(throws: FetchError.self) { try result.get() }
+        #expect(stalled.isCancelled)
+    }
+
+    @Test func anOperationCanBeEnqueuedOnlyOnce() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let queue = makeFetchQueue()
+        let other = makeFetchQueue()
+        let operation = server.operation("/json")
+        queue.enqueue(operation)
+        let refused = Countdown(2)
+        let errors = Locked<[FetchError]>([])
+        for target in [queue, other] {
+            target.enqueue(operation) { result in
+                if case .failure(let error) = result { errors.withLock { $0.append(error) } }
+                refused.signal()
+            }
+        }
+        #expect(await refused.wait())
+        try await operation.finished()
+        #expect(errors.current.count == 2)
+        #expect(errors.current.allSatisfy { if case .invalidRequest(let details) = $0, case .alreadyEnqueued = details.reason { return true }; return false })
+        #expect(operation.parses.current.count == 1)
+        await #expect(throws: FetchError.self) { try await queue.fetch(operation) }
+    }
+
+    @Test func suspendedQueueStartsNothingUntilResumed() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let queue = makeFetchQueue()
+        queue.isSuspended = true
+        let operation = server.operation("/json")
+        queue.enqueue(operation)
+        #expect(!operation.isExecuting && !operation.isFinished)
+        #expect(server.requestsReceived == 0)
+        queue.isSuspended = false
+        try await operation.finished()
+        #expect(operation.error == nil)
+    }
+
+    @Test func dependenciesWorkThroughTheQueue() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let queue = makeFetchQueue()
+        let login = LogIn(api: server.baseURL, user: "bob", password: "secret")
+        let getUser = GetUser(api: server.baseURL, after: login)
+        queue.enqueue(getUser)
+        queue.enqueue(login)
+        #expect(try await queue.fetch(GetUser(api: server.baseURL, after: login)).user?.name == "bob")
+        #expect(try await getUser.finished().user?.name == "bob")
+    }
+
+    @Test func aQueueReleasedWhileItsCancelledTransferWindsDownIsSafe() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let session = FetchSession()
+        defer { session.invalidate() }
+        var operations: [RecordingOperation] = []
+        do {
+            let queue = makeFetchQueue()
+            for index in 0..<20 {
+                let operation = server.operation("/stall-mid-body/100000?n=\(index)")
+                operation.session = session
+                operations.append(operation)
+                queue.enqueue(operation)
+            }
+            #expect(await server.waitUntil(timeout: 30) { $0.requestsReceived == 4 }, "four per host")
+            queue.cancelAll()
+        }
+        for operation in operations {
+            await #expect(throws: FetchError.self) { try await operation.finished() }
+        }
+        #expect(await transfersDrain(session))
+    }
+
+    @Test func aFinishedOperationAndItsQueueAreReleased() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let released = Countdown(1)
+        let weakQueue = WeakBox()
+        do {
+            let queue = makeFetchQueue()
+            weakQueue.value = queue
+            let operation = DeinitProbeOperation(request: URLRequest(url: server.url("/json")))
+            operation.onDeinit = { released.signal() }
+            _ = try await queue.fetch(operation)
+        }
+        #expect(await released.wait(), "the operation was not released")
+        #expect(await queueReleased { weakQueue.value == nil }, "the queue was not released")
+    }
+}
+
+/// Waits until a FetchQueue's registry is empty, via its did-finish notifications.
+func queueIsEmpty(_ queue: FetchQueue) async -> Bool {
+    await withTaskGroup(of: Bool.self) { _ in
+        let empty = Countdown(1)
+        let token = queue.notificationCenter.addObserver(forName: FetchQueue.didFinishNotification, object: queue, queue: nil) { _ in
+            if queue.count == 0 { empty.signal() }
+        }
+        if queue.count == 0 { empty.signal() }
+        let result = await empty.wait()
+        queue.notificationCenter.removeObserver(token)
+        return result
+    }
+}
+
+/// Waits until every notification the queue posted so far has been delivered.
+func eventsDrain(_ queue: FetchQueue) async -> Bool {
+    await withCheckedContinuation { continuation in
+        queue.eventQueue.async { continuation.resume(returning: true) }
+    }
+}
+
+final class WeakBox: @unchecked Sendable {
+    weak var value: AnyObject?
+}
+
+/// Whether a condition about released objects holds once pending work has run.
+func queueReleased(_ condition: @escaping @Sendable () -> Bool) async -> Bool {
+    for _ in 0..<3 where !condition() {
+        await withCheckedContinuation { continuation in DispatchQueue.global().async { continuation.resume() } }
+    }
+    return condition()
+}

@@ -1,0 +1,110 @@
+import Foundation
+import Testing
+@testable import FetchKit
+
+@Suite("Slot scheduler (pure)")
+struct SlotSchedulerTests {
+    typealias Scheduler = SlotScheduler<Int>
+
+    @Test func grantsUpToTheOverallLimit() {
+        var scheduler = Scheduler(maximumTotal: 2, maximumPerHost: 10)
+        for ticket in 0..<5 { scheduler.enqueue(ticket, host: "h\(ticket)", priority: .normal) }
+        #expect(scheduler.takeGrants().map(\.ticket) == [0, 1])
+        #expect(scheduler.running == 2)
+        #expect(scheduler.waitingCount == 3)
+        #expect(scheduler.takeGrants().isEmpty)
+        scheduler.release(host: "h0")
+        #expect(scheduler.takeGrants().map(\.ticket) == [2])
+    }
+
+    @Test func enforcesThePerHostLimitWithoutBlockingOtherHosts() {
+        var scheduler = Scheduler(maximumTotal: 10, maximumPerHost: 2)
+        for ticket in 0..<5 { scheduler.enqueue(ticket, host: "a", priority: .normal) }
+        for ticket in 5..<7 { scheduler.enqueue(ticket, host: "b", priority: .normal) }
+        let grants = scheduler.takeGrants()
+        #expect(grants.map(\.ticket) == [0, 1, 5, 6], "b is not held up behind a's queue")
+        #expect(scheduler.runningPerHost == ["a": 2, "b": 2])
+        scheduler.release(host: "b")
+        #expect(scheduler.takeGrants().isEmpty, "b has nobody waiting; a is at its limit")
+        scheduler.release(host: "a")
+        #expect(scheduler.takeGrants().map(\.ticket) == [2])
+    }
+
+    @Test func higherPriorityFirstThenFirstComeFirstServed() {
+        var scheduler = Scheduler(maximumTotal: 1, maximumPerHost: 1)
+        scheduler.enqueue(1, host: "h", priority: .low)
+        scheduler.enqueue(2, host: "h", priority: .normal)
+        scheduler.enqueue(3, host: "h", priority: .veryHigh)
+        scheduler.enqueue(4, host: "h", priority: .normal)
+        scheduler.enqueue(5, host: "h", priority: .high)
+        scheduler.enqueue(6, host: "h", priority: .veryLow)
+        var order: [Int] = []
+        while scheduler.waitingCount > 0 {
+            let grants = scheduler.takeGrants()
+            order += grants.map(\.ticket)
+            for grant in grants { scheduler.release(host: grant.host) }
+        }
+        #expect(order == [3, 5, 2, 4, 1, 6])
+    }
+
+    @Test func priorityAppliesAcrossHosts() {
+        var scheduler = Scheduler(maximumTotal: 1, maximumPerHost: 5)
+        scheduler.enqueue(1, host: "a", priority: .normal)
+        scheduler.enqueue(2, host: "b", priority: .high)
+        #expect(scheduler.takeGrants().map(\.ticket) == [2])
+    }
+
+    @Test func withdrawnTicketsAreSkippedAndUncounted() {
+        var scheduler = Scheduler(maximumTotal: 1, maximumPerHost: 1)
+        for ticket in 0..<4 { scheduler.enqueue(ticket, host: "h", priority: .normal) }
+        let first = scheduler.withdraw(0)
+        let second = scheduler.withdraw(2)
+        let again = scheduler.withdraw(2)
+        #expect(first && second)
+        #expect(!again, "withdrawing twice is harmless")
+        #expect(scheduler.waitingCount == 2)
+        #expect(scheduler.takeGrants().map(\.ticket) == [1])
+        let granted = scheduler.withdraw(1)
+        #expect(!granted, "a granted ticket is no longer waiting")
+        scheduler.release(host: "h")
+        #expect(scheduler.takeGrants().map(\.ticket) == [3])
+    }
+
+    @Test func reEnqueueingMovesATicketToItsNewPriority() {
+        var scheduler = Scheduler(maximumTotal: 1, maximumPerHost: 1)
+        scheduler.enqueue(1, host: "h", priority: .normal)
+        scheduler.enqueue(2, host: "h", priority: .normal)
+        scheduler.enqueue(2, host: "h", priority: .veryHigh)
+        #expect(scheduler.waitingCount == 2)
+        #expect(scheduler.takeGrants().map(\.ticket) == [2])
+    }
+
+    @Test func raisingTheLimitGrantsMoreAtOnce() {
+        var scheduler = Scheduler(maximumTotal: 1, maximumPerHost: 10)
+        for ticket in 0..<4 { scheduler.enqueue(ticket, host: "h", priority: .normal) }
+        #expect(scheduler.takeGrants().count == 1)
+        scheduler.setLimits(total: 3, perHost: 10)
+        #expect(scheduler.takeGrants().map(\.ticket) == [1, 2])
+        scheduler.setLimits(total: 1, perHost: 10)
+        scheduler.release(host: "h")
+        #expect(scheduler.takeGrants().isEmpty, "two still run against a limit of one")
+    }
+
+    @Test func pausedGrantsNothing() {
+        var scheduler = Scheduler(maximumTotal: 4, maximumPerHost: 4)
+        scheduler.isPaused = true
+        scheduler.enqueue(1, host: "h", priority: .normal)
+        #expect(scheduler.takeGrants().isEmpty)
+        scheduler.isPaused = false
+        #expect(scheduler.takeGrants().map(\.ticket) == [1])
+    }
+
+    @Test func manyWithdrawalsStayCheap() {
+        var scheduler = Scheduler(maximumTotal: 1, maximumPerHost: 1)
+        for ticket in 0..<100_000 { scheduler.enqueue(ticket, host: "h", priority: .normal) }
+        for ticket in 0..<99_999 { scheduler.withdraw(ticket) }
+        #expect(scheduler.waitingCount == 1)
+        #expect(scheduler.takeGrants().map(\.ticket) == [99_999])
+        #expect(scheduler.waitingCount == 0)
+    }
+}
