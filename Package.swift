@@ -28,6 +28,8 @@ let package = Package(
         // as a subprocess (an in-process test always runs inside a main-queue job).
         .executableTarget(name: "RunLoopProbe", dependencies: ["FetchKit", "LoopbackServer"], path: "Tests/RunLoopProbe"),
         .testTarget(name: "LoopbackServerTests", dependencies: ["LoopbackServer"]),
+        // Benchmarks against raw URLSession: `swift run -c release fetchkit-bench`.
+        .executableTarget(name: "fetchkit-bench", dependencies: ["FetchKit", "LoopbackServer"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -105,13 +105,6 @@ extension FetchOperation {
         }
     }
 
-    func postProgress(_ value: FetchProgress) {
-        let relays = core.withLock { $0.progressRelays }
-        for relay in relays {
-            relay.post(value)
-        }
-    }
-
     // MARK: Completion delivery
 
     func addCompletionHandler(on queue: CallbackQueue?, _ handler: @escaping @Sendable (FetchOperation) -> Void) {
@@ -132,12 +125,16 @@ extension FetchOperation {
     /// Runs every registered completion handler, once. Called from ordered delivery, right
     /// after Foundation heard `isFinished`.
     func releaseCompletions() {
-        let entries = core.withLock { core -> [CompletionEntry] in
+        let (entries, coordinator) = core.withLock { core -> ([CompletionEntry], (any TransferCoordinator)?) in
             core.completionsReleased = true
-            defer { core.completionHandlers.removeAll() }
+            defer {
+                core.completionHandlers.removeAll()
+                core.coordinator = nil      // a finished operation keeps no queue alive
+            }
             core.outstandingDeliveries += core.completionHandlers.count
-            return core.completionHandlers
+            return (core.completionHandlers, core.coordinator)
         }
+        coordinator?.operationDidComplete(self)
         for entry in entries {
             run(entry)
         }

@@ -24,7 +24,10 @@ extension FetchOperation {
         var completionsReleased = false
         var outstandingDeliveries = 0
 
-        // Progress.
+        // Progress: the counts, the Foundation object once someone asked for it, and handlers.
+        var bytesReceived: Int64 = 0
+        var bytesExpected: Int64?
+        var progress: Progress?
         var progressRelays: [ProgressRelay] = []
 
         // Ordered delivery of state changes (see FetchOperation+Observation.swift).
@@ -110,4 +113,11 @@ protocol TransferCoordinator: AnyObject, Sendable {
         limits: TransferLimits,
         sink: any ResponseBodySink
     ) -> any TransferHandle
+
+    /// The operation's body progressed. Called on the router queue, in order.
+    func operation(_ operation: FetchOperation, didProgress progress: FetchProgress)
+
+    /// The operation finished: called once, in the terminal transition, before any completion
+    /// handler runs.
+    func operationDidComplete(_ operation: FetchOperation)
 }

@@ -145,18 +145,20 @@ extension FetchOperation {
     /// The one terminal transition: finishing → finished, then notifications and completions.
     private func completeNow() {
         var deliver = false
-        let outcome = core.withLock { core in
+        let progress = core.withLock { core -> Progress? in
             let outcome = core.machine.complete()
             core.progressRelays.removeAll()
-            core.coordinator = nil      // a finished operation keeps no queue alive
+            if case .success = outcome, core.bytesExpected == nil {
+                core.bytesExpected = core.bytesReceived
+            }
             deliver = core.post(
                 .change(StateChange(key: .executing, oldValue: true, newValue: false)),
                 .change(StateChange(key: .finished, oldValue: false, newValue: true)),
                 .releaseCompletions
             )
-            return outcome
+            return core.progress
         }
-        if case .success = outcome, progress.totalUnitCount < 0 {
+        if let progress, progress.totalUnitCount < 0, error == nil {
             progress.totalUnitCount = progress.completedUnitCount
         }
         if deliver { deliverEvents() }
@@ -165,13 +167,33 @@ extension FetchOperation {
 
 extension FetchOperation: TransferOwner {
     func transferDidReceive(response: HTTPURLResponse, expectedLength: Int64?) {
-        progress.totalUnitCount = expectedLength ?? -1
-        postProgress(FetchProgress(bytesReceived: 0, bytesExpected: expectedLength))
+        reportProgress(received: 0, expected: expectedLength)
     }
 
     func transferDidReceive(bytes: Int64, of expectedLength: Int64?) {
-        progress.completedUnitCount = bytes
-        postProgress(FetchProgress(bytesReceived: bytes, bytesExpected: expectedLength))
+        reportProgress(received: bytes, expected: expectedLength)
+    }
+
+    /// Records progress and hands it to the `Progress` object (if anyone asked for it), the
+    /// progress handlers and the coordinator. Only while transferring: a late report (a
+    /// replay to a caller that already left a shared transfer) changes nothing.
+    private func reportProgress(received: Int64, expected: Int64?) {
+        let update = core.withLock { core -> (Progress?, [ProgressRelay], (any TransferCoordinator)?)? in
+            guard case .executing(.transferring) = core.machine.state else { return nil }
+            core.bytesReceived = received
+            core.bytesExpected = expected
+            return (core.progress, core.progressRelays, core.coordinator)
+        }
+        guard let (progress, relays, coordinator) = update else { return }
+        if let progress {
+            progress.totalUnitCount = expected ?? -1
+            progress.completedUnitCount = received
+        }
+        let value = FetchProgress(bytesReceived: received, bytesExpected: expected)
+        for relay in relays {
+            relay.post(value)
+        }
+        coordinator?.operation(self, didProgress: value)
     }
 
     func transferDidEnd(_ result: TransferResult) {

@@ -35,7 +35,8 @@ open class FetchOperation: Operation, @unchecked Sendable {
     struct Settings {
         var request: URLRequest?
         var session: FetchSession = .shared
-        var acceptableStatusCodes: Set<Int> = Set(200..<300)
+        /// Shared by every operation until one changes it (copy-on-write), not one set each.
+        var acceptableStatusCodes: Set<Int> = FetchOperation.defaultAcceptableStatusCodes
         var maximumResponseSize: Int64 = FetchOperation.defaultMaximumResponseSize
         var idleTimeout: TimeInterval?
         var totalTimeout: TimeInterval?
@@ -46,15 +47,11 @@ open class FetchOperation: Operation, @unchecked Sendable {
 
     let core: Protected<Core>
 
-    /// Bytes received of bytes expected, updated as the body arrives.
-    ///
-    /// `totalUnitCount` is the `Content-Length` (or -1 while unknown); `completedUnitCount`
-    /// the bytes received. Calling `cancel()` on it cancels the operation. On Linux a
-    /// `Progress` cannot be observed with KVO: poll it, or use ``onProgress(on:_:)``.
-    public let progress: Progress
-
     /// The default ``maximumResponseSize``: 512 MiB.
     public static let defaultMaximumResponseSize: Int64 = 512 << 20
+
+    /// The default ``acceptableStatusCodes``: 200–299.
+    public static let defaultAcceptableStatusCodes: Set<Int> = Set(200..<300)
 
     /// Creates an operation for `request`.
     ///
@@ -62,9 +59,26 @@ open class FetchOperation: Operation, @unchecked Sendable {
     ///   just before sending by overriding ``makeRequest()``.
     public init(request: URLRequest? = nil) {
         core = Protected(Core(settings: Settings(request: request)))
-        progress = Progress(totalUnitCount: -1)
         super.init()
-        progress.cancellationHandler = { [weak self] in self?.cancel() }
+    }
+
+    /// Bytes received of bytes expected, updated as the body arrives.
+    ///
+    /// `totalUnitCount` is the `Content-Length` (or -1 while unknown); `completedUnitCount`
+    /// the bytes received. Calling `cancel()` on it cancels the operation. It has no parent:
+    /// to compose it, `addChild(_:withPendingUnitCount:)` it to yours. Created on first use,
+    /// so that queued operations nobody watches carry none. On Linux a `Progress` cannot be
+    /// observed with KVO: poll it, or use ``onProgress(on:_:)``.
+    public var progress: Progress {
+        core.withLock { core in
+            if let progress = core.progress { return progress }
+            let progress = Progress(parent: nil, userInfo: nil)
+            progress.totalUnitCount = core.bytesExpected ?? -1
+            progress.completedUnitCount = core.bytesReceived
+            progress.cancellationHandler = { [weak self] in self?.cancel() }
+            core.progress = progress
+            return progress
+        }
     }
 
     /// Creates an operation that GETs `url`.

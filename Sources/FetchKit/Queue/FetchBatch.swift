@@ -189,10 +189,8 @@ extension FetchQueue {
                 batch.memberFinished(index, failed: true)
                 continue
             }
+            withState { state in state.registry[id]?.batch = (batch, index) }
             activate(operation, id: id, completion: memberCompletion) { operation in
-                operation.onProgress(on: .immediate) { value in
-                    batch.member(index, received: value.bytesReceived, expected: value.bytesExpected)
-                }
                 // After the member's own completion, on the same queue.
                 operation.onCompletion(on: self.callbackQueue) { operation in
                     batch.memberFinished(index, failed: operation.error != nil)

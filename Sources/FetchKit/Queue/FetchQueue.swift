@@ -69,6 +69,8 @@ public final class FetchQueue: @unchecked Sendable {
     struct Entry {
         let operation: FetchOperation
         var began = false
+        /// The batch it belongs to, and its index there.
+        var batch: (FetchBatch, Int)?
     }
 
     struct State {
@@ -78,6 +80,10 @@ public final class FetchQueue: @unchecked Sendable {
         var sharedFlights: [FlightKey: Flight] = [:]
         var registry: [FetchID: Entry] = [:]
         var idsByOperation: [ObjectIdentifier: FetchID] = [:]
+        /// The latest progress of each fetch not yet posted; one drain on the event queue
+        /// posts them all, so a busy center gets the latest value, not every chunk.
+        var pendingProgress: [FetchID: FetchProgress] = [:]
+        var progressDrainScheduled = false
         var activeTransfers = 0
         var isNetworkActive = false
         var activityGeneration = 0
@@ -220,22 +226,14 @@ public final class FetchQueue: @unchecked Sendable {
         return (id, true)
     }
 
-    /// Attaches the queue's handlers (then `extra`'s) to a reserved operation, and enqueues it.
+    /// Attaches the completion handler to a reserved operation, and enqueues it. (The registry,
+    /// notifications and batches hear of it as its coordinator: no handler per operation.)
     func activate<Operation: FetchOperation>(
         _ operation: Operation,
         id: FetchID,
         completion: (@Sendable (Result<Operation, FetchError>) -> Void)?,
         extra: (Operation) -> Void
     ) {
-        // First: the registry and did-finish, in the terminal transition itself.
-        operation.addCompletionHandler(on: .immediate) { [self] operation in
-            operationDidFinish(operation, id: id)
-        }
-        operation.onProgress(on: .dispatch(eventQueue)) { [self] progress in
-            // Already on the event queue, in order: post here, not through another hop, or a
-            // did-finish queued meanwhile would overtake it.
-            postOnEventQueue(Self.didProgressNotification, Event(id: id, operation: operation, progress: progress, error: nil))
-        }
         if let completion {
             operation.onCompletion(on: callbackQueue) { operation in
                 completion(operation.error.map { .failure($0) } ?? .success(operation))
@@ -396,19 +394,6 @@ public final class FetchQueue: @unchecked Sendable {
         state.withLock(body)
     }
 
-    private func operationDidFinish(_ operation: FetchOperation, id: FetchID) {
-        state.withLock { state in
-            guard let entry = state.registry.removeValue(forKey: id) else { return }
-            state.idsByOperation[ObjectIdentifier(operation)] = nil
-            if !entry.began {
-                // It finished without a transfer (cancelled while waiting, a failed dependency,
-                // an invalid request): did-begin still comes first, once.
-                post(Self.didBeginNotification, Event(id: id, operation: operation, progress: nil, error: nil))
-            }
-            post(Self.didFinishNotification, Event(id: id, operation: operation, progress: nil, error: operation.error))
-        }
-    }
-
     /// Marks a fetch as begun and posts did-begin, once. Under the lock, so that its order
     /// with did-finish holds.
     private func markBegan(_ operation: FetchOperation, _ state: inout State) {
@@ -421,6 +406,51 @@ public final class FetchQueue: @unchecked Sendable {
 // MARK: - Transfers: slots, flights, members
 
 extension FetchQueue: TransferCoordinator {
+    func operation(_ operation: FetchOperation, didProgress progress: FetchProgress) {
+        let batch = state.withLock { state -> (FetchBatch, Int)? in
+            guard let id = state.idsByOperation[ObjectIdentifier(operation)], let entry = state.registry[id] else { return nil }
+            state.pendingProgress[id] = progress
+            if !state.progressDrainScheduled {
+                state.progressDrainScheduled = true
+                eventQueue.async { [self] in postPendingProgress() }
+            }
+            return entry.batch
+        }
+        if let (batch, index) = batch {
+            batch.member(index, received: progress.bytesReceived, expected: progress.bytesExpected)
+        }
+    }
+
+    /// Posts the latest progress of every fetch that has some. On the event queue.
+    private func postPendingProgress() {
+        let events = state.withLock { state -> [Event] in
+            state.progressDrainScheduled = false
+            defer { state.pendingProgress.removeAll() }
+            return state.pendingProgress.sorted { $0.key < $1.key }.compactMap { id, progress in
+                state.registry[id].map { Event(id: id, operation: $0.operation, progress: progress, error: nil) }
+            }
+        }
+        for event in events {
+            postOnEventQueue(Self.didProgressNotification, event)
+        }
+    }
+
+    func operationDidComplete(_ operation: FetchOperation) {
+        state.withLock { state in
+            guard let id = state.idsByOperation.removeValue(forKey: ObjectIdentifier(operation)),
+                  let entry = state.registry.removeValue(forKey: id) else { return }
+            if !entry.began {
+                // It finished without a transfer (cancelled while waiting, a failed dependency,
+                // an invalid request): did-begin still comes first, once.
+                post(Self.didBeginNotification, Event(id: id, operation: operation, progress: nil, error: nil))
+            }
+            if let progress = state.pendingProgress.removeValue(forKey: id) {
+                post(Self.didProgressNotification, Event(id: id, operation: operation, progress: progress, error: nil))
+            }
+            post(Self.didFinishNotification, Event(id: id, operation: operation, progress: nil, error: operation.error))
+        }
+    }
+
     func makeTransfer(for operation: FetchOperation, request: URLRequest, limits: TransferLimits, sink: any ResponseBodySink) -> any TransferHandle {
         let session = operation.session
         let key = coalescesIdenticalRequests ? FlightKey(request: request, limits: limits, session: session, sink: sink) : nil

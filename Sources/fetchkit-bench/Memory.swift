@@ -1,0 +1,83 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// Process memory readings.
+enum Memory {
+    /// Resident set size now, in bytes (Linux: /proc/self/statm; elsewhere: peak from getrusage).
+    static func residentBytes() -> Int {
+        #if os(Linux)
+        if let text = try? String(contentsOfFile: "/proc/self/statm", encoding: .utf8) {
+            let fields = text.split(separator: " ")
+            if fields.count > 1, let pages = Int(fields[1]) {
+                return pages * Int(sysconf(Int32(_SC_PAGESIZE)))
+            }
+        }
+        #endif
+        return peakResidentBytes()
+    }
+
+    /// The peak resident set size of this process, in bytes.
+    static func peakResidentBytes() -> Int {
+        var usage = rusage()
+        #if os(Linux)
+        getrusage(__rusage_who_t(RUSAGE_SELF.rawValue), &usage)
+        return Int(usage.ru_maxrss) * 1024
+        #else
+        getrusage(RUSAGE_SELF, &usage)
+        return Int(usage.ru_maxrss)
+        #endif
+    }
+
+    /// Returns freed memory to the system where the C library allows it, so that RSS readings
+    /// reflect what is live.
+    static func trim() {
+        #if os(Linux)
+        // glibc's malloc_trim, looked up at run time (the Glibc module does not export it).
+        typealias MallocTrim = @convention(c) (Int) -> Int32
+        if let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "malloc_trim") {
+            _ = unsafeBitCast(symbol, to: MallocTrim.self)(0)
+        }
+        #endif
+    }
+
+    static func format(bytes: Int) -> String {
+        let value = Double(bytes)
+        if value.magnitude >= Double(1 << 30) { return String(format: "%.2f GiB", value / Double(1 << 30)) }
+        if value.magnitude >= Double(1 << 20) { return String(format: "%.1f MiB", value / Double(1 << 20)) }
+        if value.magnitude >= Double(1 << 10) { return String(format: "%.1f KiB", value / Double(1 << 10)) }
+        return "\(bytes) B"
+    }
+}
+
+/// Runs this executable again with other arguments and returns its standard output.
+func runSelf(_ arguments: [String]) throws -> String {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: CommandLine.arguments[0]).standardizedFileURL.resolvingSymlinksInPath()
+    if !FileManager.default.isExecutableFile(atPath: process.executableURL!.path) {
+        process.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
+    }
+    process.arguments = arguments
+    let pipe = Pipe()
+    process.standardOutput = pipe
+    try process.run()
+    let data = pipe.fileHandleForReading.readDataToEndOfFile()
+    process.waitUntilExit()
+    guard process.terminationStatus == 0 else {
+        throw BenchError("child \(arguments.joined(separator: " ")) exited with status \(process.terminationStatus)")
+    }
+    return String(decoding: data, as: UTF8.self)
+}
+
+struct BenchError: Error, CustomStringConvertible {
+    let description: String
+    init(_ description: String) { self.description = description }
+}
+
+func median<T: Comparable>(_ values: [T]) -> T {
+    let sorted = values.sorted()
+    return sorted[sorted.count / 2]
+}
