@@ -65,6 +65,65 @@ struct StressTests {
         withExtendedLifetime(tokens) {}
     }
 
+    @Test func fetchQueueStormOfRandomCancelsCompletesEachFetchOnce() async throws {
+        let server = try LoopbackServer(recordRequests: false)
+        defer { server.stop() }
+        let queue = FetchQueue(name: #function, maximumConcurrentTransfers: 16, maximumTransfersPerHost: 8,
+                               callbackQueue: .global, notificationCenter: NotificationCenter(), networkActivityHideDelay: 0)
+        let recorder = NotificationRecorder(queue)
+        let count = 5_000
+        let completions = Locked([Int](repeating: 0, count: count))
+        let done = Countdown(count)
+        let milestone = Countdown(count * 6 / 10)
+        var generator = SplitMix64(seed: 7)
+        var ids: [FetchID] = []
+        let started = Date()
+        for index in 0..<count {
+            // A few paths repeat, so identical GETs coalesce while cancels fly.
+            let path: String
+            switch generator.next() % 4 {
+            case 0: path = "/bytes/\(index % 7 * 1000)"
+            case 1: path = "/delay/\(index % 3)?n=\(index)"
+            case 2: path = "/bytes/100?n=\(index)"
+            default: path = "/stall-mid-body/20000?n=\(index)"
+            }
+            let operation = FetchOperation(url: server.url(path))
+            operation.idleTimeout = 30
+            ids.append(queue.enqueue(operation) { _ in
+                completions.withLock { $0[index] += 1 }
+                milestone.signal()
+                done.signal()
+            })
+        }
+        let targets = ids
+        // Cancel by id from three threads, by predicate from a fourth; then, once 60 % have
+        // completed, cancel all that is left (the stalled bodies would never finish).
+        DispatchQueue.concurrentPerform(iterations: 4) { part in
+            var random = SplitMix64(seed: UInt64(part))
+            if part == 3 {
+                _ = queue.cancelAll { id, _ in id.rawValue % 5 == 0 }
+            } else {
+                for id in targets where random.next() % 4 == 0 { queue.cancel(id) }
+            }
+        }
+        #expect(await milestone.wait(timeout: 120))
+        queue.cancelAll()
+        #expect(await done.wait(timeout: 120), "\(done.count) fetches never completed")
+        #expect(done.overSignals == 0)
+        #expect(completions.current.allSatisfy { $0 == 1 }, "every completion runs exactly once")
+        #expect(await queueIsEmpty(queue))
+        // Cancelled callers complete at once; their transfers release their slots when the
+        // transport confirms they stopped.
+        #expect(await counts(of: queue) { $0 == .init(inFlight: 0, waiting: 0) })
+        #expect(await eventsDrain(queue))
+        let events = recorder.events.current
+        let begins = Dictionary(grouping: events.filter { $0.kind == .begin }, by: { $0.id! }).mapValues(\.count)
+        let finishes = Dictionary(grouping: events.filter { $0.kind == .finish }, by: { $0.id! }).mapValues(\.count)
+        #expect(begins.count == count && begins.values.allSatisfy { $0 == 1 })
+        #expect(finishes.count == count && finishes.values.allSatisfy { $0 == 1 })
+        print("FetchQueue storm: \(count) fetches, \(queue.statistics.transfersStarted) transfers, \(queue.statistics.requestsCoalesced) coalesced, \(String(format: "%.2f", Date().timeIntervalSince(started))) s")
+    }
+
     @Test func queueBoundIsRespectedAsSeenByTheServer() async throws {
         let server = try LoopbackServer()
         defer { server.stop() }
