@@ -1,4 +1,9 @@
 import Foundation
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
@@ -36,6 +41,8 @@ public enum FetchError: Error, Sendable {
     case parseFailed(ParseFailure)
     /// A dependency failed or was cancelled, so this operation sent no request.
     case dependencyFailed(DependencyFailure)
+    /// A download could not be written: an unwritable destination, a full disk, a failed move.
+    case fileSystem(FileFailure)
 }
 
 extension FetchError {
@@ -205,6 +212,46 @@ extension FetchError {
         }
     }
 
+    /// Details of ``FetchError/fileSystem(_:)``.
+    public struct FileFailure: Sendable, CustomStringConvertible {
+        /// What went wrong.
+        public enum Kind: Sendable, Equatable {
+            /// The destination's directory does not exist or cannot be written, or the
+            /// destination is a directory. Nothing was sent.
+            case unwritableDestination
+            /// The disk (or the user's quota) is full.
+            case diskFull
+            /// Writing the partial file failed for another reason.
+            case writeFailed
+            /// Moving the finished file into place failed.
+            case moveFailed
+            /// Another download in this process is writing the same destination.
+            case destinationInUse
+        }
+        /// What went wrong.
+        public let kind: Kind
+        /// The file concerned.
+        public let path: String
+        /// The system error number (`errno`), when there was one.
+        public let code: Int32?
+
+        public var description: String {
+            let reason = code.map { String(cString: strerror($0)) }
+            switch kind {
+            case .unwritableDestination:
+                return "Cannot download to \(path): \(reason ?? "its directory is missing or not writable")."
+            case .diskFull:
+                return "Writing \(path) failed: the disk is full\(reason.map { " (\($0))" } ?? "")."
+            case .writeFailed:
+                return "Writing \(path) failed\(reason.map { ": \($0)" } ?? "")."
+            case .moveFailed:
+                return "Moving the download into place at \(path) failed\(reason.map { ": \($0)" } ?? "")."
+            case .destinationInUse:
+                return "Cannot download to \(path): another download is writing it."
+            }
+        }
+    }
+
     /// An error of any type, carried inside a `Sendable` ``FetchError``.
     ///
     /// Errors thrown by your code (a parse, a request builder) need not be `Sendable`; FetchKit
@@ -234,6 +281,7 @@ extension FetchError: CustomStringConvertible, LocalizedError {
         case .lengthMismatch(let details): return details.description
         case .parseFailed(let details): return details.description
         case .dependencyFailed(let details): return details.description
+        case .fileSystem(let details): return details.description
         }
     }
 

@@ -12,7 +12,7 @@ extension FetchOperation {
         // Results.
         var sentRequest: URLRequest?
         var response: HTTPURLResponse?
-        var responseBody: Data?
+        var body: ResponseBody?
 
         // The transfer in flight, and the coordinator (a FetchQueue) that provides it, if any.
         var transfer: (any TransferHandle)?
@@ -27,6 +27,9 @@ extension FetchOperation {
         // Progress: the counts, the Foundation object once someone asked for it, and handlers.
         var bytesReceived: Int64 = 0
         var bytesExpected: Int64?
+        /// The offset a range request resumes from; progress counts from there on a 206.
+        var rangeOffset: Int64 = 0
+        var progressBase: Int64 = 0
         var progress: Progress?
         var progressRelays: [ProgressRelay] = []
 

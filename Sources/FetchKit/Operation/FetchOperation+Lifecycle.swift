@@ -80,8 +80,15 @@ extension FetchOperation {
             failBeforeTransfer(.invalidRequest(problem))
             return
         }
-        core.withLock { $0.sentRequest = request }
-        beginTransfer(request)
+        let prepared: URLRequest
+        do {
+            prepared = try prepareTransferRequest(request)
+        } catch {
+            failBeforeTransfer(error)
+            return
+        }
+        core.withLock { $0.sentRequest = prepared }
+        beginTransfer(prepared)
     }
 
     private func dependencyFailure() -> FetchError? {
@@ -131,11 +138,11 @@ extension FetchOperation {
     private func runParse() {
         var failure: FetchError?
         if !isCancelled {
-            let body = core.withLock { $0.responseBody } ?? Data()
+            let body = core.withLock { $0.body } ?? .data(Data())
             do {
-                try parseResponseBody(body)
+                try process(body)
             } catch {
-                failure = .parseFailed(.init(underlying: .init(error), url: response?.url ?? sentRequest?.url))
+                failure = error
             }
         }
         core.withLock { $0.machine.parseEnded(failure) }
@@ -167,6 +174,8 @@ extension FetchOperation {
 
 extension FetchOperation: TransferOwner {
     func transferDidReceive(response: HTTPURLResponse, expectedLength: Int64?) {
+        // A 206 continues a partial download: progress counts the bytes already on disk.
+        core.withLock { $0.progressBase = response.statusCode == 206 ? $0.rangeOffset : 0 }
         reportProgress(received: 0, expected: expectedLength)
     }
 
@@ -178,22 +187,23 @@ extension FetchOperation: TransferOwner {
     /// progress handlers and the coordinator. Only while transferring: a late report (a
     /// replay to a caller that already left a shared transfer) changes nothing.
     private func reportProgress(received: Int64, expected: Int64?) {
-        let update = core.withLock { core -> (Progress?, [ProgressRelay], (any TransferCoordinator)?)? in
+        typealias Update = (value: FetchProgress, progress: Progress?, relays: [ProgressRelay], coordinator: (any TransferCoordinator)?)
+        let update = core.withLock { core -> Update? in
             guard case .executing(.transferring) = core.machine.state else { return nil }
-            core.bytesReceived = received
-            core.bytesExpected = expected
-            return (core.progress, core.progressRelays, core.coordinator)
+            core.bytesReceived = core.progressBase + received
+            core.bytesExpected = expected.map { core.progressBase + $0 }
+            let value = FetchProgress(bytesReceived: core.bytesReceived, bytesExpected: core.bytesExpected)
+            return (value, core.progress, core.progressRelays, core.coordinator)
         }
-        guard let (progress, relays, coordinator) = update else { return }
-        if let progress {
-            progress.totalUnitCount = expected ?? -1
-            progress.completedUnitCount = received
+        guard let update else { return }
+        if let progress = update.progress {
+            progress.totalUnitCount = update.value.bytesExpected ?? -1
+            progress.completedUnitCount = update.value.bytesReceived
         }
-        let value = FetchProgress(bytesReceived: received, bytesExpected: expected)
-        for relay in relays {
-            relay.post(value)
+        for relay in update.relays {
+            relay.post(update.value)
         }
-        coordinator?.operation(self, didProgress: value)
+        update.coordinator?.operation(self, didProgress: update.value)
     }
 
     func transferDidEnd(_ result: TransferResult) {
@@ -209,7 +219,7 @@ extension FetchOperation: TransferOwner {
                 switch result {
                 case .success(let response, let body):
                     core.response = response
-                    core.responseBody = body.data
+                    core.body = body
                 case .failure(_, let response):
                     core.response = response
                 }

@@ -170,7 +170,7 @@ open class FetchOperation: Operation, @unchecked Sendable {
 
     /// The response body, after a successful transfer.
     public var responseBody: Data? {
-        core.withLock { $0.responseBody }
+        core.withLock { $0.body?.data }
     }
 
     /// Why the operation failed; `nil` while it runs and after success.
@@ -271,9 +271,25 @@ open class FetchOperation: Operation, @unchecked Sendable {
         return "<\(type(of: self)) \(name.map { "'\($0)' " } ?? "")\(target) \(phase)\(cancelled ? ", cancelled" : "")>"
     }
 
-    /// Where the body goes: memory here; a download writes a file.
+    // MARK: Internal hooks (a download overrides them)
+
+    /// Where the body goes: memory here; a download writes a file. Called once per transfer.
     func makeBodySink() -> any ResponseBodySink {
         MemoryBodySink(limit: maximumResponseSize)
+    }
+
+    /// Last changes to a prepared, valid request before it is sent (a download adds `Range`).
+    func prepareTransferRequest(_ request: URLRequest) throws(FetchError) -> URLRequest {
+        request
+    }
+
+    /// Hands a complete body to the subclass: here, ``parseResponseBody(_:)``. On the parse queue.
+    func process(_ body: ResponseBody) throws(FetchError) {
+        do {
+            try parseResponseBody(body.data ?? Data())
+        } catch {
+            throw .parseFailed(.init(underlying: .init(error), url: response?.url ?? sentRequest?.url))
+        }
     }
 
     // MARK: Settings plumbing

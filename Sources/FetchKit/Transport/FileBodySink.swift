@@ -1,0 +1,182 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+/// What FetchKit remembers beside a partial download, to resume it safely: the URL it came
+/// from and the validator that `If-Range` sends back.
+struct PartialDownloadRecord: Codable, Equatable, Sendable {
+    var url: String
+    var entityTag: String?
+    var lastModified: String?
+
+    /// The `If-Range` value: a strong entity tag, else the last-modified date.
+    var validator: String? {
+        if let entityTag, !entityTag.hasPrefix("W/") { return entityTag }
+        return lastModified
+    }
+
+    static func load(from url: URL) -> PartialDownloadRecord? {
+        guard let data = try? Data(contentsOf: url) else { return nil }
+        return try? JSONDecoder().decode(PartialDownloadRecord.self, from: data)
+    }
+
+    func save(to url: URL) {
+        guard let data = try? JSONEncoder().encode(self) else { return }
+        try? data.write(to: url, options: .atomic)
+    }
+}
+
+/// Streams a body into the partial file beside a download's destination, with POSIX writes:
+/// memory stays flat whatever the size.
+///
+/// A `206 Partial Content` that starts where the partial file ends is appended to it; any
+/// other success rewrites it from the start. On failure or cancel the partial file is kept
+/// when the server allows resuming it (a validator, and ranges), and removed otherwise.
+/// Used on the session router's serial queue only.
+final class FileBodySink: ResponseBodySink {
+    private let partialURL: URL
+    private let recordURL: URL
+    private let sourceURL: URL?
+    /// The offset a `Range` request asked for (0: none).
+    private let requestedOffset: Int64
+    private let keepsResumablePartial: Bool
+
+    private var descriptor: Int32 = -1
+    private var opened = false
+    private var length: Int64 = 0
+    private var resumable = false
+
+    /// Where the body started in the file: the bytes reused from an earlier partial download.
+    private(set) var startOffset: Int64 = 0
+
+    init(partialURL: URL, recordURL: URL, sourceURL: URL?, requestedOffset: Int64, keepsResumablePartial: Bool) {
+        self.partialURL = partialURL
+        self.recordURL = recordURL
+        self.sourceURL = sourceURL
+        self.requestedOffset = requestedOffset
+        self.keepsResumablePartial = keepsResumablePartial
+    }
+
+    func open(response: HTTPURLResponse, expectedLength: Int64?) throws(FetchError) {
+        var offset: Int64 = 0
+        if response.statusCode == 206 {
+            // Only a range that starts exactly where the partial file ends can be appended.
+            guard let start = Self.rangeStart(of: response), start == requestedOffset else {
+                throw .transport(URLError(.cannotParseResponse, userInfo: [
+                    NSURLErrorFailingURLErrorKey: response.url as Any,
+                    NSLocalizedDescriptionKey: "a 206 response whose Content-Range does not continue the partial download",
+                ]))
+            }
+            offset = start
+        }
+        let flags = O_WRONLY | O_CREAT | (offset == 0 ? O_TRUNC : 0)
+        let fd = partialURL.withUnsafeFileSystemRepresentation { path in
+            path.map { posixOpen($0, flags, 0o644) } ?? -1
+        }
+        guard fd >= 0 else {
+            throw .fileSystem(.init(kind: errno == ENOSPC ? .diskFull : .unwritableDestination, path: partialURL.path, code: errno))
+        }
+        descriptor = fd
+        opened = true
+        if offset > 0 {
+            // Drop anything past the resume point (a torn last write), then append.
+            guard ftruncate(fd, off_t(offset)) == 0, lseek(fd, off_t(offset), SEEK_SET) == offset else {
+                throw .fileSystem(.init(kind: .writeFailed, path: partialURL.path, code: errno))
+            }
+        }
+        length = offset
+        startOffset = offset
+        let acceptsRanges = response.statusCode == 206
+            || (response.value(forHTTPHeaderField: "Accept-Ranges")?.lowercased().contains("bytes") ?? false)
+        let record = PartialDownloadRecord(
+            url: sourceURL?.absoluteString ?? "",
+            entityTag: response.value(forHTTPHeaderField: "ETag"),
+            lastModified: response.value(forHTTPHeaderField: "Last-Modified")
+        )
+        resumable = acceptsRanges && record.validator != nil
+        if resumable {
+            record.save(to: recordURL)
+        } else {
+            try? FileManager.default.removeItem(at: recordURL)
+        }
+    }
+
+    func write(_ chunk: Data) throws(FetchError) {
+        let fd = descriptor
+        let failure: Int32? = chunk.withUnsafeBytes { buffer in
+            guard var base = buffer.baseAddress else { return nil }
+            var remaining = buffer.count
+            while remaining > 0 {
+                let written = posixWrite(fd, base, remaining)
+                if written < 0 {
+                    if errno == EINTR { continue }
+                    return errno
+                }
+                remaining -= written
+                base += written
+            }
+            return nil
+        }
+        if let failure {
+            let kind: FetchError.FileFailure.Kind = (failure == ENOSPC || failure == EDQUOT || failure == EFBIG) ? .diskFull : .writeFailed
+            throw .fileSystem(.init(kind: kind, path: partialURL.path, code: failure))
+        }
+        length += Int64(chunk.count)
+    }
+
+    func close() throws(FetchError) -> ResponseBody {
+        let fd = descriptor
+        descriptor = -1
+        if fd >= 0, posixClose(fd) != 0 {
+            throw .fileSystem(.init(kind: errno == ENOSPC ? .diskFull : .writeFailed, path: partialURL.path, code: errno))
+        }
+        return .file(partialURL, length: length)
+    }
+
+    func abandon() {
+        if descriptor >= 0 {
+            _ = posixClose(descriptor)
+            descriptor = -1
+        }
+        // A transfer that never opened the file (refused, cancelled while connecting, an error
+        // status) leaves an earlier partial file as it was.
+        guard opened else { return }
+        if !(keepsResumablePartial && resumable && length > 0) {
+            Self.removePartial(partialURL, recordURL)
+        }
+    }
+
+    static func removePartial(_ partialURL: URL, _ recordURL: URL) {
+        _ = partialURL.withUnsafeFileSystemRepresentation { $0.map { unlink($0) } }
+        _ = recordURL.withUnsafeFileSystemRepresentation { $0.map { unlink($0) } }
+    }
+
+    /// The first byte of `Content-Range: bytes a-b/n`.
+    static func rangeStart(of response: HTTPURLResponse) -> Int64? {
+        guard let value = response.value(forHTTPHeaderField: "Content-Range")?.lowercased(),
+              value.hasPrefix("bytes ")
+        else { return nil }
+        let range = value.dropFirst("bytes ".count).prefix { $0 != "/" }
+        guard let dash = range.firstIndex(of: "-") else { return nil }
+        return Int64(range[..<dash].trimmingCharacters(in: .whitespaces))
+    }
+}
+
+// The C library's open, write and close, named apart from the sink's own methods.
+@inline(__always) private func posixOpen(_ path: UnsafePointer<CChar>, _ flags: Int32, _ mode: mode_t) -> Int32 {
+    open(path, flags, mode)
+}
+
+@inline(__always) private func posixWrite(_ fd: Int32, _ buffer: UnsafeRawPointer, _ count: Int) -> Int {
+    write(fd, buffer, count)
+}
+
+@inline(__always) private func posixClose(_ fd: Int32) -> Int32 {
+    close(fd)
+}
