@@ -23,11 +23,13 @@ let package = Package(
         // The in-tree HTTP/1.1 server on 127.0.0.1 that the tests, the demo and the benchmark
         // run against. A target, not a product: it is not part of FetchKit's public surface.
         .target(name: "LoopbackServer"),
-        .testTarget(name: "FetchKitTests", dependencies: ["FetchKit", "LoopbackServer", "RunLoopProbe"]),
+        .testTarget(name: "FetchKitTests", dependencies: ["FetchKit", "LoopbackServer", "RunLoopProbe", "fetchkit"]),
         // Waits for a fetch on a real main thread from top-level code, for FetchKitTests to run
         // as a subprocess (an in-process test always runs inside a main-queue job).
         .executableTarget(name: "RunLoopProbe", dependencies: ["FetchKit", "LoopbackServer"], path: "Tests/RunLoopProbe"),
         .testTarget(name: "LoopbackServerTests", dependencies: ["LoopbackServer"]),
+        // The command-line downloader, and the offline demo it runs with no URL: `swift run fetchkit`.
+        .executableTarget(name: "fetchkit", dependencies: ["FetchKit", "LoopbackServer"]),
         // Benchmarks against raw URLSession: `swift run -c release fetchkit-bench`.
         .executableTarget(name: "fetchkit-bench", dependencies: ["FetchKit", "LoopbackServer"]),
     ],

@@ -142,8 +142,12 @@ extension FetchError {
         public var description: String {
             let target = url?.absoluteString ?? "the server"
             var text = "\(target) answered HTTP \(statusCode) (\(HTTPURLResponse.localizedString(forStatusCode: statusCode)))."
-            if let body = bodyText?.trimmingCharacters(in: .whitespacesAndNewlines), !body.isEmpty {
-                text += " Body: \(body.prefix(200))"
+            // A glimpse of the body, on one line: error pages are often HTML spread over many.
+            if let body = bodyText {
+                let glimpse = body.split(whereSeparator: \.isWhitespace).joined(separator: " ")
+                if !glimpse.isEmpty {
+                    text += " Body: " + (glimpse.count > 120 ? glimpse.prefix(120) + "…" : glimpse)
+                }
             }
             return text
         }

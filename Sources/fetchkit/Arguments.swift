@@ -1,0 +1,86 @@
+import Foundation
+
+/// The command line: `fetchkit URL... [-o DIR] [--parallel N] [--per-host N] [--retry N] [--timeout S]`.
+struct Options: Equatable {
+    var urls: [URL] = []
+    var outputDirectory = URL(fileURLWithPath: FileManager.default.currentDirectoryPath)
+    var parallel = 4
+    var perHost = 2
+    var retries = 2
+    var timeout: TimeInterval = 30
+    var showHelp = false
+
+    static let usage = """
+    usage: fetchkit [URL ...] [options]
+
+    Downloads the URLs concurrently with FetchKit. With no URL, runs an offline demo: a local
+    server on 127.0.0.1 serves sample RSS feeds, and FetchKit refreshes them all.
+
+    options:
+      -o, --output DIR     directory to save into (default: the current directory)
+      --parallel N         downloads at once, overall (default 4)
+      --per-host N         downloads at once to one host (default 2)
+      --retry N            retries per download after a transient failure (default 2)
+      --timeout S          seconds without data before a download fails (default 30)
+      -h, --help           show this help
+
+    Exits 0 when every download succeeded, 1 when any failed, 2 on bad arguments.
+    """
+
+    struct UsageError: Error, CustomStringConvertible {
+        let description: String
+    }
+
+    static func parse(_ arguments: [String]) throws(UsageError) -> Options {
+        var options = Options()
+        var index = 0
+        var onlyURLs = false
+
+        func value(for option: String) throws(UsageError) -> String {
+            index += 1
+            guard index < arguments.count else { throw UsageError(description: "\(option) needs a value") }
+            return arguments[index]
+        }
+        func count(for option: String, allowZero: Bool = false) throws(UsageError) -> Int {
+            let text = try value(for: option)
+            guard let number = Int(text), number > 0 || (allowZero && number == 0) else {
+                throw UsageError(description: "\(option) needs a \(allowZero ? "non-negative" : "positive") whole number, not '\(text)'")
+            }
+            return number
+        }
+
+        while index < arguments.count {
+            let argument = arguments[index]
+            switch argument {
+            case _ where onlyURLs || !argument.hasPrefix("-"):
+                guard let url = URL(string: argument), let scheme = url.scheme?.lowercased(),
+                      scheme == "http" || scheme == "https", url.host?.isEmpty == false else {
+                    throw UsageError(description: "not an http or https URL: '\(argument)'")
+                }
+                options.urls.append(url)
+            case "--":
+                onlyURLs = true
+            case "-o", "--output":
+                options.outputDirectory = URL(fileURLWithPath: try value(for: argument), isDirectory: true)
+            case "--parallel":
+                options.parallel = try count(for: argument)
+            case "--per-host":
+                options.perHost = try count(for: argument)
+            case "--retry":
+                options.retries = try count(for: argument, allowZero: true)
+            case "--timeout":
+                let text = try value(for: argument)
+                guard let seconds = TimeInterval(text), seconds > 0, seconds.isFinite else {
+                    throw UsageError(description: "--timeout needs a positive number of seconds, not '\(text)'")
+                }
+                options.timeout = seconds
+            case "-h", "--help":
+                options.showHelp = true
+            default:
+                throw UsageError(description: "unknown option '\(argument)'")
+            }
+            index += 1
+        }
+        return options
+    }
+}

@@ -1,0 +1,108 @@
+import Dispatch
+import FetchKit
+import Foundation
+import LoopbackServer
+
+/// `fetchkit` with no URL: the classic RSS-reader refresh, entirely on this machine.
+enum Demo {
+    static func run() -> Int32 {
+        let server: LoopbackServer
+        do {
+            server = try LoopbackServer(recordRequests: false)
+        } catch {
+            Terminal.error("fetchkit: cannot start the local demo server: \(error)")
+            return 1
+        }
+        defer { server.stop() }
+        let paths = routeFeeds(on: server)
+
+        let bound = 4
+        print("""
+        FetchKit demo — runs offline. A local HTTP server on \(server.baseURL.absoluteString) serves \(paths.count) sample
+        feeds; FetchKit refreshes them all at once, at most \(bound) at a time, and parses each with XMLParser.
+        Nothing leaves this machine. (To download real URLs: fetchkit URL... — see fetchkit --help.)
+
+        """)
+
+        let display = DispatchQueue(label: "fetchkit.demo")
+        let queue = FetchQueue(name: "demo", maximumConcurrentTransfers: bound, maximumTransfersPerHost: bound,
+                               callbackQueue: .dispatch(display))
+        let operations = paths.map { FeedOperation(url: server.url("/feeds/\($0)"), path: $0) }
+        let started = Date()
+        let counts = Totals()
+        for operation in operations {
+            operation.onCompletion(on: .dispatch(display)) { operation in
+                let at = String(format: "+%.2f s", Date().timeIntervalSince(started))
+                if let feed = operation.feed {
+                    counts.items += feed.itemCount
+                    print("  ✓ \(pad(feed.title, 26)) \(pad("\(feed.itemCount) item\(feed.itemCount == 1 ? "" : "s")", 10)) \(pad(operation.path, 24)) \(at)")
+                } else if let error = operation.error {
+                    print("  ✗ \(pad(operation.path, 26)) \(Self.reason(error))   \(at)")
+                }
+            }
+        }
+        let done = DispatchSemaphore(value: 0)
+        let summary = Totals()
+        queue.enqueue(batch: operations, completion: { status in
+            summary.status = status
+            done.signal()
+        })
+        done.wait()
+        let status = display.sync { summary.status! }
+        let elapsed = Date().timeIntervalSince(started)
+        print("""
+
+        \(status.total) feeds in \(String(format: "%.2f", elapsed)) s: \(status.succeeded) refreshed, \(status.failed) failed, \
+        \(display.sync { counts.items }) items in all.
+        The server saw at most \(server.peakRequestsInFlight) requests at once (the bound is \(bound)), over \
+        \(server.connectionsAccepted) connection\(server.connectionsAccepted == 1 ? "" : "s").
+        """)
+        return 0
+    }
+
+    /// Serves the sample feeds, and a few that fail in the ways real ones do.
+    private static func routeFeeds(on server: LoopbackServer) -> [String] {
+        var paths: [String] = []
+        for sample in SampleFeeds.feeds {
+            let body = Data(SampleFeeds.document(for: sample).utf8)
+            let type = sample.atom ? "application/atom+xml" : "application/rss+xml"
+            let path = sample.path == "relocated.xml" ? "moved.xml" : sample.path
+            server.route("/feeds/\(sample.path)") { _ in
+                if sample.path == "slow.xml" {
+                    return HTTPResponse(status: 200, headers: ["Content-Type": type], body: body).delayed(milliseconds: 400)
+                }
+                return HTTPResponse(status: 200, headers: ["Content-Type": type], body: body)
+            }
+            paths.append(path)
+        }
+        server.route("/feeds/moved.xml") { _ in
+            HTTPResponse(status: 301, headers: ["Location": "/feeds/relocated.xml"])
+        }
+        server.route("/feeds/broken.xml") { _ in
+            HTTPResponse(status: 200, headers: ["Content-Type": "application/rss+xml"], body: Data(SampleFeeds.broken.utf8))
+        }
+        server.route("/feeds/not-a-feed.xml") { _ in
+            HTTPResponse(status: 200, headers: ["Content-Type": "text/html"], body: Data(SampleFeeds.notAFeed.utf8))
+        }
+        // /feeds/gone.xml is not routed: a 404.
+        return paths + ["broken.xml", "not-a-feed.xml", "gone.xml"]
+    }
+
+    private static func reason(_ error: FetchError) -> String {
+        switch error {
+        case .parseFailed(let failure): return "parse failed: \(failure.underlying)"
+        case .unacceptableStatus(let failure): return "HTTP \(failure.statusCode) \(HTTPURLResponse.localizedString(forStatusCode: failure.statusCode))"
+        default: return error.description
+        }
+    }
+
+    private static func pad(_ text: String, _ width: Int) -> String {
+        text.count >= width ? text : text + String(repeating: " ", count: width - text.count)
+    }
+}
+
+/// Counters kept on the demo's display queue.
+private final class Totals: @unchecked Sendable {
+    var items = 0
+    var status: FetchBatch.Status?
+}

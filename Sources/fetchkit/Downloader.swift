@@ -1,0 +1,181 @@
+import Dispatch
+import FetchKit
+import Foundation
+
+/// Downloads the command line's URLs through a ``FetchQueue``, with a live display.
+///
+/// All display state lives on one serial queue, which is also the fetch queue's callback queue,
+/// so completions and progress arrive there in order and need no lock. The main thread only
+/// waits for the end.
+final class Downloader: @unchecked Sendable {
+    enum State {
+        case waiting
+        case active
+        case retrying(attempt: Int, reason: String)
+        case done
+        case failed(FetchError)
+    }
+
+    struct Item {
+        let url: URL
+        let destination: URL
+        var name: String { destination.lastPathComponent }
+        var state = State.waiting
+        var attempts = 0
+        var received: Int64 = 0
+        var expected: Int64?
+        var startedAt: Date?
+        var finishedAt: Date?
+    }
+
+    private let options: Options
+    private let ui = DispatchQueue(label: "fetchkit.display")
+    private let queue: FetchQueue
+    private let finished = DispatchSemaphore(value: 0)
+    private var items: [Item] = []
+    private var display: ProgressDisplay
+    private let startedAt = Date()
+
+    init(options: Options) {
+        self.options = options
+        queue = FetchQueue(
+            name: "fetchkit",
+            maximumConcurrentTransfers: options.parallel,
+            maximumTransfersPerHost: options.perHost,
+            callbackQueue: .dispatch(ui)
+        )
+        display = ProgressDisplay(interactive: Terminal.isInteractive)
+    }
+
+    /// Runs every download and returns the exit status: 0 if all succeeded, 1 otherwise.
+    func run() -> Int32 {
+        let directory = options.outputDirectory.standardizedFileURL
+        do {
+            try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        } catch {
+            Terminal.error("fetchkit: cannot use \(directory.path) as the output directory: \(error.localizedDescription)")
+            return 1
+        }
+        let names = Self.fileNames(for: options.urls)
+        items = zip(options.urls, names).map { Item(url: $0, destination: directory.appendingPathComponent($1)) }
+        display.header("Downloading \(items.count) file\(items.count == 1 ? "" : "s") to \(directory.path) "
+            + "(\(options.parallel) at once, \(options.perHost) per host)")
+
+        // The live display redraws ten times a second, on a terminal only. (A dispatch source
+        // must never be released while suspended, so it exists only when it runs.)
+        var timer: DispatchSourceTimer?
+        ui.sync {
+            for index in items.indices { start(index) }
+            if display.interactive {
+                let source = DispatchSource.makeTimerSource(queue: ui)
+                source.schedule(deadline: .now(), repeating: .milliseconds(100))
+                source.setEventHandler { [self] in display.render(items, startedAt: startedAt) }
+                source.resume()
+                timer = source
+            }
+        }
+        finished.wait()
+        return ui.sync {
+            timer?.cancel()
+            display.render(items, startedAt: startedAt, final: true)
+            display.summary(items, directory: directory, elapsed: Date().timeIntervalSince(startedAt))
+            return items.contains { if case .failed = $0.state { return true }; return false } ? 1 : 0
+        }
+    }
+
+    // MARK: On the display queue
+
+    private func start(_ index: Int) {
+        items[index].attempts += 1
+        let download = DownloadOperation(url: items[index].url, destination: items[index].destination)
+        download.idleTimeout = options.timeout
+        download.onProgress(on: .dispatch(ui)) { [self] progress in
+            if items[index].startedAt == nil { items[index].startedAt = Date() }
+            if case .done = items[index].state { return }
+            items[index].state = .active
+            items[index].received = progress.bytesReceived
+            items[index].expected = progress.bytesExpected
+        }
+        queue.enqueue(download) { [self] result in
+            switch result {
+            case .success(let operation):
+                items[index].state = .done
+                items[index].received = DownloadOperation.sizeOfFile(at: operation.destination) ?? items[index].received
+                items[index].expected = items[index].received
+                items[index].finishedAt = Date()
+                display.finished(items[index], startedAt: startedAt)
+            case .failure(let error) where Self.isTransient(error) && items[index].attempts <= options.retries:
+                let attempt = items[index].attempts + 1
+                items[index].state = .retrying(attempt: attempt, reason: Self.reason(error))
+                display.retrying(items[index], attempt: attempt, of: options.retries + 1, reason: Self.reason(error))
+                // Exponential backoff with jitter; the next attempt resumes a partial file.
+                let delay = 0.5 * pow(2, Double(attempt - 2)) * Double.random(in: 0.75...1.25)
+                ui.asyncAfter(deadline: .now() + delay) { [self] in start(index) }
+                return
+            case .failure(let error):
+                items[index].state = .failed(error)
+                items[index].finishedAt = Date()
+                display.finished(items[index], startedAt: startedAt)
+            }
+            let open = items.contains { item in
+                switch item.state {
+                case .done, .failed: return false
+                default: return true
+                }
+            }
+            if !open { finished.signal() }
+        }
+    }
+
+    // MARK: Helpers
+
+    /// Failures worth another try: the network, timeouts, a short body, and statuses that say
+    /// "later".
+    static func isTransient(_ error: FetchError) -> Bool {
+        switch error {
+        case .transport, .timedOut, .lengthMismatch: return true
+        case .unacceptableStatus(let failure): return [408, 429, 500, 502, 503, 504].contains(failure.statusCode)
+        default: return false
+        }
+    }
+
+    static func reason(_ error: FetchError) -> String {
+        switch error {
+        case .unacceptableStatus(let failure):
+            return "HTTP \(failure.statusCode) \(HTTPURLResponse.localizedString(forStatusCode: failure.statusCode))"
+        case .transport(let urlError):
+            return urlError.localizedDescription
+        case .timedOut(let timeout):
+            return "no data for \(Format.duration(timeout.interval))"
+        default:
+            return error.description
+        }
+    }
+
+    /// A file name per URL: its last path component (or `index.html`), made unique.
+    static func fileNames(for urls: [URL]) -> [String] {
+        var used: Set<String> = []
+        return urls.map { url in
+            var base = url.lastPathComponent.removingPercentEncoding ?? url.lastPathComponent
+            base = base.replacingOccurrences(of: "/", with: "_")
+            if base.isEmpty || base == "/" || base == "." || base == ".." { base = "index.html" }
+            if base.hasPrefix(".") { base = "_" + base.dropFirst() }
+            var name = base
+            var counter = 1
+            while used.contains(name) {
+                let stem = (base as NSString).deletingPathExtension
+                let ext = (base as NSString).pathExtension
+                name = ext.isEmpty ? "\(stem)-\(counter)" : "\(stem)-\(counter).\(ext)"
+                counter += 1
+            }
+            used.insert(name)
+            return name
+        }
+    }
+}
+
+extension DownloadOperation {
+    static func sizeOfFile(at url: URL) -> Int64? {
+        (try? FileManager.default.attributesOfItem(atPath: url.path)[.size] as? NSNumber)?.int64Value
+    }
+}

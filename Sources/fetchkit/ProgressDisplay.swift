@@ -1,0 +1,128 @@
+import FetchKit
+import Foundation
+
+/// Draws download progress: on a terminal, a live block redrawn in place under the lines of
+/// finished files; elsewhere, one plain line per event.
+struct ProgressDisplay {
+    let interactive: Bool
+    private var liveLines = 0
+
+    init(interactive: Bool) {
+        self.interactive = interactive
+    }
+
+    func header(_ text: String) {
+        Terminal.write(text + "\n")
+    }
+
+    /// A file finished: a permanent line.
+    mutating func finished(_ item: Downloader.Item, startedAt: Date) {
+        clearLive()
+        Terminal.write(Self.finalLine(item) + "\n")
+    }
+
+    mutating func retrying(_ item: Downloader.Item, attempt: Int, of attempts: Int, reason: String) {
+        clearLive()
+        Terminal.write("  ↻ \(item.name): \(reason); retrying (attempt \(attempt) of \(attempts))\n")
+    }
+
+    /// Redraws the live block: the active files and the total.
+    mutating func render(_ items: [Downloader.Item], startedAt: Date, final: Bool = false) {
+        guard interactive else { return }
+        clearLive()
+        guard !final else { return }
+        let width = Terminal.width
+        var lines: [String] = []
+        let active = items.filter { if case .active = $0.state { return true }; return false }
+        for item in active.prefix(8) {
+            lines.append(Format.fit(Self.activeLine(item), width - 1))
+        }
+        if active.count > 8 { lines.append("    … and \(active.count - 8) more downloading") }
+        lines.append(Format.fit(Self.totalLine(items, startedAt: startedAt), width - 1))
+        Terminal.write(lines.joined(separator: "\n") + "\n")
+        liveLines = lines.count
+    }
+
+    func summary(_ items: [Downloader.Item], directory: URL, elapsed: TimeInterval) {
+        let done = items.filter { if case .done = $0.state { return true }; return false }
+        let failed = items.compactMap { item -> (Downloader.Item, FetchError)? in
+            if case .failed(let error) = item.state { return (item, error) }
+            return nil
+        }
+        let bytes = done.reduce(Int64(0)) { $0 + $1.received }
+        var text = "\nDownloaded \(done.count) of \(items.count) file\(items.count == 1 ? "" : "s")"
+        text += " (\(Format.bytes(bytes))) to \(directory.path) in \(Format.duration(elapsed))"
+        text += " (\(Format.rate(Double(bytes) / max(elapsed, 0.001))))"
+        if failed.isEmpty {
+            text += ".\n"
+        } else {
+            text += "; \(failed.count) failed:\n"
+            for (item, error) in failed { text += "  \(item.name): \(Downloader.reason(error)) (\(item.url.absoluteString))\n" }
+        }
+        Terminal.write(text)
+    }
+
+    // MARK: Lines
+
+    private mutating func clearLive() {
+        guard interactive, liveLines > 0 else { return }
+        // Up to the first live line, then clear to the end of the screen.
+        Terminal.write("\u{1B}[\(liveLines)F\u{1B}[J")
+        liveLines = 0
+    }
+
+    static func finalLine(_ item: Downloader.Item) -> String {
+        let elapsed = item.finishedAt.flatMap { end in item.startedAt.map { end.timeIntervalSince($0) } } ?? 0
+        switch item.state {
+        case .done:
+            return "  ✓ \(item.name)  \(Format.bytes(item.received)) in \(Format.duration(elapsed))"
+                + (elapsed > 0 ? " (\(Format.rate(Double(item.received) / elapsed)))" : "")
+        case .failed(let error):
+            return "  ✗ \(item.name)  \(Downloader.reason(error))"
+        default:
+            return "  · \(item.name)"
+        }
+    }
+
+    static func activeLine(_ item: Downloader.Item) -> String {
+        let elapsed = item.startedAt.map { Date().timeIntervalSince($0) } ?? 0
+        let rate = elapsed > 0 ? Double(item.received) / elapsed : 0
+        var line = "  ↓ \(item.name)  "
+        if let expected = item.expected, expected > 0 {
+            let percent = Int(Double(item.received) / Double(expected) * 100)
+            line += "\(percent)%  \(Format.bytes(item.received)) of \(Format.bytes(expected))"
+            if rate > 0 { line += "  \(Format.rate(rate))  ETA \(Format.duration(Double(expected - item.received) / rate))" }
+        } else {
+            line += "\(Format.bytes(item.received))  \(Format.rate(rate))"
+        }
+        return line
+    }
+
+    static func totalLine(_ items: [Downloader.Item], startedAt: Date) -> String {
+        var done = 0, failed = 0, waiting = 0
+        var received: Int64 = 0, expected: Int64 = 0
+        var unknown = false
+        for item in items {
+            switch item.state {
+            case .done: done += 1
+            case .failed: failed += 1
+            case .waiting, .retrying: waiting += 1
+            case .active: break
+            }
+            received += item.received
+            if let length = item.expected { expected += length } else if case .failed = item.state {} else { unknown = true }
+        }
+        let elapsed = Date().timeIntervalSince(startedAt)
+        let rate = Double(received) / max(elapsed, 0.001)
+        var line = "  [\(done)/\(items.count) done"
+        if failed > 0 { line += ", \(failed) failed" }
+        if waiting > 0 { line += ", \(waiting) waiting" }
+        line += "]  \(Format.bytes(received))"
+        if !unknown, expected > 0 {
+            line += " of \(Format.bytes(expected))  \(Format.rate(rate))  ETA \(Format.duration(Double(expected - received) / max(rate, 1)))"
+        } else {
+            line += "  \(Format.rate(rate))"
+        }
+        return line
+    }
+}
