@@ -94,7 +94,7 @@ enum QueueMemoryBenchmark {
                 }
             }
             // Every operation has started and waits in the scheduler for the one slot.
-            while queue.transferCounts.waiting < count { usleep(10_000) }
+            while queue.transferCounts.waiting < count { usleep(1_000) }
             Memory.trim()
             print("delta=\(Memory.residentBytes() - before)")
             let started = Date()

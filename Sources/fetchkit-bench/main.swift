@@ -1,15 +1,24 @@
 // fetchkit-bench: FetchKit's benchmarks. Programs, not tests: each compares FetchKit with a
 // baseline measured in the same run and prints the table.
 //
+//   swift run -c release fetchkit-bench                 the throughput table (alias: throughput)
 //   swift run -c release fetchkit-bench queue-memory [--count N] [--runs R]
 import FetchKit
 import Foundation
+import LoopbackServer
 
 let usage = """
 usage: fetchkit-bench <benchmark> [options]
 
 benchmarks:
-  queue-memory [--count N] [--runs R]   memory per queued operation (default N = 100000, R = 3)
+  throughput [--runs R] [--quick] [--url BASE] [--only NAME,...]
+      FetchKit vs raw URLSession on the loopback server (or BASE, a server that serves
+      /bytes/{n}): 1 KiB × 20000 at C=16, 64 KiB × 5000 at C=8, 16 MiB × 64 at C=4,
+      256 MiB × 1 into memory and to disk (default R = 5; names: 1k 64k 16m 256m-memory 256m-disk)
+  queue-memory [--count N] [--runs R]
+      memory per queued operation (default N = 100000, R = 3)
+  serve
+      runs the loopback server until interrupted and prints its URL, for other clients
 """
 
 func option(_ name: String, in arguments: [String], default value: Int) throws -> Int {
@@ -23,6 +32,29 @@ func option(_ name: String, in arguments: [String], default value: Int) throws -
 let arguments = Array(CommandLine.arguments.dropFirst())
 do {
     switch arguments.first {
+    case nil, "throughput":
+        let base: URL?
+        if let index = arguments.firstIndex(of: "--url") {
+            guard index + 1 < arguments.count, let url = URL(string: arguments[index + 1]), url.scheme?.hasPrefix("http") == true else {
+                throw BenchError("--url needs an http(s) base URL")
+            }
+            base = URL(string: url.absoluteString.hasSuffix("/") ? String(url.absoluteString.dropLast()) : url.absoluteString)
+        } else {
+            base = nil
+        }
+        let only = arguments.firstIndex(of: "--only").flatMap { index in
+            index + 1 < arguments.count ? Set(arguments[index + 1].split(separator: ",").map(String.init)) : nil
+        } ?? []
+        try ThroughputBenchmark.run(runs: try option("--runs", in: arguments, default: 5),
+                                    quick: arguments.contains("--quick"), base: base, only: only)
+    case "throughput-child":
+        guard arguments.count == 4 else { throw BenchError("bad child arguments") }
+        try ThroughputBenchmark.child(client: arguments[1], scenario: arguments[2], base: arguments[3])
+    case "serve":
+        let server = try LoopbackServer(recordRequests: false)
+        print(server.baseURL.absoluteString)
+        fflush(nil)
+        while true { sleep(3600) }
     case "queue-memory":
         try QueueMemoryBenchmark.run(count: try option("--count", in: arguments, default: 100_000),
                                      runs: try option("--runs", in: arguments, default: 3))

@@ -34,17 +34,40 @@ extension FetchQueue {
     static let eventKey = "org.fetchkit.FetchQueue.event"
     static let activityKey = "org.fetchkit.FetchQueue.isNetworkActive"
 
-    /// Posts a notification from the event queue. Called under the lock where order matters:
-    /// dispatching is non-blocking, and the serial queue keeps the order of the calls.
-    func post(_ name: Notification.Name, _ event: Event) {
-        eventQueue.async { [self] in
-            postOnEventQueue(name, event)
-        }
+    /// Queues a notification for the event queue, in order. Under the lock: the order of the
+    /// calls is the order of the posts.
+    func post(_ name: Notification.Name, _ event: Event, _ state: inout State) {
+        state.pendingNotifications.append((name, event))
+        scheduleEventDrain(&state)
     }
 
-    /// Posts a notification now; the caller runs on the event queue.
-    func postOnEventQueue(_ name: Notification.Name, _ event: Event) {
-        notificationCenter.post(name: name, object: self, userInfo: [Self.eventKey: event])
+    /// Makes sure one drain of the pending notifications is on its way. Under the lock.
+    func scheduleEventDrain(_ state: inout State) {
+        guard !state.eventDrainScheduled else { return }
+        state.eventDrainScheduled = true
+        eventQueue.async { [self] in drainEvents() }
+    }
+
+    /// Posts every pending notification, in order, then the latest progress of each fetch still
+    /// in the queue. (A fetch's progress is posted before its did-finish: finishing moves its
+    /// pending progress into the ordered list first.) On the event queue.
+    private func drainEvents() {
+        let (ordered, progress) = withState { state -> ([(name: Notification.Name, event: Event)], [Event]) in
+            state.eventDrainScheduled = false
+            let ordered = state.pendingNotifications
+            state.pendingNotifications.removeAll()
+            let progress = state.pendingProgress.sorted { $0.key < $1.key }.compactMap { id, progress in
+                state.registry[id].map { Event(id: id, operation: $0.operation, progress: progress, error: nil) }
+            }
+            state.pendingProgress.removeAll()
+            return (ordered, progress)
+        }
+        for (name, event) in ordered {
+            notificationCenter.post(name: name, object: self, userInfo: [Self.eventKey: event])
+        }
+        for event in progress {
+            notificationCenter.post(name: Self.didProgressNotification, object: self, userInfo: [Self.eventKey: event])
+        }
     }
 
     // MARK: Network activity

@@ -80,10 +80,12 @@ public final class FetchQueue: @unchecked Sendable {
         var sharedFlights: [FlightKey: Flight] = [:]
         var registry: [FetchID: Entry] = [:]
         var idsByOperation: [ObjectIdentifier: FetchID] = [:]
-        /// The latest progress of each fetch not yet posted; one drain on the event queue
-        /// posts them all, so a busy center gets the latest value, not every chunk.
+        /// Notifications waiting to be posted, in order, and the latest progress of each fetch
+        /// not yet posted. One drain on the event queue posts them all: under load, many per
+        /// wake-up; a busy center gets the latest progress, not every chunk.
+        var pendingNotifications: [(name: Notification.Name, event: Event)] = []
         var pendingProgress: [FetchID: FetchProgress] = [:]
-        var progressDrainScheduled = false
+        var eventDrainScheduled = false
         var activeTransfers = 0
         var isNetworkActive = false
         var activityGeneration = 0
@@ -399,7 +401,7 @@ public final class FetchQueue: @unchecked Sendable {
     private func markBegan(_ operation: FetchOperation, _ state: inout State) {
         guard let id = state.idsByOperation[ObjectIdentifier(operation)], state.registry[id]?.began == false else { return }
         state.registry[id]!.began = true
-        post(Self.didBeginNotification, Event(id: id, operation: operation, progress: nil, error: nil))
+        post(Self.didBeginNotification, Event(id: id, operation: operation, progress: nil, error: nil), &state)
     }
 }
 
@@ -410,28 +412,11 @@ extension FetchQueue: TransferCoordinator {
         let batch = state.withLock { state -> (FetchBatch, Int)? in
             guard let id = state.idsByOperation[ObjectIdentifier(operation)], let entry = state.registry[id] else { return nil }
             state.pendingProgress[id] = progress
-            if !state.progressDrainScheduled {
-                state.progressDrainScheduled = true
-                eventQueue.async { [self] in postPendingProgress() }
-            }
+            scheduleEventDrain(&state)
             return entry.batch
         }
         if let (batch, index) = batch {
             batch.member(index, received: progress.bytesReceived, expected: progress.bytesExpected)
-        }
-    }
-
-    /// Posts the latest progress of every fetch that has some. On the event queue.
-    private func postPendingProgress() {
-        let events = state.withLock { state -> [Event] in
-            state.progressDrainScheduled = false
-            defer { state.pendingProgress.removeAll() }
-            return state.pendingProgress.sorted { $0.key < $1.key }.compactMap { id, progress in
-                state.registry[id].map { Event(id: id, operation: $0.operation, progress: progress, error: nil) }
-            }
-        }
-        for event in events {
-            postOnEventQueue(Self.didProgressNotification, event)
         }
     }
 
@@ -442,12 +427,12 @@ extension FetchQueue: TransferCoordinator {
             if !entry.began {
                 // It finished without a transfer (cancelled while waiting, a failed dependency,
                 // an invalid request): did-begin still comes first, once.
-                post(Self.didBeginNotification, Event(id: id, operation: operation, progress: nil, error: nil))
+                post(Self.didBeginNotification, Event(id: id, operation: operation, progress: nil, error: nil), &state)
             }
             if let progress = state.pendingProgress.removeValue(forKey: id) {
-                post(Self.didProgressNotification, Event(id: id, operation: operation, progress: progress, error: nil))
+                post(Self.didProgressNotification, Event(id: id, operation: operation, progress: progress, error: nil), &state)
             }
-            post(Self.didFinishNotification, Event(id: id, operation: operation, progress: nil, error: operation.error))
+            post(Self.didFinishNotification, Event(id: id, operation: operation, progress: nil, error: operation.error), &state)
         }
     }
 

@@ -16,14 +16,24 @@ final class SessionRouter: NSObject, @unchecked Sendable {
     let queue = DispatchQueue(label: "FetchKit.SessionRouter")
     /// The `URLSession` delegate queue, serial, running on ``queue``.
     let delegateQueue: OperationQueue
+    /// The transfers' timeouts, on one timer. Used on ``queue`` only.
+    let deadlines: Deadlines
     private let transfers = Protected([Int: Transfer]())
+    private static let queueKey = DispatchSpecificKey<ObjectIdentifier>()
 
     override init() {
         delegateQueue = OperationQueue()
         delegateQueue.name = "FetchKit.SessionRouter.delegate"
         delegateQueue.maxConcurrentOperationCount = 1
         delegateQueue.underlyingQueue = queue
+        deadlines = Deadlines(queue: queue)
         super.init()
+        queue.setSpecific(key: Self.queueKey, value: ObjectIdentifier(self))
+    }
+
+    /// Whether the caller runs on ``queue``.
+    var isCurrent: Bool {
+        DispatchQueue.getSpecific(key: Self.queueKey) == ObjectIdentifier(self)
     }
 
     func register(_ transfer: Transfer, for task: URLSessionTask) {

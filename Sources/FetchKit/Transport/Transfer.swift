@@ -54,7 +54,6 @@ final class Transfer: TransferHandle, @unchecked Sendable {
     private var expectedBytes: Int64?
     private var totalDeadline: UInt64?
     private var lastActivity: UInt64 = 0
-    private var timer: DispatchSourceTimer?
     private var declinedChallenge = false
     private var ended = false
 
@@ -73,8 +72,15 @@ final class Transfer: TransferHandle, @unchecked Sendable {
     }
 
     /// Creates and resumes the task. The clocks start now, not while the operation was queued.
+    ///
+    /// On the router queue already (the next transfer of a queue, started as the last one
+    /// ended), it starts at once: the number in flight does not dip, and no hop is spent.
     func start() {
-        queue.async { self.startOnQueue() }
+        if session.router.isCurrent {
+            startOnQueue()
+        } else {
+            queue.async { self.startOnQueue() }
+        }
     }
 
     /// Stops the transfer; the owner hears ``FetchError/cancelled`` once it has cleaned up.
@@ -96,7 +102,7 @@ final class Transfer: TransferHandle, @unchecked Sendable {
         if let total = limits.totalTimeout {
             totalDeadline = now &+ Self.nanoseconds(total)
         }
-        armTimer()
+        session.router.deadlines.schedule(self, at: nextDeadline())
         task.resume()
     }
 
@@ -205,9 +211,7 @@ final class Transfer: TransferHandle, @unchecked Sendable {
     private func end(_ result: TransferResult) {
         guard !ended else { return }
         ended = true
-        timer?.setEventHandler {}
-        timer?.cancel()
-        timer = nil
+        session.router.deadlines.cancel(self)
         if let task {
             session.router.unregister(task)
             if case .failure = result, task.state != .completed {
@@ -225,20 +229,14 @@ final class Transfer: TransferHandle, @unchecked Sendable {
 
     // MARK: Timeouts
 
-    private func armTimer() {
-        let timer = DispatchSource.makeTimerSource(queue: queue)
-        timer.setEventHandler { [weak self] in self?.timerFired() }
-        timer.schedule(deadline: DispatchTime(uptimeNanoseconds: nextTimerDeadline()), leeway: .milliseconds(1))
-        self.timer = timer
-        timer.resume()
-    }
-
-    private func nextTimerDeadline() -> UInt64 {
+    /// The earliest moment a timeout could fire: idle (from the last activity) or total.
+    private func nextDeadline() -> UInt64 {
         let idleDeadline = lastActivity &+ Self.nanoseconds(limits.idleTimeout)
         return min(idleDeadline, totalDeadline ?? .max)
     }
 
-    private func timerFired() {
+    /// Called by the session's ``Deadlines`` when ``nextDeadline()`` (as it was) has come.
+    func deadlineReached() {
         guard !ended else { return }
         let now = Self.now()
         if let totalDeadline, now >= totalDeadline {
@@ -246,8 +244,8 @@ final class Transfer: TransferHandle, @unchecked Sendable {
         } else if now >= lastActivity &+ Self.nanoseconds(limits.idleTimeout) {
             end(.failure(.timedOut(.init(kind: .idle, interval: limits.idleTimeout, url: request.url)), response))
         } else {
-            // Data arrived since the timer was set: sleep until the new idle deadline.
-            timer?.schedule(deadline: DispatchTime(uptimeNanoseconds: nextTimerDeadline()), leeway: .milliseconds(1))
+            // Data arrived since: wait for the new idle deadline.
+            session.router.deadlines.schedule(self, at: nextDeadline())
         }
     }
 

@@ -1,0 +1,113 @@
+import Dispatch
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// The baseline: plain URLSession used as well as it can be. One session with a delegate on a
+/// serial queue, exactly C tasks in flight (the next starts as one completes), bodies appended
+/// to buffers reserved from Content-Length, or written with POSIX writes for the disk case.
+final class RawClient: NSObject, URLSessionDataDelegate, @unchecked Sendable {
+    private let scenario: Scenario
+    private let base: URL
+    private let directory: URL
+    private let delegateQueue = OperationQueue()
+    private var session: URLSession!
+    private let done = DispatchSemaphore(value: 0)
+
+    // Delegate-queue state.
+    private var next = 0
+    private var completed = 0
+    private var buffers: [Int: Data] = [:]
+    private var files: [Int: Int32] = [:]
+    private var measurement = Measurement()
+
+    init(scenario: Scenario, base: URL, directory: URL) {
+        self.scenario = scenario
+        self.base = base
+        self.directory = directory
+        super.init()
+        delegateQueue.maxConcurrentOperationCount = 1
+        let configuration = URLSessionConfiguration.default
+        configuration.urlCache = nil
+        configuration.httpMaximumConnectionsPerHost = scenario.concurrency
+        session = URLSession(configuration: configuration, delegate: self, delegateQueue: delegateQueue)
+    }
+
+    func run() -> Measurement {
+        let started = Date()
+        delegateQueue.addOperation { [self] in
+            for _ in 0..<min(scenario.concurrency, scenario.count) { startNext() }
+        }
+        done.wait()
+        measurement.seconds = Date().timeIntervalSince(started)
+        session.finishTasksAndInvalidate()
+        return measurement
+    }
+
+    private func startNext() {
+        guard next < scenario.count else { return }
+        let index = next
+        next += 1
+        session.dataTask(with: scenario.url(base: base, index: index)).resume()
+    }
+
+    func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive response: URLResponse,
+                    completionHandler: @escaping @Sendable (URLSession.ResponseDisposition) -> Void) {
+        let id = dataTask.taskIdentifier
+        if scenario.destination == .disk {
+            let path = directory.appendingPathComponent("raw-\(id).part").path
+            files[id] = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0o644)
+        } else {
+            var buffer = Data()
+            if response.expectedContentLength > 0 { buffer.reserveCapacity(Int(response.expectedContentLength)) }
+            buffers[id] = buffer
+        }
+        completionHandler(.allow)
+    }
+
+    func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive data: Data) {
+        let id = dataTask.taskIdentifier
+        if let fd = files[id] {
+            data.withUnsafeBytes { buffer in
+                var offset = 0
+                while offset < buffer.count {
+                    let written = write(fd, buffer.baseAddress! + offset, buffer.count - offset)
+                    if written <= 0 { break }
+                    offset += written
+                }
+            }
+        } else {
+            buffers[id]?.append(data)
+        }
+    }
+
+    func urlSession(_ session: URLSession, task: URLSessionTask, didCompleteWithError error: (any Error)?) {
+        let id = task.taskIdentifier
+        var length = 0
+        if let fd = files.removeValue(forKey: id) {
+            length = Int(lseek(fd, 0, SEEK_CUR))
+            close(fd)
+            let part = directory.appendingPathComponent("raw-\(id).part").path
+            rename(part, directory.appendingPathComponent("raw-\(id)").path)
+        } else {
+            length = buffers.removeValue(forKey: id)?.count ?? 0
+        }
+        if error != nil || (task.response as? HTTPURLResponse)?.statusCode != 200 || length != scenario.bodySize {
+            measurement.errors += 1
+        }
+        measurement.bytes += Int64(length)
+        measurement.requests += 1
+        completed += 1
+        if completed == scenario.count {
+            done.signal()
+        } else {
+            startNext()
+        }
+    }
+}

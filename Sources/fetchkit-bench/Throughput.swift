@@ -1,0 +1,98 @@
+import Foundation
+import LoopbackServer
+
+/// `fetchkit-bench throughput`: FetchKit against raw URLSession on the same server.
+///
+/// Every (client, workload, run) is a fresh child process, so that each peak RSS is its own;
+/// the server runs in this process and counts the connections each child opened. Runs are
+/// interleaved — raw then FetchKit, then FetchKit then raw — and the table shows medians.
+enum ThroughputBenchmark {
+    static let clients = ["raw", "fetchkit"]
+
+    struct Sample {
+        let measurement: Measurement
+        let connections: Int?
+    }
+
+    static func run(runs: Int, quick: Bool, base externalBase: URL?, only: Set<String>) throws {
+        let server = externalBase == nil ? try LoopbackServer(recordRequests: false) : nil
+        defer { server?.stop() }
+        let base = externalBase ?? server!.baseURL
+        let scenarios = (quick ? Scenario.quick : Scenario.all).filter { only.isEmpty || only.contains($0.name) }
+
+        print("FetchKit vs raw URLSession — \(externalBase == nil ? "loopback server" : base.absoluteString), release build,")
+        print("\(runs) interleaved runs, medians; every client × workload × run in a fresh process\n")
+        var samples: [String: [String: [Sample]]] = [:]
+        for run in 0..<runs {
+            for scenario in scenarios {
+                for client in run.isMultiple(of: 2) ? clients : clients.reversed() {
+                    server?.resetCounters()
+                    let output = try runSelf(["throughput-child", client, scenario.name, base.absoluteString])
+                    guard let measurement = Measurement(parsing: output) else {
+                        throw BenchError("no measurement from \(client) \(scenario.name): \(output)")
+                    }
+                    samples[scenario.name, default: [:]][client, default: []].append(
+                        Sample(measurement: measurement, connections: server?.connectionsAccepted))
+                }
+            }
+            FileHandle.standardError.write(Data("run \(run + 1) of \(runs) done\n".utf8))
+        }
+        printTable(scenarios, samples)
+    }
+
+    private static func printTable(_ scenarios: [Scenario], _ samples: [String: [String: [Sample]]]) {
+        let columns = [28, 14, 14, 7, 11, 11, 8, 8, 7]
+        let header = ["workload", "raw", "FetchKit", "ratio", "raw RSS", "FK RSS", "raw conn", "FK conn", "errors"]
+        print(zip(header, columns).map { pad($0, $1) }.joined())
+        var verdicts: [String] = []
+        for scenario in scenarios {
+            guard let raw = samples[scenario.name]?["raw"], let fetchKit = samples[scenario.name]?["fetchkit"] else { continue }
+            func rate(_ sample: Sample) -> Double {
+                let m = sample.measurement
+                return scenario.reportsRequests ? Double(m.requests) / m.seconds : Double(m.bytes) / m.seconds / 1e6
+            }
+            let rawRate = median(raw.map(rate))
+            let fkRate = median(fetchKit.map(rate))
+            let unit = scenario.reportsRequests ? "req/s" : "MB/s"
+            let ratio = fkRate / rawRate
+            let rawRSS = median(raw.map(\.measurement.peakRSS))
+            let fkRSS = median(fetchKit.map(\.measurement.peakRSS))
+            let rawConnections = raw.compactMap(\.connections).isEmpty ? "–" : String(median(raw.compactMap(\.connections)))
+            let fkConnections = fetchKit.compactMap(\.connections).isEmpty ? "–" : String(median(fetchKit.compactMap(\.connections)))
+            let errors = raw.map(\.measurement.errors).reduce(0, +) + fetchKit.map(\.measurement.errors).reduce(0, +)
+            let row = [scenario.title, String(format: "%.0f %@", rawRate, unit), String(format: "%.0f %@", fkRate, unit),
+                       String(format: "%.2f×", ratio), Memory.format(bytes: rawRSS), Memory.format(bytes: fkRSS),
+                       rawConnections, fkConnections, String(errors)]
+            print(zip(row, columns).map { pad($0, $1) }.joined())
+            verdicts.append("\(ratio >= 0.95 ? "✓" : "✗") \(scenario.title): FetchKit at \(String(format: "%.2f", ratio))× raw URLSession (target ≥ 0.95×)")
+            if scenario.count == 1, scenario.destination == .memory {
+                let limit = Double(scenario.bodySize) * 1.3
+                verdicts.append("\(Double(fkRSS) <= limit ? "✓" : "✗") \(scenario.title): peak RSS \(Memory.format(bytes: fkRSS)) for a \(Memory.format(bytes: scenario.bodySize)) body held in memory (target ≤ 1.3×, \(Memory.format(bytes: Int(limit))))")
+            }
+            if scenario.destination == .disk {
+                verdicts.append("\(fkRSS < 64 << 20 ? "✓" : "✗") \(scenario.title): peak RSS \(Memory.format(bytes: fkRSS)) (target < 64 MiB)")
+            }
+        }
+        print("")
+        for verdict in verdicts { print(verdict) }
+    }
+
+    /// One client, one workload, in this (child) process.
+    static func child(client: String, scenario name: String, base: String) throws {
+        guard let scenario = Scenario.named(name), let base = URL(string: base) else {
+            throw BenchError("bad child arguments")
+        }
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("fetchkit-bench-\(ProcessInfo.processInfo.processIdentifier)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        var measurement: Measurement
+        switch client {
+        case "raw": measurement = RawClient(scenario: scenario, base: base, directory: directory).run()
+        case "fetchkit": measurement = FetchKitClient(scenario: scenario, base: base, directory: directory).run()
+        default: throw BenchError("unknown client \(client)")
+        }
+        measurement.peakRSS = Memory.peakResidentBytes()
+        print(measurement.line)
+        fflush(nil)
+    }
+}
