@@ -36,6 +36,29 @@ struct FetchOperationTests {
         #expect(zip(values, values.dropFirst()).allSatisfy { $0.bytesReceived <= $1.bytesReceived })
     }
 
+    @Test func progressShowsEveryByteOfAStalledTransfer() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let gate = ServerGate()
+        // 30,000 bytes (less than one 64 KiB progress step), then nothing until the gate opens.
+        server.route("/held") { _ in
+            .script([.write(HTTPResponse.rawHead(status: 200, headers: ["Content-Length": "40000"])),
+                     .writePattern(offset: 0, count: 30_000), .wait(gate), .writePattern(offset: 30_000, count: 10_000)])
+        }
+        let operation = server.operation("/held")
+        let reached = Countdown(1)
+        let once = Locked(false)
+        operation.onProgress(on: .global) { progress in
+            if progress.bytesReceived == 30_000, once.withLock({ seen in defer { seen = true }; return !seen }) { reached.signal() }
+        }
+        operation.start()
+        #expect(await reached.wait(), "the bytes before the stall were reported")
+        #expect(operation.progress.completedUnitCount == 30_000)
+        gate.open()
+        try await operation.finished()
+        #expect(operation.progress.completedUnitCount == 40_000)
+    }
+
     @Test func parseRunsOffTheDelegateQueueOnTheNamedQueue() async throws {
         let server = try LoopbackServer()
         defer { server.stop() }
