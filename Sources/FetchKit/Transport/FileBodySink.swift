@@ -51,6 +51,10 @@ final class FileBodySink: ResponseBodySink {
     private var opened = false
     private var length: Int64 = 0
     private var resumable = false
+    /// Chunks gathered into one `write(2)`: URLSession hands over 16 KiB at a time, and a
+    /// system call per chunk slows the queue that drains them (see ``ResponseBodySink``).
+    private var pending = Data()
+    static let writeBatch = 256 << 10
 
     /// Where the body started in the file: the bytes reused from an earlier partial download.
     private(set) var startOffset: Int64 = 0
@@ -108,6 +112,25 @@ final class FileBodySink: ResponseBodySink {
     }
 
     func write(_ chunk: Data) throws(FetchError) {
+        if pending.isEmpty && chunk.count >= Self.writeBatch {
+            try writeNow(chunk)
+            return
+        }
+        if pending.isEmpty { pending.reserveCapacity(Self.writeBatch) }
+        pending.append(chunk)
+        if pending.count >= Self.writeBatch {
+            try flush()
+        }
+    }
+
+    private func flush() throws(FetchError) {
+        guard !pending.isEmpty else { return }
+        let batch = pending
+        pending.removeAll(keepingCapacity: true)
+        try writeNow(batch)
+    }
+
+    private func writeNow(_ chunk: Data) throws(FetchError) {
         let fd = descriptor
         let failure: Int32? = chunk.withUnsafeBytes { buffer in
             guard var base = buffer.baseAddress else { return nil }
@@ -131,6 +154,8 @@ final class FileBodySink: ResponseBodySink {
     }
 
     func close() throws(FetchError) -> ResponseBody {
+        try flush()
+        pending = Data()
         let fd = descriptor
         descriptor = -1
         if fd >= 0, posixClose(fd) != 0 {
@@ -140,6 +165,10 @@ final class FileBodySink: ResponseBodySink {
     }
 
     func abandon() {
+        // What arrived is kept for resuming; a write that fails here only shortens it, and the
+        // partial file's length is what a resume asks for.
+        try? flush()
+        pending = Data()
         if descriptor >= 0 {
             _ = posixClose(descriptor)
             descriptor = -1
