@@ -43,6 +43,8 @@ public enum FetchError: Error, Sendable {
     case dependencyFailed(DependencyFailure)
     /// A download could not be written: an unwritable destination, a full disk, a failed move.
     case fileSystem(FileFailure)
+    /// The redirects went around in a loop, or were more than the ``RedirectPolicy`` allows.
+    case redirectFailed(RedirectFailure)
 }
 
 extension FetchError {
@@ -256,6 +258,29 @@ extension FetchError {
         }
     }
 
+    /// Details of ``FetchError/redirectFailed(_:)``.
+    public struct RedirectFailure: Sendable, CustomStringConvertible {
+        /// What went wrong.
+        public enum Kind: Sendable, Equatable {
+            /// The chain came back to a URL it had visited.
+            case loop
+            /// More redirects than the limit.
+            case tooMany(Int)
+        }
+        /// What went wrong.
+        public let kind: Kind
+        /// The URLs visited, first to last, and the one it would have gone to next.
+        public let chain: [URL]
+
+        public var description: String {
+            let path = chain.map(\.absoluteString).joined(separator: " → ")
+            switch kind {
+            case .loop: return "Redirect loop: \(path)."
+            case .tooMany(let limit): return "More than \(limit) redirects: \(path)."
+            }
+        }
+    }
+
     /// An error of any type, carried inside a `Sendable` ``FetchError``.
     ///
     /// Errors thrown by your code (a parse, a request builder) need not be `Sendable`; FetchKit
@@ -286,6 +311,7 @@ extension FetchError: CustomStringConvertible, LocalizedError {
         case .parseFailed(let details): return details.description
         case .dependencyFailed(let details): return details.description
         case .fileSystem(let details): return details.description
+        case .redirectFailed(let details): return details.description
         }
     }
 

@@ -21,7 +21,6 @@ final class Downloader: @unchecked Sendable {
         let destination: URL
         var name: String { destination.lastPathComponent }
         var state = State.waiting
-        var attempts = 0
         var received: Int64 = 0
         var expected: Int64?
         var startedAt: Date?
@@ -86,9 +85,15 @@ final class Downloader: @unchecked Sendable {
     // MARK: On the display queue
 
     private func start(_ index: Int) {
-        items[index].attempts += 1
         let download = DownloadOperation(url: items[index].url, destination: items[index].destination)
         download.idleTimeout = options.timeout
+        // FetchKit retries transient failures itself, with backoff (and Retry-After); a retry
+        // resumes the partial file.
+        download.retryPolicy = RetryPolicy(maximumRetries: options.retries)
+        download.onRetry(on: .dispatch(ui)) { [self] event in
+            items[index].state = .retrying(attempt: event.attempt, reason: Self.reason(event.error))
+            display.retrying(items[index], attempt: event.attempt, of: options.retries + 1, reason: Self.reason(event.error))
+        }
         download.onProgress(on: .dispatch(ui)) { [self] progress in
             if items[index].startedAt == nil { items[index].startedAt = Date() }
             if case .done = items[index].state { return }
@@ -104,14 +109,6 @@ final class Downloader: @unchecked Sendable {
                 items[index].expected = items[index].received
                 items[index].finishedAt = Date()
                 display.finished(items[index], startedAt: startedAt)
-            case .failure(let error) where Self.isTransient(error) && items[index].attempts <= options.retries:
-                let attempt = items[index].attempts + 1
-                items[index].state = .retrying(attempt: attempt, reason: Self.reason(error))
-                display.retrying(items[index], attempt: attempt, of: options.retries + 1, reason: Self.reason(error))
-                // Exponential backoff with jitter; the next attempt resumes a partial file.
-                let delay = 0.5 * pow(2, Double(attempt - 2)) * Double.random(in: 0.75...1.25)
-                ui.asyncAfter(deadline: .now() + delay) { [self] in start(index) }
-                return
             case .failure(let error):
                 items[index].state = .failed(error)
                 items[index].finishedAt = Date()
@@ -128,16 +125,6 @@ final class Downloader: @unchecked Sendable {
     }
 
     // MARK: Helpers
-
-    /// Failures worth another try: the network, timeouts, a short body, and statuses that say
-    /// "later".
-    static func isTransient(_ error: FetchError) -> Bool {
-        switch error {
-        case .transport, .timedOut, .lengthMismatch: return true
-        case .unacceptableStatus(let failure): return [408, 429, 500, 502, 503, 504].contains(failure.statusCode)
-        default: return false
-        }
-    }
 
     static func reason(_ error: FetchError) -> String {
         switch error {

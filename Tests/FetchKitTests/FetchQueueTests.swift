@@ -6,7 +6,7 @@ import Testing
 
 /// Records a FetchQueue's notifications from its own notification center.
 final class NotificationRecorder: @unchecked Sendable {
-    enum Kind: Equatable { case begin, progress, finish, activity(Bool) }
+    enum Kind: Equatable { case begin, progress, finish, retry, activity(Bool) }
     let events = Locked<[(kind: Kind, id: FetchID?)]>([])
     private var tokens: [NSObjectProtocol] = []
     private let center: NotificationCenter
@@ -15,7 +15,8 @@ final class NotificationRecorder: @unchecked Sendable {
         center = queue.notificationCenter
         let names: [(Notification.Name, Kind?)] = [
             (FetchQueue.didBeginNotification, .begin), (FetchQueue.didProgressNotification, .progress),
-            (FetchQueue.didFinishNotification, .finish), (FetchQueue.networkActivityDidChangeNotification, nil),
+            (FetchQueue.didFinishNotification, .finish), (FetchQueue.willRetryNotification, .retry),
+            (FetchQueue.networkActivityDidChangeNotification, nil),
         ]
         for (name, kind) in names {
             tokens.append(center.addObserver(forName: name, object: queue, queue: nil) { [events] note in

@@ -99,6 +99,30 @@ struct SlotSchedulerTests {
         #expect(scheduler.takeGrants().map(\.ticket) == [1])
     }
 
+    @Test func aPausedHostIsSkippedUntilItsPauseEnds() {
+        var scheduler = Scheduler(maximumTotal: 4, maximumPerHost: 4)
+        scheduler.block("a", until: 1_000)
+        scheduler.enqueue(1, host: "a", priority: .veryHigh)
+        scheduler.enqueue(2, host: "b", priority: .low)
+        #expect(scheduler.takeGrants(now: 500).map(\.ticket) == [2], "only the host that is not paused")
+        #expect(scheduler.nextUnblock == 1_000)
+        #expect(scheduler.takeGrants(now: 999).isEmpty)
+        #expect(scheduler.takeGrants(now: 1_000).map(\.ticket) == [1], "the pause is over")
+        #expect(scheduler.blockedUntil.isEmpty)
+    }
+
+    @Test func aLaterPauseWinsAndUnblockEndsIt() {
+        var scheduler = Scheduler(maximumTotal: 1, maximumPerHost: 1)
+        scheduler.block("a", until: 2_000)
+        scheduler.block("a", until: 1_000)
+        #expect(scheduler.blockedUntil["a"] == 2_000)
+        scheduler.enqueue(1, host: "a", priority: .normal)
+        #expect(scheduler.takeGrants(now: 1_500).isEmpty)
+        scheduler.unblock("a")
+        #expect(scheduler.takeGrants(now: 1_500).map(\.ticket) == [1])
+        #expect(scheduler.nextUnblock == nil)
+    }
+
     @Test func manyWithdrawalsStayCheap() {
         var scheduler = Scheduler(maximumTotal: 1, maximumPerHost: 1)
         for ticket in 0..<100_000 { scheduler.enqueue(ticket, host: "h", priority: .normal) }

@@ -116,10 +116,15 @@ open class DownloadOperation: FetchOperation, @unchecked Sendable {
             ActiveDownloads.release(destination)
         }
 
+        return request
+    }
+
+    /// Each attempt continues the partial file if it can: a retry resumes what the failed
+    /// attempt wrote.
+    override func prepareAttempt(_ request: URLRequest, attempt: Int) -> AttemptSetup {
         var request = request
         var offset: Int64 = 0
-        let resumes = resumesPartialDownloads
-        if resumes, (request.httpMethod ?? "GET").uppercased() == "GET",
+        if resumesPartialDownloads, (request.httpMethod ?? "GET").uppercased() == "GET",
            let size = Self.fileSize(partialFileURL), size > 0,
            let record = PartialDownloadRecord.load(from: partialRecordURL),
            record.url == request.url?.absoluteString,
@@ -132,7 +137,8 @@ open class DownloadOperation: FetchOperation, @unchecked Sendable {
             FileBodySink.removePartial(partialFileURL, partialRecordURL)
         }
         core.withLock { $0.rangeOffset = offset }
-        return request
+        recordAttempt(attempt, request: request, conditional: false)
+        return AttemptSetup(request: request, acceptsNotModified: false)
     }
 
     override func makeBodySink() -> any ResponseBodySink {

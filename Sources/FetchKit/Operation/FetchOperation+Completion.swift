@@ -105,6 +105,19 @@ extension FetchOperation {
         }
     }
 
+    /// Calls `handler` each time the operation is about to retry: after an attempt failed and
+    /// before the wait (see ``retryPolicy``).
+    ///
+    /// - Parameters:
+    ///   - queue: Where it runs; `nil` (the default) uses ``completionQueue``.
+    ///   - handler: Receives the coming attempt's number, the wait and the error.
+    public func onRetry(on queue: CallbackQueue? = nil, _ handler: @escaping @Sendable (RetryEvent) -> Void) {
+        core.withLock { core in
+            guard !core.machine.isFinished else { return }
+            core.retryHandlers.append((queue: queue, handler: handler))
+        }
+    }
+
     // MARK: Completion delivery
 
     func addCompletionHandler(on queue: CallbackQueue?, _ handler: @escaping @Sendable (FetchOperation) -> Void) {

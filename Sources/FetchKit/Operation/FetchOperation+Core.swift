@@ -10,6 +10,9 @@ extension FetchOperation {
         var settings: Settings
 
         // Results.
+        var attempts = 0
+        var sentConditionalRequest = false
+        var isNotModified = false
         var sentRequest: URLRequest?
         var response: HTTPURLResponse?
         var body: ResponseBody?
@@ -32,6 +35,7 @@ extension FetchOperation {
         var progressBase: Int64 = 0
         var progress: Progress?
         var progressRelays: [ProgressRelay] = []
+        var retryHandlers: [(queue: CallbackQueue?, handler: @Sendable (RetryEvent) -> Void)] = []
 
         // Ordered delivery of state changes (see FetchOperation+Observation.swift).
         var pendingEvents: [Event] = []
@@ -93,6 +97,12 @@ extension FetchOperation {
     }
 }
 
+/// One attempt's request, and whether it carried the validators of a conditional GET.
+struct AttemptSetup {
+    var request: URLRequest
+    var acceptsNotModified: Bool
+}
+
 /// Something that moves one operation's request: a ``Transfer`` of its own, or a place in a
 /// ``FetchQueue`` (which waits for a slot and may share one transfer among identical requests).
 ///
@@ -114,8 +124,12 @@ protocol TransferCoordinator: AnyObject, Sendable {
         for operation: FetchOperation,
         request: URLRequest,
         limits: TransferLimits,
-        sink: any ResponseBodySink
+        sink: any ResponseBodySink,
+        owner: any TransferOwner
     ) -> any TransferHandle
+
+    /// The operation will try again after a wait.
+    func operation(_ operation: FetchOperation, willRetry event: RetryEvent)
 
     /// The operation's body progressed. Called on the router queue, in order.
     func operation(_ operation: FetchOperation, didProgress progress: FetchProgress)

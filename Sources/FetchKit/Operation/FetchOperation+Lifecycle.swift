@@ -87,7 +87,6 @@ extension FetchOperation {
             failBeforeTransfer(error)
             return
         }
-        core.withLock { $0.sentRequest = prepared }
         beginTransfer(prepared)
     }
 
@@ -118,11 +117,12 @@ extension FetchOperation {
             idleTimeout: max(0.001, idle),
             totalTimeout: settings.totalTimeout.map { max(0.001, $0) },
             maximumResponseSize: settings.maximumResponseSize,
-            acceptableStatusCodes: settings.acceptableStatusCodes
+            acceptableStatusCodes: settings.acceptableStatusCodes,
+            redirectPolicy: settings.redirectPolicy,
+            credentials: settings.credentials
         )
-        let sink = makeBodySink()
-        let transfer: any TransferHandle = coordinator?.makeTransfer(for: self, request: request, limits: limits, sink: sink)
-            ?? Transfer(request: request, session: settings.session, limits: limits, sink: sink, owner: self)
+        let transfer = RetryingTransfer(operation: self, request: request, policy: settings.retryPolicy,
+                                        limits: limits, session: settings.session, coordinator: coordinator)
         let attached = core.withLock { core in
             guard core.machine.attachTransfer() else { return false }
             core.transfer = transfer
@@ -131,6 +131,15 @@ extension FetchOperation {
         // Cancelled meanwhile: the handle is dropped unstarted.
         guard attached else { return }
         transfer.start()
+    }
+
+    /// A retry is about to wait: tell the retry handlers and the coordinator.
+    func willRetry(_ event: RetryEvent) {
+        let (handlers, coordinator, fallback) = core.withLock { ($0.retryHandlers, $0.coordinator, $0.settings.completionQueue) }
+        for entry in handlers {
+            (entry.queue ?? fallback).perform { entry.handler(event) }
+        }
+        coordinator?.operation(self, willRetry: event)
     }
 
     // MARK: Parsing and finishing
@@ -155,6 +164,7 @@ extension FetchOperation {
         let progress = core.withLock { core -> Progress? in
             let outcome = core.machine.complete()
             core.progressRelays.removeAll()
+            core.retryHandlers.removeAll()
             if case .success = outcome, core.bytesExpected == nil {
                 core.bytesExpected = core.bytesReceived
             }
@@ -217,8 +227,14 @@ extension FetchOperation: TransferOwner {
             let action = core.machine.transferEnded(outcome)
             if action != .ignore {
                 switch result {
-                case .success(let response, let body):
+                case .success(let response, var body):
                     core.response = response
+                    if response.statusCode == 304 && core.sentConditionalRequest {
+                        core.isNotModified = true
+                        let url = core.sentRequest?.url
+                        let stored = url.flatMap { core.settings.validatorStore?.validators(for: $0)?.body }
+                        body = .data(stored ?? Data())
+                    }
                     core.body = body
                 case .failure(_, let response):
                     core.response = response

@@ -43,6 +43,11 @@ open class FetchOperation: Operation, @unchecked Sendable {
         var parseQueue: CallbackQueue = .global
         var completionQueue: CallbackQueue = .global
         var requiresSuccessfulDependencies = true
+        var retryPolicy: RetryPolicy = .default
+        var redirectPolicy: RedirectPolicy = .default
+        var credentials: CredentialProvider?
+        var validatorStore: ValidatorStore?
+        var parsesStoredBodyWhenNotModified = false
     }
 
     let core: Protected<Core>
@@ -161,7 +166,53 @@ open class FetchOperation: Operation, @unchecked Sendable {
         set { set(\.requiresSuccessfulDependencies, newValue) }
     }
 
+    /// When and how soon a failed attempt is tried again. Defaults to ``RetryPolicy/default``:
+    /// two retries with backoff, for idempotent requests and transient failures only.
+    public var retryPolicy: RetryPolicy {
+        get { setting(\.retryPolicy) }
+        set { set(\.retryPolicy, newValue) }
+    }
+
+    /// What to do with redirects. Defaults to following up to 10.
+    public var redirectPolicy: RedirectPolicy {
+        get { setting(\.redirectPolicy) }
+        set { set(\.redirectPolicy, newValue) }
+    }
+
+    /// Who answers authentication challenges. `nil` (the default) declines them: the operation
+    /// fails with the 401 at once.
+    public var credentials: CredentialProvider? {
+        get { setting(\.credentials) }
+        set { set(\.credentials, newValue) }
+    }
+
+    /// Where the validators for conditional GETs live; `nil` (the default) sends none. See
+    /// ``ValidatorStore``.
+    public var validatorStore: ValidatorStore? {
+        get { setting(\.validatorStore) }
+        set { set(\.validatorStore, newValue) }
+    }
+
+    /// Whether a `304 Not Modified` runs the parse hook on the body the store kept (it must keep
+    /// bodies). Default `false`: on a 304 the parse hook is not called — nothing changed.
+    public var parsesStoredBodyWhenNotModified: Bool {
+        get { setting(\.parsesStoredBodyWhenNotModified) }
+        set { set(\.parsesStoredBodyWhenNotModified, newValue) }
+    }
+
     // MARK: Results (set when finished)
+
+    /// How many attempts were made (more than 1 when retried); 0 if nothing was sent.
+    public var attempts: Int {
+        core.withLock { $0.attempts }
+    }
+
+    /// Whether the server answered `304 Not Modified` to a conditional GET (see
+    /// ``validatorStore``). The operation then succeeded; ``responseBody`` is the stored body
+    /// if the store keeps bodies.
+    public var isNotModified: Bool {
+        core.withLock { $0.isNotModified }
+    }
 
     /// The HTTP response, once it arrived. Also set for an unacceptable status.
     public var response: HTTPURLResponse? {
@@ -278,17 +329,52 @@ open class FetchOperation: Operation, @unchecked Sendable {
         MemoryBodySink(limit: maximumResponseSize)
     }
 
-    /// Last changes to a prepared, valid request before it is sent (a download adds `Range`).
+    /// Last checks of a prepared, valid request, once, before the first attempt (a download
+    /// checks and claims its destination).
     func prepareTransferRequest(_ request: URLRequest) throws(FetchError) -> URLRequest {
         request
     }
 
+    /// The request of one attempt: the prepared one, plus the validators of a conditional GET.
+    /// Called before every attempt (a download adds `Range` to continue its partial file).
+    func prepareAttempt(_ request: URLRequest, attempt: Int) -> AttemptSetup {
+        var request = request
+        var conditional = false
+        if let store = validatorStore, (request.httpMethod ?? "GET").uppercased() == "GET", let url = request.url,
+           request.value(forHTTPHeaderField: "If-None-Match") == nil,
+           request.value(forHTTPHeaderField: "If-Modified-Since") == nil,
+           let validators = store.validators(for: url) {
+            if let tag = validators.entityTag { request.setValue(tag, forHTTPHeaderField: "If-None-Match") }
+            if let date = validators.lastModified { request.setValue(date, forHTTPHeaderField: "If-Modified-Since") }
+            conditional = true
+        }
+        recordAttempt(attempt, request: request, conditional: conditional)
+        return AttemptSetup(request: request, acceptsNotModified: conditional)
+    }
+
+    func recordAttempt(_ attempt: Int, request: URLRequest, conditional: Bool) {
+        core.withLock { core in
+            core.attempts = attempt
+            core.sentRequest = request
+            core.sentConditionalRequest = conditional
+        }
+    }
+
     /// Hands a complete body to the subclass: here, ``parseResponseBody(_:)``. On the parse queue.
     func process(_ body: ResponseBody) throws(FetchError) {
+        let (notModified, parsesStored) = core.withLock { ($0.isNotModified, $0.settings.parsesStoredBodyWhenNotModified) }
+        // A 304: nothing changed. Parse only a stored body, and only if asked to.
+        if notModified && !(parsesStored && body.data.map { !$0.isEmpty } == true) { return }
         do {
             try parseResponseBody(body.data ?? Data())
         } catch {
             throw .parseFailed(.init(underlying: .init(error), url: response?.url ?? sentRequest?.url))
+        }
+        // Validators are recorded only once the body parsed: a body that failed is fetched
+        // whole next time.
+        if !notModified, let store = validatorStore, let response, response.statusCode == 200,
+           (sentRequest?.httpMethod ?? "GET").uppercased() == "GET", let url = sentRequest?.url {
+            store.record(response, body: body.data, for: url)
         }
     }
 

@@ -10,6 +10,9 @@ extension FetchQueue {
     public static let didProgressNotification = Notification.Name("org.fetchkit.FetchQueue.didProgress")
     /// Posted once per fetch when it finished, successfully or not; last of its notifications.
     public static let didFinishNotification = Notification.Name("org.fetchkit.FetchQueue.didFinish")
+    /// Posted when a fetch failed an attempt and will try again after a wait (see
+    /// ``RetryPolicy``); the event's ``FetchQueue/Event/retry`` says when and why.
+    public static let willRetryNotification = Notification.Name("org.fetchkit.FetchQueue.willRetry")
     /// Posted when ``FetchQueue/isNetworkActive`` changes; read it with
     /// `Notification.fetchQueueNetworkActivity`.
     public static let networkActivityDidChangeNotification = Notification.Name("org.fetchkit.FetchQueue.networkActivityDidChange")
@@ -27,8 +30,10 @@ extension FetchQueue {
         public let operation: FetchOperation
         /// How far its body got (did-progress only).
         public let progress: FetchProgress?
-        /// Why it failed (did-finish only; `nil` on success).
+        /// Why it failed (did-finish and will-retry; `nil` on success).
         public let error: FetchError?
+        /// The retry about to happen (will-retry only).
+        public let retry: RetryEvent?
     }
 
     static let eventKey = "org.fetchkit.FetchQueue.event"
@@ -57,7 +62,7 @@ extension FetchQueue {
             let ordered = state.pendingNotifications
             state.pendingNotifications.removeAll()
             let progress = state.pendingProgress.sorted { $0.key < $1.key }.compactMap { id, progress in
-                state.registry[id].map { Event(id: id, operation: $0.operation, progress: progress, error: nil) }
+                state.registry[id].map { Event(id: id, operation: $0.operation, progress: progress, error: nil, retry: nil) }
             }
             state.pendingProgress.removeAll()
             return (ordered, progress)

@@ -93,6 +93,9 @@ public final class FetchQueue: @unchecked Sendable {
         var countHandlers: [(id: Int, queue: CallbackQueue?, handler: @Sendable (TransferCounts) -> Void)] = []
         var nextHandlerID = 0
         var statistics = Statistics()
+        /// The wake-up scheduled for when a host's back-off ends, if any (uptime ns), and its token.
+        var wakeAt: UInt64?
+        var wakeToken = 0
     }
 
     /// Counters for diagnostics.
@@ -401,7 +404,7 @@ public final class FetchQueue: @unchecked Sendable {
     private func markBegan(_ operation: FetchOperation, _ state: inout State) {
         guard let id = state.idsByOperation[ObjectIdentifier(operation)], state.registry[id]?.began == false else { return }
         state.registry[id]!.began = true
-        post(Self.didBeginNotification, Event(id: id, operation: operation, progress: nil, error: nil), &state)
+        post(Self.didBeginNotification, Event(id: id, operation: operation, progress: nil, error: nil, retry: nil), &state)
     }
 }
 
@@ -427,19 +430,28 @@ extension FetchQueue: TransferCoordinator {
             if !entry.began {
                 // It finished without a transfer (cancelled while waiting, a failed dependency,
                 // an invalid request): did-begin still comes first, once.
-                post(Self.didBeginNotification, Event(id: id, operation: operation, progress: nil, error: nil), &state)
+                post(Self.didBeginNotification, Event(id: id, operation: operation, progress: nil, error: nil, retry: nil), &state)
             }
             if let progress = state.pendingProgress.removeValue(forKey: id) {
-                post(Self.didProgressNotification, Event(id: id, operation: operation, progress: progress, error: nil), &state)
+                post(Self.didProgressNotification, Event(id: id, operation: operation, progress: progress, error: nil, retry: nil), &state)
             }
-            post(Self.didFinishNotification, Event(id: id, operation: operation, progress: nil, error: operation.error), &state)
+            post(Self.didFinishNotification, Event(id: id, operation: operation, progress: nil, error: operation.error, retry: nil), &state)
         }
     }
 
-    func makeTransfer(for operation: FetchOperation, request: URLRequest, limits: TransferLimits, sink: any ResponseBodySink) -> any TransferHandle {
+    func makeTransfer(for operation: FetchOperation, request: URLRequest, limits: TransferLimits,
+                      sink: any ResponseBodySink, owner: any TransferOwner) -> any TransferHandle {
         let session = operation.session
         let key = coalescesIdenticalRequests ? FlightKey(request: request, limits: limits, session: session, sink: sink) : nil
-        return FlightMember(operation: operation, request: request, limits: limits, session: session, sink: sink, key: key, queue: self)
+        return FlightMember(operation: operation, owner: owner, request: request, limits: limits, session: session,
+                            sink: sink, key: key, queue: self)
+    }
+
+    func operation(_ operation: FetchOperation, willRetry event: RetryEvent) {
+        state.withLock { state in
+            guard let id = state.idsByOperation[ObjectIdentifier(operation)] else { return }
+            post(Self.willRetryNotification, Event(id: id, operation: operation, progress: nil, error: event.error, retry: event), &state)
+        }
     }
 
     /// A member's operation wants its transfer: join an identical flight, or start a new one.
@@ -480,11 +492,12 @@ extension FetchQueue: TransferCoordinator {
             // progress, so a late joiner starts where the transfer is.
             flight.session.router.queue.async { [self] in
                 let (response, received) = state.withLock { _ in (flight.response, flight.received) }
+                member.owner.transferDidStart()
                 if let (head, expected) = response {
-                    member.operation.transferDidReceive(response: head, expectedLength: expected)
+                    member.owner.transferDidReceive(response: head, expectedLength: expected)
                 }
                 if let received {
-                    member.operation.transferDidReceive(bytes: received.bytes, of: received.expected)
+                    member.owner.transferDidReceive(bytes: received.bytes, of: received.expected)
                 }
             }
         }
@@ -528,7 +541,7 @@ extension FetchQueue: TransferCoordinator {
         }
         stopping?.stop()
         if confirm {
-            member.operation.transferDidEnd(.failure(.cancelled, nil))
+            member.owner.transferDidEnd(.failure(.cancelled, nil))
         }
     }
 
@@ -543,6 +556,7 @@ extension FetchQueue: TransferCoordinator {
                 state.sharedFlights[key] = nil
             }
             state.scheduler.release(host: flight.host)
+            backOffIfAsked(flight.host, result: result, &state)
             transferEnded(&state)
             members = flight.members
             flight.members = []
@@ -553,13 +567,44 @@ extension FetchQueue: TransferCoordinator {
         }
         start(grants)
         for member in members {
-            member.operation.transferDidEnd(result)
+            member.owner.transferDidEnd(result)
         }
+    }
+
+    /// A host answered 429 or 503 with `Retry-After`: hold its transfers until then. Under the lock.
+    private func backOffIfAsked(_ host: String, result: TransferResult, _ state: inout State) {
+        guard case .failure(.unacceptableStatus(let failure), _) = result, [429, 503].contains(failure.statusCode),
+              let seconds = RetryAfter.seconds(in: failure), seconds > 0
+        else { return }
+        let pause = min(seconds, Self.maximumHostBackOff)
+        state.scheduler.block(host, until: DispatchTime.now().uptimeNanoseconds &+ UInt64(pause * 1e9))
+    }
+
+    /// The longest a host's `Retry-After` holds its transfers: 10 minutes.
+    public static let maximumHostBackOff: TimeInterval = 600
+
+    /// When transfers to `url`'s host may start again after it asked for a pause (a 429 or 503
+    /// with `Retry-After`), or `nil` if it is not paused.
+    public func backOffDeadline(for url: URL) -> Date? {
+        let host = FlightMember.hostKey(of: url)
+        let now = DispatchTime.now().uptimeNanoseconds
+        return state.withLock { state in
+            guard let until = state.scheduler.blockedUntil[host], until > now else { return nil }
+            return Date(timeIntervalSinceNow: Double(until - now) / 1e9)
+        }
+    }
+
+    /// Ends the pause of `url`'s host at once (a user asked to refresh now): its waiting
+    /// transfers start as the limits allow.
+    public func clearBackOff(for url: URL) {
+        let host = FlightMember.hostKey(of: url)
+        changeScheduler { $0.unblock(host) }
     }
 
     /// Moves granted flights to running. Under the lock.
     private func takeGrants(_ state: inout State) -> [Flight] {
         var flights: [Flight] = []
+        defer { scheduleWake(&state) }
         for grant in state.scheduler.takeGrants() {
             guard let flight = state.waitingFlights.removeValue(forKey: grant.ticket) else { continue }
             flight.phase = .running
@@ -571,6 +616,25 @@ extension FetchQueue: TransferCoordinator {
             flights.append(flight)
         }
         return flights
+    }
+
+    /// Makes sure the queue looks again when the first paused host with waiting transfers opens.
+    /// Under the lock.
+    private func scheduleWake(_ state: inout State) {
+        guard let unblock = state.scheduler.nextUnblock else { return }
+        if let wakeAt = state.wakeAt, wakeAt <= unblock { return }
+        state.wakeAt = unblock
+        state.wakeToken += 1
+        let token = state.wakeToken
+        DispatchQueue.global().asyncAfter(deadline: DispatchTime(uptimeNanoseconds: unblock)) { [weak self] in
+            guard let self else { return }
+            let current = self.state.withLock { state -> Bool in
+                guard state.wakeToken == token else { return false }
+                state.wakeAt = nil
+                return true
+            }
+            if current { self.changeScheduler { _ in } }
+        }
     }
 
     /// Creates and starts the transfers of granted flights. Outside the lock.

@@ -12,6 +12,8 @@ struct FlightKey: Hashable, Sendable {
     let acceptableStatusCodes: Set<Int>
     let idleTimeout: TimeInterval
     let totalTimeout: TimeInterval?
+    let redirects: Int?
+    let acceptsNotModified: Bool
 
     /// The key of a request that may share a transfer, or `nil`: only bodiless GETs whose body
     /// is kept in memory are shared (a download has a destination of its own).
@@ -19,8 +21,15 @@ struct FlightKey: Hashable, Sendable {
         guard (request.httpMethod ?? "GET").uppercased() == "GET",
               request.httpBody == nil, request.httpBodyStream == nil,
               sink is MemoryBodySink,
+              limits.credentials == nil,
               let url = request.url?.absoluteString
         else { return nil }
+        switch limits.redirectPolicy {
+        case .follow(let maximum): redirects = maximum
+        case .doNotFollow: redirects = nil
+        case .ask: return nil   // a closure cannot be compared: such requests are not shared
+        }
+        acceptsNotModified = limits.acceptsNotModified
         self.url = url
         headers = (request.allHTTPHeaderFields ?? [:]).map { "\($0.key.lowercased()):\($0.value)" }.sorted()
         self.session = ObjectIdentifier(session)
@@ -83,7 +92,7 @@ extension Flight: TransferOwner {
             return self.members
         }
         for member in members {
-            member.operation.transferDidReceive(response: response, expectedLength: expectedLength)
+            member.owner.transferDidReceive(response: response, expectedLength: expectedLength)
         }
     }
 
@@ -93,7 +102,14 @@ extension Flight: TransferOwner {
             return self.members
         }
         for member in members {
-            member.operation.transferDidReceive(bytes: bytes, of: expectedLength)
+            member.owner.transferDidReceive(bytes: bytes, of: expectedLength)
+        }
+    }
+
+    func transferDidStart() {
+        let members = queue.withState { _ in self.members }
+        for member in members {
+            member.owner.transferDidStart()
         }
     }
 
@@ -111,6 +127,8 @@ final class FlightMember: TransferHandle, @unchecked Sendable {
     }
 
     let operation: FetchOperation
+    /// Who hears of the transfer: the operation's ``RetryingTransfer``.
+    let owner: any TransferOwner
     let request: URLRequest
     let limits: TransferLimits
     let session: FetchSession
@@ -125,9 +143,10 @@ final class FlightMember: TransferHandle, @unchecked Sendable {
     /// Guarded by the queue's lock.
     var state = State.new
 
-    init(operation: FetchOperation, request: URLRequest, limits: TransferLimits, session: FetchSession,
+    init(operation: FetchOperation, owner: any TransferOwner, request: URLRequest, limits: TransferLimits, session: FetchSession,
          sink: any ResponseBodySink, key: FlightKey?, queue: FetchQueue) {
         self.operation = operation
+        self.owner = owner
         self.request = request
         self.limits = limits
         self.session = session

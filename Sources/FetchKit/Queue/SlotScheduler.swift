@@ -1,3 +1,4 @@
+import Dispatch
 import Foundation
 
 /// Decides which waiting transfer starts next, under an overall limit and a per-host limit.
@@ -35,6 +36,8 @@ struct SlotScheduler<Ticket: Hashable & Sendable>: Sendable {
     private var hosts: [String: HostQueue] = [:]
     private var waiting: [Ticket: Waiting] = [:]
     private var nextSequence: UInt64 = 0
+    /// Hosts that asked for a pause (429 or 503 with `Retry-After`), until when (uptime ns).
+    private(set) var blockedUntil: [String: UInt64] = [:]
 
     static var levelCount: Int { 5 }
 
@@ -94,12 +97,29 @@ struct SlotScheduler<Ticket: Hashable & Sendable>: Sendable {
         runningPerHost[host] = remaining > 0 ? remaining : nil
     }
 
+    /// Holds every transfer to `host` until `deadline` (uptime nanoseconds); a later block wins.
+    mutating func block(_ host: String, until deadline: UInt64) {
+        blockedUntil[host] = max(blockedUntil[host] ?? 0, deadline)
+    }
+
+    /// Lifts a host's pause.
+    mutating func unblock(_ host: String) {
+        blockedUntil[host] = nil
+    }
+
+    /// When the first blocked host that has tickets waiting opens again, if any.
+    var nextUnblock: UInt64? {
+        blockedUntil.filter { hosts[$0.key] != nil }.values.min()
+    }
+
     /// Grants as many waiting tickets as the limits allow, best first, and counts them running.
-    mutating func takeGrants() -> [(ticket: Ticket, host: String)] {
+    /// Hosts that asked for a pause are skipped until it is over.
+    mutating func takeGrants(now: UInt64 = DispatchTime.now().uptimeNanoseconds) -> [(ticket: Ticket, host: String)] {
+        blockedUntil = blockedUntil.filter { $0.value > now }
         var grants: [(ticket: Ticket, host: String)] = []
         while !isPaused && running < maximumTotal {
             var best: (host: String, level: Int, sequence: UInt64)?
-            for host in Array(hosts.keys) where (runningPerHost[host] ?? 0) < maximumPerHost {
+            for host in Array(hosts.keys) where (runningPerHost[host] ?? 0) < maximumPerHost && blockedUntil[host] == nil {
                 guard let head = liveHead(of: host) else { continue }
                 if best == nil || (head.level, head.sequence) < (best!.level, best!.sequence) {
                     best = (host, head.level, head.sequence)

@@ -91,10 +91,16 @@ extension SessionRouter: URLSessionDataDelegate {
         completionHandler: @escaping @Sendable (URLRequest?) -> Void
     ) {
         guard let transfer = transfer(for: task) else {
-            completionHandler(nil)
+            // Its transfer ended, which cancels the task: answering now would trap in
+            // FoundationNetworking. Make sure of the cancel and leave the answer unsent.
+            task.cancel()
             return
         }
-        completionHandler(transfer.redirect(response, to: request))
+        switch transfer.redirect(response, to: request) {
+        case .follow(let next): completionHandler(next)
+        case .stop: completionHandler(nil)
+        case .abandon: task.cancel()
+        }
     }
 
     func urlSession(

@@ -10,14 +10,20 @@ enum TransferResult: Sendable {
     case failure(FetchError, HTTPURLResponse?)
 }
 
-/// The operation a transfer works for.
+/// The operation a transfer works for (or the ``RetryingTransfer`` that works for it).
 protocol TransferOwner: AnyObject, Sendable {
+    /// The URLSession task was created and resumed: the transfer's clocks run from now.
+    func transferDidStart()
     /// The response head arrived and was accepted. Called on the router queue.
     func transferDidReceive(response: HTTPURLResponse, expectedLength: Int64?)
     /// More of the body arrived. Called on the router queue.
     func transferDidReceive(bytes: Int64, of expectedLength: Int64?)
     /// The transfer is over and has cleaned up. Called once, on the router queue.
     func transferDidEnd(_ result: TransferResult)
+}
+
+extension TransferOwner {
+    func transferDidStart() {}
 }
 
 /// The limits a transfer enforces itself.
@@ -31,6 +37,16 @@ struct TransferLimits: Sendable {
     var maximumResponseSize: Int64
     /// Status codes that count as success.
     var acceptableStatusCodes: Set<Int>
+    /// What to do with redirects.
+    var redirectPolicy: RedirectPolicy = .default
+    /// Who answers authentication challenges, if anyone.
+    var credentials: CredentialProvider?
+    /// Whether a `304 Not Modified` is a success (the request carried validators).
+    var acceptsNotModified = false
+
+    func accepts(_ statusCode: Int) -> Bool {
+        acceptableStatusCodes.contains(statusCode) || (statusCode == 304 && acceptsNotModified)
+    }
 }
 
 /// One HTTP exchange: a URLSession data task, its body, its timeouts and its limits.
@@ -57,6 +73,10 @@ final class Transfer: TransferHandle, @unchecked Sendable {
     private var totalDeadline: UInt64?
     private var lastActivity: UInt64 = 0
     private var declinedChallenge = false
+    /// The URLs visited through redirects, first to last.
+    private var chain: [URL] = []
+    /// Inside the redirect callback: ending must not cancel the task.
+    private var answeringRedirect = false
     private var ended = false
 
     private var queue: DispatchQueue { session.router.queue }
@@ -105,7 +125,9 @@ final class Transfer: TransferHandle, @unchecked Sendable {
             totalDeadline = now &+ Self.nanoseconds(total)
         }
         session.router.deadlines.schedule(self, at: nextDeadline())
+        if let url = request.url { chain = [url] }
         task.resume()
+        owner?.transferDidStart()
     }
 
     // MARK: URLSession callbacks (router queue)
@@ -117,9 +139,13 @@ final class Transfer: TransferHandle, @unchecked Sendable {
             end(.failure(.transport(urlError(.badServerResponse)), nil))
             return
         }
+        // A new head (after an answered challenge) starts the body over.
+        errorBodyPrefix = nil
+        receivedBytes = 0
+        reportedBytes = 0
         self.response = http
         expectedBytes = http.expectedContentLength >= 0 ? http.expectedContentLength : nil
-        guard limits.acceptableStatusCodes.contains(http.statusCode) else {
+        guard limits.accepts(http.statusCode) else {
             // Keep a bounded prefix of the error body for the error; discard the rest.
             errorBodyPrefix = Data()
             return
@@ -213,24 +239,93 @@ final class Transfer: TransferHandle, @unchecked Sendable {
         }
     }
 
-    func redirect(_ response: HTTPURLResponse, to next: URLRequest) -> URLRequest? {
-        guard !ended else { return nil }
+    /// What to tell URLSession about a redirect.
+    enum RedirectDecision {
+        /// Follow this request.
+        case follow(URLRequest)
+        /// Do not follow: the 3xx response ends the task.
+        case stop
+        /// The transfer already ended and cancelled its task: leave the callback unanswered.
+        /// (Answering a redirect of a cancelled task traps in FoundationNetworking:
+        /// "Received callback for HTTP redirection, but we're not waiting for it".)
+        case abandon
+    }
+
+    func redirect(_ response: HTTPURLResponse, to next: URLRequest) -> RedirectDecision {
+        guard !ended else { return .abandon }
+        // Whatever ends the transfer from here must not cancel the task: the task is waiting for
+        // this answer, and cancelling it first makes the answer trap. Answering `nil` ends it.
+        answeringRedirect = true
+        defer { answeringRedirect = false }
+        guard let request = decideRedirect(response, to: next) else { return .stop }
+        return .follow(request)
+    }
+
+    private func decideRedirect(_ response: HTTPURLResponse, to next: URLRequest) -> URLRequest? {
         lastActivity = Self.now()
         var next = next
-        if !Self.sameOrigin(response.url ?? request.url, next.url) {
+        let from = response.url ?? chain.last ?? request.url
+        if !Self.sameOrigin(from, next.url) {
             // Credentials belong to the origin they were meant for.
-            next.setValue(nil, forHTTPHeaderField: "Authorization")
-            next.setValue(nil, forHTTPHeaderField: "Cookie")
+            for header in ["Authorization", "Proxy-Authorization", "Cookie"] {
+                next.setValue(nil, forHTTPHeaderField: header)
+            }
         }
+        guard let target = next.url else { return decline(response) }
+        if chain.contains(target) {
+            end(.failure(.redirectFailed(.init(kind: .loop, chain: chain + [target])), response))
+            return nil
+        }
+        switch limits.redirectPolicy {
+        case .doNotFollow:
+            return decline(response)
+        case .follow(let maximum):
+            guard chain.count <= maximum else {
+                end(.failure(.redirectFailed(.init(kind: .tooMany(maximum), chain: chain + [target])), response))
+                return nil
+            }
+        case .ask(let decide):
+            guard let decided = decide(RedirectContext(response: response, proposedRequest: next, chain: chain)) else {
+                return decline(response)
+            }
+            next = decided
+        }
+        if let url = next.url { chain.append(url) }
         return next
     }
 
+    /// Not following: the 3xx response is the result. (URLSession reports no response head for
+    /// a redirect it was told not to follow, so it is recorded here.)
+    private func decline(_ response: HTTPURLResponse) -> URLRequest? {
+        didReceive(response: response)
+        return nil
+    }
+
     func answer(_ challenge: URLAuthenticationChallenge) -> (URLSession.AuthChallengeDisposition, URLCredential?) {
+        let space = challenge.protectionSpace
+        if challenge.previousFailureCount == 0, let credentials = limits.credentials, Self.canAnswer(space.authenticationMethod) {
+            let question = CredentialProvider.Challenge(
+                host: space.host, port: space.port, realm: space.realm,
+                authenticationMethod: space.authenticationMethod, previousFailureCount: challenge.previousFailureCount
+            )
+            if let credential = credentials.answer(question) {
+                return (.useCredential, credential)
+            }
+        }
         // Declining ends the task at once. Swift 6.3.1's default handling of a 401 with
         // `WWW-Authenticate` and no credential never completes the task (corelibs #5456).
         // The 401 response has already arrived; it becomes the operation's status error.
         declinedChallenge = true
         return (.cancelAuthenticationChallenge, nil)
+    }
+
+    /// FoundationNetworking answers only HTTP Basic; answering Digest traps inside it.
+    private static func canAnswer(_ method: String) -> Bool {
+        #if canImport(FoundationNetworking)
+        return method == NSURLAuthenticationMethodHTTPBasic
+        #else
+        return true
+        #endif
     }
 
     // MARK: Ending
@@ -241,7 +336,7 @@ final class Transfer: TransferHandle, @unchecked Sendable {
         session.router.deadlines.cancel(self)
         if let task {
             session.router.unregister(task)
-            if case .failure = result, task.state != .completed {
+            if case .failure = result, task.state != .completed, !answeringRedirect {
                 // Never cancel a task on the delegate queue: in 6.3.1 cancel() waits on
                 // URLSession's work queue, which may be waiting to deliver to this one.
                 DispatchQueue.global().async { task.cancel() }
@@ -279,11 +374,17 @@ final class Transfer: TransferHandle, @unchecked Sendable {
     // MARK: Helpers
 
     private func failure(for error: any Error) -> FetchError {
-        if declinedChallenge, let response, !limits.acceptableStatusCodes.contains(response.statusCode) {
+        if declinedChallenge, let response, !limits.accepts(response.statusCode) {
             return .unacceptableStatus(statusFailure(response))
         }
         guard let error = error as? URLError else {
             return .transport(urlError(.unknown, underlying: error))
+        }
+        // The server closed before the announced length: on Linux libcurl says so only in words
+        // ("transfer closed with N bytes remaining", URLError -1). The numbers say it better.
+        if let response, let expected = expectedBytes, receivedBytes < expected, bodyLengthIsCheckable(response),
+           [.unknown, .networkConnectionLost, .cannotParseResponse].contains(error.code) {
+            return .lengthMismatch(.init(expected: expected, received: receivedBytes, url: response.url ?? request.url))
         }
         switch error.code {
         case .cancelled:
@@ -292,6 +393,9 @@ final class Transfer: TransferHandle, @unchecked Sendable {
             return .cancelled
         case .timedOut:
             return .timedOut(.init(kind: .idle, interval: limits.idleTimeout, url: request.url))
+        case .httpTooManyRedirects:
+            // Foundation's own limit (20) was reached before the policy's.
+            return .redirectFailed(.init(kind: .tooMany(20), chain: chain))
         default:
             return .transport(error.failingURL == nil ? urlError(error.code, underlying: error) : error)
         }

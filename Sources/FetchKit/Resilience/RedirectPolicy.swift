@@ -1,0 +1,83 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+/// What a fetch does when the server redirects it.
+///
+/// Whatever the policy, FetchKit never forwards `Authorization`, `Proxy-Authorization` or
+/// `Cookie` headers to another origin (scheme, host and port), and a chain that comes back to
+/// a URL it already visited fails at once with ``FetchError/redirectFailed(_:)``.
+public enum RedirectPolicy: Sendable {
+    /// Follows up to `maximum` redirects (default 10); one more fails with
+    /// ``FetchError/RedirectFailure/Kind/tooMany(_:)``.
+    case follow(maximum: Int = 10)
+    /// Follows none: the 3xx response is the result (an ``FetchError/unacceptableStatus(_:)``
+    /// unless you add its status to ``FetchOperation/acceptableStatusCodes``).
+    case doNotFollow
+    /// Asks `decide`: return the request to follow (as is, or changed), or `nil` to stop and take
+    /// the 3xx response as the result. Called on FetchKit's network queue: keep it quick.
+    case ask(@Sendable (RedirectContext) -> URLRequest?)
+
+    /// The default: follow up to 10.
+    public static let `default` = RedirectPolicy.follow(maximum: 10)
+}
+
+/// A redirect on its way, for ``RedirectPolicy/ask(_:)``.
+public struct RedirectContext: @unchecked Sendable {
+    /// The 3xx response.
+    public let response: HTTPURLResponse
+    /// The request FetchKit would send next (credentials already removed if it leaves the origin).
+    public let proposedRequest: URLRequest
+    /// The URLs visited so far, first to last.
+    public let chain: [URL]
+}
+
+/// How a fetch answers an authentication challenge (a `401` with `WWW-Authenticate`).
+///
+/// Without one — and whenever it has no answer, or its answer was refused once — the challenge
+/// is declined and the operation fails with the 401, at once. (On Swift 6.3.1 on Linux an
+/// unanswered challenge would otherwise never complete.)
+///
+/// ```swift
+/// operation.credentials = .perHost(["api.example.com": URLCredential(user: "alice", password: "s3cret", persistence: .none)])
+/// ```
+///
+/// On Linux, FoundationNetworking can only answer HTTP Basic; FetchKit declines other schemes
+/// there (answering Digest traps inside Foundation).
+public struct CredentialProvider: @unchecked Sendable {
+    /// A challenge to answer.
+    public struct Challenge: Sendable {
+        /// The host asking.
+        public let host: String
+        /// Its port.
+        public let port: Int
+        /// The realm, if the server named one.
+        public let realm: String?
+        /// The authentication method (`NSURLAuthenticationMethodHTTPBasic`…).
+        public let authenticationMethod: String
+        /// How many answers to this challenge were refused already.
+        public let previousFailureCount: Int
+    }
+
+    let answer: @Sendable (Challenge) -> URLCredential?
+
+    /// A provider that asks `answer` for each challenge.
+    public init(_ answer: @escaping @Sendable (Challenge) -> URLCredential?) {
+        self.answer = answer
+    }
+
+    /// A provider that answers each host with its own credential (host names match without
+    /// regard to case), and no other host.
+    public static func perHost(_ credentials: [String: URLCredential]) -> CredentialProvider {
+        let table = Dictionary(credentials.map { ($0.key.lowercased(), $0.value) }, uniquingKeysWith: { first, _ in first })
+        let box = UncheckedBox(table)
+        return CredentialProvider { challenge in box.value[challenge.host.lowercased()] }
+    }
+}
+
+/// Carries a value FetchKit only reads, across threads.
+struct UncheckedBox<Value>: @unchecked Sendable {
+    let value: Value
+    init(_ value: Value) { self.value = value }
+}

@@ -1,0 +1,165 @@
+import Dispatch
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+/// The transfer an operation holds: one attempt after another until one succeeds, its
+/// ``RetryPolicy`` gives up, the total timeout would be passed, or the operation stops it.
+///
+/// Each attempt is a fresh ``Transfer`` (or a place in a ``FetchQueue``, which releases the
+/// slot during the wait), built from a fresh request — so a download resumes from what the last
+/// attempt wrote — and a fresh body sink. The operation hears of each retry before its wait,
+/// and of the end exactly once.
+final class RetryingTransfer: TransferHandle, TransferOwner, @unchecked Sendable {
+    private let operation: FetchOperation
+    private let request: URLRequest
+    private let policy: RetryPolicy
+    private let limits: TransferLimits
+    private let session: FetchSession
+    private let coordinator: (any TransferCoordinator)?
+
+    private struct State {
+        var attempt = 0
+        var current: (any TransferHandle)?
+        /// A retry wait is under way (its token identifies it).
+        var waiting = false
+        var waitToken = 0
+        var stopped = false
+        var finished = false
+        /// When the first attempt's transfer started: the total timeout counts from there.
+        var firstStart: UInt64?
+    }
+
+    private let state = Protected(State())
+
+    init(operation: FetchOperation, request: URLRequest, policy: RetryPolicy, limits: TransferLimits,
+         session: FetchSession, coordinator: (any TransferCoordinator)?) {
+        self.operation = operation
+        self.request = request
+        self.policy = policy
+        self.limits = limits
+        self.session = session
+        self.coordinator = coordinator
+    }
+
+    func start() {
+        beginAttempt()
+    }
+
+    func stop() {
+        enum Action { case none, stopCurrent(any TransferHandle), finishCancelled }
+        let action = state.withLock { state -> Action in
+            state.stopped = true
+            if state.waiting {
+                state.waiting = false
+                state.waitToken += 1
+                return .finishCancelled
+            }
+            if let current = state.current { return .stopCurrent(current) }
+            // An attempt is being set up: it sees `stopped` and reports the cancel.
+            return .none
+        }
+        switch action {
+        case .none: break
+        case .stopCurrent(let current): current.stop()
+        case .finishCancelled: finish(.failure(.cancelled, nil))
+        }
+    }
+
+    // MARK: Attempts
+
+    private func beginAttempt() {
+        let (attempt, firstStart) = state.withLock { state -> (Int, UInt64?) in
+            state.attempt += 1
+            return (state.attempt, state.firstStart)
+        }
+        var limits = self.limits
+        if let total = limits.totalTimeout, let firstStart {
+            // The total timeout covers every attempt and every wait.
+            let remaining = total - Double(Transfer.now() &- firstStart) / 1e9
+            guard remaining > 0 else {
+                finish(.failure(.timedOut(.init(kind: .total, interval: total, url: request.url)), nil))
+                return
+            }
+            limits.totalTimeout = remaining
+        }
+        let setup = operation.prepareAttempt(request, attempt: attempt)
+        limits.acceptsNotModified = setup.acceptsNotModified
+        let sink = operation.makeBodySink()
+        let handle: any TransferHandle = coordinator?.makeTransfer(for: operation, request: setup.request, limits: limits, sink: sink, owner: self)
+            ?? Transfer(request: setup.request, session: session, limits: limits, sink: sink, owner: self)
+        let go = state.withLock { state -> Bool in
+            guard !state.stopped else { return false }
+            state.current = handle
+            return true
+        }
+        guard go else {
+            finish(.failure(.cancelled, nil))
+            return
+        }
+        handle.start()
+    }
+
+    private func waitEnded(token: Int) {
+        let go = state.withLock { state -> Bool in
+            guard state.waiting, state.waitToken == token, !state.stopped else { return false }
+            state.waiting = false
+            return true
+        }
+        if go { beginAttempt() }
+    }
+
+    private func finish(_ result: TransferResult) {
+        let first = state.withLock { state -> Bool in
+            defer { state.finished = true }
+            return !state.finished
+        }
+        guard first else { return }
+        operation.transferDidEnd(result)
+    }
+
+    // MARK: TransferOwner (the current attempt)
+
+    func transferDidStart() {
+        state.withLock { state in
+            if state.firstStart == nil { state.firstStart = Transfer.now() }
+        }
+    }
+
+    func transferDidReceive(response: HTTPURLResponse, expectedLength: Int64?) {
+        operation.transferDidReceive(response: response, expectedLength: expectedLength)
+    }
+
+    func transferDidReceive(bytes: Int64, of expectedLength: Int64?) {
+        operation.transferDidReceive(bytes: bytes, of: expectedLength)
+    }
+
+    func transferDidEnd(_ result: TransferResult) {
+        enum Decision { case finish, retry(RetryEvent, token: Int) }
+        let method = request.httpMethod ?? "GET"
+        let decision = state.withLock { state -> Decision in
+            state.current = nil
+            guard !state.stopped, case .failure(let error, _) = result,
+                  let delay = policy.delay(after: error, attempt: state.attempt, method: method)
+            else { return .finish }
+            if let total = limits.totalTimeout, let firstStart = state.firstStart {
+                // A wait that would end past the deadline is not begun: the last error stands.
+                let remaining = total - Double(Transfer.now() &- firstStart) / 1e9
+                guard delay < remaining else { return .finish }
+            }
+            state.waiting = true
+            state.waitToken += 1
+            return .retry(RetryEvent(attempt: state.attempt + 1, delay: delay, error: error), token: state.waitToken)
+        }
+        switch decision {
+        case .finish:
+            finish(result)
+        case .retry(let event, let token):
+            operation.willRetry(event)
+            DispatchQueue.global().asyncAfter(deadline: .now() + event.delay) { [weak self] in
+                self?.waitEnded(token: token)
+            }
+        }
+    }
+}
