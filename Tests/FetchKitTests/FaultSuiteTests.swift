@@ -132,6 +132,23 @@ struct FaultSuiteTests {
         #expect(operations.allSatisfy { $0.isFinished })
     }
 
+    @Test func oversizedHeadersAreRefusedWithoutHarm() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        // A 300 KiB header line: past libcurl's 100 KiB bound on a response's headers.
+        let huge = String(repeating: "x", count: 300 << 10)
+        server.route("/huge-headers") { _ in
+            .script([.write(HTTPResponse.rawHead(status: 200, headers: ["X-Huge": huge, "Content-Length": "2"])),
+                     .write(Data("ok".utf8)), .close])
+        }
+        let operation = server.operation("/huge-headers")
+        operation.retryPolicy = .none
+        await #expect(throws: FetchError.self) { try await operation.run() }
+        #expect(operation.error?.urlError != nil, "\(String(describing: operation.error))")
+        #expect(operation.parses.current.isEmpty)
+        print("fault oversized headers: \(operation.error.map { "\($0)" } ?? "succeeded")")
+    }
+
     @Test func aStormOf503sIsRetriedWithinItsBound() async throws {
         let server = try LoopbackServer()
         defer { server.stop() }
