@@ -77,11 +77,10 @@ struct BadInputTests {
     }
 
     @Test func connectionRefused() async throws {
-        // Bind a port, then close it: nothing listens there any more.
-        let server = try LoopbackServer()
-        let url = server.url("/json")
-        server.stop()
+        let closed = try ClosedPort()
+        let url = closed.url("/json")
         let error = await run(FetchOperation(url: url))
+        withExtendedLifetime(closed) {}
         guard case .transport(let urlError)? = error else {
             Issue.record("expected a transport error, got \(String(describing: error))")
             return

@@ -55,10 +55,9 @@ struct FaultSuiteTests {
     @Test(arguments: faults)
     func aFetchThroughAQueue(_ fault: Fault) async throws {
         let server = try LoopbackServer()
-        let closed = try LoopbackServer()
+        let closed = try ClosedPort()
         let closedURL = closed.url("/json")
-        closed.stop()
-        defer { server.stop() }
+        defer { server.stop(); withExtendedLifetime(closed) {} }
         let queue = makeFetchQueue(total: 4, perHost: 2)
         let completions = Locked(0)
         let released = Countdown(1)
@@ -88,11 +87,10 @@ struct FaultSuiteTests {
     @Test(arguments: faults)
     func aDownloadLeavesTheDestinationWholeOrUntouched(_ fault: Fault) async throws {
         let server = try LoopbackServer()
-        let closed = try LoopbackServer()
+        let closed = try ClosedPort()
         let closedURL = closed.url("/json")
-        closed.stop()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.stop(); directory.remove(); withExtendedLifetime(closed) {} }
         let destination = directory.file("target")
         try Data("previous contents".utf8).write(to: destination)
         let download = DownloadOperation(url: url(for: fault, on: server, closed: closedURL, variant: "download"), destination: destination)

@@ -53,6 +53,22 @@ extension FetchQueue {
         eventQueue.async { [self] in drainEvents() }
     }
 
+    /// How often progress notifications are posted at most: a transfer reports every 64 KiB, which
+    /// at hundreds of MB/s would wake the event queue thousands of times a second for displays
+    /// that redraw a few times a second. (Did-begin and did-finish are not delayed, and a
+    /// fetch's last progress is posted before its did-finish.)
+    static let progressInterval: TimeInterval = 0.05
+
+    /// Makes sure a drain posts pending progress within ``progressInterval``. Under the lock.
+    func scheduleProgressDrain(_ state: inout State) {
+        guard !state.eventDrainScheduled, !state.progressDrainScheduled else { return }
+        state.progressDrainScheduled = true
+        eventQueue.asyncAfter(deadline: .now() + Self.progressInterval) { [self] in
+            withState { $0.progressDrainScheduled = false }
+            drainEvents()
+        }
+    }
+
     /// Posts every pending notification, in order, then the latest progress of each fetch still
     /// in the queue. (A fetch's progress is posted before its did-finish: finishing moves its
     /// pending progress into the ordered list first.) On the event queue.

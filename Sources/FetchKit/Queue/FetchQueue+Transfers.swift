@@ -11,7 +11,7 @@ extension FetchQueue: TransferCoordinator {
         let batch = state.withLock { state -> (FetchBatch, Int)? in
             guard let id = state.idsByOperation[ObjectIdentifier(operation)], let entry = state.registry[id] else { return nil }
             state.pendingProgress[id] = progress
-            scheduleEventDrain(&state)
+            scheduleProgressDrain(&state)
             return entry.batch
         }
         if let (batch, index) = batch {

@@ -86,6 +86,8 @@ public final class FetchQueue: @unchecked Sendable {
         var pendingNotifications: [(name: Notification.Name, event: Event)] = []
         var pendingProgress: [FetchID: FetchProgress] = [:]
         var eventDrainScheduled = false
+        /// A drain for progress alone is on its way, a little later (see `progressInterval`).
+        var progressDrainScheduled = false
         var activeTransfers = 0
         var isNetworkActive = false
         var activityGeneration = 0
