@@ -3,51 +3,15 @@ import LoopbackServer
 import Testing
 @testable import FetchKit
 
-/// The classic pair: log in, then fetch the user with the token.
-final class LoginOperation: FetchOperation, @unchecked Sendable {
-    private let token = Locked<String?>(nil)
-    var authToken: String? { token.current }
+// The login → user pair is the README's Quick Start (QuickStartTests.swift): `LogIn` and
+// `GetUser`, named here for the dependency-failure messages.
 
-    init(server: LoopbackServer, user: String, password: String) {
-        var request = URLRequest(url: server.url("/login"))
-        request.httpMethod = "POST"
-        request.setValue("application/json", forHTTPHeaderField: "Content-Type")
-        request.httpBody = try? JSONSerialization.data(withJSONObject: ["user": user, "password": password])
-        super.init(request: request)
-        name = "login"
-    }
-
-    override func parseResponseBody(_ body: Data) throws {
-        let object = try JSONSerialization.jsonObject(with: body) as? [String: Any]
-        guard let value = object?["token"] as? String else { throw ParseTestError(reason: "no token") }
-        token.withLock { $0 = value }
-    }
-}
-
-final class GetUserOperation: FetchOperation, @unchecked Sendable {
-    private let login: LoginOperation
-    private let server: LoopbackServer
-    private let userName = Locked<String?>(nil)
-    var user: String? { userName.current }
-
-    init(server: LoopbackServer, after login: LoginOperation) {
-        self.login = login
-        self.server = server
-        super.init()
-        name = "get-user"
-        addDependency(login)
-    }
-
-    override func makeRequest() throws -> URLRequest? {
-        var request = URLRequest(url: server.url("/user"))
-        request.setValue("Bearer \(login.authToken ?? "")", forHTTPHeaderField: "Authorization")
-        return request
-    }
-
-    override func parseResponseBody(_ body: Data) throws {
-        let object = try JSONSerialization.jsonObject(with: body) as? [String: Any]
-        userName.withLock { $0 = object?["name"] as? String }
-    }
+private func loginPair(_ server: LoopbackServer, password: String) -> (LogIn, GetUser) {
+    let login = LogIn(api: server.baseURL, user: "alice", password: password)
+    login.name = "login"
+    let getUser = GetUser(api: server.baseURL, after: login)
+    getUser.name = "get-user"
+    return (login, getUser)
 }
 
 @Suite("Dependencies")
@@ -55,19 +19,17 @@ struct DependencyTests {
     @Test func loginThenGetUserUsesTheToken() async throws {
         let server = try LoopbackServer()
         defer { server.stop() }
-        let login = LoginOperation(server: server, user: "alice", password: "secret")
-        let getUser = GetUserOperation(server: server, after: login)
+        let (login, getUser) = loginPair(server, password: "secret")
         makeQueue(4).enqueue([getUser, login])
         let user = try await getUser.finished().user
-        #expect(user == "alice")
+        #expect(user?.name == "alice")
         #expect(server.requests(path: "/user").first?.headers["Authorization"] == "Bearer token-alice")
     }
 
     @Test func aFailedDependencyStopsItsDependentBeforeAnyRequest() async throws {
         let server = try LoopbackServer()
         defer { server.stop() }
-        let login = LoginOperation(server: server, user: "alice", password: "wrong")
-        let getUser = GetUserOperation(server: server, after: login)
+        let (login, getUser) = loginPair(server, password: "wrong")
         makeQueue(4).enqueue([login, getUser])
         _ = try? await getUser.finished()
         guard case .dependencyFailed(let failure)? = getUser.error else {
@@ -84,8 +46,7 @@ struct DependencyTests {
     @Test func aCancelledDependencyStopsItsDependent() async throws {
         let server = try LoopbackServer()
         defer { server.stop() }
-        let login = LoginOperation(server: server, user: "alice", password: "secret")
-        let getUser = GetUserOperation(server: server, after: login)
+        let (login, getUser) = loginPair(server, password: "secret")
         login.cancel()
         makeQueue(4).enqueue([login, getUser])
         _ = try? await getUser.finished()

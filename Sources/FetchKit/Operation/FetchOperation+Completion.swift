@@ -164,18 +164,19 @@ extension FetchOperation {
     }
 }
 
-/// Delivers progress to one handler, coalescing updates while the handler's queue is busy.
-final class ProgressRelay: @unchecked Sendable {
+/// Delivers values to one handler on its queue, coalescing while the queue is busy: the handler
+/// gets the latest value, not a backlog. Used for operation progress and batch status.
+final class CoalescingRelay<Value: Sendable>: @unchecked Sendable {
     private let queue: CallbackQueue
-    private let handler: @Sendable (FetchProgress) -> Void
-    private let state = Protected<(latest: FetchProgress?, scheduled: Bool)>((nil, false))
+    private let handler: @Sendable (Value) -> Void
+    private let state = Protected<(latest: Value?, scheduled: Bool)>((nil, false))
 
-    init(queue: CallbackQueue, handler: @escaping @Sendable (FetchProgress) -> Void) {
+    init(queue: CallbackQueue, handler: @escaping @Sendable (Value) -> Void) {
         self.queue = queue
         self.handler = handler
     }
 
-    func post(_ value: FetchProgress) {
+    func post(_ value: Value) {
         let schedule = state.withLock { state -> Bool in
             state.latest = value
             guard !state.scheduled else { return false }
@@ -184,7 +185,7 @@ final class ProgressRelay: @unchecked Sendable {
         }
         guard schedule else { return }
         queue.perform {
-            let latest = self.state.withLock { state -> FetchProgress? in
+            let latest = self.state.withLock { state -> Value? in
                 state.scheduled = false
                 return state.latest
             }
@@ -192,3 +193,5 @@ final class ProgressRelay: @unchecked Sendable {
         }
     }
 }
+
+typealias ProgressRelay = CoalescingRelay<FetchProgress>

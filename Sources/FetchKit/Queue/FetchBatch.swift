@@ -44,7 +44,7 @@ public final class FetchBatch: @unchecked Sendable {
     public let byteProgress: Progress
 
     private let state: Protected<(status: Status, perMember: [(received: Int64, expected: Int64?)], completed: Bool)>
-    private let relay: BatchRelay?
+    private let relay: CoalescingRelay<Status>?
     private let completion: (@Sendable (Status) -> Void)?
     private let callbackQueue: CallbackQueue
 
@@ -56,7 +56,7 @@ public final class FetchBatch: @unchecked Sendable {
         state = Protected((status, Array(repeating: (0, nil), count: ids.count), false))
         self.progress = Progress(totalUnitCount: Int64(ids.count))
         byteProgress = Progress(totalUnitCount: -1)
-        relay = progress.map { BatchRelay(queue: callbackQueue, handler: $0) }
+        relay = progress.map { CoalescingRelay(queue: callbackQueue, handler: $0) }
     }
 
     /// The batch now.
@@ -121,35 +121,6 @@ public final class FetchBatch: @unchecked Sendable {
         }
         byteProgress.completedUnitCount = status.bytesReceived
         relay?.post(status)
-    }
-}
-
-/// Delivers batch status to one handler, coalescing updates while its queue is busy.
-private final class BatchRelay: @unchecked Sendable {
-    private let queue: CallbackQueue
-    private let handler: @Sendable (FetchBatch.Status) -> Void
-    private let state = Protected<(latest: FetchBatch.Status?, scheduled: Bool)>((nil, false))
-
-    init(queue: CallbackQueue, handler: @escaping @Sendable (FetchBatch.Status) -> Void) {
-        self.queue = queue
-        self.handler = handler
-    }
-
-    func post(_ status: FetchBatch.Status) {
-        let schedule = state.withLock { state -> Bool in
-            state.latest = status
-            guard !state.scheduled else { return false }
-            state.scheduled = true
-            return true
-        }
-        guard schedule else { return }
-        queue.perform {
-            let latest = self.state.withLock { state -> FetchBatch.Status? in
-                state.scheduled = false
-                return state.latest
-            }
-            if let latest { self.handler(latest) }
-        }
     }
 }
 
