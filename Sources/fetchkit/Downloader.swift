@@ -11,7 +11,7 @@ final class Downloader: @unchecked Sendable {
     enum State {
         case waiting
         case active
-        case retrying(attempt: Int, reason: String)
+        case retrying
         case done
         case failed(FetchError)
     }
@@ -32,6 +32,7 @@ final class Downloader: @unchecked Sendable {
     private let queue: FetchQueue
     private let finished = DispatchSemaphore(value: 0)
     private var items: [Item] = []
+    private var anyFailed = false
     private var display: ProgressDisplay
     private let startedAt = Date()
 
@@ -64,7 +65,7 @@ final class Downloader: @unchecked Sendable {
         // must never be released while suspended, so it exists only when it runs.)
         var timer: DispatchSourceTimer?
         ui.sync {
-            for index in items.indices { start(index) }
+            startAll()
             if display.interactive {
                 let source = DispatchSource.makeTimerSource(queue: ui)
                 source.schedule(deadline: .now(), repeating: .milliseconds(100))
@@ -78,20 +79,29 @@ final class Downloader: @unchecked Sendable {
             timer?.cancel()
             display.render(items, startedAt: startedAt, final: true)
             display.summary(items, directory: directory, elapsed: Date().timeIntervalSince(startedAt))
-            return items.contains { if case .failed = $0.state { return true }; return false } ? 1 : 0
+            return anyFailed ? 1 : 0
         }
     }
 
     // MARK: On the display queue
 
-    private func start(_ index: Int) {
+    /// Enqueues every item as one batch; its completion, after the last item's, ends the run.
+    private func startAll() {
+        let downloads = items.indices.map(makeDownload)
+        queue.enqueue(batch: downloads, completion: { [self] status in
+            anyFailed = status.failed > 0
+            finished.signal()
+        })
+    }
+
+    private func makeDownload(_ index: Int) -> DownloadOperation {
         let download = DownloadOperation(url: items[index].url, destination: items[index].destination)
         download.idleTimeout = options.timeout
         // FetchKit retries transient failures itself, with backoff (and Retry-After); a retry
         // resumes the partial file.
         download.retryPolicy = RetryPolicy(maximumRetries: options.retries)
         download.onRetry(on: .dispatch(ui)) { [self] event in
-            items[index].state = .retrying(attempt: event.attempt, reason: Self.reason(event.error))
+            items[index].state = .retrying
             display.retrying(items[index], attempt: event.attempt, of: options.retries + 1, reason: Self.reason(event.error))
         }
         download.onProgress(on: .dispatch(ui)) { [self] progress in
@@ -101,27 +111,18 @@ final class Downloader: @unchecked Sendable {
             items[index].received = progress.bytesReceived
             items[index].expected = progress.bytesExpected
         }
-        queue.enqueue(download) { [self] result in
-            switch result {
-            case .success(let operation):
-                items[index].state = .done
-                items[index].received = DownloadOperation.sizeOfFile(at: operation.destination) ?? items[index].received
-                items[index].expected = items[index].received
-                items[index].finishedAt = Date()
-                display.finished(items[index], startedAt: startedAt)
-            case .failure(let error):
+        download.onCompletion(on: .dispatch(ui)) { [self] download in
+            if let error = download.error {
                 items[index].state = .failed(error)
-                items[index].finishedAt = Date()
-                display.finished(items[index], startedAt: startedAt)
+            } else {
+                items[index].state = .done
+                items[index].received = DownloadOperation.sizeOfFile(at: download.destination) ?? items[index].received
+                items[index].expected = items[index].received
             }
-            let open = items.contains { item in
-                switch item.state {
-                case .done, .failed: return false
-                default: return true
-                }
-            }
-            if !open { finished.signal() }
+            items[index].finishedAt = Date()
+            display.finished(items[index])
         }
+        return download
     }
 
     // MARK: Helpers

@@ -16,7 +16,7 @@ struct ProgressDisplay {
     }
 
     /// A file finished: a permanent line.
-    mutating func finished(_ item: Downloader.Item, startedAt: Date) {
+    mutating func finished(_ item: Downloader.Item) {
         clearLive()
         Terminal.write(Self.finalLine(item) + "\n")
     }
