@@ -145,8 +145,8 @@ final class Downloader: @unchecked Sendable {
         var used: Set<String> = []
         return urls.map { url in
             var base = url.lastPathComponent.removingPercentEncoding ?? url.lastPathComponent
-            base = base.replacingOccurrences(of: "/", with: "_")
             if base.isEmpty || base == "/" || base == "." || base == ".." { base = "index.html" }
+            base = base.replacingOccurrences(of: "/", with: "_")
             if base.hasPrefix(".") { base = "_" + base.dropFirst() }
             var name = base
             var counter = 1

@@ -58,6 +58,16 @@ struct CommandLineTests {
         #expect(result.stdout.contains("Downloaded 2 of 2 files"))
     }
 
+    @Test func namesASiteRootIndexHtml() async throws {
+        let server = try LoopbackServer()
+        let directory = try TemporaryDirectory()
+        defer { server.stop(); directory.remove() }
+        server.route("/") { _ in HTTPResponse(status: 200, body: Data("home".utf8)) }
+        let result = try await runTool("fetchkit", [server.url("/").absoluteString, "-o", directory.url.path])
+        #expect(result.status == 0, "\(result.stdout)\(result.stderr)")
+        #expect(FileManager.default.contents(atPath: directory.file("index.html").path) == Data("home".utf8))
+    }
+
     @Test func retriesTransientFailures() async throws {
         let server = try LoopbackServer()
         let directory = try TemporaryDirectory()
