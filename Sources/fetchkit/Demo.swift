@@ -29,12 +29,12 @@ enum Demo {
                                callbackQueue: .dispatch(display))
         let operations = paths.map { FeedOperation(url: server.url("/feeds/\($0)"), path: $0) }
         let started = Date()
-        let counts = Totals()
+        let totals = Totals()
         for operation in operations {
             operation.onCompletion(on: .dispatch(display)) { operation in
                 let at = String(format: "+%.2f s", Date().timeIntervalSince(started))
                 if let feed = operation.feed {
-                    counts.items += feed.itemCount
+                    totals.items += feed.itemCount
                     print("  ✓ \(pad(feed.title, 26)) \(pad("\(feed.itemCount) item\(feed.itemCount == 1 ? "" : "s")", 10)) \(pad(operation.path, 24)) \(at)")
                 } else if let error = operation.error {
                     print("  ✗ \(pad(operation.path, 26)) \(Self.reason(error))   \(at)")
@@ -42,20 +42,20 @@ enum Demo {
             }
         }
         let done = DispatchSemaphore(value: 0)
-        let summary = Totals()
         queue.enqueue(batch: operations, completion: { status in
-            summary.status = status
+            totals.status = status
             done.signal()
         })
         done.wait()
-        let status = display.sync { summary.status! }
+        let (status, items) = display.sync { (totals.status!, totals.items) }
         let elapsed = Date().timeIntervalSince(started)
+        let counters = server.counters
         print("""
 
         \(status.total) feeds in \(String(format: "%.2f", elapsed)) s: \(status.succeeded) refreshed, \(status.failed) failed, \
-        \(display.sync { counts.items }) items in all.
-        The server saw at most \(server.peakRequestsInFlight) requests at once (the bound is \(bound)), over \
-        \(server.connectionsAccepted) connection\(server.connectionsAccepted == 1 ? "" : "s").
+        \(items) items in all.
+        The server saw at most \(counters.peakRequestsInFlight) requests at once (the bound is \(bound)), over \
+        \(counters.connectionsAccepted) connection\(counters.connectionsAccepted == 1 ? "" : "s").
         """)
         return 0
     }
@@ -67,12 +67,9 @@ enum Demo {
             let body = Data(SampleFeeds.document(for: sample).utf8)
             let type = sample.atom ? "application/atom+xml" : "application/rss+xml"
             let path = sample.path == "relocated.xml" ? "moved.xml" : sample.path
-            server.route("/feeds/\(sample.path)") { _ in
-                if sample.path == "slow.xml" {
-                    return HTTPResponse(status: 200, headers: ["Content-Type": type], body: body).delayed(milliseconds: 400)
-                }
-                return HTTPResponse(status: 200, headers: ["Content-Type": type], body: body)
-            }
+            var response = HTTPResponse(status: 200, headers: ["Content-Type": type], body: body)
+            if sample.path == "slow.xml" { response = response.delayed(milliseconds: 400) }
+            server.route("/feeds/\(sample.path)") { [response] _ in response }
             paths.append(path)
         }
         server.route("/feeds/moved.xml") { _ in
@@ -91,8 +88,7 @@ enum Demo {
     private static func reason(_ error: FetchError) -> String {
         switch error {
         case .parseFailed(let failure): return "parse failed: \(failure.underlying)"
-        case .unacceptableStatus(let failure): return "HTTP \(failure.statusCode) \(HTTPURLResponse.localizedString(forStatusCode: failure.statusCode))"
-        default: return error.description
+        default: return Downloader.reason(error)
         }
     }
 
