@@ -17,11 +17,11 @@ enum BuiltinRoutes {
         case ("json", 0): return .jsonText(#"{"ok":true,"items":[1,2,3],"name":"fetchkit"}"#)
         case ("status", 1): return status(request, args[0])
         case ("delay", 1):
-            guard let ms = number(args[0]) else { return badNumber() }
+            guard let ms = decimalNumber(args[0]) else { return badNumber() }
             return HTTPResponse.text("delayed \(ms)").delayed(milliseconds: ms)
         case ("trickle", 3): return trickle(args)
         case ("close-mid-body", 1), ("reset-mid-body", 1), ("stall-mid-body", 1):
-            guard let n = number(args[0]) else { return badNumber() }
+            guard let n = decimalNumber(args[0]) else { return badNumber() }
             let ending: ScriptAction = name == "close-mid-body" ? .close : name == "reset-mid-body" ? .reset : .stall
             return .script([
                 .write(octetStreamHead(contentLength: n)),
@@ -31,7 +31,7 @@ enum BuiltinRoutes {
         case ("stall-head", 0), ("never", 0):
             return .script([.stall])
         case ("lie", 2):
-            guard let claimed = number(args[0]), let actual = number(args[1]) else { return badNumber() }
+            guard let claimed = decimalNumber(args[0]), let actual = decimalNumber(args[1]) else { return badNumber() }
             return .script([
                 .write(octetStreamHead(contentLength: claimed)),
                 .writePattern(offset: 0, count: actual),
@@ -42,7 +42,7 @@ enum BuiltinRoutes {
         case ("garbage", 0):
             return .script([.write(garbage), .close])
         case ("redirect", 1):
-            guard let n = number(args[0]) else { return badNumber() }
+            guard let n = decimalNumber(args[0]) else { return badNumber() }
             if n == 0 { return .text("redirected") }
             return redirect(to: "/redirect/\(n - 1)")
         case ("redirect-loop", 0):
@@ -51,7 +51,7 @@ enum BuiltinRoutes {
             guard let url = request.query["url"] else { return .text("missing url parameter", status: 400) }
             var status = 302
             if let text = request.query["status"] {
-                guard let s = number(text), (100...999).contains(s) else { return badNumber() }
+                guard let s = decimalNumber(text), (100...999).contains(s) else { return badNumber() }
                 status = s
             }
             return redirect(to: url, status: status)
@@ -75,8 +75,8 @@ enum BuiltinRoutes {
     // MARK: Bytes and ranges
 
     private static func bytes(_ request: HTTPRequest, _ sizeText: String, ranged: Bool) -> HTTPResponse {
-        guard let size = number(sizeText) else { return badNumber() }
-        let delay = request.query["delay"].flatMap(number) ?? 0
+        guard let size = decimalNumber(sizeText) else { return badNumber() }
+        let delay = request.query["delay"].flatMap(decimalNumber) ?? 0
         var headers: HTTPHeaders = [
             "Content-Type": "application/octet-stream",
             "ETag": ranged ? "\"bytes-\(size)\"" : "\"norange-\(size)\"",
@@ -128,14 +128,14 @@ enum BuiltinRoutes {
             let lastText = bounds[1].trimmingOWS()
             if firstText.isEmpty {
                 // Suffix range: the last N bytes.
-                guard let suffix = number(lastText) else { return .whole }
+                guard let suffix = decimalNumber(lastText) else { return .whole }
                 guard suffix > 0, size > 0 else { return .unsatisfiable }
                 return .part(first: max(0, size - suffix), last: size - 1)
             }
-            guard let first = number(firstText) else { return .whole }
+            guard let first = decimalNumber(firstText) else { return .whole }
             var last = size - 1
             if !lastText.isEmpty {
-                guard let value = number(lastText), value >= first else { return .whole }
+                guard let value = decimalNumber(lastText), value >= first else { return .whole }
                 last = min(value, size - 1)
             }
             guard first < size else { return .unsatisfiable }
@@ -157,7 +157,7 @@ enum BuiltinRoutes {
     // MARK: Status, redirects, streaming
 
     private static func status(_ request: HTTPRequest, _ codeText: String) -> HTTPResponse {
-        guard let code = number(codeText), (100...999).contains(code) else { return badNumber() }
+        guard let code = decimalNumber(codeText), (100...999).contains(code) else { return badNumber() }
         var response = HTTPResponse.text("status \(code)", status: code)
         if let retryAfter = request.query["retry-after"] { response.headers.add(name: "Retry-After", value: retryAfter) }
         if let location = request.query["location"] { response.headers.add(name: "Location", value: location) }
@@ -169,7 +169,7 @@ enum BuiltinRoutes {
     }
 
     private static func trickle(_ args: [String]) -> HTTPResponse {
-        guard let count = number(args[0]), let chunk = number(args[1]), chunk > 0, let interval = number(args[2]) else {
+        guard let count = decimalNumber(args[0]), let chunk = decimalNumber(args[1]), chunk > 0, let interval = decimalNumber(args[2]) else {
             return badNumber()
         }
         return HTTPResponse(
@@ -260,7 +260,7 @@ enum BuiltinRoutes {
     }
 
     private static func flaky(_ request: HTTPRequest, _ args: [String], core: ServerCore) -> HTTPResponse {
-        guard let failures = number(args[1]), let code = number(args[2]), (100...999).contains(code) else {
+        guard let failures = decimalNumber(args[1]), let code = decimalNumber(args[2]), (100...999).contains(code) else {
             return badNumber()
         }
         let index = core.nextFlakyIndex(args[0])
@@ -271,12 +271,6 @@ enum BuiltinRoutes {
     }
 
     // MARK: Helpers
-
-    /// A non-negative decimal number made only of ASCII digits (no sign, no spaces), or `nil`.
-    static func number<S: StringProtocol>(_ text: S) -> Int? {
-        guard !text.isEmpty, text.utf8.count <= 18, text.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }) else { return nil }
-        return Int(text)
-    }
 
     private static func badNumber() -> HTTPResponse {
         .text("bad number in path or query", status: 400)
@@ -300,4 +294,11 @@ enum BuiltinRoutes {
         }
         return out + "\""
     }
+}
+
+/// A non-negative decimal number made only of ASCII digits (no sign, no spaces, at most 18
+/// digits, so it cannot overflow), or `nil`. Used for paths, queries and `Content-Length`.
+func decimalNumber<S: StringProtocol>(_ text: S) -> Int? {
+    guard !text.isEmpty, text.utf8.count <= 18, text.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }) else { return nil }
+    return Int(text)
 }

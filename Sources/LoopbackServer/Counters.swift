@@ -51,11 +51,9 @@ public struct RecordedRequest: Sendable {
     public let target: String
     /// Which connection carried the request (see ``HTTPRequest/connectionID``).
     public let connectionID: Int
-    /// When the request's body had been read (just before the server started answering).
-    public let receivedAt: Date
 
     /// Records `request`.
-    public init(_ request: HTTPRequest, receivedAt: Date = Date()) {
+    public init(_ request: HTTPRequest) {
         method = request.method
         path = request.path
         query = request.query
@@ -63,6 +61,5 @@ public struct RecordedRequest: Sendable {
         body = request.body
         target = request.target
         connectionID = request.connectionID
-        self.receivedAt = receivedAt
     }
 }

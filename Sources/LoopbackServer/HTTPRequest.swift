@@ -50,11 +50,6 @@ public struct HTTPRequest: Sendable {
         pathSegments = parts.segments
     }
 
-    /// The value of query parameter `name` parsed as an `Int`, or `nil`.
-    public func intQuery(_ name: String) -> Int? {
-        query[name].flatMap { Int($0) }
-    }
-
     /// Whether the client asked for the connection to be closed after this request
     /// (`Connection: close`, or HTTP/1.0 without `Connection: keep-alive`).
     public var wantsClose: Bool {
@@ -238,10 +233,7 @@ enum RequestParser {
         guard !lengths.isEmpty else { return .success(.none) }
         var length: Int?
         for value in lengths.flatMap({ $0.split(separator: ",", omittingEmptySubsequences: false) }) {
-            let text = value.trimmingOWS()
-            guard !text.isEmpty, text.utf8.count <= 18, text.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }),
-                  let n = Int(text)
-            else { return .failure(.bad("malformed Content-Length")) }
+            guard let n = decimalNumber(value.trimmingOWS()) else { return .failure(.bad("malformed Content-Length")) }
             if let length, length != n { return .failure(.bad("conflicting Content-Length values")) }
             length = n
         }

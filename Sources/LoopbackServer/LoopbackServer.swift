@@ -132,11 +132,6 @@ public final class LoopbackServer: @unchecked Sendable {
         core.recordedRequests.reduce(0) { $0 + ($1.path == path ? 1 : 0) }
     }
 
-    /// Forgets the recorded requests (counters are untouched).
-    public func clearRecordedRequests() {
-        core.clearRecordedRequests()
-    }
-
     // MARK: Routes
 
     /// Answers requests whose path (without query) is exactly `path` with `handler`, which

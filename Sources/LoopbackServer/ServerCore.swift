@@ -240,12 +240,6 @@ final class ServerCore: @unchecked Sendable {
         return recorded
     }
 
-    func clearRecordedRequests() {
-        condition.lock()
-        recorded.removeAll()
-        condition.unlock()
-    }
-
     // MARK: Routes and per-key state
 
     func setRoute(_ path: String, _ handler: Handler?) {

@@ -27,13 +27,6 @@ public final class ServerGate: @unchecked Sendable {
         condition.unlock()
     }
 
-    /// Whether ``open()`` was called.
-    public var isOpen: Bool {
-        condition.lock()
-        defer { condition.unlock() }
-        return opened
-    }
-
     /// Blocks until the gate opens or `timeout` passes.
     ///
     /// - Returns: Whether the gate is open.
