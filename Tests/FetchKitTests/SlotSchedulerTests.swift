@@ -70,6 +70,25 @@ struct SlotSchedulerTests {
         #expect(scheduler.takeGrants().map(\.ticket) == [3])
     }
 
+    @Test func raisingMovesATicketUpButNeverDown() {
+        var scheduler = Scheduler(maximumTotal: 1, maximumPerHost: 1)
+        scheduler.enqueue(1, host: "h", priority: .normal)
+        scheduler.enqueue(2, host: "h", priority: .high)
+        scheduler.raise(1, to: .veryHigh)       // up: ahead of 2
+        scheduler.enqueue(3, host: "h", priority: .veryHigh)
+        scheduler.raise(1, to: .high)           // less urgent than where it waits: no move
+        scheduler.raise(3, to: .veryHigh)       // the same level: keeps its place
+        scheduler.raise(9, to: .veryHigh)       // not waiting: ignored
+        #expect(scheduler.waitingCount == 3)
+        var order: [Int] = []
+        while scheduler.waitingCount > 0 {
+            let grants = scheduler.takeGrants()
+            order += grants.map(\.ticket)
+            for grant in grants { scheduler.release(host: grant.host) }
+        }
+        #expect(order == [1, 3, 2])
+    }
+
     @Test func reEnqueueingMovesATicketToItsNewPriority() {
         var scheduler = Scheduler(maximumTotal: 1, maximumPerHost: 1)
         scheduler.enqueue(1, host: "h", priority: .normal)

@@ -65,10 +65,8 @@ extension FetchQueue: TransferCoordinator {
                     markBegan(member.operation, &state)
                     replayFrom = flight
                 case .waiting:
-                    // A more urgent caller moves the shared transfer up the line.
-                    if SlotScheduler<ObjectIdentifier>.level(of: member.priority) < SlotScheduler<ObjectIdentifier>.level(of: flight.members[0].priority) {
-                        state.scheduler.enqueue(flight.ticket, host: flight.host, priority: member.priority)
-                    }
+                    // A more urgent caller moves the shared transfer up the line (never down).
+                    state.scheduler.raise(flight.ticket, to: member.priority)
                 case .ended:
                     break
                 }

@@ -49,10 +49,8 @@ struct SlotScheduler<Ticket: Hashable & Sendable>: Sendable {
     /// How many tickets wait for a slot.
     var waitingCount: Int { waiting.count }
 
-    func isWaiting(_ ticket: Ticket) -> Bool { waiting[ticket] != nil }
-
     /// Level 0 is `.veryHigh`, 4 is `.veryLow`.
-    static func level(of priority: Operation.QueuePriority) -> Int {
+    private static func level(of priority: Operation.QueuePriority) -> Int {
         switch priority {
         case .veryHigh: return 0
         case .high: return 1
@@ -77,6 +75,13 @@ struct SlotScheduler<Ticket: Hashable & Sendable>: Sendable {
         waiting[ticket] = Waiting(host: host, level: level, sequence: sequence)
         hosts[host, default: HostQueue()].levels[level].append((ticket, sequence))
         hosts[host]!.live += 1
+    }
+
+    /// Moves a waiting ticket up to `priority` if that is more urgent than where it waits (to
+    /// the back of that level); never moves it down. A ticket not waiting is left alone.
+    mutating func raise(_ ticket: Ticket, to priority: Operation.QueuePriority) {
+        guard let entry = waiting[ticket], Self.level(of: priority) < entry.level else { return }
+        enqueue(ticket, host: entry.host, priority: priority)
     }
 
     /// Takes a ticket out of line. Returns `false` if it was not waiting (granted, or unknown).
@@ -127,9 +132,7 @@ struct SlotScheduler<Ticket: Hashable & Sendable>: Sendable {
             }
             guard let best else { break }
             let ticket = popHead(of: best.host, level: best.level)
-            waiting[ticket] = nil
-            hosts[best.host]!.live -= 1
-            if hosts[best.host]!.live == 0 { hosts[best.host] = nil }
+            withdraw(ticket)
             running += 1
             runningPerHost[best.host, default: 0] += 1
             grants.append((ticket, best.host))
