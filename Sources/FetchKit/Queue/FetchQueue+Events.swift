@@ -118,9 +118,8 @@ extension FetchQueue {
         }
     }
 
-    /// A transfer started. Under the lock.
+    /// A transfer started (the scheduler counts it running). Under the lock.
     func transferStarted(_ state: inout State) {
-        state.activeTransfers += 1
         state.activityGeneration += 1      // cancels a pending hide
         if !state.isNetworkActive {
             state.isNetworkActive = true
@@ -129,15 +128,14 @@ extension FetchQueue {
     }
 
     /// A transfer ended. Under the lock. The flag goes off only after the hide delay, and only
-    /// if nothing started meanwhile.
+    /// if nothing started meanwhile. Called after the scheduler released the transfer's slot.
     func transferEnded(_ state: inout State) {
-        state.activeTransfers -= 1
-        guard state.activeTransfers == 0 else { return }
+        guard state.scheduler.running == 0 else { return }
         state.activityGeneration += 1
         let generation = state.activityGeneration
         activityTimer(networkActivityHideDelay) { [weak self] in
             self?.withState { state in
-                guard state.activityGeneration == generation, state.activeTransfers == 0, state.isNetworkActive else { return }
+                guard state.activityGeneration == generation, state.scheduler.running == 0, state.isNetworkActive else { return }
                 state.isNetworkActive = false
                 self?.announceActivity(false, state)
             }

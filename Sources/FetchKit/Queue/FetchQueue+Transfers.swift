@@ -123,11 +123,7 @@ extension FetchQueue: TransferCoordinator {
                     flight.phase = .ended
                     announceCounts(state)
                 case .running:
-                    if let transfer = flight.transfer {
-                        stopping = transfer
-                    } else {
-                        flight.abandoned = true
-                    }
+                    stopping = flight.transfer      // none yet: start(_:) finds no members
                 case .ended:
                     break
                 }
@@ -236,7 +232,7 @@ extension FetchQueue: TransferCoordinator {
         for flight in flights {
             let transfer = Transfer(request: flight.request, session: flight.session, limits: flight.limits, sink: flight.sink, owner: flight)
             let go = state.withLock { _ -> Bool in
-                guard !flight.abandoned else { return false }
+                guard !flight.members.isEmpty else { return false }   // all left before it existed
                 flight.transfer = transfer
                 return true
             }

@@ -88,7 +88,6 @@ public final class FetchQueue: @unchecked Sendable {
         var eventDrainScheduled = false
         /// A drain for progress alone is on its way, a little later (see `progressInterval`).
         var progressDrainScheduled = false
-        var activeTransfers = 0
         var isNetworkActive = false
         var activityGeneration = 0
         var activityHandlers: [(id: Int, queue: CallbackQueue?, handler: @Sendable (Bool) -> Void)] = []

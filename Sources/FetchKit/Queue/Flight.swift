@@ -65,8 +65,6 @@ final class Flight: @unchecked Sendable {
     var phase = Phase.waiting
     var members: [FlightMember] = []
     var transfer: Transfer?
-    /// All members left after the slot was granted but before the transfer existed.
-    var abandoned = false
     /// The latest events, replayed to a member that joins a running flight.
     var response: (HTTPURLResponse, Int64?)?
     var received: (bytes: Int64, expected: Int64?)?

@@ -22,9 +22,9 @@ final class RetryingTransfer: TransferHandle, TransferOwner, @unchecked Sendable
     private struct State {
         var attempt = 0
         var current: (any TransferHandle)?
-        /// A retry wait is under way (its token identifies it).
+        /// A retry wait is under way. Only one can be: the next begins after the attempt this
+        /// one starts; a stop ends it for good.
         var waiting = false
-        var waitToken = 0
         var stopped = false
         var finished = false
         /// When the first attempt's transfer started: the total timeout counts from there.
@@ -53,7 +53,6 @@ final class RetryingTransfer: TransferHandle, TransferOwner, @unchecked Sendable
             state.stopped = true
             if state.waiting {
                 state.waiting = false
-                state.waitToken += 1
                 return .finishCancelled
             }
             if let current = state.current { return .stopCurrent(current) }
@@ -77,7 +76,7 @@ final class RetryingTransfer: TransferHandle, TransferOwner, @unchecked Sendable
         var limits = self.limits
         if let total = limits.totalTimeout, let firstStart {
             // The total timeout covers every attempt and every wait.
-            let remaining = total - Double(Transfer.now() &- firstStart) / 1e9
+            let remaining = Self.timeLeft(of: total, since: firstStart)
             guard remaining > 0 else {
                 finish(.failure(.timedOut(.init(kind: .total, interval: total, url: request.url)), nil))
                 return
@@ -101,13 +100,18 @@ final class RetryingTransfer: TransferHandle, TransferOwner, @unchecked Sendable
         handle.start()
     }
 
-    private func waitEnded(token: Int) {
+    private func waitEnded() {
         let go = state.withLock { state -> Bool in
-            guard state.waiting, state.waitToken == token, !state.stopped else { return false }
+            guard state.waiting, !state.stopped else { return false }
             state.waiting = false
             return true
         }
         if go { beginAttempt() }
+    }
+
+    /// What is left of the total timeout `total` that started at `start` (uptime ns).
+    private static func timeLeft(of total: TimeInterval, since start: UInt64) -> TimeInterval {
+        total - Double(Transfer.now() &- start) / 1e9
     }
 
     private func finish(_ result: TransferResult) {
@@ -136,7 +140,7 @@ final class RetryingTransfer: TransferHandle, TransferOwner, @unchecked Sendable
     }
 
     func transferDidEnd(_ result: TransferResult) {
-        enum Decision { case finish, retry(RetryEvent, token: Int) }
+        enum Decision { case finish, retry(RetryEvent) }
         let method = request.httpMethod ?? "GET"
         let decision = state.withLock { state -> Decision in
             state.current = nil
@@ -145,20 +149,18 @@ final class RetryingTransfer: TransferHandle, TransferOwner, @unchecked Sendable
             else { return .finish }
             if let total = limits.totalTimeout, let firstStart = state.firstStart {
                 // A wait that would end past the deadline is not begun: the last error stands.
-                let remaining = total - Double(Transfer.now() &- firstStart) / 1e9
-                guard delay < remaining else { return .finish }
+                guard delay < Self.timeLeft(of: total, since: firstStart) else { return .finish }
             }
             state.waiting = true
-            state.waitToken += 1
-            return .retry(RetryEvent(attempt: state.attempt + 1, delay: delay, error: error), token: state.waitToken)
+            return .retry(RetryEvent(attempt: state.attempt + 1, delay: delay, error: error))
         }
         switch decision {
         case .finish:
             finish(result)
-        case .retry(let event, let token):
+        case .retry(let event):
             operation.willRetry(event)
             DispatchQueue.global().asyncAfter(deadline: .now() + event.delay) { [weak self] in
-                self?.waitEnded(token: token)
+                self?.waitEnded()
             }
         }
     }
