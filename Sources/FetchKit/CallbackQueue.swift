@@ -47,13 +47,4 @@ public struct CallbackQueue: Sendable {
         case .immediate: work()
         }
     }
-
-    /// Whether callbacks on this queue may need the main thread's run loop to run.
-    var targetsMainThread: Bool {
-        switch target {
-        case .dispatch(let queue): return queue === DispatchQueue.main
-        case .operation(let queue): return queue === OperationQueue.main
-        case .immediate: return false
-        }
-    }
 }

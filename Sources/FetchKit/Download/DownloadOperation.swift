@@ -124,7 +124,7 @@ open class DownloadOperation: FetchOperation, @unchecked Sendable {
     override func prepareAttempt(_ request: URLRequest, attempt: Int) -> AttemptSetup {
         var request = request
         var offset: Int64 = 0
-        if resumesPartialDownloads, (request.httpMethod ?? "GET").uppercased() == "GET",
+        if resumesPartialDownloads, request.isGET,
            let size = Self.fileSize(partialFileURL), size > 0,
            let record = PartialDownloadRecord.load(from: partialRecordURL),
            record.url == request.url?.absoluteString,
@@ -153,7 +153,7 @@ open class DownloadOperation: FetchOperation, @unchecked Sendable {
     }
 
     override func process(_ body: ResponseBody) throws(FetchError) {
-        guard case .file(let partial, _) = body else { return }
+        guard case .file(let partial) = body else { return }
         // rename(2) replaces the destination atomically: it is either the old file or the new.
         let moved = partial.withUnsafeFileSystemRepresentation { from in
             destination.withUnsafeFileSystemRepresentation { to in
@@ -165,7 +165,7 @@ open class DownloadOperation: FetchOperation, @unchecked Sendable {
             throw .fileSystem(.init(kind: .moveFailed, path: destination.path, code: errno))
         }
         try? FileManager.default.removeItem(at: partialRecordURL)
-        let resumed = core.withLock { $0.response?.statusCode == 206 ? $0.rangeOffset : 0 }
+        let resumed = core.withLock { $0.progressBase }     // what a 206 continued from
         downloadState.withLock { state in
             state.downloadedFileURL = destination
             state.resumedBytes = resumed
@@ -173,7 +173,7 @@ open class DownloadOperation: FetchOperation, @unchecked Sendable {
         do {
             try parseDownloadedFile(at: destination)
         } catch {
-            throw .parseFailed(.init(underlying: .init(error), url: response?.url ?? sentRequest?.url))
+            throw parseFailure(error)
         }
     }
 

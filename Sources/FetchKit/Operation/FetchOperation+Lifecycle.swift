@@ -160,22 +160,23 @@ extension FetchOperation {
 
     /// The one terminal transition: finishing → finished, then notifications and completions.
     private func completeNow() {
-        var deliver = false
-        let progress = core.withLock { core -> Progress? in
+        let (deliver, progress, succeeded) = core.withLock { core -> (Bool, Progress?, Bool) in
             let outcome = core.machine.complete()
             core.progressRelays.removeAll()
             core.retryHandlers.removeAll()
-            if case .success = outcome, core.bytesExpected == nil {
+            let succeeded: Bool
+            if case .success = outcome { succeeded = true } else { succeeded = false }
+            if succeeded, core.bytesExpected == nil {
                 core.bytesExpected = core.bytesReceived
             }
-            deliver = core.post(
+            let deliver = core.post(
                 .change(StateChange(key: .executing, oldValue: true, newValue: false)),
                 .change(StateChange(key: .finished, oldValue: false, newValue: true)),
                 .releaseCompletions
             )
-            return core.progress
+            return (deliver, core.progress, succeeded)
         }
-        if let progress, progress.totalUnitCount < 0, error == nil {
+        if succeeded, let progress, progress.totalUnitCount < 0 {
             progress.totalUnitCount = progress.completedUnitCount
         }
         if deliver { deliverEvents() }

@@ -326,7 +326,7 @@ open class FetchOperation: Operation, @unchecked Sendable {
 
     /// Where the body goes: memory here; a download writes a file. Called once per transfer.
     func makeBodySink() -> any ResponseBodySink {
-        MemoryBodySink(limit: maximumResponseSize)
+        MemoryBodySink()
     }
 
     /// Last checks of a prepared, valid request, once, before the first attempt (a download
@@ -340,7 +340,7 @@ open class FetchOperation: Operation, @unchecked Sendable {
     func prepareAttempt(_ request: URLRequest, attempt: Int) -> AttemptSetup {
         var request = request
         var conditional = false
-        if let store = validatorStore, (request.httpMethod ?? "GET").uppercased() == "GET", let url = request.url,
+        if let store = validatorStore, request.isGET, let url = request.url,
            request.value(forHTTPHeaderField: "If-None-Match") == nil,
            request.value(forHTTPHeaderField: "If-Modified-Since") == nil,
            let validators = store.validators(for: url) {
@@ -368,14 +368,20 @@ open class FetchOperation: Operation, @unchecked Sendable {
         do {
             try parseResponseBody(body.data ?? Data())
         } catch {
-            throw .parseFailed(.init(underlying: .init(error), url: response?.url ?? sentRequest?.url))
+            throw parseFailure(error)
         }
         // Validators are recorded only once the body parsed: a body that failed is fetched
         // whole next time.
         if !notModified, let store = validatorStore, let response, response.statusCode == 200,
-           (sentRequest?.httpMethod ?? "GET").uppercased() == "GET", let url = sentRequest?.url {
+           let sent = sentRequest, sent.isGET, let url = sent.url {
             store.record(response, body: body.data, for: url)
         }
+    }
+
+    /// A parse hook's error, as the operation reports it.
+    func parseFailure(_ error: any Error) -> FetchError {
+        let url = core.withLock { $0.response?.url ?? $0.sentRequest?.url }
+        return .parseFailed(.init(underlying: .init(error), url: url))
     }
 
     // MARK: Settings plumbing

@@ -18,7 +18,7 @@ struct FlightKey: Hashable, Sendable {
     /// The key of a request that may share a transfer, or `nil`: only bodiless GETs whose body
     /// is kept in memory are shared (a download has a destination of its own).
     init?(request: URLRequest, limits: TransferLimits, session: FetchSession, sink: any ResponseBodySink) {
-        guard (request.httpMethod ?? "GET").uppercased() == "GET",
+        guard request.isGET,
               request.httpBody == nil, request.httpBodyStream == nil,
               sink is MemoryBodySink,
               limits.credentials == nil,

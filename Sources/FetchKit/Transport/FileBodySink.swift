@@ -56,9 +56,6 @@ final class FileBodySink: ResponseBodySink {
     private var pending = Data()
     static let writeBatch = 256 << 10
 
-    /// Where the body started in the file: the bytes reused from an earlier partial download.
-    private(set) var startOffset: Int64 = 0
-
     init(partialURL: URL, recordURL: URL, sourceURL: URL?, requestedOffset: Int64, keepsResumablePartial: Bool) {
         self.partialURL = partialURL
         self.recordURL = recordURL
@@ -95,7 +92,6 @@ final class FileBodySink: ResponseBodySink {
             }
         }
         length = offset
-        startOffset = offset
         let acceptsRanges = response.statusCode == 206
             || (response.value(forHTTPHeaderField: "Accept-Ranges")?.lowercased().contains("bytes") ?? false)
         let record = PartialDownloadRecord(
@@ -161,7 +157,7 @@ final class FileBodySink: ResponseBodySink {
         if fd >= 0, posixClose(fd) != 0 {
             throw .fileSystem(.init(kind: errno == ENOSPC ? .diskFull : .writeFailed, path: partialURL.path, code: errno))
         }
-        return .file(partialURL, length: length)
+        return .file(partialURL)
     }
 
     func abandon() {

@@ -8,7 +8,7 @@ enum ResponseBody: Sendable {
     /// Held in memory.
     case data(Data)
     /// Written to a file.
-    case file(URL, length: Int64)
+    case file(URL)
 
     var data: Data? {
         if case .data(let data) = self { return data }
@@ -35,16 +35,11 @@ protocol ResponseBodySink: AnyObject {
 /// large body is not copied again and again as it grows.
 final class MemoryBodySink: ResponseBodySink {
     private var buffer = Data()
-    private let limit: Int64
 
-    /// - Parameter limit: The most it will ever reserve (the operation's maximum response size).
-    init(limit: Int64) {
-        self.limit = limit
-    }
-
+    /// The transfer has already refused a `Content-Length` above the maximum response size.
     func open(response: HTTPURLResponse, expectedLength: Int64?) throws(FetchError) {
         if let expectedLength, expectedLength > 0 {
-            buffer.reserveCapacity(Int(min(expectedLength, limit)))
+            buffer.reserveCapacity(Int(expectedLength))
         }
     }
 
