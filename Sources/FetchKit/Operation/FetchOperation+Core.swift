@@ -40,8 +40,7 @@ extension FetchOperation {
         // Ordered delivery of state changes (see FetchOperation+Observation.swift).
         var pendingEvents: [Event] = []
         var isDeliveringEvents = false
-        var observers: [(id: Int, handler: @Sendable (StateChange) -> Void)] = []
-        var nextObserverID = 0
+        var observers = HandlerList<@Sendable (StateChange) -> Void>()
         var lastReportedReady = true
 
         // Run-loop waiters on the main thread, which need a nudge to wake.

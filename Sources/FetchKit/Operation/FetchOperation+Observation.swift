@@ -55,14 +55,9 @@ extension FetchOperation {
     /// - Returns: A token; observation stops when you call ``FetchObservation/invalidate()``
     ///   or release it.
     public func observeState(_ handler: @escaping @Sendable (StateChange) -> Void) -> FetchObservation {
-        let id = core.withLock { core in
-            let id = core.nextObserverID
-            core.nextObserverID += 1
-            core.observers.append((id: id, handler: handler))
-            return id
-        }
+        let id = core.withLock { $0.observers.add(handler) }
         return FetchObservation { [weak self] in
-            self?.core.withLock { core in core.observers.removeAll { $0.id == id } }
+            self?.core.withLock { core in core.observers.remove(id) }
         }
     }
 
@@ -127,7 +122,7 @@ extension FetchOperation {
             }
             let observers = core.withLock { core in
                 defer { if change.key == .finished { core.observers.removeAll() } }
-                return core.observers.map(\.handler)
+                return core.observers.handlers
             }
             for observer in observers {
                 observer(change)

@@ -153,10 +153,7 @@ extension FetchQueue {
         for (index, (operation, id, accepted)) in pending.enumerated() {
             guard accepted else {
                 // Refused (already enqueued elsewhere): it counts as a failed member.
-                if let memberCompletion {
-                    let error = FetchError.invalidRequest(.init(reason: .alreadyEnqueued, url: operation.request?.url))
-                    callbackQueue.perform { memberCompletion(.failure(error)) }
-                }
+                refuse(operation, memberCompletion)
                 batch.memberFinished(index, failed: true)
                 continue
             }

@@ -107,15 +107,7 @@ extension FetchQueue {
     ///   - handler: Receives the new value.
     /// - Returns: A token; the handler is removed when you invalidate or release it.
     public func onNetworkActivityChange(on queue: CallbackQueue? = nil, _ handler: @escaping @Sendable (Bool) -> Void) -> FetchObservation {
-        let id = withState { state in
-            let id = state.nextHandlerID
-            state.nextHandlerID += 1
-            state.activityHandlers.append((id: id, queue: queue, handler: handler))
-            return id
-        }
-        return FetchObservation { [weak self] in
-            self?.withState { state in state.activityHandlers.removeAll { $0.id == id } }
-        }
+        observe(\.activityHandlers, QueuedHandler(queue: queue, handler: handler))
     }
 
     /// A transfer started (the scheduler counts it running). Under the lock.
@@ -143,14 +135,12 @@ extension FetchQueue {
     }
 
     private func announceActivity(_ active: Bool, _ state: State) {
-        let handlers = state.activityHandlers
+        let handlers = state.activityHandlers.handlers
         let center = notificationCenter
         let fallback = callbackQueue
         eventQueue.async { [self] in
             center.post(name: Self.networkActivityDidChangeNotification, object: self, userInfo: [Self.activityKey: active])
-            for entry in handlers {
-                (entry.queue ?? fallback).perform { entry.handler(active) }
-            }
+            handlers.deliver(active, fallback: fallback)
         }
     }
 }

@@ -90,9 +90,8 @@ public final class FetchQueue: @unchecked Sendable {
         var progressDrainScheduled = false
         var isNetworkActive = false
         var activityGeneration = 0
-        var activityHandlers: [(id: Int, queue: CallbackQueue?, handler: @Sendable (Bool) -> Void)] = []
-        var countHandlers: [(id: Int, queue: CallbackQueue?, handler: @Sendable (TransferCounts) -> Void)] = []
-        var nextHandlerID = 0
+        var activityHandlers = HandlerList<QueuedHandler<Bool>>()
+        var countHandlers = HandlerList<QueuedHandler<TransferCounts>>()
         var statistics = Statistics()
         /// The wake-up scheduled for when a host's back-off ends, if any (uptime ns), and its token.
         var wakeAt: UInt64?
@@ -195,9 +194,7 @@ public final class FetchQueue: @unchecked Sendable {
     /// - Throws: The operation's ``FetchError``.
     public func fetch<Operation: FetchOperation>(_ operation: Operation) async throws(FetchError) -> Operation {
         let (_, accepted) = register(operation, completion: nil)
-        guard accepted else {
-            throw .invalidRequest(.init(reason: .alreadyEnqueued, url: operation.request?.url))
-        }
+        guard accepted else { throw Self.alreadyEnqueued(operation) }
         return try await operation.finished()
     }
 
@@ -208,14 +205,23 @@ public final class FetchQueue: @unchecked Sendable {
     ) -> (id: FetchID, accepted: Bool) {
         let (id, accepted) = reserve(operation)
         guard accepted else {
-            if let completion {
-                let error = FetchError.invalidRequest(.init(reason: .alreadyEnqueued, url: operation.request?.url))
-                callbackQueue.perform { completion(.failure(error)) }
-            }
+            refuse(operation, completion)
             return (id, false)
         }
         activate(operation, id: id, completion: completion) { _ in }
         return (id, true)
+    }
+
+    /// The error of an operation that is already in a queue.
+    static func alreadyEnqueued(_ operation: FetchOperation) -> FetchError {
+        .invalidRequest(.init(reason: .alreadyEnqueued, url: operation.request?.url))
+    }
+
+    /// Tells a refused operation's completion handler, if any, on ``callbackQueue``.
+    func refuse<Operation: FetchOperation>(_ operation: Operation, _ completion: (@Sendable (Result<Operation, FetchError>) -> Void)?) {
+        guard let completion else { return }
+        let error = Self.alreadyEnqueued(operation)
+        callbackQueue.perform { completion(.failure(error)) }
     }
 
     /// Gives an operation an identifier and claims it; `false` if it belongs elsewhere.
@@ -359,14 +365,15 @@ public final class FetchQueue: @unchecked Sendable {
     ///   - handler: Receives the new counts.
     /// - Returns: A token; the handler is removed when you invalidate or release it.
     public func onTransferCountsChange(on queue: CallbackQueue? = nil, _ handler: @escaping @Sendable (TransferCounts) -> Void) -> FetchObservation {
-        let id = state.withLock { state in
-            let id = state.nextHandlerID
-            state.nextHandlerID += 1
-            state.countHandlers.append((id: id, queue: queue, handler: handler))
-            return id
-        }
+        observe(\.countHandlers, QueuedHandler(queue: queue, handler: handler))
+    }
+
+    /// Adds a handler to one of the queue's lists; the token removes it.
+    func observe<Value>(_ list: WritableKeyPath<State, HandlerList<QueuedHandler<Value>>> & Sendable,
+                        _ handler: QueuedHandler<Value>) -> FetchObservation {
+        let id = state.withLock { $0[keyPath: list].add(handler) }
         return FetchObservation { [weak self] in
-            self?.state.withLock { state in state.countHandlers.removeAll { $0.id == id } }
+            self?.state.withLock { state in state[keyPath: list].remove(id) }
         }
     }
 
@@ -375,13 +382,9 @@ public final class FetchQueue: @unchecked Sendable {
     func announceCounts(_ state: State) {
         guard !state.countHandlers.isEmpty else { return }
         let counts = TransferCounts(inFlight: state.scheduler.running, waiting: state.scheduler.waitingCount)
-        let handlers = state.countHandlers
+        let handlers = state.countHandlers.handlers
         let fallback = callbackQueue
-        eventQueue.async {
-            for entry in handlers {
-                (entry.queue ?? fallback).perform { entry.handler(counts) }
-            }
-        }
+        eventQueue.async { handlers.deliver(counts, fallback: fallback) }
     }
 
     func changeScheduler(_ change: (inout SlotScheduler<ObjectIdentifier>) -> Void) {
