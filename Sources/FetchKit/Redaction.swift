@@ -105,7 +105,10 @@ public enum Redaction {
     /// description — with its secrets redacted.
     ///
     /// Every `scheme://…` URL in `text` is redacted as ``redacted(_:)-(String)`` does (a
-    /// trailing `.`, `,`, `)`… is read as punctuation, not as part of the URL). Then every
+    /// trailing `.`, `,`, `)`… is read as punctuation, not as part of the URL). The value of a
+    /// sensitive header written out in the text — `Set-Cookie: …` to the end of its line,
+    /// `"Authorization": "…"` to its closing quote, as a debugging page or an echo service
+    /// shows them — is redacted too. Then every
     /// secret value of the URLs in `urls` (their passwords and sensitive query values, as
     /// written and percent-decoded, of at least four characters) is replaced wherever it
     /// appears, even without its URL around it.
@@ -116,7 +119,7 @@ public enum Redaction {
     /// - Returns: `text` with its secrets replaced by ``placeholder``.
     public static func redacted(text: String, mentioning urls: [URL?] = []) -> String {
         let secrets = urls.compactMap { $0 }.flatMap { secretValues(in: $0.absoluteString) }
-        return replacing(secrets, in: redactingEmbeddedURLs(in: text))
+        return replacing(secrets, in: redactingEmbeddedURLs(in: redactingHeaderFields(in: text)))
     }
 
     /// The secret values in `urlString`, as written and percent-decoded, longest first, without
@@ -354,6 +357,64 @@ public enum Redaction {
     private static func endsURL(_ scalar: Unicode.Scalar) -> Bool {
         scalar.properties.isWhitespace || scalar.value < 0x20 || (0x7F...0x9F).contains(scalar.value)
             || "\"<>`\\^{|}".unicodeScalars.contains(scalar)
+    }
+
+    /// The values of sensitive header fields written in `text` ("Cookie: a=b" to the end of
+    /// the line; `"Authorization": "Bearer x"` or `authorization='x'` to the closing quote).
+    private static func redactingHeaderFields(in text: String) -> String {
+        let lowercased = text.lowercased()
+        guard lowercased.contains("cookie") || lowercased.contains("authorization") else { return text }
+        let bytes = Array(text.utf8)
+        let names = sensitiveHeaderNames.map { Array($0.utf8) }
+        var result: [UInt8] = []
+        var index = 0
+        scan: while index < bytes.count {
+            let startsWord = index == 0 || !isNameByte(bytes[index - 1])
+            if startsWord {
+                for name in names where hasPrefixIgnoringCase(bytes, name, at: index) {
+                    var cursor = index + name.count
+                    guard cursor == bytes.count || !isNameByte(bytes[cursor]) else { continue }
+                    if cursor < bytes.count, bytes[cursor] == UInt8(ascii: "\"") || bytes[cursor] == UInt8(ascii: "'") { cursor += 1 }
+                    while cursor < bytes.count, bytes[cursor] == UInt8(ascii: " ") || bytes[cursor] == UInt8(ascii: "\t") { cursor += 1 }
+                    guard cursor < bytes.count, bytes[cursor] == UInt8(ascii: ":") || bytes[cursor] == UInt8(ascii: "=") else { continue }
+                    cursor += 1
+                    while cursor < bytes.count, bytes[cursor] == UInt8(ascii: " ") || bytes[cursor] == UInt8(ascii: "\t") { cursor += 1 }
+                    var quote: UInt8?
+                    if cursor < bytes.count, bytes[cursor] == UInt8(ascii: "\"") || bytes[cursor] == UInt8(ascii: "'") {
+                        quote = bytes[cursor]
+                        cursor += 1
+                    }
+                    var end = cursor
+                    while end < bytes.count, bytes[end] != UInt8(ascii: "\n"), bytes[end] != UInt8(ascii: "\r"), bytes[end] != quote {
+                        end += 1
+                    }
+                    guard end > cursor else { continue }
+                    result += bytes[index..<cursor]
+                    result += Array(placeholder.utf8)
+                    index = end
+                    continue scan
+                }
+            }
+            result.append(bytes[index])
+            index += 1
+        }
+        // Only ASCII runs were replaced, up to ASCII delimiters or the end: still valid UTF-8.
+        return String(decoding: result, as: UTF8.self)
+    }
+
+    private static func isNameByte(_ byte: UInt8) -> Bool {
+        (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(byte | 0x20) || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte)
+            || byte == UInt8(ascii: "-") || byte == UInt8(ascii: "_")
+    }
+
+    private static func hasPrefixIgnoringCase(_ bytes: [UInt8], _ lowercasedASCII: [UInt8], at index: Int) -> Bool {
+        guard index + lowercasedASCII.count <= bytes.count else { return false }
+        for offset in lowercasedASCII.indices {
+            let byte = bytes[index + offset]
+            let folded = (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains(byte) ? byte | 0x20 : byte
+            if folded != lowercasedASCII[offset] { return false }
+        }
+        return true
     }
 
     /// `secrets` (longest first) replaced by the placeholder wherever they appear in `text`,

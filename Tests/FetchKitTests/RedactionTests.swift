@@ -1,4 +1,5 @@
 import Foundation
+import LoopbackServer
 import Testing
 @testable import FetchKit
 
@@ -84,5 +85,132 @@ import Testing
         // Short values are not hunted in free text: they would wreck the message.
         let short = try #require(URL(string: "http://h/p?key=1"))
         #expect(Redaction.redacted(text: "1 of 1 failed", mentioning: [short]) == "1 of 1 failed")
+    }
+}
+
+/// Every description FetchKit makes hides the URL's secrets and still names host and path;
+/// the `url` properties keep the full URL.
+@Suite("Redacted descriptions")
+struct RedactedDescriptionTests {
+    static let secrets = ["hunter2secret", "tok3nsecret", "cookiesecret", "sig9secret"]
+    static let url = URL(string: "https://bob:hunter2secret@api.example.com/v1/items?page=2&access_token=tok3nsecret")!
+    static let next = URL(string: "https://api.example.com/v2/items?X-Amz-Signature=sig9secret")!
+
+    private func expectRedacted(_ text: String, names path: String = "api.example.com/v1/items",
+                                sourceLocation: SourceLocation = #_sourceLocation) {
+        for secret in Self.secrets {
+            #expect(!text.contains(secret), "\(secret) shown in: \(text)", sourceLocation: sourceLocation)
+        }
+        #expect(text.contains(path), "\(path) missing from: \(text)", sourceLocation: sourceLocation)
+    }
+
+    /// An error of the app's that shows the URL, and perhaps a secret of it on its own.
+    private struct EchoingError: Error, CustomStringConvertible {
+        var bare = true
+        var description: String {
+            "cannot parse the reply to \(RedactedDescriptionTests.url.absoluteString)" + (bare ? " (token tok3nsecret)" : "")
+        }
+    }
+
+    static var errors: [FetchError] {
+        let body = Data("<p>Unauthorized: \(url.absoluteString)\n Set-Cookie: sid=cookiesecret</p>".utf8)
+        let transport = URLError(.cannotConnectToHost, userInfo: [
+            NSURLErrorFailingURLErrorKey: url,
+            NSURLErrorFailingURLStringErrorKey: url.absoluteString,
+            NSLocalizedDescriptionKey: "Failed to connect to \(url.absoluteString) as bob:hunter2secret",
+        ])
+        return [
+            .invalidRequest(.init(reason: .malformed("'GE T' is not a valid HTTP method"), url: url)),
+            .invalidRequest(.init(reason: .preparationFailed(.init(EchoingError())), url: url)),
+            .timedOut(.init(kind: .idle, interval: 1, url: url)),
+            .transport(transport),
+            .unacceptableStatus(.init(statusCode: 401, headers: ["Set-Cookie": "sid=cookiesecret"], bodyPrefix: body, url: url)),
+            .responseTooLarge(.init(limit: 10, expectedLength: 20, url: url)),
+            .lengthMismatch(.init(expected: 10, received: 5, url: url)),
+            .parseFailed(.init(underlying: .init(EchoingError()), url: url)),
+            .dependencyFailed(.init(dependency: "'login'", dependencyError: .init(FetchError.timedOut(.init(kind: .total, interval: 2, url: url))))),
+            .dependencyFailed(.init(dependency: "'login'", dependencyError: .init(EchoingError(bare: false)))),
+            .redirectFailed(.init(kind: .loop, chain: [url, next, url])),
+        ]
+    }
+
+    @Test(arguments: 0..<11)
+    func errorDescriptions(_ index: Int) {
+        let error = Self.errors[index]
+        expectRedacted(error.description)
+        expectRedacted(error.localizedDescription)
+        expectRedacted(String(describing: error))
+        expectRedacted("\(error)")
+    }
+
+    @Test func redirectChainsShowEveryHop() {
+        let text = FetchError.redirectFailed(.init(kind: .tooMany(1), chain: [Self.url, Self.next])).description
+        expectRedacted(text, names: "api.example.com/v2/items?X-Amz-Signature=REDACTED")
+        #expect(text.contains("https://bob:REDACTED@api.example.com/v1/items?page=2&access_token=REDACTED"))
+    }
+
+    @Test func payloadsKeepTheFullURL() {
+        let status = FetchError.StatusFailure(statusCode: 401, headers: ["Set-Cookie": "sid=cookiesecret"], bodyPrefix: Data(), url: Self.url)
+        #expect(status.url == Self.url)
+        #expect(status.headers["Set-Cookie"] == "sid=cookiesecret")
+        #expect(status.redactedHeaders["Set-Cookie"] == "REDACTED")
+        #expect(FetchError.Timeout(kind: .idle, interval: 1, url: Self.url).url?.absoluteString.contains("hunter2secret") == true)
+        #expect(FetchError.RedirectFailure(kind: .loop, chain: [Self.url]).chain == [Self.url])
+        let operation = FetchOperation(url: Self.url)
+        #expect(operation.request?.url == Self.url)
+        expectRedacted(operation.description)
+        expectRedacted(String(describing: operation))
+    }
+
+    /// The real thing: a 401 from a server, with the secrets in the URL FetchKit fetched.
+    @Test func aFailedFetchOfASecretURLDescribesItWithoutTheSecrets() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        server.route("/private/report") { request in
+            HTTPResponse(status: 401, headers: ["Set-Cookie": "sid=cookiesecret"],
+                         body: Data("denied for \(request.path)?\(request.query.map { "\($0.key)=\($0.value)" }.joined(separator: "&"))".utf8))
+        }
+        var components = try #require(URLComponents(url: server.url("/private/report?page=2&access_token=tok3nsecret"), resolvingAgainstBaseURL: false))
+        components.user = "bob"
+        components.password = "hunter2secret"
+        let url = try #require(components.url)
+        let operation = FetchOperation(url: url)
+        await #expect(throws: FetchError.self) { try await operation.run() }
+        let error = try #require(operation.error)
+        #expect(error.statusCode == 401)
+        expectRedacted(error.description, names: "127.0.0.1:\(server.baseURL.port ?? 0)/private/report")
+        expectRedacted(error.localizedDescription, names: "/private/report")
+        expectRedacted(operation.description, names: "/private/report")
+        if case .unacceptableStatus(let failure) = error {
+            #expect(failure.url?.absoluteString.contains("tok3nsecret") == true, "the payload keeps the full URL")
+        }
+    }
+
+    /// A refused connection: the system's own message about the URL is redacted too.
+    @Test func aTransportFailureOfASecretURL() async throws {
+        let closed = try ClosedPort()
+        let url = try #require(URL(string: "http://bob:hunter2secret@127.0.0.1:\(closed.port)/private/report?access_token=tok3nsecret"))
+        let operation = FetchOperation(url: url)
+        await #expect(throws: FetchError.self) { try await operation.run() }
+        withExtendedLifetime(closed) {}
+        let error = try #require(operation.error)
+        #expect(error.urlError != nil)
+        expectRedacted(error.description, names: "/private/report")
+        expectRedacted(error.localizedDescription, names: "/private/report")
+        #expect(error.urlError?.failingURL == url, "the URLError keeps the full URL")
+    }
+}
+
+extension RedactionTests {
+    @Test(arguments: [
+        ("Set-Cookie: sid=abc; Path=/\nnext line", "Set-Cookie: REDACTED\nnext line"),
+        (#"{"Authorization": "Bearer abc", "Accept": "*/*"}"#, #"{"Authorization": "REDACTED", "Accept": "*/*"}"#),
+        ("cookie='a=b' and more", "cookie='REDACTED' and more"),
+        ("X-Cookie-Policy: none; Cookies: many", "X-Cookie-Policy: none; Cookies: many"),
+        ("the cookie jar", "the cookie jar"),
+    ])
+    func sensitiveHeadersWrittenInText(_ pair: (String, String)) {
+        #expect(Redaction.redacted(text: pair.0) == pair.1)
+        #expect(Redaction.redacted(text: pair.1) == pair.1)
     }
 }
