@@ -326,7 +326,9 @@ extension FetchError: CustomStringConvertible, LocalizedError {
         case .timedOut(let details): return details.description
         case .transport(let error):
             // The system's message may quote the URL, whole or in pieces.
-            let failing = [error.failingURL, error.failureURLString.flatMap { URL(string: $0) }]
+            // (The string form's key, spelled out: its constant is deprecated.)
+            let failingString = error.userInfo["NSErrorFailingURLStringKey"] as? String
+            let failing = [error.failingURL, failingString.flatMap { URL(string: $0) }]
             let target = error.failingURL.map(Redaction.redacted) ?? "the request"
             return Redaction.redacted(text: "\(target) failed: \(error.localizedDescription) (URLError \(error.code.rawValue)).",
                                       mentioning: failing)

@@ -116,7 +116,7 @@ struct RedactedDescriptionTests {
         let body = Data("<p>Unauthorized: \(url.absoluteString)\n Set-Cookie: sid=cookiesecret</p>".utf8)
         let transport = URLError(.cannotConnectToHost, userInfo: [
             NSURLErrorFailingURLErrorKey: url,
-            NSURLErrorFailingURLStringErrorKey: url.absoluteString,
+            "NSErrorFailingURLStringKey": url.absoluteString,
             NSLocalizedDescriptionKey: "Failed to connect to \(url.absoluteString) as bob:hunter2secret",
         ])
         return [
