@@ -30,6 +30,14 @@ struct RedactionFuzzTests {
             if let url = URL(string: sample.input), url.absoluteString == sample.input {
                 parsedByFoundation += 1
                 #expect(Redaction.redacted(url) == sample.expected, context)
+                // Where Foundation sees the host and a user beside a password, they survive.
+                if var host = url.host(percentEncoded: true), !host.isEmpty {
+                    if host.contains(":") { host = "[\(host)]" }   // IPv6, shown without its brackets
+                    #expect(output.contains("@" + host) || output.contains("//" + host), "\(context): host \(host)")
+                }
+                if url.password(percentEncoded: true) != nil, let user = url.user(percentEncoded: true) {
+                    #expect(output.contains(user + ":" + Redaction.placeholder + "@"), context)
+                }
                 // Its secrets hunted in free text that shows them without the URL.
                 let loose = "user \(url.user ?? "") pw \(url.password ?? "") values \(sample.secrets.joined(separator: " "))"
                 #expect(!Self.hasMarker(Redaction.redacted(text: loose, mentioning: [url]), huntedOnly: true), context)
