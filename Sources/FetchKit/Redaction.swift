@@ -26,7 +26,8 @@ import Foundation
 ///   that URL's secrets.
 ///
 /// The sensitive headers are `Authorization`, `Proxy-Authorization`, `Cookie` and `Set-Cookie`
-/// (``sensitiveHeaderNames``).
+/// (``sensitiveHeaderNames``), and those named like `X-Api-Key` or `X-Auth-Token`
+/// (``isSensitiveHeaderName(_:)``).
 public enum Redaction {
     /// What a secret is replaced with.
     public static let placeholder = "REDACTED"
@@ -70,9 +71,13 @@ public enum Redaction {
         return normalizedNames.contains(name) || sensitiveSuffixes.contains { name.hasSuffix($0) }
     }
 
-    /// Whether the values of header field `name` are secrets (case-insensitive).
+    /// Whether the values of header field `name` are secrets (case-insensitive): one of
+    /// ``sensitiveHeaderNames``, or a name whose letters and digits end as a sensitive query
+    /// name's may (`X-Api-Key`, `X-Auth-Token`, `X-Amz-Security-Token`).
     public static func isSensitiveHeaderName(_ name: String) -> Bool {
-        sensitiveHeaderNames.contains(name.trimmingCharacters(in: .whitespaces).lowercased())
+        if sensitiveHeaderNames.contains(name.trimmingCharacters(in: .whitespaces).lowercased()) { return true }
+        let name = normalized(name)
+        return sensitiveSuffixes.contains { name.hasSuffix($0) }
     }
 
     /// `url` as text for a person: the userinfo password and the values of sensitive query
@@ -108,10 +113,9 @@ public enum Redaction {
     /// trailing `.`, `,`, `)`… is read as punctuation, not as part of the URL). The value of a
     /// sensitive header written out in the text — `Set-Cookie: …` to the end of its line,
     /// `"Authorization": "…"` to its closing quote, as a debugging page or an echo service
-    /// shows them — is redacted too. Then every
-    /// secret value of the URLs in `urls` (their passwords and sensitive query values, as
-    /// written and percent-decoded, of at least four characters) is replaced wherever it
-    /// appears, even without its URL around it.
+    /// shows them — is redacted too. Then every secret value of the URLs in `urls` (their
+    /// passwords and sensitive query values, as written and percent-decoded, of at least four
+    /// characters) is replaced wherever it appears, even without its URL around it.
     ///
     /// - Parameters:
     ///   - text: The text to show.
@@ -262,7 +266,7 @@ public enum Redaction {
 
     private static func isScheme(_ text: Substring) -> Bool {
         guard let first = text.unicodeScalars.first, first.isASCII, first.properties.isAlphabetic else { return false }
-        return text.unicodeScalars.allSatisfy { $0.isASCII && ($0.properties.isAlphabetic || ("0"..."9").contains($0) || "+-.".unicodeScalars.contains($0)) }
+        return text.unicodeScalars.allSatisfy(isSchemeCharacter)
     }
 
     /// A name's letters and digits, lowercased.

@@ -69,7 +69,10 @@ import Testing
         #expect(Redaction.redacted(headerValue: "Bearer abc", forName: "AUTHORIZATION") == "REDACTED")
         #expect(Redaction.redacted(headerValue: "id=1", forName: "set-cookie") == "REDACTED")
         #expect(Redaction.redacted(headerValue: "Basic xyz", forName: "Proxy-Authorization") == "REDACTED")
+        #expect(Redaction.redacted(headerValue: "k123", forName: "X-Api-Key") == "REDACTED")
+        #expect(Redaction.redacted(headerValue: "t123", forName: "x-auth-token") == "REDACTED")
         #expect(Redaction.redacted(headerValue: "text/plain", forName: "Content-Type") == "text/plain")
+        #expect(Redaction.redacted(headerValue: "13", forName: "Sec-WebSocket-Version") == "13")
         #expect(Redaction.redacted(headerValue: "https://h/next?token=S1", forName: "Location") == "https://h/next?token=REDACTED")
     }
 
