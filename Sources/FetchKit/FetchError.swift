@@ -14,6 +14,12 @@ import FoundationNetworking
 /// ``FetchOperation/error``; a successful one has `nil` there. Switch over the kinds to react
 /// to each; `description` gives a sentence a person can read, naming the URL and the cause.
 ///
+/// Descriptions never show secrets: URLs appear as ``Redaction/redacted(_:)-(URL)`` shows them
+/// (the userinfo password and sensitive query values replaced by `REDACTED`), and text from
+/// elsewhere — a system message, a server's error body, another error's description — has the
+/// URLs in it and the failing URL's secret values redacted as well. The payloads' `url`
+/// properties keep the full URL for code that needs it.
+///
 /// ```swift
 /// switch operation.error {
 /// case nil: show(operation.user)
@@ -75,7 +81,11 @@ extension FetchError {
         public let url: URL?
 
         public var description: String {
-            let target = url.map { " (\($0.absoluteString))" } ?? ""
+            Redaction.redacted(text: text, mentioning: [url])
+        }
+
+        private var text: String {
+            let target = url.map { " (\(Redaction.redacted($0)))" } ?? ""
             switch reason {
             case .missing:
                 return "Invalid request: the operation has no request to send."
@@ -112,7 +122,7 @@ extension FetchError {
         public let url: URL?
 
         public var description: String {
-            let target = url?.absoluteString ?? "the request"
+            let target = url.map(Redaction.redacted) ?? "the request"
             switch kind {
             case .idle: return "\(target) timed out: no data for \(Self.format(interval)) (idle timeout)."
             case .total: return "\(target) timed out: not complete within \(Self.format(interval)) (total timeout)."
@@ -141,12 +151,21 @@ extension FetchError {
         /// The body prefix as UTF-8 text, if it is text.
         public var bodyText: String? { String(data: bodyPrefix, encoding: .utf8) }
 
+        /// ``headers`` for display: the values of `Authorization`, `Proxy-Authorization`,
+        /// `Cookie` and `Set-Cookie` replaced by `REDACTED`, URLs in the others redacted
+        /// (``Redaction/redacted(headerValue:forName:)``).
+        public var redactedHeaders: [String: String] {
+            Dictionary(uniqueKeysWithValues: headers.map { ($0.key, Redaction.redacted(headerValue: $0.value, forName: $0.key)) })
+        }
+
+        /// A sentence naming the redacted URL, the status and, on one line, the first words of
+        /// the body — with the URLs in the body and the URL's secret values redacted.
         public var description: String {
-            let target = url?.absoluteString ?? "the server"
+            let target = url.map(Redaction.redacted) ?? "the server"
             var text = "\(target) answered HTTP \(statusCode) (\(HTTPURLResponse.localizedString(forStatusCode: statusCode)))."
             // A glimpse of the body, on one line: error pages are often HTML spread over many.
             if let body = bodyText {
-                let glimpse = body.split(whereSeparator: \.isWhitespace).joined(separator: " ")
+                let glimpse = Redaction.redacted(text: body, mentioning: [url]).split(whereSeparator: \.isWhitespace).joined(separator: " ")
                 if !glimpse.isEmpty {
                     text += " Body: " + (glimpse.count > 120 ? glimpse.prefix(120) + "…" : glimpse)
                 }
@@ -165,7 +184,7 @@ extension FetchError {
         public let url: URL?
 
         public var description: String {
-            let target = url?.absoluteString ?? "the response"
+            let target = url.map(Redaction.redacted) ?? "the response"
             let announced = expectedLength.map { "; it announced \($0) bytes" } ?? ""
             return "\(target) is larger than the \(limit)-byte limit\(announced)."
         }
@@ -181,7 +200,7 @@ extension FetchError {
         public let url: URL?
 
         public var description: String {
-            "\(url?.absoluteString ?? "The response") announced \(expected) bytes but \(received) arrived."
+            "\(url.map(Redaction.redacted) ?? "The response") announced \(expected) bytes but \(received) arrived."
         }
     }
 
@@ -193,7 +212,8 @@ extension FetchError {
         public let url: URL?
 
         public var description: String {
-            "Parsing the response from \(url?.absoluteString ?? "the server") failed: \(underlying)."
+            Redaction.redacted(text: "Parsing the response from \(url.map(Redaction.redacted) ?? "the server") failed: \(underlying).",
+                               mentioning: [url])
         }
     }
 
@@ -273,7 +293,7 @@ extension FetchError {
         public let chain: [URL]
 
         public var description: String {
-            let path = chain.map(\.absoluteString).joined(separator: " → ")
+            let path = chain.map(Redaction.redacted).joined(separator: " → ")
             switch kind {
             case .loop: return "Redirect loop: \(path)."
             case .tooMany(let limit): return "More than \(limit) redirects: \(path)."
@@ -289,9 +309,11 @@ extension FetchError {
         /// The original error.
         public let error: any Error
         init(_ error: any Error) { self.error = error }
+        /// The error's description (its `errorDescription` if it is a `LocalizedError`), with
+        /// the URLs in it redacted.
         public var description: String {
-            if let described = (error as? LocalizedError)?.errorDescription { return described }
-            return String(describing: error)
+            let described = (error as? LocalizedError)?.errorDescription ?? String(describing: error)
+            return Redaction.redacted(text: described)
         }
     }
 }
@@ -303,8 +325,13 @@ extension FetchError: CustomStringConvertible, LocalizedError {
         case .cancelled: return "The fetch was cancelled."
         case .timedOut(let details): return details.description
         case .transport(let error):
-            let target = error.failingURL?.absoluteString ?? "the request"
-            return "\(target) failed: \(error.localizedDescription) (URLError \(error.code.rawValue))."
+            // The system's message may quote the URL, whole or in pieces.
+            // (The string form's key, spelled out: its constant is deprecated.)
+            let failingString = error.userInfo["NSErrorFailingURLStringKey"] as? String
+            let failing = [error.failingURL, failingString.flatMap { URL(string: $0) }]
+            let target = error.failingURL.map(Redaction.redacted) ?? "the request"
+            return Redaction.redacted(text: "\(target) failed: \(error.localizedDescription) (URLError \(error.code.rawValue)).",
+                                      mentioning: failing)
         case .unacceptableStatus(let details): return details.description
         case .responseTooLarge(let details): return details.description
         case .lengthMismatch(let details): return details.description

@@ -1,3 +1,4 @@
+import FetchKit
 import Foundation
 
 /// The command line: `fetchkit URL... [-o DIR] [--parallel N] [--per-host N] [--retry N] [--timeout S]`.
@@ -55,7 +56,8 @@ struct Options: Equatable {
             case _ where onlyURLs || !argument.hasPrefix("-"):
                 guard let url = URL(string: argument), let scheme = url.scheme?.lowercased(),
                       scheme == "http" || scheme == "https", url.host?.isEmpty == false else {
-                    throw UsageError(description: "not an http or https URL: '\(argument)'")
+                    // Echoed for the user, who may be reading a CI log: redacted and escaped.
+                    throw UsageError(description: "not an http or https URL: '\(Terminal.sanitized(Redaction.redacted(argument)))'")
                 }
                 options.urls.append(url)
             case "--":

@@ -35,9 +35,9 @@ enum Demo {
                 let at = String(format: "+%.2f s", Date().timeIntervalSince(started))
                 if let feed = operation.feed {
                     totals.items += feed.itemCount
-                    print("  ✓ \(pad(feed.title, 26)) \(pad("\(feed.itemCount) item\(feed.itemCount == 1 ? "" : "s")", 10)) \(pad(operation.path, 24)) \(at)")
+                    print("  ✓ \(pad(Terminal.sanitized(feed.title), 26)) \(pad("\(feed.itemCount) item\(feed.itemCount == 1 ? "" : "s")", 10)) \(pad(operation.path, 24)) \(at)")
                 } else if let error = operation.error {
-                    print("  ✗ \(pad(operation.path, 26)) \(Self.reason(error))   \(at)")
+                    print("  ✗ \(pad(operation.path, 26)) \(Terminal.sanitized(Self.reason(error)))   \(at)")
                 }
             }
         }

@@ -127,12 +127,15 @@ final class Downloader: @unchecked Sendable {
 
     // MARK: Helpers
 
+    /// Why a download failed, in a few words, with its secrets redacted. Not yet escaped for
+    /// the terminal: the display does that (``Terminal/sanitized(_:)``).
     static func reason(_ error: FetchError) -> String {
         switch error {
         case .unacceptableStatus(let failure):
             return "HTTP \(failure.statusCode) \(HTTPURLResponse.localizedString(forStatusCode: failure.statusCode))"
         case .transport(let urlError):
-            return urlError.localizedDescription
+            // The system's message may quote the URL.
+            return Redaction.redacted(text: urlError.localizedDescription, mentioning: [urlError.failingURL])
         case .timedOut(let timeout):
             return "no data for \(Format.duration(timeout.interval))"
         default:

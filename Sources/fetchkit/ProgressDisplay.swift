@@ -23,7 +23,7 @@ struct ProgressDisplay {
 
     mutating func retrying(_ item: Downloader.Item, attempt: Int, of attempts: Int, reason: String) {
         clearLive()
-        Terminal.write("  ↻ \(item.name): \(reason); retrying (attempt \(attempt) of \(attempts))\n")
+        Terminal.write("  ↻ \(item.shownName): \(Terminal.sanitized(reason)); retrying (attempt \(attempt) of \(attempts))\n")
     }
 
     /// Redraws the live block: the active files and the total.
@@ -51,13 +51,16 @@ struct ProgressDisplay {
         }
         let bytes = done.reduce(Int64(0)) { $0 + $1.received }
         var text = "\nDownloaded \(done.count) of \(items.count) file\(items.count == 1 ? "" : "s")"
-        text += " (\(Format.bytes(bytes))) to \(directory.path) in \(Format.duration(elapsed))"
+        text += " (\(Format.bytes(bytes))) to \(Terminal.sanitized(directory.path)) in \(Format.duration(elapsed))"
         text += " (\(Format.rate(Double(bytes) / max(elapsed, 0.001))))"
         if failed.isEmpty {
             text += ".\n"
         } else {
             text += "; \(failed.count) failed:\n"
-            for (item, error) in failed { text += "  \(item.name): \(Downloader.reason(error)) (\(item.url.absoluteString))\n" }
+            for (item, error) in failed {
+                let url = Terminal.sanitized(Redaction.redacted(item.url))
+                text += "  \(item.shownName): \(Terminal.sanitized(Downloader.reason(error))) (\(url))\n"
+            }
         }
         Terminal.write(text)
     }
@@ -75,19 +78,19 @@ struct ProgressDisplay {
         let elapsed = item.finishedAt.flatMap { end in item.startedAt.map { end.timeIntervalSince($0) } } ?? 0
         switch item.state {
         case .done:
-            return "  ✓ \(item.name)  \(Format.bytes(item.received)) in \(Format.duration(elapsed))"
+            return "  ✓ \(item.shownName)  \(Format.bytes(item.received)) in \(Format.duration(elapsed))"
                 + (elapsed > 0 ? " (\(Format.rate(Double(item.received) / elapsed)))" : "")
         case .failed(let error):
-            return "  ✗ \(item.name)  \(Downloader.reason(error))"
+            return "  ✗ \(item.shownName)  \(Terminal.sanitized(Downloader.reason(error)))"
         default:
-            return "  · \(item.name)"
+            return "  · \(item.shownName)"
         }
     }
 
     static func activeLine(_ item: Downloader.Item) -> String {
         let elapsed = item.startedAt.map { Date().timeIntervalSince($0) } ?? 0
         let rate = elapsed > 0 ? Double(item.received) / elapsed : 0
-        var line = "  ↓ \(item.name)  "
+        var line = "  ↓ \(item.shownName)  "
         if let expected = item.expected, expected > 0 {
             let percent = Int(Double(item.received) / Double(expected) * 100)
             line += "\(percent)%  \(Format.bytes(item.received)) of \(Format.bytes(expected))"
@@ -125,4 +128,9 @@ struct ProgressDisplay {
         }
         return line
     }
+}
+
+extension Downloader.Item {
+    /// The file's name, safe to print: it comes from the URL (``Terminal/sanitized(_:)``).
+    var shownName: String { Terminal.sanitized(name) }
 }

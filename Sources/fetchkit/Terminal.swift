@@ -24,6 +24,43 @@ enum Terminal {
     static func error(_ text: String) {
         FileHandle.standardError.write(Data((text + "\n").utf8))
     }
+
+    /// `text` made safe to print: every character that could drive the terminal rather than
+    /// show itself is written as a visible escape.
+    ///
+    /// Everything the tool prints that came from a URL, a header or a body — file names, URLs
+    /// (after ``Redaction``), reasons, error descriptions, feed titles — goes through this, so
+    /// that a server cannot colour the output, move the cursor, set the window title (ESC
+    /// starts every CSI and OSC sequence), forge a line (`\n`, `\r`) or reverse what follows
+    /// (bidi overrides). ESC is shown as `\e`, newline, carriage return and tab as `\n`,
+    /// `\r`, `\t`, other C0 controls and DEL as `\xNN`, C1 controls, bidi controls and the
+    /// Unicode line and paragraph separators as `\u{NNNN}`. Other text, including a
+    /// backslash, is left as it is.
+    static func sanitized(_ text: String) -> String {
+        guard text.unicodeScalars.contains(where: needsEscape) else { return text }
+        var result = ""
+        for scalar in text.unicodeScalars {
+            switch scalar.value {
+            case 0x1B: result += "\\e"
+            case 0x0A: result += "\\n"
+            case 0x0D: result += "\\r"
+            case 0x09: result += "\\t"
+            case 0x00...0x1F, 0x7F: result += String(format: "\\x%02X", scalar.value)
+            case _ where needsEscape(scalar): result += "\\u{" + String(scalar.value, radix: 16, uppercase: true) + "}"
+            default: result.unicodeScalars.append(scalar)
+            }
+        }
+        return result
+    }
+
+    private static func needsEscape(_ scalar: Unicode.Scalar) -> Bool {
+        switch scalar.value {
+        case 0x00...0x1F, 0x7F...0x9F: true            // C0, DEL, C1 (CSI is also 0x9B)
+        case 0x061C, 0x200E, 0x200F, 0x202A...0x202E, 0x2066...0x2069: true   // bidi controls
+        case 0x2028, 0x2029: true                       // line and paragraph separators
+        default: false
+        }
+    }
 }
 
 /// Human-readable sizes, rates and durations.

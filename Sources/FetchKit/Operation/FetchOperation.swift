@@ -318,7 +318,7 @@ open class FetchOperation: Operation, @unchecked Sendable {
 
     open override var description: String {
         let (phase, cancelled, url) = core.withLock { ($0.machine.phase, $0.machine.isCancelled, ($0.sentRequest ?? $0.settings.request)?.url) }
-        let target = url?.absoluteString ?? "no request"
+        let target = url.map(Redaction.redacted) ?? "no request"
         return "<\(type(of: self)) \(name.map { "'\($0)' " } ?? "")\(target) \(phase)\(cancelled ? ", cancelled" : "")>"
     }
 
