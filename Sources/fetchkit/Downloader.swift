@@ -21,7 +21,9 @@ final class Downloader: @unchecked Sendable {
         let destination: URL
         var name: String { destination.lastPathComponent }
         var state = State.waiting
-        var received: Int64 = 0
+        /// The bytes received, and those this run moved (for its rate).
+        var meter = TransferMeter()
+        var received: Int64 { meter.received }
         var expected: Int64?
         var startedAt: Date?
         var finishedAt: Date?
@@ -102,13 +104,14 @@ final class Downloader: @unchecked Sendable {
         download.retryPolicy = RetryPolicy(maximumRetries: options.retries)
         download.onRetry(on: .dispatch(ui)) { [self] event in
             items[index].state = .retrying
+            items[index].meter.attemptEnded()
             display.retrying(items[index], attempt: event.attempt, of: options.retries + 1, reason: Self.reason(event.error))
         }
-        download.onProgress(on: .dispatch(ui)) { [self] progress in
+        download.onProgress(on: .dispatch(ui)) { [self, weak download] progress in
             if items[index].startedAt == nil { items[index].startedAt = Date() }
             if case .done = items[index].state { return }
             items[index].state = .active
-            items[index].received = progress.bytesReceived
+            items[index].meter.report(progress.bytesReceived, requestedOffset: TransferMeter.requestedOffset(of: download?.sentRequest))
             items[index].expected = progress.bytesExpected
         }
         download.onCompletion(on: .dispatch(ui)) { [self] download in
@@ -116,7 +119,8 @@ final class Downloader: @unchecked Sendable {
                 items[index].state = .failed(error)
             } else {
                 items[index].state = .done
-                items[index].received = DownloadOperation.sizeOfFile(at: download.destination) ?? items[index].received
+                let size = DownloadOperation.sizeOfFile(at: download.destination) ?? items[index].received
+                items[index].meter.completed(size: size, resumedBytes: download.resumedBytes)
                 items[index].expected = items[index].received
             }
             items[index].finishedAt = Date()

@@ -52,7 +52,8 @@ struct ProgressDisplay {
         let bytes = done.reduce(Int64(0)) { $0 + $1.received }
         var text = "\nDownloaded \(done.count) of \(items.count) file\(items.count == 1 ? "" : "s")"
         text += " (\(Format.bytes(bytes))) to \(directory.path) in \(Format.duration(elapsed))"
-        text += " (\(Format.rate(Double(bytes) / max(elapsed, 0.001))))"
+        let thisRun = items.reduce(Int64(0)) { $0 + $1.meter.bytesThisRun }
+        text += " (\(Format.rate(Double(thisRun) / max(elapsed, 0.001))))"
         if failed.isEmpty {
             text += ".\n"
         } else {
@@ -75,8 +76,11 @@ struct ProgressDisplay {
         let elapsed = item.finishedAt.flatMap { end in item.startedAt.map { end.timeIntervalSince($0) } } ?? 0
         switch item.state {
         case .done:
+            // The rate counts this run's bytes only: a resumed file's earlier part is not.
+            let rate = TransferMeter.rate(bytes: item.meter.bytesThisRun, seconds: elapsed)
             return "  ✓ \(item.name)  \(Format.bytes(item.received)) in \(Format.duration(elapsed))"
-                + (elapsed > 0 ? " (\(Format.rate(Double(item.received) / elapsed)))" : "")
+                + (rate.map { " (\(Format.rate($0)))" } ?? "")
+                + (item.meter.resumedFrom > 0 ? ", resumed at \(Format.bytes(item.meter.resumedFrom))" : "")
         case .failed(let error):
             return "  ✗ \(item.name)  \(Downloader.reason(error))"
         default:
@@ -86,7 +90,7 @@ struct ProgressDisplay {
 
     static func activeLine(_ item: Downloader.Item) -> String {
         let elapsed = item.startedAt.map { Date().timeIntervalSince($0) } ?? 0
-        let rate = elapsed > 0 ? Double(item.received) / elapsed : 0
+        let rate = TransferMeter.rate(bytes: item.meter.bytesThisRun, seconds: elapsed) ?? 0
         var line = "  ↓ \(item.name)  "
         if let expected = item.expected, expected > 0 {
             let percent = Int(Double(item.received) / Double(expected) * 100)
@@ -100,7 +104,7 @@ struct ProgressDisplay {
 
     static func totalLine(_ items: [Downloader.Item], startedAt: Date) -> String {
         var done = 0, failed = 0, waiting = 0
-        var received: Int64 = 0, expected: Int64 = 0
+        var received: Int64 = 0, expected: Int64 = 0, thisRun: Int64 = 0
         var unknown = false
         for item in items {
             switch item.state {
@@ -110,10 +114,11 @@ struct ProgressDisplay {
             case .active: break
             }
             received += item.received
+            thisRun += item.meter.bytesThisRun
             if let length = item.expected { expected += length } else if case .failed = item.state {} else { unknown = true }
         }
         let elapsed = Date().timeIntervalSince(startedAt)
-        let rate = Double(received) / max(elapsed, 0.001)
+        let rate = Double(thisRun) / max(elapsed, 0.001)
         var line = "  [\(done)/\(items.count) done"
         if failed > 0 { line += ", \(failed) failed" }
         if waiting > 0 { line += ", \(waiting) waiting" }
