@@ -21,6 +21,12 @@ struct ProgressDisplay {
         Terminal.write(Self.finalLine(item) + "\n")
     }
 
+    /// A line of its own, above the live block.
+    mutating func note(_ text: String) {
+        clearLive()
+        Terminal.write(text + "\n")
+    }
+
     mutating func retrying(_ item: Downloader.Item, attempt: Int, of attempts: Int, reason: String) {
         clearLive()
         Terminal.write("  ↻ \(item.name): \(reason); retrying (attempt \(attempt) of \(attempts))\n")
@@ -43,24 +49,41 @@ struct ProgressDisplay {
         liveLines = lines.count
     }
 
-    func summary(_ items: [Downloader.Item], directory: URL, elapsed: TimeInterval) {
+    func summary(_ items: [Downloader.Item], directory: URL, elapsed: TimeInterval, interruptedBy signal: String? = nil) {
         let done = items.filter { if case .done = $0.state { return true }; return false }
         let failed = items.compactMap { item -> (Downloader.Item, FetchError)? in
             if case .failed(let error) = item.state { return (item, error) }
             return nil
         }
         let bytes = done.reduce(Int64(0)) { $0 + $1.received }
-        var text = "\nDownloaded \(done.count) of \(items.count) file\(items.count == 1 ? "" : "s")"
+        var text = "\n" + (signal.map { "Interrupted by \($0). " } ?? "")
+        text += "Downloaded \(done.count) of \(items.count) file\(items.count == 1 ? "" : "s")"
         text += " (\(Format.bytes(bytes))) to \(directory.path) in \(Format.duration(elapsed))"
         let thisRun = items.reduce(Int64(0)) { $0 + $1.meter.bytesThisRun }
         text += " (\(Format.rate(Double(thisRun) / max(elapsed, 0.001))))"
+        text += Self.stoppedCounts(items)
         if failed.isEmpty {
             text += ".\n"
         } else {
             text += "; \(failed.count) failed:\n"
             for (item, error) in failed { text += "  \(item.name): \(Downloader.reason(error)) (\(item.url.absoluteString))\n" }
         }
+        if items.contains(where: { $0.kept ?? 0 > 0 }) { text += "Run the same command again to resume.\n" }
         Terminal.write(text)
+    }
+
+    /// After a signal: "; 2 partial files kept to resume, 1 not started, 1 stopped with nothing kept".
+    static func stoppedCounts(_ items: [Downloader.Item]) -> String {
+        var kept = 0, notStarted = 0, lost = 0
+        for item in items {
+            guard case .stopped = item.state else { continue }
+            if item.kept ?? 0 > 0 { kept += 1 } else if !item.started { notStarted += 1 } else { lost += 1 }
+        }
+        var parts: [String] = []
+        if kept > 0 { parts.append("\(kept) partial file\(kept == 1 ? "" : "s") kept to resume") }
+        if notStarted > 0 { parts.append("\(notStarted) not started") }
+        if lost > 0 { parts.append("\(lost) stopped with nothing kept") }
+        return parts.isEmpty ? "" : "; " + parts.joined(separator: ", ")
     }
 
     // MARK: Lines
@@ -83,6 +106,9 @@ struct ProgressDisplay {
                 + (item.meter.resumedFrom > 0 ? ", resumed at \(Format.bytes(item.meter.resumedFrom))" : "")
         case .failed(let error):
             return "  ✗ \(item.name)  \(Downloader.reason(error))"
+        case .stopped:
+            guard let kept = item.kept, kept > 0 else { return "  ■ \(item.name)  stopped" + (item.started ? "" : " before it started") }
+            return "  ■ \(item.name)  stopped at \(Format.bytes(kept))" + (item.expected.map { " of \(Format.bytes($0))" } ?? "") + ", kept to resume"
         default:
             return "  · \(item.name)"
         }
@@ -111,7 +137,7 @@ struct ProgressDisplay {
             case .done: done += 1
             case .failed: failed += 1
             case .waiting, .retrying: waiting += 1
-            case .active: break
+            case .active, .stopped: break
             }
             received += item.received
             thisRun += item.meter.bytesThisRun
