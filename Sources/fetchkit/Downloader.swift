@@ -47,7 +47,6 @@ final class Downloader: @unchecked Sendable {
     private let queue: FetchQueue
     private let finished = DispatchSemaphore(value: 0)
     private var items: [Item] = []
-    private var downloads: [DownloadOperation] = []
     private var anyFailed = false
     /// The signal that stopped the run.
     private var interruption: Int32?
@@ -144,18 +143,17 @@ final class Downloader: @unchecked Sendable {
         interruption = number
         display.note("Interrupted by \(Self.signalName(number)): stopping, and keeping partial files to resume "
             + "(\(number == SIGINT ? "Ctrl-C" : "the signal") again exits at once)")
-        // Those not transferring first: a cancelled transfer frees its slot, which would start
-        // a waiting download.
-        for (item, download) in zip(items, downloads) {
-            if case .active = item.state { continue }
-            download.cancel()
-        }
+        // Suspended while cancelling: a cancelled transfer frees its slot, which must not start
+        // a waiting download. (Resumed after, so that the cancelled downloads that never
+        // started run to their completions.)
+        queue.isSuspended = true
         queue.cancelAll()
+        queue.isSuspended = false
     }
 
     /// Enqueues every item as one batch; its completion, after the last item's, ends the run.
     private func startAll() {
-        downloads = items.indices.map(makeDownload)
+        let downloads = items.indices.map(makeDownload)
         queue.enqueue(batch: downloads, completion: { [self] status in
             anyFailed = status.failed > 0
             finished.signal()
