@@ -1,12 +1,19 @@
 import Dispatch
 import FetchKit
 import Foundation
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
 
 /// Downloads the command line's URLs through a ``FetchQueue``, with a live display.
 ///
 /// All display state lives on one serial queue, which is also the fetch queue's callback queue,
 /// so completions and progress arrive there in order and need no lock. The main thread only
 /// waits for the end.
+///
+/// SIGINT (Ctrl-C) and SIGTERM stop the run cleanly: see ``interrupt(by:)``.
 final class Downloader: @unchecked Sendable {
     enum State {
         case waiting
@@ -14,6 +21,8 @@ final class Downloader: @unchecked Sendable {
         case retrying
         case done
         case failed(FetchError)
+        /// Stopped by a signal before it finished.
+        case stopped
     }
 
     struct Item {
@@ -21,10 +30,16 @@ final class Downloader: @unchecked Sendable {
         let destination: URL
         var name: String { destination.lastPathComponent }
         var state = State.waiting
-        var received: Int64 = 0
+        /// The bytes received, and those this run moved (for its rate).
+        var meter = TransferMeter()
+        var received: Int64 { meter.received }
         var expected: Int64?
         var startedAt: Date?
         var finishedAt: Date?
+        /// When stopped: the bytes its partial file keeps for the next run to resume (`nil`: none),
+        /// and whether it had started (had a response, or a retry).
+        var kept: Int64?
+        var started = false
     }
 
     private let options: Options
@@ -33,6 +48,8 @@ final class Downloader: @unchecked Sendable {
     private let finished = DispatchSemaphore(value: 0)
     private var items: [Item] = []
     private var anyFailed = false
+    /// The signal that stopped the run.
+    private var interruption: Int32?
     private var display: ProgressDisplay
     private let startedAt = Date()
 
@@ -47,7 +64,8 @@ final class Downloader: @unchecked Sendable {
         display = ProgressDisplay(interactive: Terminal.isInteractive)
     }
 
-    /// Runs every download and returns the exit status: 0 if all succeeded, 1 otherwise.
+    /// Runs every download and returns the exit status: 0 if all succeeded, 1 otherwise, and
+    /// 128 + the signal's number (130 for SIGINT, 143 for SIGTERM) if a signal stopped it.
     func run() -> Int32 {
         let directory = options.outputDirectory.standardizedFileURL
         do {
@@ -64,6 +82,7 @@ final class Downloader: @unchecked Sendable {
         // The live display redraws ten times a second, on a terminal only. (A dispatch source
         // must never be released while suspended, so it exists only when it runs.)
         var timer: DispatchSourceTimer?
+        let signals = watchSignals()
         ui.sync {
             startAll()
             if display.interactive {
@@ -76,14 +95,61 @@ final class Downloader: @unchecked Sendable {
         }
         finished.wait()
         return ui.sync {
+            // A signal from here on goes unhandled (it stays pending): the run is ending anyway.
+            for source in signals { source.cancel() }
             timer?.cancel()
             display.render(items, startedAt: startedAt, final: true)
-            display.summary(items, directory: directory, elapsed: Date().timeIntervalSince(startedAt))
+            display.summary(items, directory: directory, elapsed: Date().timeIntervalSince(startedAt),
+                            interruptedBy: interruption.map(Self.signalName))
+            if let interruption { return 128 + interruption }
             return anyFailed ? 1 : 0
         }
     }
 
+    /// Has the display queue receive SIGINT and SIGTERM, through dispatch sources rather than
+    /// a C signal handler (which could safely do almost nothing). The default action, dying at
+    /// once, is turned off first; this returns once the sources are installed.
+    private func watchSignals() -> [any DispatchSourceSignal] {
+        let installed = DispatchGroup()
+        let sources = [SIGINT, SIGTERM].map { number in
+            signal(number, SIG_IGN)
+            let source = DispatchSource.makeSignalSource(signal: number, queue: ui)
+            installed.enter()
+            source.setRegistrationHandler { installed.leave() }
+            source.setEventHandler { [self] in interrupt(by: number) }
+            source.resume()
+            return source
+        }
+        _ = installed.wait(timeout: .now() + 10)
+        return sources
+    }
+
     // MARK: On the display queue
+
+    /// The first signal stops every download. Each completes as cancelled, and a download
+    /// whose server allows resuming keeps its partial file and its record (see
+    /// `DownloadOperation`): the same command later resumes it with a `Range` request. The
+    /// batch's completion then ends the run as usual, with the summary, and the exit status
+    /// says which signal stopped it.
+    ///
+    /// A second signal while stopping exits at once, without a summary: each partial file
+    /// keeps what was written of it and its record, so it still resumes (what a download had
+    /// buffered in memory, at most 256 KiB, is lost).
+    private func interrupt(by number: Int32) {
+        guard interruption == nil else {
+            Terminal.error("fetchkit: \(Self.signalName(number)) while stopping; exiting at once")
+            _exit(128 + number)
+        }
+        interruption = number
+        display.note("Interrupted by \(Self.signalName(number)): stopping, and keeping partial files to resume "
+            + "(\(number == SIGINT ? "Ctrl-C" : "the signal") again exits at once)")
+        // Suspended while cancelling: a cancelled transfer frees its slot, which must not start
+        // a waiting download. (Resumed after, so that the cancelled downloads that never
+        // started run to their completions.)
+        queue.isSuspended = true
+        queue.cancelAll()
+        queue.isSuspended = false
+    }
 
     /// Enqueues every item as one batch; its completion, after the last item's, ends the run.
     private func startAll() {
@@ -102,21 +168,29 @@ final class Downloader: @unchecked Sendable {
         download.retryPolicy = RetryPolicy(maximumRetries: options.retries)
         download.onRetry(on: .dispatch(ui)) { [self] event in
             items[index].state = .retrying
+            items[index].meter.attemptEnded()
             display.retrying(items[index], attempt: event.attempt, of: options.retries + 1, reason: Self.reason(event.error))
         }
-        download.onProgress(on: .dispatch(ui)) { [self] progress in
+        download.onProgress(on: .dispatch(ui)) { [self, weak download] progress in
             if items[index].startedAt == nil { items[index].startedAt = Date() }
             if case .done = items[index].state { return }
             items[index].state = .active
-            items[index].received = progress.bytesReceived
+            items[index].meter.report(progress.bytesReceived, requestedOffset: TransferMeter.requestedOffset(of: download?.sentRequest))
             items[index].expected = progress.bytesExpected
         }
         download.onCompletion(on: .dispatch(ui)) { [self] download in
             if let error = download.error {
-                items[index].state = .failed(error)
+                if case .cancelled = error, interruption != nil {
+                    if case .waiting = items[index].state {} else { items[index].started = true }
+                    items[index].state = .stopped
+                    items[index].kept = DownloadOperation.sizeOfFile(at: download.partialFileURL)
+                } else {
+                    items[index].state = .failed(error)
+                }
             } else {
                 items[index].state = .done
-                items[index].received = DownloadOperation.sizeOfFile(at: download.destination) ?? items[index].received
+                let size = DownloadOperation.sizeOfFile(at: download.destination) ?? items[index].received
+                items[index].meter.completed(size: size, resumedBytes: download.resumedBytes)
                 items[index].expected = items[index].received
             }
             items[index].finishedAt = Date()
@@ -126,6 +200,14 @@ final class Downloader: @unchecked Sendable {
     }
 
     // MARK: Helpers
+
+    static func signalName(_ number: Int32) -> String {
+        switch number {
+        case SIGINT: return "SIGINT"
+        case SIGTERM: return "SIGTERM"
+        default: return "signal \(number)"
+        }
+    }
 
     /// Why a download failed, in a few words, with its secrets redacted. Not yet escaped for
     /// the terminal: the display does that (``Terminal/sanitized(_:)``).

@@ -21,6 +21,12 @@ struct ProgressDisplay {
         Terminal.write(Self.finalLine(item) + "\n")
     }
 
+    /// A line of its own, above the live block.
+    mutating func note(_ text: String) {
+        clearLive()
+        Terminal.write(text + "\n")
+    }
+
     mutating func retrying(_ item: Downloader.Item, attempt: Int, of attempts: Int, reason: String) {
         clearLive()
         Terminal.write("  ↻ \(item.shownName): \(Terminal.sanitized(reason)); retrying (attempt \(attempt) of \(attempts))\n")
@@ -43,16 +49,19 @@ struct ProgressDisplay {
         liveLines = lines.count
     }
 
-    func summary(_ items: [Downloader.Item], directory: URL, elapsed: TimeInterval) {
+    func summary(_ items: [Downloader.Item], directory: URL, elapsed: TimeInterval, interruptedBy signal: String? = nil) {
         let done = items.filter { if case .done = $0.state { return true }; return false }
         let failed = items.compactMap { item -> (Downloader.Item, FetchError)? in
             if case .failed(let error) = item.state { return (item, error) }
             return nil
         }
         let bytes = done.reduce(Int64(0)) { $0 + $1.received }
-        var text = "\nDownloaded \(done.count) of \(items.count) file\(items.count == 1 ? "" : "s")"
+        var text = "\n" + (signal.map { "Interrupted by \($0). " } ?? "")
+        text += "Downloaded \(done.count) of \(items.count) file\(items.count == 1 ? "" : "s")"
         text += " (\(Format.bytes(bytes))) to \(Terminal.sanitized(directory.path)) in \(Format.duration(elapsed))"
-        text += " (\(Format.rate(Double(bytes) / max(elapsed, 0.001))))"
+        let thisRun = items.reduce(Int64(0)) { $0 + $1.meter.bytesThisRun }
+        text += " (\(Format.rate(Double(thisRun) / max(elapsed, 0.001))))"
+        text += Self.stoppedCounts(items)
         if failed.isEmpty {
             text += ".\n"
         } else {
@@ -62,7 +71,22 @@ struct ProgressDisplay {
                 text += "  \(item.shownName): \(Terminal.sanitized(Downloader.reason(error))) (\(url))\n"
             }
         }
+        if items.contains(where: { $0.kept ?? 0 > 0 }) { text += "Run the same command again to resume.\n" }
         Terminal.write(text)
+    }
+
+    /// After a signal: "; 2 partial files kept to resume, 1 not started, 1 stopped with nothing kept".
+    static func stoppedCounts(_ items: [Downloader.Item]) -> String {
+        var kept = 0, notStarted = 0, lost = 0
+        for item in items {
+            guard case .stopped = item.state else { continue }
+            if item.kept ?? 0 > 0 { kept += 1 } else if !item.started { notStarted += 1 } else { lost += 1 }
+        }
+        var parts: [String] = []
+        if kept > 0 { parts.append("\(kept) partial file\(kept == 1 ? "" : "s") kept to resume") }
+        if notStarted > 0 { parts.append("\(notStarted) not started") }
+        if lost > 0 { parts.append("\(lost) stopped with nothing kept") }
+        return parts.isEmpty ? "" : "; " + parts.joined(separator: ", ")
     }
 
     // MARK: Lines
@@ -78,10 +102,16 @@ struct ProgressDisplay {
         let elapsed = item.finishedAt.flatMap { end in item.startedAt.map { end.timeIntervalSince($0) } } ?? 0
         switch item.state {
         case .done:
+            // The rate counts this run's bytes only: a resumed file's earlier part is not.
+            let rate = TransferMeter.rate(bytes: item.meter.bytesThisRun, seconds: elapsed)
             return "  ✓ \(item.shownName)  \(Format.bytes(item.received)) in \(Format.duration(elapsed))"
-                + (elapsed > 0 ? " (\(Format.rate(Double(item.received) / elapsed)))" : "")
+                + (rate.map { " (\(Format.rate($0)))" } ?? "")
+                + (item.meter.resumedFrom > 0 ? ", resumed at \(Format.bytes(item.meter.resumedFrom))" : "")
         case .failed(let error):
             return "  ✗ \(item.shownName)  \(Terminal.sanitized(Downloader.reason(error)))"
+        case .stopped:
+            guard let kept = item.kept, kept > 0 else { return "  ■ \(item.shownName)  stopped" + (item.started ? "" : " before it started") }
+            return "  ■ \(item.shownName)  stopped at \(Format.bytes(kept))" + (item.expected.map { " of \(Format.bytes($0))" } ?? "") + ", kept to resume"
         default:
             return "  · \(item.shownName)"
         }
@@ -89,7 +119,7 @@ struct ProgressDisplay {
 
     static func activeLine(_ item: Downloader.Item) -> String {
         let elapsed = item.startedAt.map { Date().timeIntervalSince($0) } ?? 0
-        let rate = elapsed > 0 ? Double(item.received) / elapsed : 0
+        let rate = TransferMeter.rate(bytes: item.meter.bytesThisRun, seconds: elapsed) ?? 0
         var line = "  ↓ \(item.shownName)  "
         if let expected = item.expected, expected > 0 {
             let percent = Int(Double(item.received) / Double(expected) * 100)
@@ -103,20 +133,21 @@ struct ProgressDisplay {
 
     static func totalLine(_ items: [Downloader.Item], startedAt: Date) -> String {
         var done = 0, failed = 0, waiting = 0
-        var received: Int64 = 0, expected: Int64 = 0
+        var received: Int64 = 0, expected: Int64 = 0, thisRun: Int64 = 0
         var unknown = false
         for item in items {
             switch item.state {
             case .done: done += 1
             case .failed: failed += 1
             case .waiting, .retrying: waiting += 1
-            case .active: break
+            case .active, .stopped: break
             }
             received += item.received
+            thisRun += item.meter.bytesThisRun
             if let length = item.expected { expected += length } else if case .failed = item.state {} else { unknown = true }
         }
         let elapsed = Date().timeIntervalSince(startedAt)
-        let rate = Double(received) / max(elapsed, 0.001)
+        let rate = Double(thisRun) / max(elapsed, 0.001)
         var line = "  [\(done)/\(items.count) done"
         if failed > 0 { line += ", \(failed) failed" }
         if waiting > 0 { line += ", \(waiting) waiting" }

@@ -2,6 +2,10 @@
 //
 //   swift run fetchkit                                   the demo (no network needed)
 //   swift run fetchkit URL... [-o DIR] [--parallel N] [--per-host N] [--retry N] [--timeout S]
+//
+// Exit status: 0 when every download succeeded, 1 when one failed, 2 for bad arguments, and
+// 130 (SIGINT, Ctrl-C) or 143 (SIGTERM) when a signal stopped the run. Partial files that the
+// server allows resuming are kept, and the same command resumes them with `Range` requests.
 import FetchKit
 import Foundation
 

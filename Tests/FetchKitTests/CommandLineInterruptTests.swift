@@ -1,0 +1,253 @@
+import FetchKit
+import Foundation
+import LoopbackServer
+import Testing
+@testable import fetchkit
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// The `fetchkit` tool, started as a subprocess that a test can signal while it runs.
+private final class RunningTool: Sendable {
+    let process: Process
+    /// The exit, and the end of each of the two pipes.
+    private let ended = Countdown(3)
+    private let output = Locked((stdout: Data(), stderr: Data()))
+
+    init(_ arguments: [String]) throws {
+        let directory = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
+        process = Process()
+        process.executableURL = directory.appendingPathComponent("fetchkit")
+        process.arguments = arguments
+        let out = Pipe()
+        let err = Pipe()
+        process.standardOutput = out
+        process.standardError = err
+        let (ended, output) = (self.ended, self.output)
+        process.terminationHandler = { _ in ended.signal() }
+        try process.run()
+        // Both pipes are read to the end as the tool writes (a full pipe would block it), on
+        // Dispatch threads: a blocking read on one of Swift concurrency's few threads could
+        // starve the test itself.
+        DispatchQueue.global().async {
+            let data = out.fileHandleForReading.readDataToEndOfFile()
+            output.withLock { $0.stdout = data }
+            ended.signal()
+        }
+        DispatchQueue.global().async {
+            let data = err.fileHandleForReading.readDataToEndOfFile()
+            output.withLock { $0.stderr = data }
+            ended.signal()
+        }
+    }
+
+    func send(_ signal: Int32) {
+        kill(process.processIdentifier, signal)
+    }
+
+    /// Waits for the exit; a tool that does not exit is killed and the test fails.
+    func finish() async throws -> (reason: Process.TerminationReason, status: Int32, stdout: String, stderr: String) {
+        guard await ended.wait(timeout: 60) else {
+            process.terminate()
+            throw ParseTestError(reason: "fetchkit did not exit")
+        }
+        let (out, err) = output.current
+        return (process.terminationReason, process.terminationStatus, String(decoding: out, as: UTF8.self), String(decoding: err, as: UTF8.self))
+    }
+
+    /// For a test that failed before the tool exited.
+    func stop() {
+        if process.isRunning { process.terminate() }
+    }
+}
+
+/// Polls `condition` until it holds or `timeout` passes: for a state with no event to wait on
+/// (a file growing in another process). The deadline only turns a hang into a failure.
+private func eventually(timeout: TimeInterval = 20, _ condition: () -> Bool) async -> Bool {
+    let deadline = Date(timeIntervalSinceNow: timeout)
+    while Date() < deadline {
+        if condition() { return true }
+        try? await Task.sleep(for: .milliseconds(5))
+    }
+    return condition()
+}
+
+private func fileSize(_ url: URL) -> Int64? {
+    (try? FileManager.default.attributesOfItem(atPath: url.path)[.size] as? NSNumber)?.int64Value
+}
+
+/// A resumable file (a strong ETag, `Accept-Ranges`) whose first answer sends `firstPart`
+/// bytes and then holds the connection open: the download is mid-body for as long as the
+/// test needs. A `Range: bytes=N-` request gets the rest, as a 206.
+private func serveResumableFile(_ server: LoopbackServer, path: String, size: Int, firstPart: Int) {
+    server.route(path) { request in
+        var headers: HTTPHeaders = ["ETag": "\"v1\"", "Last-Modified": "Wed, 21 Oct 2026 07:28:00 GMT", "Accept-Ranges": "bytes"]
+        if let range = request.headers["Range"], range.hasPrefix("bytes="), range.hasSuffix("-"),
+           let start = Int(range.dropFirst("bytes=".count).dropLast()), start < size,
+           request.headers["If-Range"] == "\"v1\"" {
+            headers.add(name: "Content-Range", value: "bytes \(start)-\(size - 1)/\(size)")
+            return .pattern(count: size - start, offset: start, status: 206, headers: headers)
+        }
+        headers.add(name: "Content-Type", value: "application/octet-stream")
+        headers.add(name: "Content-Length", value: String(size))
+        return .script([
+            .write(HTTPResponse.rawHead(status: 200, headers: headers)),
+            .writePattern(offset: 0, count: firstPart),
+            .stall,
+        ])
+    }
+}
+
+@Suite("fetchkit stops cleanly on a signal")
+struct CommandLineInterruptTests {
+    // The file is larger than the part the server sends at first, and that part larger than
+    // what the download buffers before writing (256 KiB): the partial file grows on disk
+    // while the transfer is still open.
+    static let size = 1_000_000
+    static let firstPart = 300_000
+
+    @Test func ctrlCKeepsThePartialFileAndTheSameCommandResumesIt() async throws {
+        let server = try LoopbackServer()
+        let directory = try TemporaryDirectory()
+        defer { server.stop(); directory.remove() }
+        serveResumableFile(server, path: "/big.bin", size: Self.size, firstPart: Self.firstPart)
+        let arguments = [server.url("/big.bin").absoluteString, "-o", directory.url.path]
+        let partial = directory.file(".big.bin.fetchkit-partial")
+        let record = directory.file(".big.bin.fetchkit-partial.json")
+
+        // Given a download that is mid-body
+        let tool = try RunningTool(arguments)
+        defer { tool.stop() }
+        try #require(await eventually { (fileSize(partial) ?? 0) > 0 }, "the partial file never grew")
+
+        // When the user presses Ctrl-C
+        tool.send(SIGINT)
+        let first = try await tool.finish()
+
+        // Then it stops with 130, says so, and keeps the partial file and its record
+        #expect(first.reason == .exit && first.status == 130, "\(first.reason) \(first.status)\n\(first.stdout)\(first.stderr)")
+        #expect(first.stdout.contains("Interrupted by SIGINT"), "\(first.stdout)")
+        #expect(first.stdout.contains("1 partial file kept"), "\(first.stdout)")
+        #expect(!FileManager.default.fileExists(atPath: directory.file("big.bin").path))
+        let kept = try #require(fileSize(partial))
+        #expect(kept > 0 && kept <= Int64(Self.firstPart))
+        #expect(FileManager.default.fileExists(atPath: record.path))
+        let keptBytes = try #require(FileManager.default.contents(atPath: partial.path))
+        #expect(BytePattern.matches(keptBytes, offset: 0), "the partial file holds the body's first bytes")
+
+        // When the same command runs again
+        let second = try await RunningTool(arguments).finish()
+
+        // Then it asks for the rest only, and the file is whole
+        #expect(second.status == 0, "\(second.stdout)\(second.stderr)")
+        let requests = server.requests(path: "/big.bin")
+        #expect(requests.count == 2)
+        #expect(requests.last?.headers["Range"] == "bytes=\(kept)-")
+        #expect(requests.last?.headers["If-Range"] == "\"v1\"")
+        let file = try #require(FileManager.default.contents(atPath: directory.file("big.bin").path))
+        #expect(file.count == Self.size && BytePattern.matches(file, offset: 0))
+        #expect(!FileManager.default.fileExists(atPath: partial.path))
+        #expect(!FileManager.default.fileExists(atPath: record.path))
+        #expect(second.stdout.contains("resumed at \(Format.bytes(kept))"), "\(second.stdout)")
+    }
+
+    @Test func sigtermStopsWith143AndKeepsThePartialFile() async throws {
+        let server = try LoopbackServer()
+        let directory = try TemporaryDirectory()
+        defer { server.stop(); directory.remove() }
+        serveResumableFile(server, path: "/big.bin", size: Self.size, firstPart: Self.firstPart)
+        // A second URL waits behind the first (one transfer at once): it never starts.
+        let arguments = [server.url("/big.bin").absoluteString, server.url("/bytes/10").absoluteString,
+                         "-o", directory.url.path, "--parallel", "1"]
+        let partial = directory.file(".big.bin.fetchkit-partial")
+
+        let tool = try RunningTool(arguments)
+        defer { tool.stop() }
+        try #require(await eventually { (fileSize(partial) ?? 0) > 0 }, "the partial file never grew")
+        tool.send(SIGTERM)
+        let result = try await tool.finish()
+
+        #expect(result.reason == .exit && result.status == 143, "\(result.reason) \(result.status)\n\(result.stdout)\(result.stderr)")
+        #expect(result.stdout.contains("Interrupted by SIGTERM"), "\(result.stdout)")
+        #expect(result.stdout.contains("1 not started"), "\(result.stdout)")
+        #expect(FileManager.default.fileExists(atPath: partial.path))
+        #expect(FileManager.default.fileExists(atPath: directory.file(".big.bin.fetchkit-partial.json").path))
+        #expect(server.requestCount(path: "/bytes/10") == 0)
+    }
+}
+
+@Suite("fetchkit's transfer rate")
+struct TransferRateTests {
+    @Test func aResumedFileCountsOnlyThisRunsBytes() {
+        var meter = TransferMeter()
+        meter.report(300_000, requestedOffset: 300_000)    // the head of a 206: the bytes on disk
+        meter.report(400_000, requestedOffset: 300_000)
+        meter.report(1_300_000, requestedOffset: 300_000)
+        #expect(meter.received == 1_300_000)
+        #expect(meter.resumedFrom == 300_000)
+        #expect(meter.bytesThisRun == 1_000_000)
+    }
+
+    @Test func aCoalescedFirstReportStillCountsFromTheResumePoint() {
+        var resumed = TransferMeter()
+        resumed.report(350_000, requestedOffset: 300_000)  // the 206's head report was coalesced
+        resumed.report(1_300_000, requestedOffset: 300_000)
+        #expect(resumed.bytesThisRun == 1_000_000)
+
+        var refused = TransferMeter()
+        refused.report(20_000, requestedOffset: 300_000)   // a 200: the file changed, it starts over
+        refused.report(1_000_000, requestedOffset: 300_000)
+        #expect(refused.bytesThisRun == 1_000_000)
+        #expect(refused.resumedFrom == 0)
+    }
+
+    @Test func retriesAddUpWhetherTheyResumeOrStartOver() {
+        var resumed = TransferMeter()
+        resumed.report(0)
+        resumed.report(500)
+        resumed.attemptEnded()
+        resumed.report(500, requestedOffset: 500)          // the retry resumes the partial file
+        resumed.report(1_000, requestedOffset: 500)
+        #expect(resumed.bytesThisRun == 1_000)
+        #expect(resumed.resumedFrom == 0)
+
+        var restarted = TransferMeter()
+        restarted.report(0)
+        restarted.report(500)
+        restarted.attemptEnded()
+        restarted.report(0)                                 // the retry starts over (no validator)
+        restarted.report(800)
+        #expect(restarted.bytesThisRun == 1_300)
+        #expect(restarted.received == 800)
+    }
+
+    @Test func completionTakesTheExactResumePoint() {
+        var meter = TransferMeter()
+        meter.completed(size: 1_000, resumedBytes: 600)      // no report arrived before the end
+        #expect(meter.bytesThisRun == 400)
+        #expect(meter.resumedFrom == 600)
+    }
+
+    @Test func theFinishedLineOfAResumedFileShowsThisRunsRate() {
+        let start = Date(timeIntervalSinceReferenceDate: 0)
+        var item = Downloader.Item(url: URL(fileURLWithPath: "/x"), destination: URL(fileURLWithPath: "/tmp/big.bin"))
+        item.meter.report(1 << 20, requestedOffset: 1 << 20)
+        item.meter.completed(size: 2 << 20, resumedBytes: 1 << 20)
+        item.state = .done
+        item.startedAt = start
+        item.finishedAt = start.addingTimeInterval(2)
+        let line = ProgressDisplay.finalLine(item)
+        #expect(line.contains("2.0 MiB in 2.0 s (512.0 KiB/s), resumed at 1.0 MiB"), "\(line)")
+    }
+
+    @Test func noTimeNoRate() {
+        #expect(TransferMeter.rate(bytes: 100, seconds: 0) == nil)
+        #expect(TransferMeter.rate(bytes: 100, seconds: 0.5) == 200)
+        var request = URLRequest(url: URL(fileURLWithPath: "/x"))
+        #expect(TransferMeter.requestedOffset(of: request) == 0)
+        request.setValue("bytes=4096-", forHTTPHeaderField: "Range")
+        #expect(TransferMeter.requestedOffset(of: request) == 4096)
+    }
+}
