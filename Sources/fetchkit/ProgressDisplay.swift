@@ -26,6 +26,13 @@ struct ProgressDisplay {
         Terminal.write("  ↻ \(item.name): \(reason); retrying (attempt \(attempt) of \(attempts))\n")
     }
 
+    /// Something the user should know about a file, such as a partial download that was
+    /// ignored: a permanent line.
+    mutating func note(_ item: Downloader.Item, _ text: String) {
+        clearLive()
+        Terminal.write("  ! \(item.name): \(text)\n")
+    }
+
     /// Redraws the live block: the active files and the total.
     mutating func render(_ items: [Downloader.Item], startedAt: Date, final: Bool = false) {
         guard interactive else { return }

@@ -1,7 +1,7 @@
 // fetchkit: download URLs concurrently with FetchKit, or, with no URL, run an offline demo.
 //
 //   swift run fetchkit                                   the demo (no network needed)
-//   swift run fetchkit URL... [-o DIR] [--parallel N] [--per-host N] [--retry N] [--timeout S]
+//   swift run fetchkit URL... [-o DIR] [--parallel N] [--per-host N] [--retry N] [--timeout S] [--max-size SIZE]
 import FetchKit
 import Foundation
 
