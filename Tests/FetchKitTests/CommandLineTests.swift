@@ -183,6 +183,52 @@ struct CommandLineFileTests {
         #expect(server.requestCount(path: "/bytes/5000") == 0)
     }
 
+    @Test func aDestinationThatIsADirectoryFailsClearly() async throws {
+        let server = try LoopbackServer()
+        let directory = try TemporaryDirectory()
+        defer { server.stop(); directory.remove() }
+        try FileManager.default.createDirectory(at: directory.file("5000"), withIntermediateDirectories: false)
+        let result = try await runTool("fetchkit", [server.url("/bytes/5000").absoluteString, "-o", directory.url.path])
+        #expect(result.status == 1)
+        #expect(result.stdout.contains("Is a directory"), "\(result.stdout)")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: directory.file("5000").path).isEmpty)
+        #expect(server.requestCount(path: "/bytes/5000") == 0)
+    }
+
+    /// A real partial file with a record that must not be trusted: a link to a record outside,
+    /// a record for another URL, a record whose length is not the file's.
+    @Test(arguments: ["linked record", "another URL", "another length"])
+    func anUntrustworthyRecordIsIgnoredWithANote(_ attack: String) async throws {
+        let server = try LoopbackServer()
+        let directory = try TemporaryDirectory()
+        let outside = try TemporaryDirectory()
+        defer { server.stop(); directory.remove(); outside.remove() }
+        server.resumableRoute("/rec", length: 40_000, etag: Locked("v1"), cutFull: Locked(false))
+        try BytePattern.data(offset: 0, count: 10_000).write(to: directory.file(".rec.fetchkit-partial"))
+        let url = attack == "another URL" ? server.url("/other").absoluteString : server.url("/rec").absoluteString
+        let length = attack == "another length" ? 9_999 : 10_000
+        let record = Data(#"{"url":"\#(url)","entityTag":"\"v1\"","length":\#(length)}"#.utf8)
+        let recordPath = directory.file(".rec.fetchkit-partial.json")
+        let forged = outside.file("record.json")
+        if attack == "linked record" {
+            try record.write(to: forged)
+            try FileManager.default.createSymbolicLink(at: recordPath, withDestinationURL: forged)
+        } else {
+            try record.write(to: recordPath)
+        }
+
+        let result = try await runTool("fetchkit", [server.url("/rec").absoluteString, "-o", directory.url.path])
+
+        #expect(result.status == 0, "\(result.stdout)\(result.stderr)")
+        #expect(server.requests(path: "/rec").last?.headers["Range"] == nil, "not resumed")
+        #expect(FileManager.default.contents(atPath: directory.file("rec").path) == BytePattern.data(offset: 0, count: 40_000))
+        #expect(result.stdout.contains("Ignored the partial download"), "\(result.stdout)")
+        if attack == "linked record" {
+            #expect(FileManager.default.contents(atPath: forged.path) == record, "the record outside is untouched")
+        }
+        #expect(try FileManager.default.contentsOfDirectory(atPath: directory.url.path) == ["rec"], "no partial files are left")
+    }
+
     @Test func aVeryLongNameIsShortenedToFit() async throws {
         let server = try LoopbackServer()
         let directory = try TemporaryDirectory()
