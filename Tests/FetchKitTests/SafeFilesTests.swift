@@ -289,6 +289,35 @@ struct SafeFilesTests {
         #expect((DownloadOperation.fileSize(download.partialFileURL) ?? 0) <= 150_000)
     }
 
+    @Test func aResumedBodyOfUnknownLengthStopsAtTheCap() async throws {
+        let server = try LoopbackServer()
+        let directory = try TemporaryDirectory()
+        defer { server.stop(); directory.remove() }
+        // A 206 with no Content-Length, and 120,000 bytes: under the cap alone, over it with the
+        // 60,000 already on disk. Only the bytes written can tell when the cap is reached.
+        server.route("/unsized") { _ in
+            .script([.write(HTTPResponse.rawHead(status: 206, headers: [
+                        "Content-Range": "bytes 60000-179999/180000", "ETag": "\"v1\"", "Connection": "close"])),
+                     .writePattern(offset: 60_000, count: 120_000), .close])
+        }
+        let download = DownloadOperation(url: server.url("/unsized"), destination: directory.file("unsized.bin"))
+        try BytePattern.data(offset: 0, count: 60_000).write(to: download.partialFileURL)
+        record(server, "/unsized", length: 60_000).save(to: download.partialRecordURL)
+        download.maximumResponseSize = 150_000
+        download.retryPolicy = .none
+
+        await #expect(throws: FetchError.self) { try await download.run() }
+
+        #expect(server.requests(path: "/unsized").last?.headers["Range"] == "bytes=60000-")
+        guard case .responseTooLarge(let limit)? = download.error else {
+            Issue.record("expected responseTooLarge, got \(String(describing: download.error))")
+            return
+        }
+        #expect(limit.limit == 150_000)
+        #expect(!exists(directory.file("unsized.bin")))
+        #expect(!exists(download.partialFileURL), "removed: resuming it cannot succeed under this cap")
+    }
+
     @Test func downloadsHaveAFiniteDefaultCap() {
         let download = DownloadOperation(url: URL(string: "http://127.0.0.1:9/x")!, destination: URL(fileURLWithPath: "/tmp/x"))
         #expect(download.maximumResponseSize == DownloadOperation.defaultMaximumDownloadSize)
