@@ -251,8 +251,17 @@ struct SafeFilesTests {
         let download = DownloadOperation(url: server.url("/bomb"), destination: destination)
         download.maximumResponseSize = cap
         download.retryPolicy = .none
+        // Served with the encoded length, as a real server would: the announced size says nothing
+        // of what the body inflates to.
+        #expect(bomb.count < 256 << 10)
         let largest = Locked<Int64>(0)
-        download.onProgress(on: .immediate) { progress in largest.withLock { $0 = max($0, progress.bytesReceived) } }
+        let largestOnDisk = Locked<Int64>(0)
+        let partial = download.partialFileURL
+        download.onProgress(on: .immediate) { progress in
+            largest.withLock { $0 = max($0, progress.bytesReceived) }
+            let size = DownloadOperation.fileSize(partial) ?? 0
+            largestOnDisk.withLock { $0 = max($0, size) }
+        }
 
         await #expect(throws: FetchError.self) { try await download.run() }
 
@@ -262,6 +271,8 @@ struct SafeFilesTests {
         }
         #expect(limit.limit == cap)
         #expect(largest.current <= cap, "no more than the cap was accepted")
+        #expect(largestOnDisk.current <= cap + Int64(FileBodySink.writeBatch), "at most the cap plus one chunk on disk")
+        #expect(largestOnDisk.current > 0, "the body was being written")
         #expect(!exists(destination))
         #expect(!exists(download.partialFileURL), "the partial file of a download over the cap is removed")
     }
