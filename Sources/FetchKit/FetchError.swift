@@ -253,6 +253,9 @@ extension FetchError {
             case moveFailed
             /// Another download in this process is writing the same destination.
             case destinationInUse
+            /// The destination or the partial file is a symbolic link, a hard link or not a
+            /// regular file, and FetchKit never writes through one. Nothing outside was touched.
+            case unsafePath
         }
         /// What went wrong.
         public let kind: Kind
@@ -274,6 +277,8 @@ extension FetchError {
                 return "Moving the download into place at \(path) failed\(reason.map { ": \($0)" } ?? "")."
             case .destinationInUse:
                 return "Cannot download to \(path): another download is writing it."
+            case .unsafePath:
+                return "Refusing to write \(path): it is a symbolic link, a hard link or not a regular file, and FetchKit never writes through one."
             }
         }
     }

@@ -1,7 +1,7 @@
 import FetchKit
 import Foundation
 
-/// The command line: `fetchkit URL... [-o DIR] [--parallel N] [--per-host N] [--retry N] [--timeout S]`.
+/// The command line: `fetchkit URL... [-o DIR] [--parallel N] [--per-host N] [--retry N] [--timeout S] [--max-size SIZE]`.
 struct Options: Equatable {
     var urls: [URL] = []
     var outputDirectory = URL(fileURLWithPath: FileManager.default.currentDirectoryPath)
@@ -9,6 +9,9 @@ struct Options: Equatable {
     var perHost = 2
     var retries = 2
     var timeout: TimeInterval = 30
+    /// The largest file to download, in bytes (decoded, as written to disk); `Int64.max` for
+    /// no limit.
+    var maximumSize = DownloadOperation.defaultMaximumDownloadSize
     var showHelp = false
 
     static let usage = """
@@ -23,6 +26,9 @@ struct Options: Equatable {
       --per-host N         downloads at once to one host (default 2)
       --retry N            retries per download after a transient failure (default 2)
       --timeout S          seconds without data before a download fails (default 30)
+      --max-size SIZE      largest file to save, counted on the bytes written (after
+                           decompression); K, M, G, T suffixes (powers of 1024); 0 for no
+                           limit (default 16G). A larger download fails and leaves no file.
       -h, --help           show this help
 
     Exits 0 when every download succeeded, 1 when any failed, 2 on bad arguments.
@@ -76,6 +82,12 @@ struct Options: Equatable {
                     throw UsageError(description: "--timeout needs a positive number of seconds, not '\(text)'")
                 }
                 options.timeout = seconds
+            case "--max-size":
+                let text = try value(for: argument)
+                guard let size = Self.size(text) else {
+                    throw UsageError(description: "--max-size needs a size such as 500M, 2G or 0 for no limit, not '\(text)'")
+                }
+                options.maximumSize = size == 0 ? .max : size
             case "-h", "--help":
                 options.showHelp = true
             default:
@@ -84,5 +96,23 @@ struct Options: Equatable {
             index += 1
         }
         return options
+    }
+
+    /// A size in bytes: digits with an optional K, M, G or T suffix (powers of 1024, with or
+    /// without a trailing `B` or `iB`); `nil` if it is not one or does not fit in 63 bits.
+    static func size(_ text: String) -> Int64? {
+        var digits = Substring(text.uppercased())
+        for unit in ["IB", "B"] where digits.hasSuffix(unit) && digits.count > unit.count {
+            digits = digits.dropLast(unit.count)
+            break
+        }
+        var shift: Int64 = 0
+        if let last = digits.last, let power = ["K": 10, "M": 20, "G": 30, "T": 40][String(last)] {
+            shift = Int64(power)
+            digits = digits.dropLast()
+        }
+        guard !digits.isEmpty, digits.allSatisfy(\.isASCII), digits.allSatisfy(\.isNumber),
+              let number = Int64(digits), number <= Int64.max >> shift else { return nil }
+        return number << shift
     }
 }

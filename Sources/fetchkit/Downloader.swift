@@ -163,6 +163,7 @@ final class Downloader: @unchecked Sendable {
     private func makeDownload(_ index: Int) -> DownloadOperation {
         let download = DownloadOperation(url: items[index].url, destination: items[index].destination)
         download.idleTimeout = options.timeout
+        download.maximumResponseSize = options.maximumSize
         // FetchKit retries transient failures itself, with backoff (and Retry-After); a retry
         // resumes the partial file.
         download.retryPolicy = RetryPolicy(maximumRetries: options.retries)
@@ -179,6 +180,9 @@ final class Downloader: @unchecked Sendable {
             items[index].expected = progress.bytesExpected
         }
         download.onCompletion(on: .dispatch(ui)) { [self] download in
+            for notice in download.partialFileNotices {
+                display.note(items[index], notice.description)
+            }
             if let error = download.error {
                 if case .cancelled = error, interruption != nil {
                     if case .waiting = items[index].state {} else { items[index].started = true }
@@ -225,25 +229,10 @@ final class Downloader: @unchecked Sendable {
         }
     }
 
-    /// A file name per URL: its last path component (or `index.html`), made unique.
+    /// A file name per URL: its last path component (or `index.html`), made safe (no path
+    /// separators, controls or leading dot; at most 232 bytes) and unique.
     static func fileNames(for urls: [URL]) -> [String] {
-        var used: Set<String> = []
-        return urls.map { url in
-            var base = url.lastPathComponent.removingPercentEncoding ?? url.lastPathComponent
-            if base.isEmpty || base == "/" || base == "." || base == ".." { base = "index.html" }
-            base = base.replacingOccurrences(of: "/", with: "_")
-            if base.hasPrefix(".") { base = "_" + base.dropFirst() }
-            var name = base
-            var counter = 1
-            while used.contains(name) {
-                let stem = (base as NSString).deletingPathExtension
-                let ext = (base as NSString).pathExtension
-                name = ext.isEmpty ? "\(stem)-\(counter)" : "\(stem)-\(counter).\(ext)"
-                counter += 1
-            }
-            used.insert(name)
-            return name
-        }
+        SafeFileName.uniqueNames(for: urls)
     }
 }
 

@@ -32,6 +32,13 @@ struct ProgressDisplay {
         Terminal.write("  ↻ \(item.shownName): \(Terminal.sanitized(reason)); retrying (attempt \(attempt) of \(attempts))\n")
     }
 
+    /// Something the user should know about a file, such as a partial download that was
+    /// ignored: a permanent line.
+    mutating func note(_ item: Downloader.Item, _ text: String) {
+        clearLive()
+        Terminal.write("  ! \(item.shownName): \(Terminal.sanitized(text))\n")
+    }
+
     /// Redraws the live block: the active files and the total.
     mutating func render(_ items: [Downloader.Item], startedAt: Date, final: Bool = false) {
         guard interactive else { return }

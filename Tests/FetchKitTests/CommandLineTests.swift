@@ -134,3 +134,180 @@ struct CommandLineTests {
         #expect(peak.map { $0 >= 1 && $0 <= 4 } == true, "the server's peak must respect the bound of 4")
     }
 }
+
+/// The command against hostile servers, URLs and output directories (see also SafeFilesTests).
+@Suite("The fetchkit command's files")
+struct CommandLineFileTests {
+    private func contents(_ url: URL) -> Data? { FileManager.default.contents(atPath: url.path) }
+    private let secretBytes = Data("precious bytes outside the output directory".utf8)
+
+    @Test func aLinkPlantedAtAPartialFileInTheOutputDirectoryIsRefused() async throws {
+        let server = try LoopbackServer()
+        let directory = try TemporaryDirectory()
+        let outside = try TemporaryDirectory()
+        defer { server.stop(); directory.remove(); outside.remove() }
+        server.resumableRoute("/planted", length: 50_000, etag: Locked("v1"), cutFull: Locked(false))
+        let secret = outside.file("secret")
+        try secretBytes.write(to: secret)
+        // The partial file and a record that looks right, as an earlier run would leave them,
+        // except that the partial file is a link to a file outside the output directory.
+        try FileManager.default.createSymbolicLink(at: directory.file(".planted.fetchkit-partial"), withDestinationURL: secret)
+        let record = #"{"url":"\#(server.url("/planted").absoluteString)","entityTag":"\"v1\"","length":\#(secretBytes.count)}"#
+        try Data(record.utf8).write(to: directory.file(".planted.fetchkit-partial.json"))
+
+        let result = try await runTool("fetchkit", [server.url("/planted").absoluteString, "-o", directory.url.path])
+
+        #expect(result.status == 0, "\(result.stdout)\(result.stderr)")
+        #expect(contents(secret) == secretBytes, "nothing is written through the link")
+        #expect(contents(directory.file("planted")) == BytePattern.data(offset: 0, count: 50_000))
+        #expect(server.requests(path: "/planted").last?.headers["Range"] == nil)
+        #expect(result.stdout.contains("Ignored the partial download"), "\(result.stdout)")
+        #expect(result.stdout.contains("not a regular file"), "\(result.stdout)")
+    }
+
+    @Test func aDestinationThatIsALinkIsRefused() async throws {
+        let server = try LoopbackServer()
+        let directory = try TemporaryDirectory()
+        let outside = try TemporaryDirectory()
+        defer { server.stop(); directory.remove(); outside.remove() }
+        let secret = outside.file("secret")
+        try secretBytes.write(to: secret)
+        try FileManager.default.createSymbolicLink(at: directory.file("5000"), withDestinationURL: secret)
+
+        let result = try await runTool("fetchkit", [server.url("/bytes/5000").absoluteString, "-o", directory.url.path])
+
+        #expect(result.status == 1)
+        #expect(contents(secret) == secretBytes)
+        #expect((try? FileManager.default.destinationOfSymbolicLink(atPath: directory.file("5000").path)) == secret.path)
+        #expect(result.stdout.contains("symbolic link"), "\(result.stdout)")
+        #expect(server.requestCount(path: "/bytes/5000") == 0)
+    }
+
+    @Test func aDestinationThatIsADirectoryFailsClearly() async throws {
+        let server = try LoopbackServer()
+        let directory = try TemporaryDirectory()
+        defer { server.stop(); directory.remove() }
+        try FileManager.default.createDirectory(at: directory.file("5000"), withIntermediateDirectories: false)
+        let result = try await runTool("fetchkit", [server.url("/bytes/5000").absoluteString, "-o", directory.url.path])
+        #expect(result.status == 1)
+        #expect(result.stdout.contains("Is a directory"), "\(result.stdout)")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: directory.file("5000").path).isEmpty)
+        #expect(server.requestCount(path: "/bytes/5000") == 0)
+    }
+
+    /// A real partial file with a record that must not be trusted: a link to a record outside,
+    /// a record for another URL, a record whose length is not the file's.
+    @Test(arguments: ["linked record", "another URL", "another length"])
+    func anUntrustworthyRecordIsIgnoredWithANote(_ attack: String) async throws {
+        let server = try LoopbackServer()
+        let directory = try TemporaryDirectory()
+        let outside = try TemporaryDirectory()
+        defer { server.stop(); directory.remove(); outside.remove() }
+        server.resumableRoute("/rec", length: 40_000, etag: Locked("v1"), cutFull: Locked(false))
+        try BytePattern.data(offset: 0, count: 10_000).write(to: directory.file(".rec.fetchkit-partial"))
+        let url = attack == "another URL" ? server.url("/other").absoluteString : server.url("/rec").absoluteString
+        let length = attack == "another length" ? 9_999 : 10_000
+        let record = Data(#"{"url":"\#(url)","entityTag":"\"v1\"","length":\#(length)}"#.utf8)
+        let recordPath = directory.file(".rec.fetchkit-partial.json")
+        let forged = outside.file("record.json")
+        if attack == "linked record" {
+            try record.write(to: forged)
+            try FileManager.default.createSymbolicLink(at: recordPath, withDestinationURL: forged)
+        } else {
+            try record.write(to: recordPath)
+        }
+
+        let result = try await runTool("fetchkit", [server.url("/rec").absoluteString, "-o", directory.url.path])
+
+        #expect(result.status == 0, "\(result.stdout)\(result.stderr)")
+        #expect(server.requests(path: "/rec").last?.headers["Range"] == nil, "not resumed")
+        #expect(FileManager.default.contents(atPath: directory.file("rec").path) == BytePattern.data(offset: 0, count: 40_000))
+        #expect(result.stdout.contains("Ignored the partial download"), "\(result.stdout)")
+        if attack == "linked record" {
+            #expect(FileManager.default.contents(atPath: forged.path) == record, "the record outside is untouched")
+        }
+        #expect(try FileManager.default.contentsOfDirectory(atPath: directory.url.path) == ["rec"], "no partial files are left")
+    }
+
+    @Test func aVeryLongNameIsShortenedToFit() async throws {
+        let server = try LoopbackServer()
+        let directory = try TemporaryDirectory()
+        defer { server.stop(); directory.remove() }
+        let path = "/" + String(repeating: "long", count: 70) + ".tar.gz"      // 287 bytes
+        server.route(path) { _ in .pattern(count: 2000) }
+        let url = server.url(path)
+
+        let result = try await runTool("fetchkit", [url.absoluteString, "-o", directory.url.path])
+
+        #expect(result.status == 0, "\(result.stdout)\(result.stderr)")
+        let names = try FileManager.default.contentsOfDirectory(atPath: directory.url.path)
+        #expect(names == [SafeFileName.name(for: url)])
+        let name = try #require(names.first)
+        #expect(name.utf8.count <= SafeFileName.maximumByteCount)
+        #expect(name.hasPrefix("longlong") && name.hasSuffix(".gz"))
+        #expect(contents(directory.file(name)) == BytePattern.data(offset: 0, count: 2000))
+    }
+
+    @Test func hostileNamesStayInsideTheOutputDirectory() async throws {
+        let server = try LoopbackServer()
+        let directory = try TemporaryDirectory()
+        defer { server.stop(); directory.remove() }
+        let paths = ["/a/..%2F..%2Fescape.txt", "/.bashrc", "/red%1B%5B31m.txt", "/%E2%80%AEgpj.exe", "/-rf", "/nul%00.bin"]
+        for path in paths { server.route(path) { _ in .pattern(count: 100) } }
+        let urls = paths.map { server.url($0) }
+
+        let result = try await runTool("fetchkit", urls.map(\.absoluteString) + ["-o", directory.url.path])
+
+        #expect(result.status == 0, "\(result.stdout)\(result.stderr)")
+        let names = try FileManager.default.contentsOfDirectory(atPath: directory.url.path).sorted()
+        #expect(names == SafeFileName.uniqueNames(for: urls).sorted())
+        #expect(names.contains("_._.._escape.txt"))
+        #expect(names.contains("_bashrc"))
+        #expect(names.contains("_rf"))
+        for name in names {
+            #expect(!name.hasPrefix(".") && !name.unicodeScalars.contains { SafeFileName.isUnsafe($0) }, "\(name.debugDescription)")
+        }
+        #expect(!FileManager.default.fileExists(atPath: directory.url.deletingLastPathComponent().appendingPathComponent("escape.txt").path))
+    }
+
+    @Test func maxSizeStopsALargeDownload() async throws {
+        let server = try LoopbackServer()
+        let directory = try TemporaryDirectory()
+        defer { server.stop(); directory.remove() }
+        let result = try await runTool("fetchkit", [server.url("/bytes/5000").absoluteString, "-o", directory.url.path, "--max-size", "1K"])
+        #expect(result.status == 1)
+        #expect(result.stdout.contains("larger than the 1024-byte limit"), "\(result.stdout)")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: directory.url.path).isEmpty)
+
+        let roomy = try await runTool("fetchkit", [server.url("/bytes/5000").absoluteString, "-o", directory.url.path, "--max-size", "1M"])
+        #expect(roomy.status == 0, "\(roomy.stdout)\(roomy.stderr)")
+        let unlimited = try await runTool("fetchkit", [server.url("/bytes/6000").absoluteString, "-o", directory.url.path, "--max-size", "0"])
+        #expect(unlimited.status == 0, "\(unlimited.stdout)\(unlimited.stderr)")
+    }
+
+    @Test func maxSizeStopsAGzipBomb() async throws {
+        let server = try LoopbackServer()
+        let directory = try TemporaryDirectory()
+        defer { server.stop(); directory.remove() }
+        let bomb = Gzip.zeros(count: 32 << 20)
+        server.route("/bomb.bin") { _ in HTTPResponse(status: 200, headers: ["Content-Encoding": "gzip"], body: bomb) }
+        let result = try await runTool("fetchkit", [server.url("/bomb.bin").absoluteString, "-o", directory.url.path,
+                                                    "--max-size", "2M", "--retry", "0"])
+        #expect(result.status == 1)
+        #expect(result.stdout.contains("larger than the 2097152-byte limit"), "\(result.stdout)")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: directory.url.path).isEmpty, "no partial file is left")
+    }
+
+    @Test(arguments: [["--max-size"], ["--max-size", "12Q"], ["--max-size", "-1"], ["--max-size", "99999999999G"]])
+    func badMaxSizesGetUsage(_ arguments: [String]) async throws {
+        let result = try await runTool("fetchkit", arguments + ["http://127.0.0.1:9/"])
+        #expect(result.status == 2)
+        #expect(result.stderr.contains("usage: fetchkit"))
+    }
+
+    @Test func helpDocumentsMaxSize() async throws {
+        let result = try await runTool("fetchkit", ["--help"])
+        #expect(result.stdout.contains("--max-size SIZE"))
+        #expect(result.stdout.contains("default 16G"))
+    }
+}

@@ -28,33 +28,63 @@ import FoundationNetworking
 /// `If-Range`; a server that answers `206` continues the file, one that answers `200` (the
 /// file changed, or it ignores ranges) starts it over. Otherwise the partial file is removed.
 ///
-/// Errors specific to downloads are ``FetchError/fileSystem(_:)``: an unwritable destination
-/// (checked before anything is sent), a full disk, a failed move. A body shorter or longer than
-/// its `Content-Length` is ``FetchError/lengthMismatch(_:)``.
+/// **Safe files.** Nothing is written through a link, and nothing outside the destination's
+/// directory is touched. A fresh partial file replaces whatever was at its path (a planted
+/// link is removed, not followed) and is created exclusively with `O_NOFOLLOW`; a partial file
+/// is resumed only if it is a regular file of this user's with no other name, its record is
+/// one too, names the same URL and records the partial file's length. Anything else is
+/// discarded, the download starts over, and ``partialFileNotices`` says why. A destination that
+/// is a symbolic link, a directory or another non-regular file is refused before anything is
+/// sent (``FetchError/FileFailure/Kind/unsafePath``), and checked again just before the final
+/// `rename(2)`, which replaces only a regular file. When the destination's name is too long for
+/// `.<name>.fetchkit-partial.json` to fit in 255 bytes, the partial files get a shortened name
+/// (see ``SafeFileName``). For a name taken from a URL, use ``SafeFileName/name(for:)``.
 ///
-/// A download's ``FetchOperation/maximumResponseSize`` defaults to no limit: the disk bounds it.
+/// **Size cap.** ``FetchOperation/maximumResponseSize`` bounds the file on disk: the decoded
+/// bytes (a small gzip body can inflate a thousandfold), resumed bytes included. It defaults to
+/// ``defaultMaximumDownloadSize`` (16 GiB) for a download; set `.max` for no limit. A download
+/// that reaches it fails with ``FetchError/responseTooLarge(_:)`` having written at most the cap,
+/// and its partial file is removed.
+///
+/// Errors specific to downloads are ``FetchError/fileSystem(_:)``: an unwritable destination
+/// (checked before anything is sent), a full disk, a failed move, a link where a file should
+/// be. A body shorter or longer than its `Content-Length` is ``FetchError/lengthMismatch(_:)``.
+///
 /// Downloads are never coalesced with other requests.
 open class DownloadOperation: FetchOperation, @unchecked Sendable {
     /// Where the file goes.
     public let destination: URL
 
+    /// The default ``FetchOperation/maximumResponseSize`` of a download: 16 GiB.
+    ///
+    /// Large enough for disk images and data sets; small enough that a hostile server (or a
+    /// gzip bomb of 16 MiB) cannot fill most disks. Set `.max` for no limit.
+    public static let defaultMaximumDownloadSize: Int64 = 16 << 30
+
     private struct DownloadState {
         var resumesPartialDownloads = true
         var resumedBytes: Int64 = 0
         var downloadedFileURL: URL?
+        var notices: [PartialFileNotice] = []
+        var openFile = PartialFileOpener.safe
     }
 
     private let downloadState = Protected(DownloadState())
+    /// `.<name>` of the partial file and its record, shortened when the name is long.
+    private let partialStem: String
 
     /// Creates a download of `request` to `destination`.
     ///
     /// - Parameters:
     ///   - request: The request (a GET, usually).
-    ///   - destination: The file to create or replace. Its directory must exist.
+    ///   - destination: The file to create or replace. Its directory must exist; it must not
+    ///     be a symbolic link or a directory.
     public init(request: URLRequest? = nil, destination: URL) {
         self.destination = destination.standardizedFileURL
+        let name = self.destination.lastPathComponent
+        partialStem = "." + SafeFileName.fitted(name, source: name)
         super.init(request: request)
-        maximumResponseSize = .max
+        maximumResponseSize = Self.defaultMaximumDownloadSize
     }
 
     /// Creates a download of `url` to `destination`.
@@ -73,13 +103,32 @@ open class DownloadOperation: FetchOperation, @unchecked Sendable {
     }
 
     /// The partial file beside the destination: `.<name>.fetchkit-partial`.
+    ///
+    /// When the destination's name is longer than ``SafeFileName/maximumByteCount`` bytes,
+    /// `<name>` is its start and a hash, so that the partial files' names fit in 255 bytes.
     public var partialFileURL: URL {
-        destination.deletingLastPathComponent().appendingPathComponent(".\(destination.lastPathComponent).fetchkit-partial")
+        destination.deletingLastPathComponent().appendingPathComponent("\(partialStem).fetchkit-partial")
     }
 
-    /// The record of the partial file's source and validator.
+    /// The record of the partial file's source, validator and length.
     var partialRecordURL: URL {
-        destination.deletingLastPathComponent().appendingPathComponent(".\(destination.lastPathComponent).fetchkit-partial.json")
+        destination.deletingLastPathComponent().appendingPathComponent("\(partialStem).fetchkit-partial.json")
+    }
+
+    /// What was found beside the destination and discarded instead of resumed (a link, a
+    /// record for another URL or of another length…), in the order found. Empty when there was
+    /// nothing, or when what was there was resumed or was this download's own.
+    ///
+    /// Read it once the operation finished (or from a completion handler); a command-line tool
+    /// shows it so that its user knows why a download started over.
+    public var partialFileNotices: [PartialFileNotice] {
+        downloadState.withLock { $0.notices }
+    }
+
+    /// How the sink opens the partial file (tests stage a full disk with it).
+    var openPartialFile: PartialFileOpener {
+        get { downloadState.withLock { $0.openFile } }
+        set { downloadState.withLock { $0.openFile = newValue } }
     }
 
     /// The destination, once the download succeeded and the file is in place.
@@ -108,10 +157,16 @@ open class DownloadOperation: FetchOperation, @unchecked Sendable {
             throw .fileSystem(.init(kind: .destinationInUse, path: destination.path, code: nil))
         }
         addCompletionHandler(on: .immediate) { [destination, partialFileURL, partialRecordURL] operation in
-            // 416: the partial file no longer fits the resource (it shrank or changed): drop it
-            // so that the next attempt starts over.
-            if operation.error?.statusCode == 416 {
+            // 416: the partial file no longer fits the resource (it shrank or changed); over
+            // the size cap: resuming it cannot succeed. Drop it so that the next attempt starts
+            // over.
+            switch operation.error {
+            case .unacceptableStatus(let failure)? where failure.statusCode == 416:
                 FileBodySink.removePartial(partialFileURL, partialRecordURL)
+            case .responseTooLarge?:
+                FileBodySink.removePartial(partialFileURL, partialRecordURL)
+            default:
+                break
             }
             ActiveDownloads.release(destination)
         }
@@ -124,21 +179,50 @@ open class DownloadOperation: FetchOperation, @unchecked Sendable {
     override func prepareAttempt(_ request: URLRequest, attempt: Int) -> AttemptSetup {
         var request = request
         var offset: Int64 = 0
-        if resumesPartialDownloads, request.isGET,
-           let size = Self.fileSize(partialFileURL), size > 0,
-           let record = PartialDownloadRecord.load(from: partialRecordURL),
-           record.url == request.url?.absoluteString,
-           let validator = record.validator {
+        switch inspectPartial(for: request) {
+        case .resume(let size, let validator):
             request.setValue("bytes=\(size)-", forHTTPHeaderField: "Range")
             request.setValue(validator, forHTTPHeaderField: "If-Range")
             offset = size
-        } else {
-            // A partial file that cannot be resumed (another URL, no validator) is stale.
+        case .discard(let notice):
+            // A partial file that cannot be resumed is stale, or not ours: removed (a link
+            // itself, never its target), and the download starts over.
             FileBodySink.removePartial(partialFileURL, partialRecordURL)
+            if let notice {
+                downloadState.withLock { $0.notices.append(notice) }
+            }
         }
         core.withLock { $0.rangeOffset = offset }
         recordAttempt(attempt, request: request, conditional: false)
         return AttemptSetup(request: request, acceptsNotModified: false)
+    }
+
+    private enum PartialVerdict {
+        case resume(size: Int64, validator: String)
+        /// Start over; with a notice when something was there that the user should know of.
+        case discard(PartialFileNotice?)
+    }
+
+    /// Whether the partial file beside the destination can be resumed by `request`: it and its
+    /// record are private regular files (no link of either kind), the record names the same
+    /// URL, has a validator and the partial file's length, and the file is under the cap.
+    private func inspectPartial(for request: URLRequest) -> PartialVerdict {
+        let partial = LocalFile.status(partialFileURL)
+        let recordStatus = LocalFile.status(partialRecordURL)
+        guard let partial else { return .discard(nil) }        // a lone record is just stale
+        func notice(_ reason: PartialFileNotice.Reason) -> PartialVerdict {
+            .discard(PartialFileNotice(reason: reason, path: partialFileURL.path))
+        }
+        guard partial.isPrivateRegularFile else { return notice(.partialNotARegularFile) }
+        guard resumesPartialDownloads, request.isGET, partial.size > 0 else { return .discard(nil) }
+        guard let recordStatus else { return notice(.recordMissing) }
+        guard recordStatus.isPrivateRegularFile else { return notice(.recordNotARegularFile) }
+        guard let record = PartialDownloadRecord.load(from: partialRecordURL) else { return notice(.recordUnreadable) }
+        guard record.url == request.url?.absoluteString else { return notice(.recordForAnotherURL) }
+        guard record.length == nil || record.length == partial.size else { return notice(.lengthMismatch) }
+        guard let validator = record.validator else { return notice(.notResumable) }
+        guard partial.size < maximumResponseSize else { return notice(.overSizeLimit) }
+        return .resume(size: partial.size, validator: validator)
     }
 
     override func makeBodySink() -> any ResponseBodySink {
@@ -148,12 +232,21 @@ open class DownloadOperation: FetchOperation, @unchecked Sendable {
             recordURL: partialRecordURL,
             sourceURL: source,
             requestedOffset: offset,
-            keepsResumablePartial: resumesPartialDownloads
+            keepsResumablePartial: resumesPartialDownloads,
+            maximumLength: maximumResponseSize,
+            openFile: openPartialFile
         )
     }
 
     override func process(_ body: ResponseBody) throws(FetchError) {
         guard case .file(let partial) = body else { return }
+        // The file written is still the partial file (nothing was swapped in since), and the
+        // destination is still a regular file or nothing. (rename(2) replaces a link itself,
+        // never its target, so even a link planted after this check is not written through.)
+        guard LocalFile.status(partial)?.isPrivateRegularFile == true else {
+            throw .fileSystem(.init(kind: .unsafePath, path: partial.path, code: nil))
+        }
+        try checkDestinationFile()
         // rename(2) replaces the destination atomically: it is either the old file or the new.
         let moved = partial.withUnsafeFileSystemRepresentation { from in
             destination.withUnsafeFileSystemRepresentation { to in
@@ -164,7 +257,7 @@ open class DownloadOperation: FetchOperation, @unchecked Sendable {
         guard moved else {
             throw .fileSystem(.init(kind: .moveFailed, path: destination.path, code: errno))
         }
-        try? FileManager.default.removeItem(at: partialRecordURL)
+        LocalFile.remove(partialRecordURL)
         let resumed = core.withLock { $0.progressBase }     // what a 206 continued from
         downloadState.withLock { state in
             state.downloadedFileURL = destination
@@ -190,8 +283,18 @@ open class DownloadOperation: FetchOperation, @unchecked Sendable {
         guard access(directory.path, W_OK) == 0 else {
             throw .fileSystem(.init(kind: .unwritableDestination, path: destination.path, code: errno))
         }
-        if FileManager.default.fileExists(atPath: destination.path, isDirectory: &isDirectory), isDirectory.boolValue {
+        try checkDestinationFile()
+    }
+
+    /// The destination must be a regular file or nothing: never a link, a directory or a
+    /// device.
+    private func checkDestinationFile() throws(FetchError) {
+        guard let status = LocalFile.status(destination) else { return }
+        if status.isDirectory {
             throw .fileSystem(.init(kind: .unwritableDestination, path: destination.path, code: EISDIR))
+        }
+        guard status.isRegular else {
+            throw .fileSystem(.init(kind: .unsafePath, path: destination.path, code: nil))
         }
     }
 
@@ -199,6 +302,54 @@ open class DownloadOperation: FetchOperation, @unchecked Sendable {
         var info = stat()
         let found = url.withUnsafeFileSystemRepresentation { path in path.map { stat($0, &info) == 0 } ?? false }
         return found ? Int64(info.st_size) : nil
+    }
+}
+
+extension DownloadOperation {
+    /// Why a partial download found beside the destination was discarded instead of resumed.
+    ///
+    /// The download itself goes on, from the start; see ``DownloadOperation/partialFileNotices``.
+    public struct PartialFileNotice: Sendable, Equatable, CustomStringConvertible {
+        /// What was wrong with it.
+        public enum Reason: Sendable, Equatable {
+            /// The partial file is a symbolic link, a hard link (it has another name), not a
+            /// regular file, or another user's. It was removed (the link, not its target).
+            case partialNotARegularFile
+            /// There is no record of where the partial file came from.
+            case recordMissing
+            /// The record is a link or not a regular file.
+            case recordNotARegularFile
+            /// The record cannot be read or decoded.
+            case recordUnreadable
+            /// The record names another URL.
+            case recordForAnotherURL
+            /// The record's length is not the partial file's.
+            case lengthMismatch
+            /// The record has no validator (`ETag` or `Last-Modified`) to resume with.
+            case notResumable
+            /// The partial file already reaches ``FetchOperation/maximumResponseSize``.
+            case overSizeLimit
+        }
+
+        /// What was wrong with it.
+        public let reason: Reason
+        /// The partial file's path.
+        public let path: String
+
+        public var description: String {
+            let why: String
+            switch reason {
+            case .partialNotARegularFile: why = "it is a link or not a regular file of this user's"
+            case .recordMissing: why = "there is no record of where it came from"
+            case .recordNotARegularFile: why = "its record is a link or not a regular file of this user's"
+            case .recordUnreadable: why = "its record cannot be read"
+            case .recordForAnotherURL: why = "its record is for another URL"
+            case .lengthMismatch: why = "its length is not the one its record gives"
+            case .notResumable: why = "the server gave no validator to resume it with"
+            case .overSizeLimit: why = "it already reaches the size limit"
+            }
+            return "Ignored the partial download \(path): \(why); starting over."
+        }
     }
 }
 

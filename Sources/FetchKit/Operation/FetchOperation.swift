@@ -112,9 +112,11 @@ open class FetchOperation: Operation, @unchecked Sendable {
         set { set(\.acceptableStatusCodes, newValue) }
     }
 
-    /// The largest response body accepted, in bytes. Defaults to
-    /// ``defaultMaximumResponseSize``. A larger body stops the transfer as soon as it is known
-    /// — from `Content-Length`, or when the bytes received pass the limit — with
+    /// The largest response body accepted, in bytes, counted after decoding (a gzip body is
+    /// counted as it inflates). Defaults to ``defaultMaximumResponseSize``; for a
+    /// ``DownloadOperation``, to ``DownloadOperation/defaultMaximumDownloadSize``, counting the
+    /// whole file. A larger body stops the transfer as soon as it is known — from
+    /// `Content-Length`, or when the bytes received pass the limit — with
     /// ``FetchError/responseTooLarge(_:)``.
     public var maximumResponseSize: Int64 {
         get { setting(\.maximumResponseSize) }

@@ -9,11 +9,23 @@ import FoundationNetworking
 #endif
 
 /// What FetchKit remembers beside a partial download, to resume it safely: the URL it came
-/// from and the validator that `If-Range` sends back.
+/// from, the validator that `If-Range` sends back, and the partial file's length when it was
+/// kept.
+///
+/// A record is trusted only if it is a regular file of FetchKit's (see
+/// ``LocalFile/Status/isPrivateRegularFile``) and names the same URL, and its length (when it
+/// has one) is the partial file's; ``DownloadOperation`` checks that before resuming. A record
+/// from before lengths were kept decodes with `length == nil` and is checked without it.
 struct PartialDownloadRecord: Codable, Equatable, Sendable {
     var url: String
     var entityTag: String?
     var lastModified: String?
+    /// The partial file's length when the transfer stopped and kept it; `nil` while a transfer
+    /// writes it (so a process that dies mid-transfer leaves a record without one).
+    var length: Int64?
+
+    /// A record is a few hundred bytes; anything far larger is not one.
+    static let sizeLimit = 64 << 10
 
     /// The `If-Range` value: a strong entity tag, else the last-modified date.
     var validator: String? {
@@ -21,14 +33,17 @@ struct PartialDownloadRecord: Codable, Equatable, Sendable {
         return lastModified
     }
 
+    /// The record at `url`, if that is a private regular file (never through a link) holding
+    /// one.
     static func load(from url: URL) -> PartialDownloadRecord? {
-        guard let data = try? Data(contentsOf: url) else { return nil }
+        guard let data = LocalFile.read(url, limit: sizeLimit) else { return nil }
         return try? JSONDecoder().decode(PartialDownloadRecord.self, from: data)
     }
 
+    /// Writes the record to a new file at `url`, replacing (never following) what is there.
     func save(to url: URL) {
         guard let data = try? JSONEncoder().encode(self) else { return }
-        try? data.write(to: url, options: .atomic)
+        LocalFile.replace(url, with: data)
     }
 }
 
@@ -56,12 +71,22 @@ final class FileBodySink: ResponseBodySink {
     private var pending = Data()
     static let writeBatch = 256 << 10
 
-    init(partialURL: URL, recordURL: URL, sourceURL: URL?, requestedOffset: Int64, keepsResumablePartial: Bool) {
+    /// The largest the file may grow, resumed bytes included (the download's
+    /// ``FetchOperation/maximumResponseSize``).
+    private let maximumLength: Int64
+    /// The file's length counting every chunk handed to ``write(_:)``, written or pending.
+    private var acceptedLength: Int64 = 0
+    private let openFile: PartialFileOpener
+
+    init(partialURL: URL, recordURL: URL, sourceURL: URL?, requestedOffset: Int64, keepsResumablePartial: Bool,
+         maximumLength: Int64 = .max, openFile: PartialFileOpener = .safe) {
         self.partialURL = partialURL
         self.recordURL = recordURL
         self.sourceURL = sourceURL
         self.requestedOffset = requestedOffset
         self.keepsResumablePartial = keepsResumablePartial
+        self.maximumLength = maximumLength
+        self.openFile = openFile
     }
 
     func open(response: HTTPURLResponse, expectedLength: Int64?) throws(FetchError) {
@@ -76,13 +101,11 @@ final class FileBodySink: ResponseBodySink {
             }
             offset = start
         }
-        let flags = O_WRONLY | O_CREAT | (offset == 0 ? O_TRUNC : 0)
-        let fd = partialURL.withUnsafeFileSystemRepresentation { path in
-            path.map { posixOpen($0, flags, 0o644) } ?? -1
+        // The cap counts the whole file: what a resumed transfer appends, and what is there.
+        if let expectedLength, offset > 0, offset > maximumLength - expectedLength {
+            throw tooLarge(expectedLength: expectedLength)
         }
-        guard fd >= 0 else {
-            throw .fileSystem(.init(kind: errno == ENOSPC ? .diskFull : .unwritableDestination, path: partialURL.path, code: errno))
-        }
+        let fd = try openFile.open(partialURL, offset)
         descriptor = fd
         opened = true
         if offset > 0 {
@@ -92,6 +115,7 @@ final class FileBodySink: ResponseBodySink {
             }
         }
         length = offset
+        acceptedLength = offset
         let acceptsRanges = response.statusCode == 206
             || (response.value(forHTTPHeaderField: "Accept-Ranges")?.lowercased().contains("bytes") ?? false)
         let record = PartialDownloadRecord(
@@ -103,11 +127,12 @@ final class FileBodySink: ResponseBodySink {
         if resumable {
             record.save(to: recordURL)
         } else {
-            try? FileManager.default.removeItem(at: recordURL)
+            LocalFile.remove(recordURL)
         }
     }
 
     func write(_ chunk: Data) throws(FetchError) {
+        try admit(chunk.count)
         if pending.isEmpty && chunk.count >= Self.writeBatch {
             try writeNow(chunk)
             return
@@ -174,12 +199,36 @@ final class FileBodySink: ResponseBodySink {
         guard opened else { return }
         if !(keepsResumablePartial && resumable && length > 0) {
             Self.removePartial(partialURL, recordURL)
+        } else {
+            keepRecord(length: length)
         }
     }
 
+    /// Removes the partial file and its record (links themselves, never their targets).
     static func removePartial(_ partialURL: URL, _ recordURL: URL) {
-        _ = partialURL.withUnsafeFileSystemRepresentation { $0.map { unlink($0) } }
-        _ = recordURL.withUnsafeFileSystemRepresentation { $0.map { unlink($0) } }
+        LocalFile.remove(partialURL)
+        LocalFile.remove(recordURL)
+    }
+
+    /// Counts a chunk against the size cap before it is written: the file never grows past
+    /// ``maximumLength``.
+    private func admit(_ count: Int) throws(FetchError) {
+        guard acceptedLength <= maximumLength - Int64(count) else {
+            throw tooLarge(expectedLength: nil)
+        }
+        acceptedLength += Int64(count)
+    }
+
+    private func tooLarge(expectedLength: Int64?) -> FetchError {
+        .responseTooLarge(.init(limit: maximumLength, expectedLength: expectedLength, url: sourceURL))
+    }
+
+    /// Records the length of a partial file kept for resuming, so that a later download can
+    /// tell it is the file this record describes.
+    private func keepRecord(length: Int64) {
+        guard var record = PartialDownloadRecord.load(from: recordURL), record.url == (sourceURL?.absoluteString ?? "") else { return }
+        record.length = length
+        record.save(to: recordURL)
     }
 
     /// The first byte of `Content-Range: bytes a-b/n`.
@@ -193,15 +242,43 @@ final class FileBodySink: ResponseBodySink {
     }
 }
 
-// The C library's open, write and close, named apart from the sink's own methods.
-@inline(__always) private func posixOpen(_ path: UnsafePointer<CChar>, _ flags: Int32, _ mode: mode_t) -> Int32 {
-    open(path, flags, mode)
-}
-
+// The C library's write and close, named apart from the sink's own methods.
 @inline(__always) private func posixWrite(_ fd: Int32, _ buffer: UnsafeRawPointer, _ count: Int) -> Int {
     write(fd, buffer, count)
 }
 
 @inline(__always) private func posixClose(_ fd: Int32) -> Int32 {
     close(fd)
+}
+
+/// How a download opens its partial file: never through a link.
+///
+/// A fresh file (offset 0) replaces whatever is at the path — a planted link is removed, not
+/// followed — and is created exclusively (`O_CREAT | O_EXCL | O_NOFOLLOW`): if something is
+/// planted again in between, the open fails instead of writing through it. A resumed file is
+/// opened with `O_NOFOLLOW` and must be a private regular file (one name, this user's).
+/// Tests swap the opener to stage failures, such as a full disk, that cannot be planted.
+struct PartialFileOpener: Sendable {
+    let open: @Sendable (_ url: URL, _ offset: Int64) throws(FetchError) -> Int32
+
+    static let safe = PartialFileOpener { url, offset throws(FetchError) in
+        if offset == 0 { LocalFile.remove(url) }
+        let fd = LocalFile.open(url, O_WRONLY | (offset == 0 ? O_CREAT | O_EXCL : 0))
+        guard fd >= 0 else {
+            let code = errno
+            switch code {
+            case ELOOP, EEXIST, EMLINK:
+                throw .fileSystem(.init(kind: .unsafePath, path: url.path, code: nil))
+            case ENOSPC, EDQUOT:
+                throw .fileSystem(.init(kind: .diskFull, path: url.path, code: code))
+            default:
+                throw .fileSystem(.init(kind: .unwritableDestination, path: url.path, code: code))
+            }
+        }
+        guard LocalFile.status(descriptor: fd)?.isPrivateRegularFile == true else {
+            _ = posixClose(fd)
+            throw .fileSystem(.init(kind: .unsafePath, path: url.path, code: nil))
+        }
+        return fd
+    }
 }
