@@ -56,6 +56,9 @@ extension FetchQueue: TransferCoordinator {
         var replayFrom: Flight?
         state.withLock { state in
             guard case .new = member.state else { return }   // stopped before it started
+            // A `cancelAll` chose it and is about to cancel it: no slot, no shared transfer. The
+            // member stays new; the cancel stops it.
+            guard !isSwept(member.operation, state) else { return }
             if let key = member.key, let flight = state.sharedFlights[key] {
                 flight.members.append(member)
                 member.state = .joined(flight)
@@ -192,18 +195,35 @@ extension FetchQueue: TransferCoordinator {
     }
 
     /// Moves granted flights to running. Under the lock.
+    ///
+    /// Nothing is granted while a `cancelAll(where:)` predicate runs; a flight whose callers a
+    /// `cancelAll` has all chosen is not started: its slot goes back and the next is granted.
     func takeGrants(_ state: inout State) -> [Flight] {
         var flights: [Flight] = []
         defer { scheduleWake(&state) }
-        for grant in state.scheduler.takeGrants() {
-            guard let flight = state.waitingFlights.removeValue(forKey: grant.ticket) else { continue }
-            flight.phase = .running
-            state.statistics.transfersStarted += 1
-            transferStarted(&state)
-            for member in flight.members {
-                markBegan(member.operation, &state)
+        guard state.sweepsUnderWay == 0 else { return [] }
+        var declined = true
+        while declined {
+            declined = false
+            for grant in state.scheduler.takeGrants() {
+                guard let flight = state.waitingFlights.removeValue(forKey: grant.ticket) else { continue }
+                if flight.members.allSatisfy({ isSwept($0.operation, state) }) {
+                    state.scheduler.release(host: grant.host)
+                    flight.phase = .ended
+                    if let key = flight.key, state.sharedFlights[key] === flight {
+                        state.sharedFlights[key] = nil
+                    }
+                    declined = true
+                    continue
+                }
+                flight.phase = .running
+                state.statistics.transfersStarted += 1
+                transferStarted(&state)
+                for member in flight.members {
+                    markBegan(member.operation, &state)
+                }
+                flights.append(flight)
             }
-            flights.append(flight)
         }
         return flights
     }

@@ -69,6 +69,8 @@ public final class FetchQueue: @unchecked Sendable {
     struct Entry {
         let operation: FetchOperation
         var began = false
+        /// A `cancelAll` chose it: it is about to be cancelled, and gets no transfer slot.
+        var swept = false
         /// The batch it belongs to, and its index there.
         var batch: (FetchBatch, Int)?
     }
@@ -96,6 +98,8 @@ public final class FetchQueue: @unchecked Sendable {
         /// The wake-up scheduled for when a host's back-off ends, if any (uptime ns), and its token.
         var wakeAt: UInt64?
         var wakeToken = 0
+        /// `cancelAll(where:)` calls whose predicate is running: no slot is granted meanwhile.
+        var sweepsUnderWay = 0
     }
 
     /// Counters for diagnostics.
@@ -287,23 +291,71 @@ public final class FetchQueue: @unchecked Sendable {
         return true
     }
 
-    /// Cancels the fetches that match `predicate`.
+    /// Cancels the fetches that match `predicate`, at once: none of them starts a transfer after
+    /// this is called, even when cancelling one that is in flight frees a slot before the
+    /// others are cancelled. Each completes once, as cancelled (one already in flight may still
+    /// complete with its transfer's result if that ended first).
     ///
+    /// No waiting transfer begins while `predicate` runs; it runs on the calling thread, outside
+    /// the queue's lock, once per fetch in the queue.
+    ///
+    /// - Parameter predicate: Whether to cancel a fetch, given its identifier and operation.
     /// - Returns: How many were cancelled.
     @discardableResult
     public func cancelAll(where predicate: (FetchID, FetchOperation) -> Bool) -> Int {
-        let entries = state.withLock { $0.registry.map { ($0.key, $0.value.operation) } }
-        var cancelled = 0
-        for (id, operation) in entries where predicate(id, operation) {
-            operation.cancel()
-            cancelled += 1
+        let entries = state.withLock { state in
+            state.sweepsUnderWay += 1
+            return state.registry.map { ($0.key, $0.value.operation) }
         }
-        return cancelled
+        let chosen = entries.filter { predicate($0.0, $0.1) }
+        let operations = sweep(chosen.map(\.0))
+        for operation in operations {
+            operation.cancel()
+        }
+        return chosen.count
     }
 
-    /// Cancels every fetch in the queue. Each completes once, as cancelled; this returns promptly.
+    /// Cancels every fetch in the queue, at once: none of them starts a transfer after this is
+    /// called. Each completes once, as cancelled; this returns promptly.
     public func cancelAll() {
         cancelAll { _, _ in true }
+    }
+
+    /// Marks the fetches that a `cancelAll` chose, so that no slot goes to them, withdraws their
+    /// waiting transfers, and ends the hold on grants. Starts what may start now (outside the
+    /// lock).
+    ///
+    /// - Returns: The operations to cancel, in enqueue order.
+    private func sweep(_ ids: [FetchID]) -> [FetchOperation] {
+        var operations: [FetchOperation] = []
+        let grants = state.withLock { state -> [Flight] in
+            state.sweepsUnderWay -= 1
+            for id in ids.sorted() where state.registry[id] != nil {
+                state.registry[id]?.swept = true
+                if let operation = state.registry[id]?.operation { operations.append(operation) }
+            }
+            for (ticket, flight) in state.waitingFlights where flight.members.allSatisfy({ isSwept($0.operation, state) }) {
+                state.scheduler.withdraw(ticket)
+                state.waitingFlights[ticket] = nil
+                flight.phase = .ended
+                if let key = flight.key, state.sharedFlights[key] === flight {
+                    state.sharedFlights[key] = nil
+                }
+                // Its members stay joined to the ended flight: each leaves when its operation
+                // is cancelled, and hears of it then.
+            }
+            let grants = takeGrants(&state)
+            announceCounts(state)
+            return grants
+        }
+        start(grants)
+        return operations
+    }
+
+    /// Whether a `cancelAll` chose this operation. Under the lock.
+    func isSwept(_ operation: FetchOperation, _ state: State) -> Bool {
+        guard let id = state.idsByOperation[ObjectIdentifier(operation)] else { return false }
+        return state.registry[id]?.swept ?? false
     }
 
     // MARK: Limits
