@@ -77,4 +77,93 @@ struct QueueHostileStateTests {
         #expect(operations.dropLast(3).allSatisfy { if case .cancelled? = $0.error { true } else { false } })
         #expect(queue.statistics.transfersStarted == limit + 3)
     }
+
+    // MARK: A dropped queue is freed
+
+    /// A suspended queue holds operations that never started. Its owner lets go of it (the
+    /// operations are still held, here by the test): the queue is freed, and each operation
+    /// finishes as cancelled, its completion once.
+    @Test func aSuspendedQueueItsOwnerDropsIsFreedAndItsOperationsEndCancelled() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let count = 20
+        let weakQueue = WeakBox()
+        let completions = Locked([Int](repeating: 0, count: count))
+        let cancelledResults = Locked(0)
+        let done = Countdown(count)
+        var operations: [RecordingOperation] = []
+        do {
+            let queue = makeFetchQueue(total: 2, perHost: 2)
+            weakQueue.value = queue
+            queue.isSuspended = true
+            for index in 0..<count {
+                let operation = server.operation("/json?n=\(index)")
+                operations.append(operation)
+                queue.enqueue(operation) { result in
+                    completions.withLock { $0[index] += 1 }
+                    if case .failure(.cancelled) = result { cancelledResults.withLock { $0 += 1 } }
+                    done.signal()
+                }
+            }
+        }
+        // The queue is gone once its operations have been told.
+        #expect(await done.wait(timeout: 20), "\(done.count) operations never finished")
+        #expect(await queueReleased { weakQueue.value == nil }, "the queue was not released")
+        #expect(completions.current.allSatisfy { $0 == 1 })
+        #expect(cancelledResults.current == count)
+        #expect(operations.allSatisfy { $0.isFinished && $0.isCancelled })
+        #expect(server.requestsReceived == 0)
+        #expect(done.overSignals == 0)
+    }
+
+    /// Suspended with one transfer held at the server and others waiting for a slot, then
+    /// dropped: the transfer in flight keeps the queue until it ends (and succeeds); then the
+    /// queue is freed and the waiting ones end cancelled, none reaching the server.
+    @Test func aDroppedSuspendedQueueLetsItsTransferFinishThenCancelsWhatWaits() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let gate = ServerGate()
+        server.gatedRoute("/gate", gate)
+        defer { gate.open() }
+        let weakQueue = WeakBox()
+        let done = Countdown(4)
+        let operations = (0..<4).map { server.operation("/gate?n=\($0)") }
+        do {
+            let queue = makeFetchQueue(total: 1, perHost: 1)
+            weakQueue.value = queue
+            for operation in operations {
+                queue.enqueue(operation) { _ in done.signal() }
+            }
+            #expect(await counts(of: queue) { $0 == .init(inFlight: 1, waiting: 3) })
+            #expect(await server.waitUntil(timeout: 60) { $0.requestsInFlight == 1 })
+            queue.isSuspended = true
+        }
+        #expect(weakQueue.value != nil, "a transfer in flight keeps its queue")
+        gate.open()
+        #expect(await done.wait(timeout: 20), "\(done.count) operations never finished")
+        #expect(await queueReleased { weakQueue.value == nil }, "the queue was not released")
+        #expect(operations[0].error == nil)
+        #expect(operations.dropFirst().allSatisfy { if case .cancelled? = $0.error { true } else { false } })
+        #expect(server.requestsReceived == 1)
+        #expect(done.overSignals == 0)
+    }
+
+    /// An unsuspended queue its owner drops runs what it holds to the end, then is freed.
+    @Test func aDroppedRunningQueueFinishesItsWorkThenIsFreed() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let weakQueue = WeakBox()
+        let done = Countdown(6)
+        let operations = (0..<6).map { server.operation("/json?n=\($0)") }
+        do {
+            let queue = makeFetchQueue(total: 2, perHost: 2)
+            weakQueue.value = queue
+            for operation in operations {
+                queue.enqueue(operation) { _ in done.signal() }
+            }
+        }
+        #expect(await done.wait(timeout: 20))
+        #expect(operations.allSatisfy { $0.error == nil })
+        #expect(await queueReleased { weakQueue.value == nil }, "the queue was not released")
+    }
 }

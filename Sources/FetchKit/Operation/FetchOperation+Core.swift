@@ -18,8 +18,12 @@ extension FetchOperation {
         var body: ResponseBody?
 
         // The transfer in flight, and the coordinator (a FetchQueue) that provides it, if any.
+        // Weak: the queue holds its operations, not the other way round, so that a queue its
+        // owner drops is freed (and cancels what it holds). `claimed` tells an operation whose
+        // queue is gone from one that never had one.
         var transfer: (any TransferHandle)?
-        var coordinator: (any TransferCoordinator)?
+        weak var coordinator: (any TransferCoordinator)?
+        var claimed = false
 
         // Completion delivery.
         var completionHandlers: [CompletionEntry] = []
@@ -89,7 +93,8 @@ extension FetchOperation {
     /// - Returns: `false` if it already belongs to one, or has started.
     func claim(by coordinator: any TransferCoordinator) -> Bool {
         core.withLock { core in
-            guard core.coordinator == nil, core.machine.phase == .pending else { return false }
+            guard !core.claimed, core.machine.phase == .pending else { return false }
+            core.claimed = true
             core.coordinator = coordinator
             return true
         }

@@ -20,9 +20,9 @@ extension FetchQueue: TransferCoordinator {
     }
 
     func operationDidComplete(_ operation: FetchOperation) {
-        state.withLock { state in
+        let released = state.withLock { state -> FetchQueue? in
             guard let id = state.idsByOperation.removeValue(forKey: ObjectIdentifier(operation)),
-                  let entry = state.registry.removeValue(forKey: id) else { return }
+                  let entry = state.registry.removeValue(forKey: id) else { return nil }
             if !entry.began {
                 // It finished without a transfer (cancelled while waiting, a failed dependency,
                 // an invalid request): did-begin still comes first, once.
@@ -32,7 +32,9 @@ extension FetchQueue: TransferCoordinator {
                 post(Self.didProgressNotification, Event(id: id, operation: operation, progress: progress, error: nil, retry: nil), &state)
             }
             post(Self.didFinishNotification, Event(id: id, operation: operation, progress: nil, error: operation.error, retry: nil), &state)
+            return updateKeepAlive(&state)
         }
+        withExtendedLifetime(released) {}
     }
 
     func makeTransfer(for operation: FetchOperation, request: URLRequest, limits: TransferLimits,
@@ -134,17 +136,21 @@ extension FetchQueue: TransferCoordinator {
         }
         stopping?.stop()
         if confirm {
-            member.owner.transferDidEnd(.failure(.cancelled, nil))
+            member.report(.failure(.cancelled, nil))
         }
     }
 
     /// A flight's transfer ended: free its slot, start the next, and tell every member.
     func flightDidEnd(_ flight: Flight, result: TransferResult) {
         var members: [FlightMember] = []
+        var released: FetchQueue?
+        defer { withExtendedLifetime(released) {} }     // dropped after unlocking
         let grants = state.withLock { state -> [Flight] in
             guard flight.phase != .ended else { return [] }
             flight.phase = .ended
             flight.transfer = nil
+            released = flight.keepsQueue
+            flight.keepsQueue = nil
             if let key = flight.key, state.sharedFlights[key] === flight {
                 state.sharedFlights[key] = nil
             }
@@ -160,7 +166,7 @@ extension FetchQueue: TransferCoordinator {
         }
         start(grants)
         for member in members {
-            member.owner.transferDidEnd(result)
+            member.report(result)
         }
     }
 
@@ -217,6 +223,7 @@ extension FetchQueue: TransferCoordinator {
                     continue
                 }
                 flight.phase = .running
+                flight.keepsQueue = self
                 state.statistics.transfersStarted += 1
                 transferStarted(&state)
                 for member in flight.members {

@@ -100,6 +100,9 @@ public final class FetchQueue: @unchecked Sendable {
         var wakeToken = 0
         /// `cancelAll(where:)` calls whose predicate is running: no slot is granted meanwhile.
         var sweepsUnderWay = 0
+        /// The queue itself, while it holds fetches and is not suspended: work under way keeps
+        /// its queue, so that a queue its owner dropped still finishes it.
+        var keepAlive: FetchQueue?
     }
 
     /// Counters for diagnostics.
@@ -169,6 +172,22 @@ public final class FetchQueue: @unchecked Sendable {
         operationQueue.maxConcurrentOperationCount = OperationQueue.defaultMaxConcurrentOperationCount
     }
 
+    /// A queue is freed when its owner has dropped it and it holds no work that can progress:
+    /// a queue that is not suspended keeps itself until every fetch it holds finished, and a
+    /// transfer in flight keeps its queue until it ends. So this runs with fetches still held
+    /// only when the queue is suspended: they could never start, so each is cancelled and
+    /// completes once, as cancelled (without notifications: the queue is gone).
+    deinit {
+        let operations = state.withLock { state in
+            state.registry.sorted { $0.key < $1.key }.map(\.value.operation)
+        }
+        for operation in operations {
+            operation.cancel()
+        }
+        // Cancelled operations that never started finish when their `OperationQueue` starts them.
+        operationQueue.isSuspended = false
+    }
+
     // MARK: Enqueueing
 
     /// Enqueues an operation; its completion handler runs exactly once, on ``callbackQueue``.
@@ -235,10 +254,12 @@ public final class FetchQueue: @unchecked Sendable {
             return value
         })
         guard operation.claim(by: self) else { return (id, false) }
-        state.withLock { state in
+        let released = state.withLock { state in
             state.registry[id] = Entry(operation: operation)
             state.idsByOperation[ObjectIdentifier(operation)] = id
+            return updateKeepAlive(&state)
         }
+        withExtendedLifetime(released) {}
         return (id, true)
     }
 
@@ -440,13 +461,28 @@ public final class FetchQueue: @unchecked Sendable {
     }
 
     func changeScheduler(_ change: (inout SlotScheduler<ObjectIdentifier>) -> Void) {
-        let grants = state.withLock { state -> [Flight] in
+        let (grants, released) = state.withLock { state -> ([Flight], FetchQueue?) in
             change(&state.scheduler)
             let grants = takeGrants(&state)
             announceCounts(state)
-            return grants
+            return (grants, updateKeepAlive(&state))
         }
+        withExtendedLifetime(released) {}
         start(grants)
+    }
+
+    /// Holds the queue while it has fetches and is not suspended; lets go otherwise. Under the
+    /// lock.
+    ///
+    /// - Returns: The reference let go of, for the caller to drop after unlocking (dropping the
+    ///   last one frees the queue, whose `deinit` takes the lock).
+    func updateKeepAlive(_ state: inout State) -> FetchQueue? {
+        if !state.registry.isEmpty && !state.scheduler.isPaused {
+            if state.keepAlive == nil { state.keepAlive = self }
+            return nil
+        }
+        defer { state.keepAlive = nil }
+        return state.keepAlive
     }
 
     // MARK: Internal plumbing
