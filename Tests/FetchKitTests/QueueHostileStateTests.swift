@@ -166,4 +166,129 @@ struct QueueHostileStateTests {
         #expect(operations.allSatisfy { $0.error == nil })
         #expect(await queueReleased { weakQueue.value == nil }, "the queue was not released")
     }
+
+    // MARK: A dependency that nothing runs
+
+    /// `fetch` of an operation whose dependency was never enqueued anywhere would wait forever:
+    /// the queue enqueues the dependency too. Enqueueing it there afterwards takes it over: its
+    /// completion runs once, with the result, and the identifier is the one it got.
+    @Test func fetchWithADependencyNeverEnqueuedRunsItOnTheSameQueue() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let queue = makeFetchQueue()
+        let token = server.operation("/json?token")
+        let login = server.operation("/json?login")
+        login.addDependency(token)
+        let user = server.operation("/json?user")
+        user.addDependency(login)
+        let error = await fetchOutcome(queue, user)
+        #expect(error == nil)
+        #expect(token.error == nil && login.error == nil && user.error == nil)
+        #expect(token.isFinished && login.isFinished)
+        #expect(server.requests(path: "/json").count == 3)
+        // Taken over after it finished: the completion still runs, once, with its result.
+        let done = Countdown(1)
+        let result = Locked<Result<RecordingOperation, FetchError>?>(nil)
+        queue.enqueue(login) { outcome in result.withLock { $0 = outcome }; done.signal() }
+        #expect(await done.wait(timeout: 10))
+        #expect(result.current.map { if case .success = $0 { true } else { false } } == true)
+        // A second explicit enqueue is refused, as for any operation already enqueued.
+        let refused = Countdown(1)
+        queue.enqueue(login) { outcome in if case .failure(.invalidRequest) = outcome { refused.signal() } }
+        #expect(await refused.wait(timeout: 10))
+        #expect(done.overSignals == 0)
+    }
+
+    /// The non-async `enqueue` and a batch do the same: a dependency nothing runs is enqueued
+    /// with its dependent; members of one batch may depend on each other in any order.
+    @Test func enqueueAndBatchRunADependencyNothingElseRuns() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let queue = makeFetchQueue()
+        let orphanDependency = server.operation("/json?never")
+        let first = server.operation("/json?first")
+        first.addDependency(orphanDependency)
+        let done = Countdown(1)
+        queue.enqueue(first) { _ in done.signal() }
+        #expect(await done.wait(timeout: 10))
+        #expect(first.error == nil && orphanDependency.error == nil)
+        // A batch: `after` depends on `before`, which comes after it in the batch.
+        let before = server.operation("/json?before")
+        let after = server.operation("/json?after")
+        after.addDependency(before)
+        let nobody = server.operation("/json?nobody")
+        let orphan = server.operation("/json?orphan")
+        orphan.addDependency(nobody)
+        let batchDone = Countdown(1)
+        let status = Locked<FetchBatch.Status?>(nil)
+        queue.enqueue(batch: [after, before, orphan], completion: { final in status.withLock { $0 = final }; batchDone.signal() })
+        #expect(await batchDone.wait(timeout: 10))
+        #expect(status.current?.succeeded == 3)
+        #expect(nobody.error == nil && nobody.isFinished)
+        #expect(done.overSignals == 0)
+    }
+
+    /// A dependency on an `OperationQueue` that has not started it yet is not "never enqueued":
+    /// the fetch waits for it, then runs.
+    @Test func aDependencyWaitingOnAPlainOperationQueueIsWaitedFor() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let queue = makeFetchQueue()
+        let plain = makeQueue(1)
+        plain.isSuspended = true
+        let login = server.operation("/json?login")
+        plain.addOperation(login)
+        let user = server.operation("/json?user")
+        user.addDependency(login)
+        let fetched = Countdown(1)
+        let result = Locked<Result<RecordingOperation, FetchError>?>(nil)
+        queue.enqueue(user) { outcome in result.withLock { $0 = outcome }; fetched.signal() }
+        #expect(queue.count == 1, "accepted, waiting for its dependency")
+        plain.isSuspended = false
+        #expect(await fetched.wait(timeout: 20))
+        #expect(login.error == nil && user.error == nil)
+        #expect(result.current.map { if case .success = $0 { true } else { false } } == true)
+    }
+
+    /// Operations that depend on each other could never start: refused at once, naming one.
+    @Test func aDependencyCycleFailsFast() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let queue = makeFetchQueue()
+        let operation = server.operation("/json")
+        let other = BlockOperation {}
+        other.name = "other"
+        operation.addDependency(other)
+        other.addDependency(operation)
+        let error = await fetchOutcome(queue, operation)
+        guard case .invalidRequest(let details)? = error, case .dependencyCycle(let name) = details.reason else {
+            Issue.record("expected dependencyCycle, got \(String(describing: error))")
+            return
+        }
+        #expect(name.contains("other") || name.contains("RecordingOperation"), "\(name)")
+        #expect(!operation.isFinished && queue.count == 0)
+        other.removeDependency(operation)     // let the test's objects go
+    }
+}
+
+/// The error `queue.fetch(operation)` throws, or `nil` if it returned; waits at most 10 s, then
+/// cancels the fetch and records a hang.
+private func fetchOutcome<Operation: FetchOperation>(_ queue: FetchQueue, _ operation: Operation) async -> FetchError? {
+    let outcome = Locked<FetchError?>(nil)
+    let finished = Countdown(1)
+    let task = Task {
+        do throws(FetchError) {
+            _ = try await queue.fetch(operation)
+        } catch {
+            outcome.withLock { $0 = error }
+        }
+        finished.signal()
+    }
+    let returned = await finished.wait(timeout: 10)
+    #expect(returned, "the fetch waited for a dependency that nothing runs")
+    if !returned {
+        task.cancel()
+        return nil
+    }
+    return outcome.current
 }

@@ -24,6 +24,13 @@ extension FetchOperation {
         var transfer: (any TransferHandle)?
         weak var coordinator: (any TransferCoordinator)?
         var claimed = false
+        /// Someone asked `isReady` — as an `OperationQueue` does when it takes an operation. A
+        /// pending operation that no FetchQueue holds and no one asked is run by nothing.
+        var readinessAsked = false
+        /// The FetchQueue that enqueued this operation as a dependency of another fetch, and
+        /// the identifier it got there, until someone enqueues it there explicitly.
+        weak var adopter: (any TransferCoordinator)?
+        var adoptionID: FetchID?
 
         // Completion delivery.
         var completionHandlers: [CompletionEntry] = []
@@ -97,6 +104,40 @@ extension FetchOperation {
             core.claimed = true
             core.coordinator = coordinator
             return true
+        }
+    }
+
+    /// Gives back a claim that was refused before the operation was enqueued.
+    func unclaim(by coordinator: any TransferCoordinator) {
+        core.withLock { core in
+            guard core.claimed, core.coordinator === coordinator, core.machine.phase == .pending else { return }
+            core.claimed = false
+            core.coordinator = nil
+        }
+    }
+
+    /// Pending, held by no FetchQueue, and never taken by an `OperationQueue`: nothing will run
+    /// it (see FetchQueue+Dependencies.swift).
+    var isUnrunnable: Bool {
+        core.withLock { !$0.claimed && $0.machine.phase == .pending && !$0.readinessAsked }
+    }
+
+    /// Records that `coordinator` enqueued this operation as another fetch's dependency.
+    func markAdopted(by coordinator: any TransferCoordinator, id: FetchID) {
+        core.withLock { core in
+            core.adopter = coordinator
+            core.adoptionID = id
+        }
+    }
+
+    /// The identifier `coordinator` gave this operation when it enqueued it as a dependency,
+    /// once: an explicit enqueue there takes it over (finished or not).
+    func takeAdoption(by coordinator: any TransferCoordinator) -> FetchID? {
+        core.withLock { core in
+            guard let adopter = core.adopter, adopter === coordinator, let id = core.adoptionID else { return nil }
+            core.adopter = nil
+            core.adoptionID = nil
+            return id
         }
     }
 }

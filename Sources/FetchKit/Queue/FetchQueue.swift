@@ -175,13 +175,15 @@ public final class FetchQueue: @unchecked Sendable {
     /// A queue is freed when its owner has dropped it and it holds no work that can progress:
     /// a queue that is not suspended keeps itself until every fetch it holds finished, and a
     /// transfer in flight keeps its queue until it ends. So this runs with fetches still held
-    /// only when the queue is suspended: they could never start, so each is cancelled and
-    /// completes once, as cancelled (without notifications: the queue is gone).
+    /// only when the queue is suspended: those that could never start a transfer now are
+    /// cancelled and complete once, as cancelled (without notifications: the queue is gone).
+    /// One whose transfer just ended (it is parsing, the last thing that kept the queue) is
+    /// left to finish with its result.
     deinit {
         let operations = state.withLock { state in
             state.registry.sorted { $0.key < $1.key }.map(\.value.operation)
         }
-        for operation in operations {
+        for operation in operations where operation.core.withLock({ $0.machine.phase != .finishing }) {
             operation.cancel()
         }
         // Cancelled operations that never started finish when their `OperationQueue` starts them.
@@ -197,6 +199,15 @@ public final class FetchQueue: @unchecked Sendable {
     /// ``FetchError/InvalidRequest/Reason/alreadyEnqueued``. (Do not also add it to an
     /// `OperationQueue` yourself: Foundation traps on that.)
     ///
+    /// A dependency that nothing would run — a ``FetchOperation``, directly or further down,
+    /// not started, in no ``FetchQueue`` and never taken by an `OperationQueue` — is enqueued
+    /// here too, without a completion handler, so that the operation does not wait forever.
+    /// Enqueueing that dependency here yourself later takes it over: your `completion` runs
+    /// once and you get its identifier. A dependency of another kind (a `BlockOperation`…) may
+    /// run on a queue FetchKit cannot see: the operation waits for it. An operation whose
+    /// dependencies form a cycle could never start: it is refused, and left as it was, with
+    /// ``FetchError/InvalidRequest/Reason/dependencyCycle(_:)``.
+    ///
     /// - Parameters:
     ///   - operation: The operation to run.
     ///   - completion: Called once with the finished operation, or its error.
@@ -211,28 +222,46 @@ public final class FetchQueue: @unchecked Sendable {
 
     /// Enqueues an operation and suspends until it finished.
     ///
-    /// Cancelling the Swift task cancels the fetch.
+    /// Cancelling the Swift task cancels the fetch. Dependencies that nothing else would run are
+    /// enqueued too, and an operation the queue refuses throws at once (see
+    /// ``enqueue(_:completion:)``): it never waits for a dependency that nothing runs. The queue
+    /// stays alive while a fetch is awaited through it.
     ///
     /// - Returns: The finished operation, for its parsed results.
-    /// - Throws: The operation's ``FetchError``.
+    /// - Throws: The operation's ``FetchError``, or the reason it was refused.
     public func fetch<Operation: FetchOperation>(_ operation: Operation) async throws(FetchError) -> Operation {
-        let (_, accepted) = register(operation, completion: nil)
-        guard accepted else { throw Self.alreadyEnqueued(operation) }
+        let (_, refusal) = register(operation, completion: nil)
+        if let refusal { throw refusal }
         return try await operation.finished()
     }
 
     /// Registers and enqueues one operation.
+    ///
+    /// - Returns: Its identifier, and why it was refused, if it was.
     func register<Operation: FetchOperation>(
         _ operation: Operation,
         completion: (@Sendable (Result<Operation, FetchError>) -> Void)?
-    ) -> (id: FetchID, accepted: Bool) {
+    ) -> (id: FetchID, refusal: FetchError?) {
+        if let id = takeOver(operation, completion: completion) {
+            return (id, nil)
+        }
         let (id, accepted) = reserve(operation)
         guard accepted else {
-            refuse(operation, completion)
-            return (id, false)
+            let error = Self.alreadyEnqueued(operation)
+            refuse(operation, completion, error)
+            return (id, error)
+        }
+        switch Self.checkDependencies(of: operation) {
+        case .refuse(let reason):
+            unreserve(operation, id: id)
+            let error = Self.dependencyError(reason, operation)
+            refuse(operation, completion, error)
+            return (id, error)
+        case .enqueue(let orphans):
+            adopt(orphans)
         }
         activate(operation, id: id, completion: completion) { _ in }
-        return (id, true)
+        return (id, nil)
     }
 
     /// The error of an operation that is already in a queue.
@@ -241,9 +270,9 @@ public final class FetchQueue: @unchecked Sendable {
     }
 
     /// Tells a refused operation's completion handler, if any, on ``callbackQueue``.
-    func refuse<Operation: FetchOperation>(_ operation: Operation, _ completion: (@Sendable (Result<Operation, FetchError>) -> Void)?) {
+    func refuse<Operation: FetchOperation>(_ operation: Operation, _ completion: (@Sendable (Result<Operation, FetchError>) -> Void)?,
+                                           _ error: FetchError) {
         guard let completion else { return }
-        let error = Self.alreadyEnqueued(operation)
         callbackQueue.perform { completion(.failure(error)) }
     }
 
