@@ -107,7 +107,7 @@ struct QueueHostileStateTests {
             }
         }
         // The queue is gone once its operations have been told.
-        #expect(await done.wait(timeout: 20), "\(done.count) operations never finished")
+        #expect(await done.wait(timeout: 60), "\(done.count) operations never finished")
         #expect(await queueReleased { weakQueue.value == nil }, "the queue was not released")
         #expect(completions.current.allSatisfy { $0 == 1 })
         #expect(cancelledResults.current == count)
@@ -140,7 +140,7 @@ struct QueueHostileStateTests {
         }
         #expect(weakQueue.value != nil, "a transfer in flight keeps its queue")
         gate.open()
-        #expect(await done.wait(timeout: 20), "\(done.count) operations never finished")
+        #expect(await done.wait(timeout: 60), "\(done.count) operations never finished")
         #expect(await queueReleased { weakQueue.value == nil }, "the queue was not released")
         #expect(operations[0].error == nil)
         #expect(operations.dropFirst().allSatisfy { if case .cancelled? = $0.error { true } else { false } })
@@ -162,7 +162,7 @@ struct QueueHostileStateTests {
                 queue.enqueue(operation) { _ in done.signal() }
             }
         }
-        #expect(await done.wait(timeout: 20))
+        #expect(await done.wait(timeout: 60))
         #expect(operations.allSatisfy { $0.error == nil })
         #expect(await queueReleased { weakQueue.value == nil }, "the queue was not released")
     }
@@ -190,12 +190,12 @@ struct QueueHostileStateTests {
         let done = Countdown(1)
         let result = Locked<Result<RecordingOperation, FetchError>?>(nil)
         queue.enqueue(login) { outcome in result.withLock { $0 = outcome }; done.signal() }
-        #expect(await done.wait(timeout: 10))
+        #expect(await done.wait(timeout: 60))
         #expect(result.current.map { if case .success = $0 { true } else { false } } == true)
         // A second explicit enqueue is refused, as for any operation already enqueued.
         let refused = Countdown(1)
         queue.enqueue(login) { outcome in if case .failure(.invalidRequest) = outcome { refused.signal() } }
-        #expect(await refused.wait(timeout: 10))
+        #expect(await refused.wait(timeout: 60))
         #expect(done.overSignals == 0)
     }
 
@@ -210,7 +210,7 @@ struct QueueHostileStateTests {
         first.addDependency(orphanDependency)
         let done = Countdown(1)
         queue.enqueue(first) { _ in done.signal() }
-        #expect(await done.wait(timeout: 10))
+        #expect(await done.wait(timeout: 60))
         #expect(first.error == nil && orphanDependency.error == nil)
         // A batch: `after` depends on `before`, which comes after it in the batch.
         let before = server.operation("/json?before")
@@ -222,7 +222,7 @@ struct QueueHostileStateTests {
         let batchDone = Countdown(1)
         let status = Locked<FetchBatch.Status?>(nil)
         queue.enqueue(batch: [after, before, orphan], completion: { final in status.withLock { $0 = final }; batchDone.signal() })
-        #expect(await batchDone.wait(timeout: 10))
+        #expect(await batchDone.wait(timeout: 60))
         #expect(status.current?.succeeded == 3)
         #expect(nobody.error == nil && nobody.isFinished)
         #expect(done.overSignals == 0)
@@ -245,7 +245,7 @@ struct QueueHostileStateTests {
         queue.enqueue(user) { outcome in result.withLock { $0 = outcome }; fetched.signal() }
         #expect(queue.count == 1, "accepted, waiting for its dependency")
         plain.isSuspended = false
-        #expect(await fetched.wait(timeout: 20))
+        #expect(await fetched.wait(timeout: 60))
         #expect(login.error == nil && user.error == nil)
         #expect(result.current.map { if case .success = $0 { true } else { false } } == true)
     }
@@ -271,7 +271,7 @@ struct QueueHostileStateTests {
     }
 }
 
-/// The error `queue.fetch(operation)` throws, or `nil` if it returned; waits at most 10 s, then
+/// The error `queue.fetch(operation)` throws, or `nil` if it returned; waits at most 60 s, then
 /// cancels the fetch and records a hang.
 private func fetchOutcome<Operation: FetchOperation>(_ queue: FetchQueue, _ operation: Operation) async -> FetchError? {
     let outcome = Locked<FetchError?>(nil)
@@ -284,7 +284,7 @@ private func fetchOutcome<Operation: FetchOperation>(_ queue: FetchQueue, _ oper
         }
         finished.signal()
     }
-    let returned = await finished.wait(timeout: 10)
+    let returned = await finished.wait(timeout: 60)
     #expect(returned, "the fetch waited for a dependency that nothing runs")
     if !returned {
         task.cancel()
