@@ -39,6 +39,12 @@ public struct FetchID: Hashable, Comparable, Sendable, CustomStringConvertible {
 /// when ``coalescesIdenticalRequests`` is on: the server sees one request, each caller gets its
 /// own completion and its own parse, and cancelling one caller stops the transfer only when no
 /// caller is left.
+///
+/// Lifetime: a queue that is not suspended keeps itself while it holds fetches, so a queue you
+/// let go of still finishes its work, then is freed (one whose fetches wait for an operation
+/// that never finishes is kept as long). A suspended queue you let go of is freed once its
+/// transfers in flight have ended, and cancels the fetches it still holds: each completes once,
+/// as cancelled. Operations do not keep their queue alive; an `await` on ``fetch(_:)`` does.
 public final class FetchQueue: @unchecked Sendable {
     /// The default ``maximumConcurrentTransfers``: 8.
     public static let defaultMaximumConcurrentTransfers = 8
@@ -425,6 +431,7 @@ public final class FetchQueue: @unchecked Sendable {
     }
 
     /// While `true`, no operation starts and no waiting transfer begins; those in flight go on.
+    /// A suspended queue that its owner lets go of is freed, and cancels what it holds.
     public var isSuspended: Bool {
         get { state.withLock { $0.scheduler.isPaused } }
         set {
