@@ -148,6 +148,30 @@ struct QueueHostileStateTests {
         #expect(done.overSignals == 0)
     }
 
+    /// A fetch waiting out a retry delay holds no transfer: suspended and dropped, the queue is
+    /// freed at once, and the fetch ends cancelled instead of trying again.
+    @Test func aDroppedSuspendedQueueCancelsAFetchWaitingToRetry() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let weakQueue = WeakBox()
+        let retrying = Countdown(1)
+        let done = Countdown(1)
+        let operation = server.operation("/status/500")
+        operation.retryPolicy = RetryPolicy(maximumRetries: 1, baseDelay: 30, jitter: 0)
+        operation.onRetry(on: .global) { _ in retrying.signal() }
+        do {
+            let queue = makeFetchQueue()
+            weakQueue.value = queue
+            queue.enqueue(operation) { _ in done.signal() }
+            #expect(await retrying.wait(timeout: 60))
+            queue.isSuspended = true
+        }
+        #expect(await done.wait(timeout: 60), "the fetch waited out its retry delay")
+        #expect(await queueReleased { weakQueue.value == nil }, "the queue was not released")
+        #expect(operation.isCancelled)
+        #expect(server.requestsReceived == 1)
+    }
+
     /// An unsuspended queue its owner drops runs what it holds to the end, then is freed.
     @Test func aDroppedRunningQueueFinishesItsWorkThenIsFreed() async throws {
         let server = try LoopbackServer()
