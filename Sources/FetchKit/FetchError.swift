@@ -73,6 +73,10 @@ extension FetchError {
             /// ``FetchQueue/enqueue(_:completion:)`` was given an operation that was already
             /// enqueued, started or finished.
             case alreadyEnqueued
+            /// ``FetchQueue`` was given an operation whose dependencies form a cycle, so none of
+            /// them could ever start (the name, or type, of one operation in the cycle). The
+            /// operation was not enqueued.
+            case dependencyCycle(String)
         }
 
         /// What was wrong.
@@ -101,6 +105,8 @@ extension FetchError {
                 return "Invalid request\(target): its FetchSession has been invalidated."
             case .alreadyEnqueued:
                 return "Not enqueued\(target): the operation was already enqueued, started or finished."
+            case .dependencyCycle(let dependency):
+                return "Not enqueued\(target): its dependencies form a cycle through \(dependency), so none of them could ever start."
             }
         }
     }

@@ -18,8 +18,19 @@ extension FetchOperation {
         var body: ResponseBody?
 
         // The transfer in flight, and the coordinator (a FetchQueue) that provides it, if any.
+        // Weak: the queue holds its operations, not the other way round, so that a queue its
+        // owner drops is freed (and cancels what it holds). `claimed` tells an operation whose
+        // queue is gone from one that never had one.
         var transfer: (any TransferHandle)?
-        var coordinator: (any TransferCoordinator)?
+        weak var coordinator: (any TransferCoordinator)?
+        var claimed = false
+        /// Someone asked `isReady` — as an `OperationQueue` does when it takes an operation. A
+        /// pending operation that no FetchQueue holds and no one asked is run by nothing.
+        var readinessAsked = false
+        /// The FetchQueue that enqueued this operation as a dependency of another fetch, and
+        /// the identifier it got there, until someone enqueues it there explicitly.
+        weak var adopter: (any TransferCoordinator)?
+        var adoptionID: FetchID?
 
         // Completion delivery.
         var completionHandlers: [CompletionEntry] = []
@@ -89,9 +100,44 @@ extension FetchOperation {
     /// - Returns: `false` if it already belongs to one, or has started.
     func claim(by coordinator: any TransferCoordinator) -> Bool {
         core.withLock { core in
-            guard core.coordinator == nil, core.machine.phase == .pending else { return false }
+            guard !core.claimed, core.machine.phase == .pending else { return false }
+            core.claimed = true
             core.coordinator = coordinator
             return true
+        }
+    }
+
+    /// Gives back a claim that was refused before the operation was enqueued.
+    func unclaim(by coordinator: any TransferCoordinator) {
+        core.withLock { core in
+            guard core.claimed, core.coordinator === coordinator, core.machine.phase == .pending else { return }
+            core.claimed = false
+            core.coordinator = nil
+        }
+    }
+
+    /// Pending, held by no FetchQueue, and never taken by an `OperationQueue`: nothing will run
+    /// it (see FetchQueue+Dependencies.swift).
+    var isUnrunnable: Bool {
+        core.withLock { !$0.claimed && $0.machine.phase == .pending && !$0.readinessAsked }
+    }
+
+    /// Records that `coordinator` enqueued this operation as another fetch's dependency.
+    func markAdopted(by coordinator: any TransferCoordinator, id: FetchID) {
+        core.withLock { core in
+            core.adopter = coordinator
+            core.adoptionID = id
+        }
+    }
+
+    /// The identifier `coordinator` gave this operation when it enqueued it as a dependency,
+    /// once: an explicit enqueue there takes it over (finished or not).
+    func takeAdoption(by coordinator: any TransferCoordinator) -> FetchID? {
+        core.withLock { core in
+            guard let adopter = core.adopter, adopter === coordinator, let id = core.adoptionID else { return nil }
+            core.adopter = nil
+            core.adoptionID = nil
+            return id
         }
     }
 }

@@ -111,7 +111,12 @@ extension FetchOperation {
     }
 
     private func beginTransfer(_ request: URLRequest) {
-        let (settings, coordinator) = core.withLock { ($0.settings, $0.coordinator) }
+        let (settings, coordinator, claimed) = core.withLock { ($0.settings, $0.coordinator, $0.claimed) }
+        guard coordinator != nil || !claimed else {
+            // Its queue was freed (and is cancelling it): no transfer outside the queue's limits.
+            failBeforeTransfer(.cancelled)
+            return
+        }
         let idle = settings.idleTimeout ?? (request.timeoutInterval > 0 ? request.timeoutInterval : 60)
         let limits = TransferLimits(
             idleTimeout: max(0.001, idle),

@@ -68,6 +68,7 @@ extension FetchOperation {
     /// reads it through this getter, which is therefore where a change is first seen.
     func observedReadiness(_ ready: Bool) -> Bool {
         let deliver = core.withLock { core -> Bool in
+            core.readinessAsked = true
             guard core.lastReportedReady != ready, !core.machine.isFinished else { return false }
             core.lastReportedReady = ready
             return core.post(.change(StateChange(key: .ready, oldValue: !ready, newValue: ready)))

@@ -297,6 +297,16 @@ open class FetchOperation: Operation, @unchecked Sendable {
         observedReadiness(super.isReady)
     }
 
+    /// Makes this operation wait for `operation` to finish (Foundation's behaviour).
+    ///
+    /// - Parameter operation: The operation to wait for.
+    open override func addDependency(_ operation: Operation) {
+        // Foundation asks this operation's readiness here; that is not a queue taking it.
+        let asked = core.withLock { $0.readinessAsked }
+        super.addDependency(operation)
+        if !asked { core.withLock { $0.readinessAsked = false } }
+    }
+
     /// Starts the operation: an `OperationQueue` calls it, or you may call it yourself.
     ///
     /// It returns at once; the operation finishes later. A cancelled operation finishes inside

@@ -143,17 +143,32 @@ extension FetchQueue {
     ) -> FetchBatch {
         // Every member gets its identifier before any starts: the batch is built from them.
         var ids: [FetchID] = []
-        var pending: [(Operation, FetchID, Bool)] = []
+        var pending: [(Operation, FetchID, refusal: FetchError?)] = []
         for operation in operations {
             let (id, accepted) = reserve(operation)
             ids.append(id)
-            pending.append((operation, id, accepted))
+            pending.append((operation, id, accepted ? nil : Self.alreadyEnqueued(operation)))
         }
+        // Members may depend on each other (in any order): each is checked once all are
+        // reserved. A member refused for a cycle is unclaimed, and one that depends on it is
+        // then found to need it enqueued.
+        var orphans: [FetchOperation] = []
+        for index in pending.indices where pending[index].refusal == nil {
+            let (operation, id, _) = pending[index]
+            switch Self.checkDependencies(of: operation) {
+            case .refuse(let reason):
+                unreserve(operation, id: id)
+                pending[index].refusal = Self.dependencyError(reason, operation)
+            case .enqueue(let found):
+                orphans += found
+            }
+        }
+        adopt(orphans)
         let batch = FetchBatch(ids: ids, callbackQueue: callbackQueue, progress: progress, completion: completion)
-        for (index, (operation, id, accepted)) in pending.enumerated() {
-            guard accepted else {
-                // Refused (already enqueued elsewhere): it counts as a failed member.
-                refuse(operation, memberCompletion)
+        for (index, (operation, id, refusal)) in pending.enumerated() {
+            if let refusal {
+                // Refused (already enqueued elsewhere, or could never start): a failed member.
+                refuse(operation, memberCompletion, refusal)
                 batch.memberFinished(index, failed: true)
                 continue
             }

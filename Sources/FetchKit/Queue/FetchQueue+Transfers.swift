@@ -20,9 +20,9 @@ extension FetchQueue: TransferCoordinator {
     }
 
     func operationDidComplete(_ operation: FetchOperation) {
-        state.withLock { state in
+        let released = state.withLock { state -> FetchQueue? in
             guard let id = state.idsByOperation.removeValue(forKey: ObjectIdentifier(operation)),
-                  let entry = state.registry.removeValue(forKey: id) else { return }
+                  let entry = state.registry.removeValue(forKey: id) else { return nil }
             if !entry.began {
                 // It finished without a transfer (cancelled while waiting, a failed dependency,
                 // an invalid request): did-begin still comes first, once.
@@ -32,7 +32,9 @@ extension FetchQueue: TransferCoordinator {
                 post(Self.didProgressNotification, Event(id: id, operation: operation, progress: progress, error: nil, retry: nil), &state)
             }
             post(Self.didFinishNotification, Event(id: id, operation: operation, progress: nil, error: operation.error, retry: nil), &state)
+            return updateKeepAlive(&state)
         }
+        withExtendedLifetime(released) {}
     }
 
     func makeTransfer(for operation: FetchOperation, request: URLRequest, limits: TransferLimits,
@@ -56,6 +58,9 @@ extension FetchQueue: TransferCoordinator {
         var replayFrom: Flight?
         state.withLock { state in
             guard case .new = member.state else { return }   // stopped before it started
+            // A `cancelAll` chose it and is about to cancel it: no slot, no shared transfer. The
+            // member stays new; the cancel stops it.
+            guard !isSwept(member.operation, state) else { return }
             if let key = member.key, let flight = state.sharedFlights[key] {
                 flight.members.append(member)
                 member.state = .joined(flight)
@@ -131,17 +136,21 @@ extension FetchQueue: TransferCoordinator {
         }
         stopping?.stop()
         if confirm {
-            member.owner.transferDidEnd(.failure(.cancelled, nil))
+            member.report(.failure(.cancelled, nil))
         }
     }
 
     /// A flight's transfer ended: free its slot, start the next, and tell every member.
     func flightDidEnd(_ flight: Flight, result: TransferResult) {
         var members: [FlightMember] = []
+        var released: FetchQueue?
+        defer { withExtendedLifetime(released) {} }     // dropped after unlocking
         let grants = state.withLock { state -> [Flight] in
             guard flight.phase != .ended else { return [] }
             flight.phase = .ended
             flight.transfer = nil
+            released = flight.keepsQueue
+            flight.keepsQueue = nil
             if let key = flight.key, state.sharedFlights[key] === flight {
                 state.sharedFlights[key] = nil
             }
@@ -157,7 +166,7 @@ extension FetchQueue: TransferCoordinator {
         }
         start(grants)
         for member in members {
-            member.owner.transferDidEnd(result)
+            member.report(result)
         }
     }
 
@@ -192,18 +201,36 @@ extension FetchQueue: TransferCoordinator {
     }
 
     /// Moves granted flights to running. Under the lock.
+    ///
+    /// Nothing is granted while a `cancelAll(where:)` predicate runs; a flight whose callers a
+    /// `cancelAll` has all chosen is not started: its slot goes back and the next is granted.
     func takeGrants(_ state: inout State) -> [Flight] {
         var flights: [Flight] = []
         defer { scheduleWake(&state) }
-        for grant in state.scheduler.takeGrants() {
-            guard let flight = state.waitingFlights.removeValue(forKey: grant.ticket) else { continue }
-            flight.phase = .running
-            state.statistics.transfersStarted += 1
-            transferStarted(&state)
-            for member in flight.members {
-                markBegan(member.operation, &state)
+        guard state.sweepsUnderWay == 0 else { return [] }
+        var declined = true
+        while declined {
+            declined = false
+            for grant in state.scheduler.takeGrants() {
+                guard let flight = state.waitingFlights.removeValue(forKey: grant.ticket) else { continue }
+                if flight.members.allSatisfy({ isSwept($0.operation, state) }) {
+                    state.scheduler.release(host: grant.host)
+                    flight.phase = .ended
+                    if let key = flight.key, state.sharedFlights[key] === flight {
+                        state.sharedFlights[key] = nil
+                    }
+                    declined = true
+                    continue
+                }
+                flight.phase = .running
+                flight.keepsQueue = self
+                state.statistics.transfersStarted += 1
+                transferStarted(&state)
+                for member in flight.members {
+                    markBegan(member.operation, &state)
+                }
+                flights.append(flight)
             }
-            flights.append(flight)
         }
         return flights
     }

@@ -39,6 +39,12 @@ public struct FetchID: Hashable, Comparable, Sendable, CustomStringConvertible {
 /// when ``coalescesIdenticalRequests`` is on: the server sees one request, each caller gets its
 /// own completion and its own parse, and cancelling one caller stops the transfer only when no
 /// caller is left.
+///
+/// Lifetime: a queue that is not suspended keeps itself while it holds fetches, so a queue you
+/// let go of still finishes its work, then is freed (one whose fetches wait for an operation
+/// that never finishes is kept as long). A suspended queue you let go of is freed once its
+/// transfers in flight have ended, and cancels the fetches it still holds: each completes once,
+/// as cancelled. Operations do not keep their queue alive; an `await` on ``fetch(_:)`` does.
 public final class FetchQueue: @unchecked Sendable {
     /// The default ``maximumConcurrentTransfers``: 8.
     public static let defaultMaximumConcurrentTransfers = 8
@@ -69,6 +75,8 @@ public final class FetchQueue: @unchecked Sendable {
     struct Entry {
         let operation: FetchOperation
         var began = false
+        /// A `cancelAll` chose it: it is about to be cancelled, and gets no transfer slot.
+        var swept = false
         /// The batch it belongs to, and its index there.
         var batch: (FetchBatch, Int)?
     }
@@ -96,6 +104,11 @@ public final class FetchQueue: @unchecked Sendable {
         /// The wake-up scheduled for when a host's back-off ends, if any (uptime ns), and its token.
         var wakeAt: UInt64?
         var wakeToken = 0
+        /// `cancelAll(where:)` calls whose predicate is running: no slot is granted meanwhile.
+        var sweepsUnderWay = 0
+        /// The queue itself, while it holds fetches and is not suspended: work under way keeps
+        /// its queue, so that a queue its owner dropped still finishes it.
+        var keepAlive: FetchQueue?
     }
 
     /// Counters for diagnostics.
@@ -165,6 +178,24 @@ public final class FetchQueue: @unchecked Sendable {
         operationQueue.maxConcurrentOperationCount = OperationQueue.defaultMaxConcurrentOperationCount
     }
 
+    /// A queue is freed when its owner has dropped it and it holds no work that can progress:
+    /// a queue that is not suspended keeps itself until every fetch it holds finished, and a
+    /// transfer in flight keeps its queue until it ends. So this runs with fetches still held
+    /// only when the queue is suspended: those that could never start a transfer now are
+    /// cancelled and complete once, as cancelled (without notifications: the queue is gone).
+    /// One whose transfer just ended (it is parsing, the last thing that kept the queue) is
+    /// left to finish with its result.
+    deinit {
+        let operations = state.withLock { state in
+            state.registry.sorted { $0.key < $1.key }.map(\.value.operation)
+        }
+        for operation in operations where operation.core.withLock({ $0.machine.phase != .finishing }) {
+            operation.cancel()
+        }
+        // Cancelled operations that never started finish when their `OperationQueue` starts them.
+        operationQueue.isSuspended = false
+    }
+
     // MARK: Enqueueing
 
     /// Enqueues an operation; its completion handler runs exactly once, on ``callbackQueue``.
@@ -173,6 +204,15 @@ public final class FetchQueue: @unchecked Sendable {
     /// ``FetchQueue``), started or finished is refused, and `completion` receives
     /// ``FetchError/InvalidRequest/Reason/alreadyEnqueued``. (Do not also add it to an
     /// `OperationQueue` yourself: Foundation traps on that.)
+    ///
+    /// A dependency that nothing would run — a ``FetchOperation``, directly or further down,
+    /// not started, in no ``FetchQueue`` and never taken by an `OperationQueue` — is enqueued
+    /// here too, without a completion handler, so that the operation does not wait forever.
+    /// Enqueueing that dependency here yourself later takes it over: your `completion` runs
+    /// once and you get its identifier. A dependency of another kind (a `BlockOperation`…) may
+    /// run on a queue FetchKit cannot see: the operation waits for it. An operation whose
+    /// dependencies form a cycle could never start: it is refused, and left as it was, with
+    /// ``FetchError/InvalidRequest/Reason/dependencyCycle(_:)``.
     ///
     /// - Parameters:
     ///   - operation: The operation to run.
@@ -188,28 +228,46 @@ public final class FetchQueue: @unchecked Sendable {
 
     /// Enqueues an operation and suspends until it finished.
     ///
-    /// Cancelling the Swift task cancels the fetch.
+    /// Cancelling the Swift task cancels the fetch. Dependencies that nothing else would run are
+    /// enqueued too, and an operation the queue refuses throws at once (see
+    /// ``enqueue(_:completion:)``): it never waits for a dependency that nothing runs. The queue
+    /// stays alive while a fetch is awaited through it.
     ///
     /// - Returns: The finished operation, for its parsed results.
-    /// - Throws: The operation's ``FetchError``.
+    /// - Throws: The operation's ``FetchError``, or the reason it was refused.
     public func fetch<Operation: FetchOperation>(_ operation: Operation) async throws(FetchError) -> Operation {
-        let (_, accepted) = register(operation, completion: nil)
-        guard accepted else { throw Self.alreadyEnqueued(operation) }
+        let (_, refusal) = register(operation, completion: nil)
+        if let refusal { throw refusal }
         return try await operation.finished()
     }
 
     /// Registers and enqueues one operation.
+    ///
+    /// - Returns: Its identifier, and why it was refused, if it was.
     func register<Operation: FetchOperation>(
         _ operation: Operation,
         completion: (@Sendable (Result<Operation, FetchError>) -> Void)?
-    ) -> (id: FetchID, accepted: Bool) {
+    ) -> (id: FetchID, refusal: FetchError?) {
+        if let id = takeOver(operation, completion: completion) {
+            return (id, nil)
+        }
         let (id, accepted) = reserve(operation)
         guard accepted else {
-            refuse(operation, completion)
-            return (id, false)
+            let error = Self.alreadyEnqueued(operation)
+            refuse(operation, completion, error)
+            return (id, error)
+        }
+        switch Self.checkDependencies(of: operation) {
+        case .refuse(let reason):
+            unreserve(operation, id: id)
+            let error = Self.dependencyError(reason, operation)
+            refuse(operation, completion, error)
+            return (id, error)
+        case .enqueue(let orphans):
+            adopt(orphans)
         }
         activate(operation, id: id, completion: completion) { _ in }
-        return (id, true)
+        return (id, nil)
     }
 
     /// The error of an operation that is already in a queue.
@@ -218,9 +276,9 @@ public final class FetchQueue: @unchecked Sendable {
     }
 
     /// Tells a refused operation's completion handler, if any, on ``callbackQueue``.
-    func refuse<Operation: FetchOperation>(_ operation: Operation, _ completion: (@Sendable (Result<Operation, FetchError>) -> Void)?) {
+    func refuse<Operation: FetchOperation>(_ operation: Operation, _ completion: (@Sendable (Result<Operation, FetchError>) -> Void)?,
+                                           _ error: FetchError) {
         guard let completion else { return }
-        let error = Self.alreadyEnqueued(operation)
         callbackQueue.perform { completion(.failure(error)) }
     }
 
@@ -231,10 +289,12 @@ public final class FetchQueue: @unchecked Sendable {
             return value
         })
         guard operation.claim(by: self) else { return (id, false) }
-        state.withLock { state in
+        let released = state.withLock { state in
             state.registry[id] = Entry(operation: operation)
             state.idsByOperation[ObjectIdentifier(operation)] = id
+            return updateKeepAlive(&state)
         }
+        withExtendedLifetime(released) {}
         return (id, true)
     }
 
@@ -287,23 +347,71 @@ public final class FetchQueue: @unchecked Sendable {
         return true
     }
 
-    /// Cancels the fetches that match `predicate`.
+    /// Cancels the fetches that match `predicate`, at once: none of them starts a transfer after
+    /// this is called, even when cancelling one that is in flight frees a slot before the
+    /// others are cancelled. Each completes once, as cancelled (one already in flight may still
+    /// complete with its transfer's result if that ended first).
     ///
+    /// No waiting transfer begins while `predicate` runs; it runs on the calling thread, outside
+    /// the queue's lock, once per fetch in the queue.
+    ///
+    /// - Parameter predicate: Whether to cancel a fetch, given its identifier and operation.
     /// - Returns: How many were cancelled.
     @discardableResult
     public func cancelAll(where predicate: (FetchID, FetchOperation) -> Bool) -> Int {
-        let entries = state.withLock { $0.registry.map { ($0.key, $0.value.operation) } }
-        var cancelled = 0
-        for (id, operation) in entries where predicate(id, operation) {
-            operation.cancel()
-            cancelled += 1
+        let entries = state.withLock { state in
+            state.sweepsUnderWay += 1
+            return state.registry.map { ($0.key, $0.value.operation) }
         }
-        return cancelled
+        let chosen = entries.filter { predicate($0.0, $0.1) }
+        let operations = sweep(chosen.map(\.0))
+        for operation in operations {
+            operation.cancel()
+        }
+        return chosen.count
     }
 
-    /// Cancels every fetch in the queue. Each completes once, as cancelled; this returns promptly.
+    /// Cancels every fetch in the queue, at once: none of them starts a transfer after this is
+    /// called. Each completes once, as cancelled; this returns promptly.
     public func cancelAll() {
         cancelAll { _, _ in true }
+    }
+
+    /// Marks the fetches that a `cancelAll` chose, so that no slot goes to them, withdraws their
+    /// waiting transfers, and ends the hold on grants. Starts what may start now (outside the
+    /// lock).
+    ///
+    /// - Returns: The operations to cancel, in enqueue order.
+    private func sweep(_ ids: [FetchID]) -> [FetchOperation] {
+        var operations: [FetchOperation] = []
+        let grants = state.withLock { state -> [Flight] in
+            state.sweepsUnderWay -= 1
+            for id in ids.sorted() where state.registry[id] != nil {
+                state.registry[id]?.swept = true
+                if let operation = state.registry[id]?.operation { operations.append(operation) }
+            }
+            for (ticket, flight) in state.waitingFlights where flight.members.allSatisfy({ isSwept($0.operation, state) }) {
+                state.scheduler.withdraw(ticket)
+                state.waitingFlights[ticket] = nil
+                flight.phase = .ended
+                if let key = flight.key, state.sharedFlights[key] === flight {
+                    state.sharedFlights[key] = nil
+                }
+                // Its members stay joined to the ended flight: each leaves when its operation
+                // is cancelled, and hears of it then.
+            }
+            let grants = takeGrants(&state)
+            announceCounts(state)
+            return grants
+        }
+        start(grants)
+        return operations
+    }
+
+    /// Whether a `cancelAll` chose this operation. Under the lock.
+    func isSwept(_ operation: FetchOperation, _ state: State) -> Bool {
+        guard let id = state.idsByOperation[ObjectIdentifier(operation)] else { return false }
+        return state.registry[id]?.swept ?? false
     }
 
     // MARK: Limits
@@ -323,6 +431,7 @@ public final class FetchQueue: @unchecked Sendable {
     }
 
     /// While `true`, no operation starts and no waiting transfer begins; those in flight go on.
+    /// A suspended queue that its owner lets go of is freed, and cancels what it holds.
     public var isSuspended: Bool {
         get { state.withLock { $0.scheduler.isPaused } }
         set {
@@ -388,13 +497,28 @@ public final class FetchQueue: @unchecked Sendable {
     }
 
     func changeScheduler(_ change: (inout SlotScheduler<ObjectIdentifier>) -> Void) {
-        let grants = state.withLock { state -> [Flight] in
+        let (grants, released) = state.withLock { state -> ([Flight], FetchQueue?) in
             change(&state.scheduler)
             let grants = takeGrants(&state)
             announceCounts(state)
-            return grants
+            return (grants, updateKeepAlive(&state))
         }
+        withExtendedLifetime(released) {}
         start(grants)
+    }
+
+    /// Holds the queue while it has fetches and is not suspended; lets go otherwise. Under the
+    /// lock.
+    ///
+    /// - Returns: The reference let go of, for the caller to drop after unlocking (dropping the
+    ///   last one frees the queue, whose `deinit` takes the lock).
+    func updateKeepAlive(_ state: inout State) -> FetchQueue? {
+        if !state.registry.isEmpty && !state.scheduler.isPaused {
+            if state.keepAlive == nil { state.keepAlive = self }
+            return nil
+        }
+        defer { state.keepAlive = nil }
+        return state.keepAlive
     }
 
     // MARK: Internal plumbing

@@ -57,12 +57,15 @@ final class Flight: @unchecked Sendable {
     let limits: TransferLimits
     let session: FetchSession
     let sink: any ResponseBodySink
-    // Strong: a stopped transfer may report after its queue was released by everyone else; the
-    // cycle (queue → flight → queue) ends with the transfer.
-    private let queue: FetchQueue
+    // Weak while the flight waits, so that a queue its owner dropped is freed; strong through
+    // `keepsQueue` while the transfer runs, because it reports to the queue when it ends. (That
+    // cycle, queue → flight → queue, ends with the transfer.)
+    private weak var queue: FetchQueue?
 
     // Guarded by the queue's lock.
     var phase = Phase.waiting
+    /// The queue, held while the transfer runs (set when granted, cleared when it ends).
+    var keepsQueue: FetchQueue?
     var members: [FlightMember] = []
     var transfer: Transfer?
     /// The latest events, replayed to a member that joins a running flight.
@@ -85,6 +88,7 @@ final class Flight: @unchecked Sendable {
 
 extension Flight: TransferOwner {
     func transferDidReceive(response: HTTPURLResponse, expectedLength: Int64?) {
+        guard let queue else { return }
         let members = queue.withState { _ in
             self.response = (response, expectedLength)
             return self.members
@@ -95,6 +99,7 @@ extension Flight: TransferOwner {
     }
 
     func transferDidReceive(bytes: Int64, of expectedLength: Int64?) {
+        guard let queue else { return }
         let members = queue.withState { _ in
             self.received = (bytes, expectedLength)
             return self.members
@@ -105,6 +110,7 @@ extension Flight: TransferOwner {
     }
 
     func transferDidStart() {
+        guard let queue else { return }
         let members = queue.withState { _ in self.members }
         for member in members {
             member.owner.transferDidStart()
@@ -112,7 +118,8 @@ extension Flight: TransferOwner {
     }
 
     func transferDidEnd(_ result: TransferResult) {
-        queue.flightDidEnd(self, result: result)
+        // Running, so `keepsQueue` holds the queue until this returns.
+        queue?.flightDidEnd(self, result: result)
     }
 }
 
@@ -134,12 +141,15 @@ final class FlightMember: TransferHandle, @unchecked Sendable {
     let key: FlightKey?
     let host: String
     let priority: Operation.QueuePriority
-    // Strong: a stopped transfer may report after its queue was released by everyone else; the
-    // cycle (queue → flight → queue) ends with the transfer.
-    private let queue: FetchQueue
+    // Weak: the operation holds its member, and must not keep a queue its owner dropped. A
+    // queue that is freed cancels its operations; a member whose queue is gone then reports
+    // the cancel itself.
+    private weak var queue: FetchQueue?
 
     /// Guarded by the queue's lock.
     var state = State.new
+    /// Whether ``owner`` heard of the end: once, whichever path tells it.
+    private let reported = Protected(false)
 
     init(operation: FetchOperation, owner: any TransferOwner, request: URLRequest, limits: TransferLimits, session: FetchSession,
          sink: any ResponseBodySink, key: FlightKey?, queue: FetchQueue) {
@@ -156,11 +166,28 @@ final class FlightMember: TransferHandle, @unchecked Sendable {
     }
 
     func start() {
+        guard let queue else {
+            report(.failure(.cancelled, nil))
+            return
+        }
         queue.join(self)
     }
 
     func stop() {
+        guard let queue else {
+            report(.failure(.cancelled, nil))
+            return
+        }
         queue.leave(self)
+    }
+
+    /// Tells the owner the transfer ended, the first time only. Outside the queue's lock.
+    func report(_ result: TransferResult) {
+        let first = reported.withLock { reported in
+            defer { reported = true }
+            return !reported
+        }
+        if first { owner.transferDidEnd(result) }
     }
 
     /// The origin a per-host limit applies to: scheme, host and port.

@@ -17,7 +17,10 @@ final class RetryingTransfer: TransferHandle, TransferOwner, @unchecked Sendable
     private let policy: RetryPolicy
     private let limits: TransferLimits
     private let session: FetchSession
-    private let coordinator: (any TransferCoordinator)?
+    /// Weak, as the operation's own reference: a queue is not kept alive by what it holds.
+    private weak var coordinator: (any TransferCoordinator)?
+    /// Whether attempts go through a coordinator (then none goes around it once it is gone).
+    private let coordinated: Bool
 
     private struct State {
         var attempt = 0
@@ -41,6 +44,7 @@ final class RetryingTransfer: TransferHandle, TransferOwner, @unchecked Sendable
         self.limits = limits
         self.session = session
         self.coordinator = coordinator
+        coordinated = coordinator != nil
     }
 
     func start() {
@@ -86,8 +90,16 @@ final class RetryingTransfer: TransferHandle, TransferOwner, @unchecked Sendable
         let setup = operation.prepareAttempt(request, attempt: attempt)
         limits.acceptsNotModified = setup.acceptsNotModified
         let sink = operation.makeBodySink()
-        let handle: any TransferHandle = coordinator?.makeTransfer(for: operation, request: setup.request, limits: limits, sink: sink, owner: self)
-            ?? Transfer(request: setup.request, session: session, limits: limits, sink: sink, owner: self)
+        let handle: any TransferHandle
+        if let coordinator {
+            handle = coordinator.makeTransfer(for: operation, request: setup.request, limits: limits, sink: sink, owner: self)
+        } else if coordinated {
+            // Its queue was freed, cancelling what it held.
+            finish(.failure(.cancelled, nil))
+            return
+        } else {
+            handle = Transfer(request: setup.request, session: session, limits: limits, sink: sink, owner: self)
+        }
         let go = state.withLock { state -> Bool in
             guard !state.stopped else { return false }
             state.current = handle
