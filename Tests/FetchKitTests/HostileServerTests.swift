@@ -121,4 +121,179 @@ struct HostileServerTests {
         #expect(limit.expectedLength == nil)
         #expect(await server.waitUntil(timeout: 30) { $0.requestsInFlight == 0 }, "the server stops sending")
     }
+
+    // MARK: Conflicting Content-Length
+
+    private static func head(_ lines: [String]) -> Data {
+        Data(("HTTP/1.1 200 OK\r\n" + lines.map { $0 + "\r\n" }.joined() + "\r\n").utf8)
+    }
+
+    @Test(arguments: [
+        ["Content-Length: 10", "Content-Length: 20"],
+        ["Content-Length: 10, 20"],
+        ["Content-Length: 20", "Content-Length: 10"],
+        ["Content-Length: 10, ten"],
+    ])
+    func conflictingContentLengthsAreAnError(_ lines: [String]) async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        server.route("/conflict") { _ in
+            .script([.write(Self.head(lines)), .writePattern(offset: 0, count: 20), .close])
+        }
+        let operation = server.operation("/conflict")
+        let error = await run(operation)
+        guard case .transport(let urlError)? = error else {
+            Issue.record("\(lines): expected a transport error, got \(String(describing: error))")
+            return
+        }
+        #expect(urlError.code == .cannotParseResponse)
+        #expect(error?.description.contains("Content-Length") == true, "\(String(describing: error))")
+        #expect(operation.parses.current.isEmpty)
+    }
+
+    @Test func identicalContentLengthsAreAccepted() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        server.route("/same") { _ in
+            .script([.write(Self.head(["Content-Length: 10", "Content-Length: 10"])), .writePattern(offset: 0, count: 10), .close])
+        }
+        let operation = server.operation("/same")
+        try await operation.run()
+        #expect(operation.responseBody == BytePattern.data(offset: 0, count: 10))
+    }
+
+    /// libcurl itself refuses a `Content-Length` that does not start with a number.
+    @Test func malformedContentLengthIsAnError() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        server.route("/nan") { _ in
+            .script([.write(Self.head(["Content-Length: ten"])), .writePattern(offset: 0, count: 10), .close])
+        }
+        let error = await run(server.operation("/nan"))
+        #expect(error?.urlError != nil, "\(String(describing: error))")
+        #expect(error?.description.contains("Content-Length") == true, "\(String(describing: error))")
+    }
+
+    @Test func contentLengthValuesAreReadStrictly() {
+        #expect(ResponseFraming.parseContentLength("10") == .success(10))
+        #expect(ResponseFraming.parseContentLength("10, 10") == .success(10))
+        #expect(ResponseFraming.parseContentLength(" 0 ") == .success(0))
+        #expect(ResponseFraming.parseContentLength("10, 20") == .failure(.conflictingContentLength("10, 20")))
+        for bad in ["", "-1", "+5", "1e3", "10,", "0x10", "99999999999999999999", "10;20"] {
+            #expect(ResponseFraming.parseContentLength(bad) == .failure(.invalidContentLength(bad)), "\(bad)")
+        }
+    }
+
+    // MARK: Truncated encoded bodies
+
+    private static func response(_ url: String, _ headers: [String: String], status: Int = 200) -> HTTPURLResponse {
+        HTTPURLResponse(url: URL(string: url)!, statusCode: status, httpVersion: "HTTP/1.1", headerFields: headers)!
+    }
+
+    private static func framingProblem(_ response: HTTPURLResponse, method: String = "GET") -> ResponseFraming.Problem? {
+        if case .failure(let problem) = ResponseFraming.read(response, method: method) { return problem }
+        return nil
+    }
+
+    @Test func unframedEncodingIsRecognisedFromTheHead() {
+        let gzip = ["Content-Encoding": "gzip"]
+        #expect(Self.framingProblem(Self.response("http://a.test/", gzip)) == .unframedEncodedBody(coding: "gzip"))
+        #expect(Self.framingProblem(Self.response("http://a.test/", ["Content-Encoding": "identity"])) == nil)
+        #expect(Self.framingProblem(Self.response("http://a.test/", ["Content-Encoding": "gzip", "Content-Length": "10"])) == nil)
+        #expect(Self.framingProblem(Self.response("http://a.test/", ["Content-Encoding": "gzip", "Transfer-Encoding": "chunked"])) == nil)
+        #expect(Self.framingProblem(Self.response("http://a.test/", ["Content-Encoding": "gzip", "Transfer-Encoding": "chunked, gzip"])) != nil)
+        #expect(Self.framingProblem(Self.response("http://a.test/", gzip), method: "HEAD") == nil)
+        #expect(Self.framingProblem(Self.response("http://a.test/", gzip, status: 204)) == nil)
+        #expect(Self.framingProblem(Self.response("http://a.test/", gzip, status: 304)) == nil)
+        // Over TLS the exchange may be HTTP/2, whose streams end explicitly; a field that only
+        // HTTP/1.x can carry settles it.
+        #expect(Self.framingProblem(Self.response("https://a.test/", gzip)) == nil)
+        #expect(Self.framingProblem(Self.response("https://a.test/", ["Content-Encoding": "br", "Connection": "close"])) == .unframedEncodedBody(coding: "br"))
+    }
+
+
+    private static let text = Data(String(repeating: "a body worth compressing, ", count: 4_000).utf8)
+
+    /// gzip with neither `Content-Length` nor chunked framing, cut in the middle: libcurl
+    /// decodes it and reports success; FetchKit cannot tell complete from cut, and says so.
+    @Test(arguments: [true, false])
+    func closeDelimitedGzipIsAnError(truncated: Bool) async throws {
+        let gzip = Gzip.compress(Self.text)
+        let sent = truncated ? gzip.prefix(gzip.count / 2) : gzip
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        server.route("/gz") { _ in
+            .script([
+                .write(HTTPResponse.rawHead(status: 200, headers: ["Content-Encoding": "gzip", "Connection": "close"])),
+                .write(Data(sent)),
+                .close,
+            ])
+        }
+        let operation = server.operation("/gz")
+        let error = await run(operation)
+        guard case .transport(let urlError)? = error else {
+            Issue.record("expected a transport error, got \(String(describing: error))")
+            return
+        }
+        #expect(urlError.code == .cannotDecodeContentData)
+        #expect(error?.description.contains("gzip") == true, "\(String(describing: error))")
+        #expect(operation.parses.current.isEmpty)
+    }
+
+    @Test func gzipWithContentLengthIsDecoded() async throws {
+        let gzip = Gzip.compress(Self.text)
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        server.route("/gz") { _ in
+            HTTPResponse(status: 200, headers: ["Content-Encoding": "gzip"], body: gzip)
+        }
+        let operation = server.operation("/gz")
+        try await operation.run()
+        #expect(operation.responseBody == Self.text)
+        #expect(operation.response?.value(forHTTPHeaderField: "Content-Length") == String(gzip.count))
+    }
+
+    @Test func chunkedGzipIsDecoded() async throws {
+        let gzip = Gzip.compress(Self.text)
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        server.route("/gz") { _ in
+            HTTPResponse(status: 200, headers: ["Content-Encoding": "gzip", "Transfer-Encoding": "chunked"], body: gzip)
+        }
+        let operation = server.operation("/gz")
+        try await operation.run()
+        #expect(operation.responseBody == Self.text)
+        #expect(operation.response?.value(forHTTPHeaderField: "Transfer-Encoding")?.lowercased() == "chunked")
+    }
+
+    @Test func truncatedChunkedGzipIsAnError() async throws {
+        let gzip = Gzip.compress(Self.text)
+        let half = gzip.prefix(gzip.count / 2)
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        server.route("/gz") { _ in
+            var chunk = Data((String(half.count, radix: 16) + "\r\n").utf8)
+            chunk.append(half)
+            chunk.append(Data("\r\n".utf8))
+            return .script([
+                .write(HTTPResponse.rawHead(status: 200, headers: ["Content-Encoding": "gzip", "Transfer-Encoding": "chunked"])),
+                .write(chunk),
+                .close,
+            ])
+        }
+        let error = await run(server.operation("/gz"))
+        #expect(error != nil)
+    }
+
+    /// A close-delimited body without a content coding is what HTTP/1.0 allows: accepted.
+    @Test func closeDelimitedIdentityBodyIsAccepted() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        server.route("/plain") { _ in
+            .script([.write(HTTPResponse.rawHead(status: 200, headers: ["Connection": "close"])), .writePattern(offset: 0, count: 1000), .close])
+        }
+        let operation = server.operation("/plain")
+        try await operation.run()
+        #expect(operation.responseBody == BytePattern.data(offset: 0, count: 1000))
+    }
 }

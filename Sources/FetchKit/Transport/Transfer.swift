@@ -144,7 +144,13 @@ final class Transfer: TransferHandle, @unchecked Sendable {
         receivedBytes = 0
         reportedBytes = 0
         self.response = http
-        expectedBytes = http.expectedContentLength >= 0 ? http.expectedContentLength : nil
+        switch ResponseFraming.read(http, method: request.httpMethod, hasBody: limits.accepts(http.statusCode)) {
+        case .success(let framing):
+            expectedBytes = framing.contentLength
+        case .failure(let problem):
+            end(.failure(.transport(framingError(problem, http)), http))
+            return
+        }
         guard limits.accepts(http.statusCode) else {
             // Keep a bounded prefix of the error body for the error; discard the rest.
             errorBodyPrefix = Data()
@@ -419,6 +425,15 @@ final class Transfer: TransferHandle, @unchecked Sendable {
             headers[String(describing: name)] = String(describing: value)
         }
         return .init(statusCode: response.statusCode, headers: headers, bodyPrefix: errorBodyPrefix ?? Data(), url: response.url ?? request.url)
+    }
+
+    /// A head whose framing FetchKit refuses (``ResponseFraming``), as a `URLError`.
+    private func framingError(_ problem: ResponseFraming.Problem, _ response: HTTPURLResponse) -> URLError {
+        var info: [String: Any] = [NSLocalizedDescriptionKey: problem.explanation]
+        if let url = response.url ?? request.url {
+            info[NSURLErrorFailingURLErrorKey] = url
+        }
+        return URLError(problem.code, userInfo: info)
     }
 
     private func tooLarge() -> FetchError {
