@@ -266,6 +266,10 @@ extension FetchError {
             case loop
             /// More redirects than the limit.
             case tooMany(Int)
+            /// A redirect with this status (307, 308, or 301/302 for a method other than
+            /// POST) must resend the request body, but the body is a stream
+            /// (`httpBodyStream`), which cannot be replayed. Set `httpBody` instead.
+            case bodyNotReplayable(Int)
         }
         /// What went wrong.
         public let kind: Kind
@@ -277,6 +281,8 @@ extension FetchError {
             switch kind {
             case .loop: return "Redirect loop: \(path)."
             case .tooMany(let limit): return "More than \(limit) redirects: \(path)."
+            case .bodyNotReplayable(let status):
+                return "Cannot follow the \(status) redirect \(path): it must resend the request body, and a body stream cannot be replayed."
             }
         }
     }

@@ -296,4 +296,112 @@ struct HostileServerTests {
         try await operation.run()
         #expect(operation.responseBody == BytePattern.data(offset: 0, count: 1000))
     }
+
+    // MARK: Redirected bodies
+
+    private func post(_ server: LoopbackServer, status: Int, method: String = "POST", body: Data = Data("name=fetchkit".utf8)) -> RecordingOperation {
+        let target = server.url("/echo").absoluteString
+        var request = URLRequest(url: server.url("/redirect-to?status=\(status)&url=\(target.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? target)"))
+        request.httpMethod = method
+        request.httpBody = body
+        request.setValue("application/x-www-form-urlencoded", forHTTPHeaderField: "Content-Type")
+        return RecordingOperation(request: request)
+    }
+
+    @Test(arguments: [307, 308])
+    func temporaryAndPermanentRedirectsKeepMethodAndBody(_ status: Int) async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let operation = post(server, status: status)
+        try await operation.run()
+        let echoed = server.requests(path: "/echo")
+        #expect(echoed.count == 1)
+        #expect(echoed.first?.method == "POST")
+        #expect(echoed.first?.body == Data("name=fetchkit".utf8))
+        #expect(echoed.first?.headers["Content-Type"] == "application/x-www-form-urlencoded")
+        #expect(operation.responseBody == Data("name=fetchkit".utf8))
+        #expect(operation.response?.url?.path == "/echo")
+    }
+
+    @Test func putKeepsItsBodyThrough302() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let operation = post(server, status: 302, method: "PUT")
+        try await operation.run()
+        let echoed = try #require(server.requests(path: "/echo").first)
+        #expect(echoed.method == "PUT")
+        #expect(echoed.body == Data("name=fetchkit".utf8))
+    }
+
+    @Test(arguments: [301, 302, 303])
+    func postBecomesGetWithoutBody(_ status: Int) async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let operation = post(server, status: status)
+        try await operation.run()
+        let echoed = try #require(server.requests(path: "/echo").first)
+        #expect(echoed.method == "GET")
+        #expect(echoed.body.isEmpty)
+        #expect(echoed.headers["Content-Type"] == nil)
+        #expect(echoed.headers["Content-Length"] == nil || echoed.headers["Content-Length"] == "0")
+    }
+
+    @Test func headStaysHeadThrough303() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let target = server.url("/json").absoluteString
+        var request = URLRequest(url: server.url("/redirect-to?status=303&url=\(target.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? target)"))
+        request.httpMethod = "HEAD"
+        let operation = RecordingOperation(request: request)
+        try await operation.run()
+        #expect(server.requests(path: "/json").first?.method == "HEAD")
+    }
+
+    @Test func streamBodyCannotFollowA307() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let target = server.url("/echo").absoluteString
+        var request = URLRequest(url: server.url("/redirect-to?status=307&url=\(target.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? target)"))
+        request.httpMethod = "POST"
+        request.httpBodyStream = InputStream(data: Data("streamed".utf8))
+        let operation = RecordingOperation(request: request)
+        let error = await run(operation)
+        guard case .redirectFailed(let failure)? = error else {
+            Issue.record("expected a redirect failure, got \(String(describing: error))")
+            return
+        }
+        #expect(failure.kind == .bodyNotReplayable(307))
+        #expect(failure.description.contains("stream"))
+        #expect(server.requests(path: "/echo").isEmpty)
+    }
+
+    @Test func askedPolicySeesTheBodyItWillResend() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let operation = post(server, status: 307)
+        let proposed = Locked<[URLRequest]>([])
+        operation.redirectPolicy = .ask { context in
+            proposed.withLock { $0.append(context.proposedRequest) }
+            return context.proposedRequest
+        }
+        try await operation.run()
+        #expect(proposed.current.map(\.httpMethod) == ["POST"])
+        #expect(proposed.current.map(\.httpBody) == [Data("name=fetchkit".utf8)])
+        #expect(server.requests(path: "/echo").first?.body == Data("name=fetchkit".utf8))
+    }
+
+    @Test func redirectChainKeepsTheBodyEachTime() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let echo = server.url("/echo").absoluteString
+        let second = server.url("/redirect-to?status=308&url=\(echo.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? echo)").absoluteString
+        var request = URLRequest(url: server.url("/redirect-to?status=307&url=\(second.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? second)"))
+        request.httpMethod = "POST"
+        request.httpBody = Data("twice".utf8)
+        let operation = RecordingOperation(request: request)
+        try await operation.run()
+        #expect(server.requests(path: "/redirect-to").map(\.body) == [Data("twice".utf8), Data("twice".utf8)])
+        #expect(server.requests(path: "/echo").first?.body == Data("twice".utf8))
+        #expect(operation.responseBody == Data("twice".utf8))
+    }
 }
