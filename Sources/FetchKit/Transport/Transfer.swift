@@ -478,7 +478,7 @@ final class Transfer: TransferHandle, @unchecked Sendable {
     /// Whether `Content-Length` describes the bytes URLSession hands over: not for HEAD, not for
     /// bodiless statuses, and not when a content coding was decoded on the way.
     private func bodyLengthIsCheckable(_ response: HTTPURLResponse) -> Bool {
-        if request.httpMethod?.uppercased() == "HEAD" { return false }
+        if currentRequest.httpMethod?.uppercased() == "HEAD" { return false }
         if response.statusCode == 204 || response.statusCode == 304 || (100..<200).contains(response.statusCode) { return false }
         let coding = (response.value(forHTTPHeaderField: "Content-Encoding") ?? "identity").lowercased()
         return coding == "identity" || coding.isEmpty
