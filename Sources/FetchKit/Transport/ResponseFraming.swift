@@ -17,14 +17,20 @@ import FoundationNetworking
 ///   cannot tell a complete body from a truncated one. (With `Content-Length` or chunked
 ///   framing libcurl detects truncation itself; HTTP/2 marks the end of every stream.)
 struct ResponseFraming {
-    /// Why a head was refused.
+    /// Why a head was refused (``FetchError/InvalidResponse/Reason``, as an `Error`).
     enum Problem: Error, Equatable {
-        /// `Content-Length` holds different values (as the client sees them).
         case conflictingContentLength(String)
-        /// `Content-Length` is not a decimal number.
         case invalidContentLength(String)
-        /// A body in this content coding ends only when the connection closes.
         case unframedEncodedBody(coding: String)
+
+        /// The reason FetchKit reports.
+        var reason: FetchError.InvalidResponse.Reason {
+            switch self {
+            case .conflictingContentLength(let field): return .conflictingContentLength(field)
+            case .invalidContentLength(let field): return .invalidContentLength(field)
+            case .unframedEncodedBody(let coding): return .unframedEncodedBody(coding: coding)
+            }
+        }
     }
 
     /// The body length from `Content-Length` (one value, or several identical ones), if any.
@@ -101,28 +107,5 @@ struct ResponseFraming {
         if response.url?.scheme?.lowercased() == "http" { return true }
         return ["Connection", "Keep-Alive", "Proxy-Connection", "Transfer-Encoding", "Upgrade"]
             .contains { response.value(forHTTPHeaderField: $0) != nil }
-    }
-}
-
-extension ResponseFraming.Problem {
-    /// The `URLError` code FetchKit reports the problem with.
-    var code: URLError.Code {
-        switch self {
-        case .conflictingContentLength, .invalidContentLength: return .cannotParseResponse
-        case .unframedEncodedBody: return .cannotDecodeContentData
-        }
-    }
-
-    /// A sentence for the error's description.
-    var explanation: String {
-        switch self {
-        case .conflictingContentLength(let field):
-            return "the response has conflicting Content-Length values (\(field)), so where its body ends is ambiguous"
-        case .invalidContentLength(let field):
-            return "the response's Content-Length is not a number (\(field.prefix(40)))"
-        case .unframedEncodedBody(let coding):
-            return "the server sent a \(coding)-encoded body with neither Content-Length nor chunked framing, "
-                + "so a complete body cannot be told from a truncated one"
-        }
     }
 }

@@ -151,7 +151,7 @@ final class Transfer: TransferHandle, @unchecked Sendable {
         case .success(let framing):
             expectedBytes = framing.contentLength
         case .failure(let problem):
-            end(.failure(.transport(framingError(problem, http)), http))
+            end(.failure(.invalidResponse(.init(reason: problem.reason, url: http.url ?? request.url)), http))
             return
         }
         guard limits.accepts(http.statusCode) else {
@@ -460,15 +460,6 @@ final class Transfer: TransferHandle, @unchecked Sendable {
             headers[String(describing: name)] = String(describing: value)
         }
         return .init(statusCode: response.statusCode, headers: headers, bodyPrefix: errorBodyPrefix ?? Data(), url: response.url ?? request.url)
-    }
-
-    /// A head whose framing FetchKit refuses (``ResponseFraming``), as a `URLError`.
-    private func framingError(_ problem: ResponseFraming.Problem, _ response: HTTPURLResponse) -> URLError {
-        var info: [String: Any] = [NSLocalizedDescriptionKey: problem.explanation]
-        if let url = response.url ?? request.url {
-            info[NSURLErrorFailingURLErrorKey] = url
-        }
-        return URLError(problem.code, userInfo: info)
     }
 
     private func tooLarge() -> FetchError {
