@@ -51,6 +51,10 @@ public enum FetchError: Error, Sendable {
     case fileSystem(FileFailure)
     /// The redirects went around in a loop, or were more than the ``RedirectPolicy`` allows.
     case redirectFailed(RedirectFailure)
+    /// The response head frames its body in a way FetchKit refuses: conflicting
+    /// `Content-Length` values, or a content-coded body that only the connection closing ends.
+    /// Not retried: the server would answer the same way.
+    case invalidResponse(InvalidResponse)
 }
 
 extension FetchError {
@@ -297,6 +301,10 @@ extension FetchError {
             case loop
             /// More redirects than the limit.
             case tooMany(Int)
+            /// A redirect with this status (307, 308, or 301/302 for a method other than
+            /// POST) must resend the request body, but the body is a stream
+            /// (`httpBodyStream`), which cannot be replayed. Set `httpBody` instead.
+            case bodyNotReplayable(Int)
         }
         /// What went wrong.
         public let kind: Kind
@@ -308,6 +316,44 @@ extension FetchError {
             switch kind {
             case .loop: return "Redirect loop: \(path)."
             case .tooMany(let limit): return "More than \(limit) redirects: \(path)."
+            case .bodyNotReplayable(let status):
+                return "Cannot follow the \(status) redirect \(path): it must resend the request body, and a body stream cannot be replayed."
+            }
+        }
+    }
+
+    /// Details of ``FetchError/invalidResponse(_:)``.
+    public struct InvalidResponse: Sendable, CustomStringConvertible {
+        /// What was wrong with the response head.
+        public enum Reason: Sendable, Equatable {
+            /// `Content-Length` holds different values (the field value as received, e.g.
+            /// `"10, 20"`). RFC 9112 §6.3 makes this an unrecoverable error: where the body
+            /// ends is ambiguous. Identical values (`"10, 10"`) are accepted as one.
+            case conflictingContentLength(String)
+            /// `Content-Length` is not a decimal number (the field value as received).
+            case invalidContentLength(String)
+            /// The body has this content coding (`"gzip"`…) and neither `Content-Length` nor
+            /// chunked framing: only the connection closing ends it, and the decoder on Linux
+            /// (libcurl) reports a stream cut in the middle as complete, so a truncated body
+            /// cannot be told from a whole one.
+            case unframedEncodedBody(coding: String)
+        }
+
+        /// What was wrong.
+        public let reason: Reason
+        /// The URL that answered.
+        public let url: URL?
+
+        public var description: String {
+            let target = url?.absoluteString ?? "The server"
+            switch reason {
+            case .conflictingContentLength(let field):
+                return "\(target) sent conflicting Content-Length values (\(field.prefix(60))), so where its body ends is ambiguous."
+            case .invalidContentLength(let field):
+                return "\(target) sent a Content-Length that is not a number (\(field.prefix(60)))."
+            case .unframedEncodedBody(let coding):
+                return "\(target) sent a \(coding.prefix(40))-encoded body with neither Content-Length nor chunked framing, "
+                    + "so a complete body cannot be told from a truncated one."
             }
         }
     }
@@ -350,6 +396,7 @@ extension FetchError: CustomStringConvertible, LocalizedError {
         case .dependencyFailed(let details): return details.description
         case .fileSystem(let details): return details.description
         case .redirectFailed(let details): return details.description
+        case .invalidResponse(let details): return details.description
         }
     }
 

@@ -31,6 +31,8 @@ public struct HTTPResponse: Sendable {
         /// `count` pattern bytes from offset 0, sent with `Transfer-Encoding: chunked` in chunks
         /// of `chunkSize` bytes with an interruptible pause of `intervalMilliseconds` between
         /// chunks (the first chunk follows the head at once), then the terminating chunk.
+        /// With `count: .max` the body never ends: chunks go out until the client goes away
+        /// or the server stops.
         case chunkedPattern(count: Int, chunkSize: Int, intervalMilliseconds: Int)
         /// Raw: the server writes no head of its own, only what the actions write.
         case script([ScriptAction])

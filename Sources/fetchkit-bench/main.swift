@@ -3,6 +3,7 @@
 //
 //   swift run -c release fetchkit-bench                 the throughput table (alias: throughput)
 //   swift run -c release fetchkit-bench queue-memory [--count N] [--runs R]
+//   swift run -c release fetchkit-bench endless-body [--limit MiB]
 import FetchKit
 import Foundation
 import LoopbackServer
@@ -17,6 +18,9 @@ benchmarks:
       256 MiB × 1 into memory and to disk (default R = 5; names: 1k 64k 16m 256m-memory 256m-disk)
   queue-memory [--count N] [--runs R]
       memory per queued operation (default N = 100000, R = 3)
+  endless-body [--limit MiB]
+      peak memory growth of a fetch of an endless chunked body at its limit (default 64 MiB),
+      against appending to a Data up to the limit
   serve
       runs the loopback server until interrupted and prints its URL, for other clients
 """
@@ -61,6 +65,11 @@ do {
     case "queue-memory-child":
         guard arguments.count == 3, let count = Int(arguments[2]) else { throw BenchError("bad child arguments") }
         try QueueMemoryBenchmark.child(scenario: arguments[1], count: count)
+    case "endless-body":
+        try EndlessBodyBenchmark.run(limitMiB: try option("--limit", in: arguments, default: 64))
+    case "endless-body-child":
+        guard arguments.count == 3, let limit = Int(arguments[2]) else { throw BenchError("bad child arguments") }
+        try EndlessBodyBenchmark.child(scenario: arguments[1], limitMiB: limit)
     case "-h", "--help":
         print(usage)
     default:

@@ -23,6 +23,30 @@ struct FaultTests {
         }
     }
 
+    @Test("A chunked pattern body of count .max never ends, and stops when the client goes away")
+    func endlessChunkedPattern() throws {
+        try withServer { server in
+            server.route("/endless") { _ in
+                HTTPResponse(status: 200, body: .chunkedPattern(count: .max, chunkSize: 1000, intervalMilliseconds: 0))
+            }
+            var client: RawClient? = try RawClient(port: server.port)
+            try client?.sendRequest("GET", "/endless")
+            let head = try #require(try client?.readHead())
+            #expect(head.headers["Transfer-Encoding"] == "chunked")
+            var offset = 0
+            for _ in 0..<300 {   // 300 kB, far more than the socket buffers hold
+                #expect(try client?.readLine() == "3e8")
+                let chunk = try #require(try client?.readExactly(1000))
+                #expect(BytePattern.matches(chunk, offset: offset))
+                #expect(try client?.readLine() == "")
+                offset += 1000
+            }
+            #expect(server.requestsInFlight == 1)
+            client = nil   // closes the socket
+            #expect(server.blockingWait(timeout: 30) { $0.requestsInFlight == 0 }, "the server stops sending")
+        }
+    }
+
     @Test("/close-mid-body/{n} sends half the body, then a FIN")
     func closeMidBody() throws {
         try withServer { server in

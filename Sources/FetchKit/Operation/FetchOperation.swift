@@ -338,7 +338,7 @@ open class FetchOperation: Operation, @unchecked Sendable {
 
     /// Where the body goes: memory here; a download writes a file. Called once per transfer.
     func makeBodySink() -> any ResponseBodySink {
-        MemoryBodySink()
+        MemoryBodySink(limit: maximumResponseSize)
     }
 
     /// Last checks of a prepared, valid request, once, before the first attempt (a download

@@ -8,6 +8,24 @@ import FoundationNetworking
 /// Whatever the policy, FetchKit never forwards `Authorization`, `Proxy-Authorization` or
 /// `Cookie` headers to another origin (scheme, host and port), and a chain that comes back to
 /// a URL it already visited fails at once with ``FetchError/redirectFailed(_:)``.
+///
+/// ## Method and body
+///
+/// A followed redirect keeps or changes the request's method and body the way browsers and
+/// curl do (RFC 9110 §15.4), on every platform:
+///
+/// - **307 and 308** keep the method and the body. (FoundationNetworking on Linux would
+///   resend a redirected `POST` without its body; FetchKit sends the body again itself.)
+/// - **303** turns any method but `HEAD` into a `GET` without a body; `HEAD` stays `HEAD`.
+/// - **301 and 302** turn a `POST` into a `GET` without a body; other methods are kept, with
+///   their body.
+///
+/// When the body is dropped, so are the header fields that describe it (`Content-Type`,
+/// `Content-Length`, `Content-Encoding`, `Content-Language`, `Content-Location`). A body that
+/// must be sent again has to be `httpBody` data: a body stream (`httpBodyStream`) cannot be
+/// replayed, and such a redirect fails with
+/// ``FetchError/RedirectFailure/Kind/bodyNotReplayable(_:)``. With ``ask(_:)``, the proposed
+/// request already follows these rules.
 public enum RedirectPolicy: Sendable {
     /// Follows up to `maximum` redirects (default 10); one more fails with
     /// ``FetchError/RedirectFailure/Kind/tooMany(_:)``.
@@ -23,11 +41,54 @@ public enum RedirectPolicy: Sendable {
     public static let `default` = RedirectPolicy.follow(maximum: 10)
 }
 
+extension RedirectPolicy {
+    /// Whether a redirected request could be given what it must carry over.
+    enum CarryOver {
+        /// `next` has the method and body it must have.
+        case ready
+        /// The body must be sent again, and it is a stream.
+        case bodyNotReplayable
+    }
+
+    /// The header fields that describe a body, dropped with it.
+    static let bodyHeaderFields = ["Content-Type", "Content-Length", "Content-Encoding", "Content-Language", "Content-Location"]
+
+    /// Gives `next` (the redirected request URLSession proposes) the method and body that a
+    /// redirect with `status` keeps from `previous` (the request that was redirected), by the
+    /// rules in the type's documentation.
+    static func carryOver(status: Int, from previous: URLRequest, into next: inout URLRequest) -> CarryOver {
+        let method = (previous.httpMethod ?? "GET").uppercased()
+        let becomesGET: Bool
+        switch status {
+        case 303: becomesGET = method != "GET" && method != "HEAD"
+        case 301, 302: becomesGET = method == "POST"
+        default: becomesGET = false
+        }
+        if becomesGET {
+            next.httpMethod = "GET"
+            next.httpBody = nil
+            next.httpBodyStream = nil
+            for field in bodyHeaderFields {
+                next.setValue(nil, forHTTPHeaderField: field)
+            }
+            return .ready
+        }
+        next.httpMethod = previous.httpMethod
+        if let body = previous.httpBody {
+            next.httpBody = body
+        } else if previous.httpBodyStream != nil {
+            return .bodyNotReplayable
+        }
+        return .ready
+    }
+}
+
 /// A redirect on its way, for ``RedirectPolicy/ask(_:)``.
 public struct RedirectContext: @unchecked Sendable {
     /// The 3xx response.
     public let response: HTTPURLResponse
-    /// The request FetchKit would send next (credentials already removed if it leaves the origin).
+    /// The request FetchKit would send next: credentials already removed if it leaves the
+    /// origin, method and body already kept or dropped by the rules of ``RedirectPolicy``.
     public let proposedRequest: URLRequest
     /// The URLs visited so far, first to last.
     public let chain: [URL]

@@ -79,7 +79,8 @@ public struct RetryPolicy: Sendable, Equatable {
             return true
         case .unacceptableStatus(let failure):
             return retryableStatusCodes.contains(failure.statusCode)
-        case .invalidRequest, .cancelled, .responseTooLarge, .parseFailed, .dependencyFailed, .fileSystem, .redirectFailed:
+        case .invalidRequest, .cancelled, .responseTooLarge, .parseFailed, .dependencyFailed, .fileSystem, .redirectFailed,
+             .invalidResponse:
             return false
         }
     }

@@ -31,28 +31,101 @@ protocol ResponseBodySink: AnyObject {
     func abandon()
 }
 
-/// Keeps the body in memory, in one buffer reserved from `Content-Length` up front so that a
-/// large body is not copied again and again as it grows.
+/// Keeps the body in memory, in one buffer whose growth it controls.
+///
+/// Nothing is reserved from an announced length alone: a server may announce a terabyte and
+/// send ten bytes. Up front the sink reserves at most ``upfrontReservation`` (and never more
+/// than the limit or the announced length); after that it grows from the bytes that actually
+/// arrive, doubling, but never past the limit (``grownCapacity(current:needed:limit:expected:)``)
+/// — so a body that runs into a 64 MiB limit has reserved at most 64 MiB, not 128. The buffer
+/// is `realloc`ed (large blocks move by remapping pages, not by copying them) and handed over
+/// as `Data` without a copy.
 final class MemoryBodySink: ResponseBodySink {
-    private var buffer = Data()
+    /// The most reserved before any byte arrived: 4 MiB.
+    static let upfrontReservation = 4 << 20
+    /// The smallest growth step: 64 KiB.
+    static let minimumGrowth = 64 << 10
+
+    private let limit: Int
+    private var expected: Int?
+    private var bytes: UnsafeMutableRawPointer?
+    private var count = 0
+    /// How many bytes the buffer can hold now (tests).
+    private(set) var capacity = 0
+
+    /// A sink for bodies of at most `limit` bytes (the transfer enforces the limit; the sink
+    /// only never reserves beyond it).
+    init(limit: Int64 = .max) {
+        self.limit = Int(clamping: max(0, limit))
+    }
+
+    deinit {
+        free(bytes)
+    }
 
     /// The transfer has already refused a `Content-Length` above the maximum response size.
     func open(response: HTTPURLResponse, expectedLength: Int64?) throws(FetchError) {
-        if let expectedLength, expectedLength > 0 {
-            buffer.reserveCapacity(Int(expectedLength))
+        expected = expectedLength.map { Int(clamping: max(0, $0)) }
+        if let expected, expected > 0 {
+            try reserve(min(expected, limit, Self.upfrontReservation))
         }
     }
 
     func write(_ chunk: Data) throws(FetchError) {
-        buffer.append(chunk)
+        guard !chunk.isEmpty else { return }
+        let needed = count + chunk.count
+        if needed > capacity {
+            try reserve(Self.grownCapacity(current: capacity, needed: needed, limit: limit, expected: expected))
+        }
+        guard let bytes else { return }
+        chunk.withUnsafeBytes { source in
+            guard let base = source.baseAddress else { return }
+            (bytes + count).copyMemory(from: base, byteCount: source.count)
+        }
+        count = needed
     }
 
     func close() throws(FetchError) -> ResponseBody {
-        defer { buffer = Data() }
-        return .data(buffer)
+        guard let filled = bytes, count > 0 else {
+            abandon()
+            return .data(Data())
+        }
+        // Give back what was reserved and not used (a lying length, a last doubling).
+        let kept = count < capacity ? (realloc(filled, count) ?? filled) : filled
+        bytes = nil
+        capacity = 0
+        defer { count = 0 }
+        return .data(Data(bytesNoCopy: kept, count: count, deallocator: .free))
     }
 
     func abandon() {
-        buffer = Data()
+        free(bytes)
+        bytes = nil
+        count = 0
+        capacity = 0
+    }
+
+    /// The capacity to grow to when `needed` bytes no longer fit in `current`: double (at
+    /// least ``minimumGrowth`` more), stop at a truthful `expected` length, and never pass
+    /// `limit` (unless `needed` itself does, which the transfer does not let happen).
+    static func grownCapacity(current: Int, needed: Int, limit: Int, expected: Int?) -> Int {
+        let doubled = current > Int.max / 2 ? Int.max : current * 2
+        let stepped = current > Int.max - minimumGrowth ? Int.max : current + minimumGrowth
+        var target = max(needed, doubled, stepped)
+        if let expected, needed <= expected {
+            target = min(target, expected)
+        }
+        return max(needed, min(target, limit))
+    }
+
+    private func reserve(_ newCapacity: Int) throws(FetchError) {
+        guard newCapacity > capacity else { return }
+        guard let grown = realloc(bytes, newCapacity) else {
+            throw .transport(URLError(.dataLengthExceedsMaximum, userInfo: [
+                NSLocalizedDescriptionKey: "not enough memory to hold \(newCapacity) bytes of the response body",
+            ]))
+        }
+        bytes = grown
+        capacity = newCapacity
     }
 }

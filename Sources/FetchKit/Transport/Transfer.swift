@@ -75,6 +75,8 @@ final class Transfer: TransferHandle, @unchecked Sendable {
     private var declinedChallenge = false
     /// The URLs visited through redirects, first to last.
     private var chain: [URL] = []
+    /// The request last sent: the original, or the redirected one (its method and body).
+    private var currentRequest: URLRequest
     /// Inside the redirect callback: ending must not cancel the task.
     private var answeringRedirect = false
     private var ended = false
@@ -87,6 +89,7 @@ final class Transfer: TransferHandle, @unchecked Sendable {
         // enforces the real one; this whole-second value, always later, is only a backstop.
         request.timeoutInterval = (limits.idleTimeout.rounded(.up) + 1).clamped(to: 1...(7 * 24 * 3600))
         self.request = request
+        currentRequest = request
         self.session = session
         self.limits = limits
         self.sink = sink
@@ -144,7 +147,13 @@ final class Transfer: TransferHandle, @unchecked Sendable {
         receivedBytes = 0
         reportedBytes = 0
         self.response = http
-        expectedBytes = http.expectedContentLength >= 0 ? http.expectedContentLength : nil
+        switch ResponseFraming.read(http, method: currentRequest.httpMethod, hasBody: limits.accepts(http.statusCode)) {
+        case .success(let framing):
+            expectedBytes = framing.contentLength
+        case .failure(let problem):
+            end(.failure(.invalidResponse(.init(reason: problem.reason, url: http.url ?? request.url)), http))
+            return
+        }
         guard limits.accepts(http.statusCode) else {
             // Keep a bounded prefix of the error body for the error; discard the rest.
             errorBodyPrefix = Data()
@@ -258,7 +267,32 @@ final class Transfer: TransferHandle, @unchecked Sendable {
         answeringRedirect = true
         defer { answeringRedirect = false }
         guard let request = decideRedirect(response, to: next) else { return .stop }
-        return .follow(request)
+        currentRequest = request
+        guard request.httpBody?.isEmpty == false || request.httpBodyStream != nil else {
+            return .follow(request)
+        }
+        // FoundationNetworking sends a redirected request without its body (it drops the
+        // task's body on every redirect), so a request that keeps its body goes on in a new
+        // task. The old one is answered `nil` and left to finish unheard: its 3xx is drained.
+        if let task {
+            session.router.unregister(task)
+            self.task = nil
+        }
+        queue.async { self.resend(request) }
+        return .stop
+    }
+
+    /// Sends the redirected `request`, with its body, in a task of its own.
+    private func resend(_ request: URLRequest) {
+        guard !ended else { return }
+        guard let task = session.makeDataTask(with: request) else {
+            end(.failure(.invalidRequest(.init(reason: .sessionInvalidated, url: request.url)), nil))
+            return
+        }
+        self.task = task
+        session.router.register(self, for: task)
+        lastActivity = Self.now()
+        task.resume()
     }
 
     private func decideRedirect(_ response: HTTPURLResponse, to next: URLRequest) -> URLRequest? {
@@ -274,6 +308,13 @@ final class Transfer: TransferHandle, @unchecked Sendable {
         guard let target = next.url else { return decline(response) }
         if chain.contains(target) {
             end(.failure(.redirectFailed(.init(kind: .loop, chain: chain + [target])), response))
+            return nil
+        }
+        switch RedirectPolicy.carryOver(status: response.statusCode, from: currentRequest, into: &next) {
+        case .ready:
+            break
+        case .bodyNotReplayable:
+            end(.failure(.redirectFailed(.init(kind: .bodyNotReplayable(response.statusCode), chain: chain + [target])), response))
             return nil
         }
         switch limits.redirectPolicy {
@@ -428,7 +469,7 @@ final class Transfer: TransferHandle, @unchecked Sendable {
     /// Whether `Content-Length` describes the bytes URLSession hands over: not for HEAD, not for
     /// bodiless statuses, and not when a content coding was decoded on the way.
     private func bodyLengthIsCheckable(_ response: HTTPURLResponse) -> Bool {
-        if request.httpMethod?.uppercased() == "HEAD" { return false }
+        if currentRequest.httpMethod?.uppercased() == "HEAD" { return false }
         if response.statusCode == 204 || response.statusCode == 304 || (100..<200).contains(response.statusCode) { return false }
         let coding = (response.value(forHTTPHeaderField: "Content-Encoding") ?? "identity").lowercased()
         return coding == "identity" || coding.isEmpty
