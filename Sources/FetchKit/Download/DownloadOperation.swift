@@ -42,6 +42,14 @@ open class DownloadOperation: FetchOperation, @unchecked Sendable {
         var resumesPartialDownloads = true
         var resumedBytes: Int64 = 0
         var downloadedFileURL: URL?
+        var backpressure = Backpressure()
+        /// The current attempt's sink: whether it stopped the transfer for the disk to catch up.
+        var sink: FileBodySink?
+        var continuations = 0
+        /// The largest writer backlog of the attempts before the current one.
+        var peakBacklog: Int64 = 0
+        /// What the attempt that the continuations continue resumed from.
+        var resumedBeforeContinuing: Int64?
     }
 
     private let downloadState = Protected(DownloadState())
@@ -124,7 +132,8 @@ open class DownloadOperation: FetchOperation, @unchecked Sendable {
     override func prepareAttempt(_ request: URLRequest, attempt: Int) -> AttemptSetup {
         var request = request
         var offset: Int64 = 0
-        if resumesPartialDownloads, request.isGET,
+        let continuing = noteContinuation()
+        if resumesPartialDownloads || continuing, request.isGET,
            let size = Self.fileSize(partialFileURL), size > 0,
            let record = PartialDownloadRecord.load(from: partialRecordURL),
            record.url == request.url?.absoluteString,
@@ -142,14 +151,20 @@ open class DownloadOperation: FetchOperation, @unchecked Sendable {
     }
 
     override func makeBodySink() -> any ResponseBodySink {
-        let (offset, source) = core.withLock { ($0.rangeOffset, $0.sentRequest?.url) }
-        return FileBodySink(
+        let (offset, source, isGET) = core.withLock { ($0.rangeOffset, $0.sentRequest?.url, $0.sentRequest?.isGET ?? false) }
+        let sink = FileBodySink(
             partialURL: partialFileURL,
             recordURL: partialRecordURL,
             sourceURL: source,
             requestedOffset: offset,
             keepsResumablePartial: resumesPartialDownloads
         )
+        downloadState.withLock { state in
+            // Only a GET can be continued with `Range`.
+            sink.backpressure = isGET ? state.backpressure : nil
+            state.sink = sink
+        }
+        return sink
     }
 
     override func process(_ body: ResponseBody) throws(FetchError) {
@@ -168,12 +183,58 @@ open class DownloadOperation: FetchOperation, @unchecked Sendable {
         let resumed = core.withLock { $0.progressBase }     // what a 206 continued from
         downloadState.withLock { state in
             state.downloadedFileURL = destination
-            state.resumedBytes = resumed
+            state.resumedBytes = state.resumedBeforeContinuing ?? resumed
         }
         do {
             try parseDownloadedFile(at: destination)
         } catch {
             throw parseFailure(error)
+        }
+    }
+
+    // MARK: Backpressure
+
+    /// How many times the transfer was stopped because the disk fell behind the network, and
+    /// continued with `Range` from what was on disk (diagnostics; 0 usually).
+    ///
+    /// URLSession on Linux cannot slow the network down to the disk's pace: it hands over every
+    /// chunk as fast as it arrives. FetchKit writes off the session's queue, and when more than
+    /// 16 MiB waits for the disk and the server allows resuming (an `ETag` or `Last-Modified`,
+    /// and `Accept-Ranges: bytes`), it stops the transfer, lets the disk catch up, and continues
+    /// with `Range` and `If-Range`. A continuation is neither a retry nor visible in
+    /// ``FetchOperation/attempts``.
+    public var backpressureContinuations: Int {
+        downloadState.withLock { $0.continuations }
+    }
+
+    /// When the transfer is stopped for the disk to catch up (tests tighten it, and slow the
+    /// disk down). Set before the operation starts.
+    var backpressure: Backpressure {
+        get { downloadState.withLock { $0.backpressure } }
+        set { downloadState.withLock { $0.backpressure = newValue } }
+    }
+
+    /// The most bytes that waited for the disk at any moment (tests and diagnostics). Read it
+    /// once the operation has finished.
+    var peakBacklog: Int64 {
+        downloadState.withLock { max($0.peakBacklog, $0.sink?.peakBacklog ?? 0) }
+    }
+
+    /// Whether the last attempt stopped for the disk to catch up; if so, counts the
+    /// continuation and remembers what the attempt it continues resumed from.
+    private func noteContinuation() -> Bool {
+        let progressBase = core.withLock { $0.progressBase }
+        return downloadState.withLock { state in
+            let continuing = state.sink?.stoppedForBackpressure ?? false
+            state.peakBacklog = max(state.peakBacklog, state.sink?.peakBacklog ?? 0)
+            state.sink = nil
+            if continuing {
+                state.continuations += 1
+                if state.resumedBeforeContinuing == nil { state.resumedBeforeContinuing = progressBase }
+            } else {
+                state.resumedBeforeContinuing = nil
+            }
+            return continuing
         }
     }
 

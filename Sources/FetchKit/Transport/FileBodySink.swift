@@ -32,8 +32,14 @@ struct PartialDownloadRecord: Codable, Equatable, Sendable {
     }
 }
 
-/// Streams a body into the partial file beside a download's destination, with POSIX writes:
-/// memory stays flat whatever the size.
+/// Streams a body into the partial file beside a download's destination, through a
+/// ``FileWriter`` on a queue of its own: memory stays flat whatever the size.
+///
+/// The router queue only hands each chunk to the writer. When the writer falls behind the
+/// network by more than ``Backpressure/bound`` and the server allows continuing (a validator,
+/// and ranges), ``shouldStopTransfer()`` says so: the transfer stops, the writer finishes, the
+/// partial file is kept, and the download continues with `Range` from what is on disk. (On
+/// Linux neither `suspend()` nor a slow delegate slows libcurl; see ``ResponseBodySink``.)
 ///
 /// A `206 Partial Content` that starts where the partial file ends is appended to it; any
 /// other success rewrites it from the start. On failure or cancel the partial file is kept
@@ -51,10 +57,13 @@ final class FileBodySink: ResponseBodySink {
     private var opened = false
     private var length: Int64 = 0
     private var resumable = false
-    /// Chunks gathered into one `write(2)`: URLSession hands over 16 KiB at a time, and a
-    /// system call per chunk slows the queue that drains them (see ``ResponseBodySink``).
-    private var pending = Data()
-    static let writeBatch = 256 << 10
+    /// Writes the chunks off the router queue; made at the first chunk.
+    private var writer: FileWriter?
+    /// The file's length when the writer was made.
+    private var writerBase: Int64 = 0
+    /// When to stop the transfer because the writer fell behind (`nil`: never).
+    var backpressure: Backpressure?
+    private let stoppedBehind = Protected(false)
 
     init(partialURL: URL, recordURL: URL, sourceURL: URL?, requestedOffset: Int64, keepsResumablePartial: Bool) {
         self.partialURL = partialURL
@@ -108,52 +117,66 @@ final class FileBodySink: ResponseBodySink {
     }
 
     func write(_ chunk: Data) throws(FetchError) {
-        if pending.isEmpty && chunk.count >= Self.writeBatch {
-            try writeNow(chunk)
-            return
+        let writer: FileWriter
+        if let existing = self.writer {
+            writer = existing
+        } else {
+            writer = FileWriter(descriptor: descriptor, throttle: backpressure?.throttle)
+            writerBase = length
+            self.writer = writer
         }
-        if pending.isEmpty { pending.reserveCapacity(Self.writeBatch) }
-        pending.append(chunk)
-        if pending.count >= Self.writeBatch {
-            try flush()
+        if let failure = writer.append(chunk) {
+            throw writeFailure(failure)
         }
     }
 
-    private func flush() throws(FetchError) {
-        guard !pending.isEmpty else { return }
-        let batch = pending
-        pending.removeAll(keepingCapacity: true)
-        try writeNow(batch)
+    /// Bytes handed to the writer and not yet on disk.
+    var backlog: Int64 {
+        writer?.status.backlog ?? 0
     }
 
-    private func writeNow(_ chunk: Data) throws(FetchError) {
-        let fd = descriptor
-        let failure: Int32? = chunk.withUnsafeBytes { buffer in
-            guard var base = buffer.baseAddress else { return nil }
-            var remaining = buffer.count
-            while remaining > 0 {
-                let written = posixWrite(fd, base, remaining)
-                if written < 0 {
-                    if errno == EINTR { continue }
-                    return errno
-                }
-                remaining -= written
-                base += written
-            }
-            return nil
-        }
-        if let failure {
-            let kind: FetchError.FileFailure.Kind = (failure == ENOSPC || failure == EDQUOT || failure == EFBIG) ? .diskFull : .writeFailed
-            throw .fileSystem(.init(kind: kind, path: partialURL.path, code: failure))
-        }
-        length += Int64(chunk.count)
+    /// Whether to stop the transfer now and continue it with `Range` once the writer has
+    /// caught up: the backlog passed the bound, and the server allows continuing.
+    func shouldStopTransfer() -> Bool {
+        guard let backpressure, resumable, let writer else { return false }
+        guard writer.status.backlog > backpressure.bound else { return false }
+        stoppedBehind.withLock { $0 = true }
+        return true
+    }
+
+    /// The transfer was stopped because the writer fell behind: the partial file is kept,
+    /// consistent with its length, for a continuation. Safe from any thread.
+    var stoppedForBackpressure: Bool {
+        stoppedBehind.withLock { $0 }
+    }
+
+    /// The largest backlog seen (diagnostics and tests).
+    var peakBacklog: Int64 {
+        writer?.status.peakBacklog ?? 0
+    }
+
+    /// Waits for the writer: every byte handed over is on disk (or a write failed).
+    private func drainWriter() -> Int32? {
+        guard let writer else { return nil }
+        let status = writer.drain()
+        length = writerBase + status.written
+        return status.failure
+    }
+
+    private func writeFailure(_ code: Int32) -> FetchError {
+        let kind: FetchError.FileFailure.Kind = (code == ENOSPC || code == EDQUOT || code == EFBIG) ? .diskFull : .writeFailed
+        return .fileSystem(.init(kind: kind, path: partialURL.path, code: code))
     }
 
     func close() throws(FetchError) -> ResponseBody {
-        try flush()
-        pending = Data()
+        // Every byte on disk before the file is handed over (and renamed).
+        let failure = drainWriter()
         let fd = descriptor
         descriptor = -1
+        if let failure {
+            if fd >= 0 { _ = posixClose(fd) }
+            throw writeFailure(failure)
+        }
         if fd >= 0, posixClose(fd) != 0 {
             throw .fileSystem(.init(kind: errno == ENOSPC ? .diskFull : .writeFailed, path: partialURL.path, code: errno))
         }
@@ -161,10 +184,9 @@ final class FileBodySink: ResponseBodySink {
     }
 
     func abandon() {
-        // What arrived is kept for resuming; a write that fails here only shortens it, and the
-        // partial file's length is what a resume asks for.
-        try? flush()
-        pending = Data()
+        // What arrived is kept for resuming: the writer finishes first, so the partial file's
+        // length is what a resume asks for. A write that failed only shortened it.
+        _ = drainWriter()
         if descriptor >= 0 {
             _ = posixClose(descriptor)
             descriptor = -1
@@ -172,6 +194,7 @@ final class FileBodySink: ResponseBodySink {
         // A transfer that never opened the file (refused, cancelled while connecting, an error
         // status) leaves an earlier partial file as it was.
         guard opened else { return }
+        if stoppedForBackpressure && length > 0 { return }
         if !(keepsResumablePartial && resumable && length > 0) {
             Self.removePartial(partialURL, recordURL)
         }
@@ -196,10 +219,6 @@ final class FileBodySink: ResponseBodySink {
 // The C library's open, write and close, named apart from the sink's own methods.
 @inline(__always) private func posixOpen(_ path: UnsafePointer<CChar>, _ flags: Int32, _ mode: mode_t) -> Int32 {
     open(path, flags, mode)
-}
-
-@inline(__always) private func posixWrite(_ fd: Int32, _ buffer: UnsafeRawPointer, _ count: Int) -> Int {
-    write(fd, buffer, count)
 }
 
 @inline(__always) private func posixClose(_ fd: Int32) -> Int32 {

@@ -29,6 +29,16 @@ protocol ResponseBodySink: AnyObject {
     func close() throws(FetchError) -> ResponseBody
     /// The transfer failed or was cancelled: release or clean up what was written.
     func abandon()
+    /// Asked after each chunk: whether to stop the transfer because the body is arriving
+    /// faster than the sink can store it, to continue it later from what is stored.
+    func shouldStopTransfer() -> Bool
+    /// Whether ``shouldStopTransfer()`` stopped the transfer. Safe from any thread.
+    var stoppedForBackpressure: Bool { get }
+}
+
+extension ResponseBodySink {
+    func shouldStopTransfer() -> Bool { false }
+    var stoppedForBackpressure: Bool { false }
 }
 
 /// Keeps the body in memory, in one buffer reserved from `Content-Length` up front so that a

@@ -186,6 +186,10 @@ final class Transfer: TransferHandle, @unchecked Sendable {
             return
         }
         reportProgress()
+        if sink.shouldStopTransfer() {
+            // The disk fell behind the network: stop; the owner continues from what is stored.
+            end(.failure(.cancelled, response))
+        }
     }
 
     /// Progress goes to the owner every 64 KiB, with the last byte, and whenever the router
