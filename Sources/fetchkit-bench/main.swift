@@ -3,6 +3,7 @@
 //
 //   swift run -c release fetchkit-bench                 the throughput table (alias: throughput)
 //   swift run -c release fetchkit-bench queue-memory [--count N] [--runs R]
+//   swift run -c release fetchkit-bench disk-memory [--size MiB] [--runs R] [--no-ranges]
 import FetchKit
 import Foundation
 import LoopbackServer
@@ -17,6 +18,9 @@ benchmarks:
       256 MiB × 1 into memory and to disk (default R = 5; names: 1k 64k 16m 256m-memory 256m-disk)
   queue-memory [--count N] [--runs R]
       memory per queued operation (default N = 100000, R = 3)
+  disk-memory [--size MiB] [--runs R] [--no-ranges]
+      peak RSS growth while one body streams to disk, FetchKit vs raw URLSession
+      (default 1024 MiB, R = 3; --no-ranges: a server that refuses ranges)
   serve
       runs the loopback server until interrupted and prints its URL, for other clients
 """
@@ -58,6 +62,13 @@ do {
     case "queue-memory":
         try QueueMemoryBenchmark.run(count: try option("--count", in: arguments, default: 100_000),
                                      runs: try option("--runs", in: arguments, default: 3))
+    case "disk-memory":
+        try DiskMemoryBenchmark.run(size: try option("--size", in: arguments, default: 1024) << 20,
+                                    runs: try option("--runs", in: arguments, default: 3),
+                                    ranges: !arguments.contains("--no-ranges"))
+    case "disk-memory-child":
+        guard arguments.count == 5, let size = Int(arguments[2]) else { throw BenchError("bad child arguments") }
+        try DiskMemoryBenchmark.child(client: arguments[1], size: size, base: arguments[3], path: arguments[4])
     case "queue-memory-child":
         guard arguments.count == 3, let count = Int(arguments[2]) else { throw BenchError("bad child arguments") }
         try QueueMemoryBenchmark.child(scenario: arguments[1], count: count)

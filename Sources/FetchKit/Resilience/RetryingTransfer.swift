@@ -146,7 +146,7 @@ final class RetryingTransfer: TransferHandle, TransferOwner, @unchecked Sendable
     }
 
     func transferDidEnd(_ result: TransferResult) {
-        enum Decision { case finish, retry(RetryEvent), continueTransfer }
+        enum Decision { case finish, retry(RetryEvent), continueTransfer(any ResponseBodySink) }
         let method = request.httpMethod ?? "GET"
         let sink = state.withLock { $0.sink }
         let fellBehind = sink?.stoppedForBackpressure ?? false
@@ -154,7 +154,7 @@ final class RetryingTransfer: TransferHandle, TransferOwner, @unchecked Sendable
             state.current = nil
             state.sink = nil
             // Stopped for the disk to catch up: continue at once, as the same attempt.
-            if fellBehind, !state.stopped, case .failure = result { return .continueTransfer }
+            if fellBehind, let sink, !state.stopped, case .failure = result { return .continueTransfer(sink) }
             guard !state.stopped, case .failure(let error, _) = result,
                   let delay = policy.delay(after: error, attempt: state.attempt, method: method)
             else { return .finish }
@@ -168,8 +168,9 @@ final class RetryingTransfer: TransferHandle, TransferOwner, @unchecked Sendable
         switch decision {
         case .finish:
             finish(result)
-        case .continueTransfer:
-            beginAttempt(continuing: true)
+        case .continueTransfer(let sink):
+            // From what is on disk, once the writer has caught up and the stopped task is over.
+            sink.whenReadyToContinue { self.beginAttempt(continuing: true) }
         case .retry(let event):
             operation.willRetry(event)
             DispatchQueue.global().asyncAfter(deadline: .now() + event.delay) { [weak self] in

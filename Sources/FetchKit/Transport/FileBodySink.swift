@@ -64,6 +64,17 @@ final class FileBodySink: ResponseBodySink {
     /// When to stop the transfer because the writer fell behind (`nil`: never).
     var backpressure: Backpressure?
     private let stoppedBehind = Protected(false)
+    /// What a continuation waits for: the writer, the stopped task, and someone to continue.
+    private struct ContinuationGate {
+        var stored = false
+        var taskCompleted = false
+        var body: (@Sendable () -> Void)?
+    }
+    private let continuation = Protected(ContinuationGate())
+    /// Bytes handed to the writer.
+    private var writerAppended: Int64 = 0
+    /// The writer's backlog after the last chunk.
+    private var lastBacklog: Int64 = 0
 
     init(partialURL: URL, recordURL: URL, sourceURL: URL?, requestedOffset: Int64, keepsResumablePartial: Bool) {
         self.partialURL = partialURL
@@ -125,9 +136,12 @@ final class FileBodySink: ResponseBodySink {
             writerBase = length
             self.writer = writer
         }
-        if let failure = writer.append(chunk) {
+        let (backlog, failure) = writer.append(chunk)
+        if let failure {
             throw writeFailure(failure)
         }
+        writerAppended += Int64(chunk.count)
+        lastBacklog = backlog
     }
 
     /// Bytes handed to the writer and not yet on disk.
@@ -136,10 +150,13 @@ final class FileBodySink: ResponseBodySink {
     }
 
     /// Whether to stop the transfer now and continue it with `Range` once the writer has
-    /// caught up: the backlog passed the bound, and the server allows continuing.
+    /// caught up: the server allows continuing, and the writer's backlog passed the bound.
+    ///
+    /// Only the writer's backlog counts. Chunks waiting on the router queue are not made fewer
+    /// by a stop: on Linux a cancelled task goes on delivering for a while (measured: the rest
+    /// of a fast loopback body), so the router queue is kept cheap instead.
     func shouldStopTransfer() -> Bool {
-        guard let backpressure, resumable, let writer else { return false }
-        guard writer.status.backlog > backpressure.bound else { return false }
+        guard let backpressure, resumable, lastBacklog > backpressure.bound else { return false }
         stoppedBehind.withLock { $0 = true }
         return true
     }
@@ -184,20 +201,69 @@ final class FileBodySink: ResponseBodySink {
     }
 
     func abandon() {
-        // What arrived is kept for resuming: the writer finishes first, so the partial file's
-        // length is what a resume asks for. A write that failed only shortened it.
-        _ = drainWriter()
-        if descriptor >= 0 {
-            _ = posixClose(descriptor)
-            descriptor = -1
-        }
         // A transfer that never opened the file (refused, cancelled while connecting, an error
         // status) leaves an earlier partial file as it was.
-        guard opened else { return }
-        if stoppedForBackpressure && length > 0 { return }
-        if !(keepsResumablePartial && resumable && length > 0) {
-            Self.removePartial(partialURL, recordURL)
+        guard opened else {
+            closeAfterWriter(discarding: false)
+            return
         }
+        if stoppedForBackpressure {
+            // Kept for the continuation, which waits for the writer (``whenReadyToContinue(_:)``).
+            // The router queue does not: the stopped task's chunks keep coming for a while.
+            closeAfterWriter(discarding: false)
+            let gate = continuation
+            let stored: @Sendable () -> Void = { Self.record(in: gate) { $0.stored = true } }
+            if let writer { writer.whenDrained(stored) } else { stored() }
+            return
+        }
+        if keepsResumablePartial && resumable && writerBase + writerAppended > 0 {
+            // Kept for resuming: the writer finishes first, so the partial file's length is what
+            // a resume asks for. (A write that failed only shortened it.) The backlog is at most
+            // the bound here: a resumable download is stopped when it passes it.
+            _ = drainWriter()
+            if descriptor >= 0 {
+                _ = posixClose(descriptor)
+                descriptor = -1
+            }
+            return
+        }
+        // Removed: what waits for the writer is dropped, not waited for.
+        closeAfterWriter(discarding: true)
+        Self.removePartial(partialURL, recordURL)
+    }
+
+    /// Closes the file once the writer is done with it, without waiting here.
+    private func closeAfterWriter(discarding: Bool) {
+        let fd = descriptor
+        descriptor = -1
+        guard let writer else {
+            if fd >= 0 { _ = posixClose(fd) }
+            return
+        }
+        if discarding { writer.discard() }
+        writer.whenDrained {
+            if fd >= 0 { _ = posixClose(fd) }
+        }
+    }
+
+    func stoppedTaskDidComplete() {
+        Self.record(in: continuation) { $0.taskCompleted = true }
+    }
+
+    func whenReadyToContinue(_ body: @escaping @Sendable () -> Void) {
+        Self.record(in: continuation) { $0.body = body }
+    }
+
+    /// Records one of the three things a continuation waits for, and starts it after the
+    /// last, outside the lock.
+    private static func record(in gate: Protected<ContinuationGate>, _ change: (inout ContinuationGate) -> Void) {
+        let body = gate.withLock { gate -> (@Sendable () -> Void)? in
+            change(&gate)
+            guard gate.stored, gate.taskCompleted, let body = gate.body else { return nil }
+            gate.body = nil
+            return body
+        }
+        body?()
     }
 
     static func removePartial(_ partialURL: URL, _ recordURL: URL) {
@@ -224,3 +290,4 @@ final class FileBodySink: ResponseBodySink {
 @inline(__always) private func posixClose(_ fd: Int32) -> Int32 {
     close(fd)
 }
+

@@ -53,24 +53,41 @@ final class FileWriter: @unchecked Sendable {
         self.throttle = throttle
     }
 
-    /// Hands `chunk` to the writer; returns at once.
+    /// Hands `chunk` to the writer; returns at once. The writer is woken once a batch of
+    /// ``wakeThreshold`` bytes is waiting, not for every chunk (a wake-up costs more than
+    /// handing over a chunk); ``drain()`` and ``whenDrained(_:)`` write the rest.
     ///
-    /// - Returns: the `errno` of an earlier failed write, if any (the chunk is then dropped).
-    func append(_ chunk: Data) -> Int32? {
-        guard !chunk.isEmpty else { return nil }
-        let (failure, schedule) = state.withLock { state -> (Int32?, Bool) in
-            if let failure = state.status.failure { return (failure, false) }
+    /// - Returns: the backlog, and the `errno` of an earlier failed write, if any (the chunk
+    ///   is then dropped).
+    func append(_ chunk: Data) -> (backlog: Int64, failure: Int32?) {
+        let (backlog, failure, schedule) = state.withLock { state -> (Int64, Int32?, Bool) in
+            if let failure = state.status.failure { return (state.status.backlog, failure, false) }
             state.chunks.append(chunk)
             state.status.backlog += Int64(chunk.count)
             state.status.peakBacklog = max(state.status.peakBacklog, state.status.backlog)
-            guard !state.scheduled else { return (nil, false) }
-            state.scheduled = true
-            return (nil, true)
+            return (state.status.backlog, nil, Self.shouldSchedule(&state, threshold: Self.wakeThreshold))
         }
         if schedule {
             queue.async { self.run() }
         }
-        return failure
+        return (backlog, failure)
+    }
+
+    /// How much waits before the writer is woken: 256 KiB.
+    static let wakeThreshold: Int64 = 256 << 10
+
+    /// Whether to queue a drain now (none is queued, and at least `threshold` waits).
+    private static func shouldSchedule(_ state: inout State, threshold: Int64) -> Bool {
+        guard !state.scheduled, !state.chunks.isEmpty, state.status.backlog >= threshold else { return false }
+        state.scheduled = true
+        return true
+    }
+
+    /// Wakes the writer for whatever waits, however little.
+    private func flush() {
+        if state.withLock({ Self.shouldSchedule(&$0, threshold: 0) }) {
+            queue.async { self.run() }
+        }
     }
 
     /// What the writer has done so far.
@@ -83,8 +100,24 @@ final class FileWriter: @unchecked Sendable {
     /// Call it from the queue that appends (nothing may be appended meanwhile): the drain
     /// queued before this call runs until the chunks run out.
     func drain() -> Status {
+        flush()
         queue.sync {}
         return status
+    }
+
+    /// Runs `body` on the writer's queue once the chunks handed over so far are written.
+    /// Nothing may be appended afterwards.
+    func whenDrained(_ body: @escaping @Sendable () -> Void) {
+        flush()
+        queue.async(execute: body)
+    }
+
+    /// Drops the chunks not yet written (the file is being removed).
+    func discard() {
+        state.withLock { state in
+            state.status.backlog -= state.chunks.reduce(0) { $0 + Int64($1.count) }
+            state.chunks = []
+        }
     }
 
     // MARK: Writer queue

@@ -34,11 +34,18 @@ protocol ResponseBodySink: AnyObject {
     func shouldStopTransfer() -> Bool
     /// Whether ``shouldStopTransfer()`` stopped the transfer. Safe from any thread.
     var stoppedForBackpressure: Bool { get }
+    /// The task that ``shouldStopTransfer()`` stopped has completed: nothing more arrives.
+    func stoppedTaskDidComplete()
+    /// Runs `body`, on any thread, once a transfer stopped by ``shouldStopTransfer()`` can be
+    /// continued: everything written is stored, and the stopped task has completed.
+    func whenReadyToContinue(_ body: @escaping @Sendable () -> Void)
 }
 
 extension ResponseBodySink {
     func shouldStopTransfer() -> Bool { false }
     var stoppedForBackpressure: Bool { false }
+    func stoppedTaskDidComplete() {}
+    func whenReadyToContinue(_ body: @escaping @Sendable () -> Void) { body() }
 }
 
 /// Keeps the body in memory, in one buffer reserved from `Content-Length` up front so that a
