@@ -198,11 +198,13 @@ open class DownloadOperation: FetchOperation, @unchecked Sendable {
     /// continued with `Range` from what was on disk (diagnostics; 0 usually).
     ///
     /// URLSession on Linux cannot slow the network down to the disk's pace: it hands over every
-    /// chunk as fast as it arrives. FetchKit writes off the session's queue, and when more than
-    /// 16 MiB waits for the disk and the server allows resuming (an `ETag` or `Last-Modified`,
-    /// and `Accept-Ranges: bytes`), it stops the transfer, lets the disk catch up, and continues
-    /// with `Range` and `If-Range`. A continuation is neither a retry nor visible in
-    /// ``FetchOperation/attempts``.
+    /// chunk as fast as it arrives. FetchKit writes on a thread of its own, so that the
+    /// session's queue keeps up, and when more than 32 MiB waits for the disk and the server
+    /// allows resuming (an `ETag` or `Last-Modified`, and `Accept-Ranges: bytes`), it stops the
+    /// transfer, waits until the disk has caught up and the stopped task has ended, and
+    /// continues with `Range` and `If-Range`. A continuation is neither a retry nor counted in
+    /// ``FetchOperation/attempts``; progress goes on from the bytes on disk. Without ranges the
+    /// transfer is not stopped, and what waits for the disk is not bounded.
     public var backpressureContinuations: Int {
         downloadState.withLock { $0.continuations }
     }

@@ -196,10 +196,10 @@ final class FileWriter: @unchecked Sendable {
 /// How far a download's writer may fall behind the network before the transfer is stopped and
 /// continued with `Range` from what is on disk.
 struct Backpressure: Sendable {
-    /// The most bytes waiting for the writer. Default 16 MiB.
+    /// The most bytes waiting for the writer. Default 32 MiB.
     var bound: Int64 = Self.defaultBound
     /// Run on the writer's queue before each write, with its size (tests: a slow disk).
     var throttle: (@Sendable (Int) -> Void)?
 
-    static let defaultBound: Int64 = 16 << 20
+    static let defaultBound: Int64 = 32 << 20
 }
