@@ -33,7 +33,7 @@ struct PartialDownloadRecord: Codable, Equatable, Sendable {
 }
 
 /// Streams a body into the partial file beside a download's destination, through a
-/// ``FileWriter`` on a queue of its own: memory stays flat whatever the size.
+/// ``FileWriter`` on a queue of its own: what waits in memory does not grow with the size.
 ///
 /// The router queue only hands each chunk to the writer. When the writer falls behind the
 /// network by more than ``Backpressure/bound`` and the server allows continuing (a validator,
@@ -144,11 +144,6 @@ final class FileBodySink: ResponseBodySink {
         lastBacklog = backlog
     }
 
-    /// Bytes handed to the writer and not yet on disk.
-    var backlog: Int64 {
-        writer?.status.backlog ?? 0
-    }
-
     /// Whether to stop the transfer now and continue it with `Range` once the writer has
     /// caught up: the server allows continuing, and the writer's backlog passed the bound.
     ///
@@ -219,7 +214,7 @@ final class FileBodySink: ResponseBodySink {
         if keepsResumablePartial && resumable && writerBase + writerAppended > 0 {
             // Kept for resuming: the writer finishes first, so the partial file's length is what
             // a resume asks for. (A write that failed only shortened it.) The backlog is at most
-            // the bound here: a resumable download is stopped when it passes it.
+            // the bound here: a resumable GET is stopped when it passes it.
             _ = drainWriter()
             if descriptor >= 0 {
                 _ = posixClose(descriptor)
@@ -290,4 +285,3 @@ final class FileBodySink: ResponseBodySink {
 @inline(__always) private func posixClose(_ fd: Int32) -> Int32 {
     close(fd)
 }
-
