@@ -23,7 +23,7 @@ let package = Package(
         // The in-tree HTTP/1.1 server on 127.0.0.1 that the tests, the demo and the benchmark
         // run against. A target, not a product: it is not part of FetchKit's public surface.
         .target(name: "LoopbackServer"),
-        .testTarget(name: "FetchKitTests", dependencies: ["FetchKit", "LoopbackServer", "RunLoopProbe", "fetchkit", "CZlib"]),
+        .testTarget(name: "FetchKitTests", dependencies: ["FetchKit", "LoopbackServer", "RunLoopProbe", "fetchkit", "fetchkit-bench", "CZlib"]),
         // zlib, for the tests only: they compress real gzip streams (a bomb, a truncated body).
         // FetchKit itself needs no zlib: libcurl decodes content codings under URLSession.
         .systemLibrary(name: "CZlib", path: "Tests/CZlib", pkgConfig: "zlib", providers: [.apt(["zlib1g-dev"])]),

@@ -9,6 +9,8 @@ struct Scenario: Sendable {
     let count: Int
     let concurrency: Int
     let destination: Destination
+    /// The server's route: `bytes` (with ranges and an `ETag`) or `bytes-norange`.
+    var path = "bytes"
 
     /// How the row is reported: requests per second for small bodies, bytes per second else.
     var reportsRequests: Bool { bodySize <= 64 << 10 }
@@ -41,7 +43,7 @@ struct Scenario: Sendable {
 
     /// The URL of request `index`: distinct per request, so that nothing can be shared.
     func url(base: URL, index: Int) -> URL {
-        URL(string: "\(base.absoluteString)/bytes/\(bodySize)?n=\(index)")!
+        URL(string: "\(base.absoluteString)/\(path)/\(bodySize)?n=\(index)")!
     }
 }
 

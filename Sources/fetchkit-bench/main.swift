@@ -4,6 +4,7 @@
 //   swift run -c release fetchkit-bench                 the throughput table (alias: throughput)
 //   swift run -c release fetchkit-bench queue-memory [--count N] [--runs R]
 //   swift run -c release fetchkit-bench endless-body [--limit MiB]
+//   swift run -c release fetchkit-bench disk-memory [--size MiB] [--runs R] [--no-ranges]
 import FetchKit
 import Foundation
 import LoopbackServer
@@ -21,6 +22,9 @@ benchmarks:
   endless-body [--limit MiB]
       peak memory growth of a fetch of an endless chunked body at its limit (default 64 MiB),
       against appending to a Data up to the limit
+  disk-memory [--size MiB] [--runs R] [--no-ranges]
+      peak RSS growth while one body streams to disk, FetchKit vs raw URLSession
+      (default 1024 MiB, R = 3; --no-ranges: a server that refuses ranges)
   serve
       runs the loopback server until interrupted and prints its URL, for other clients
 """
@@ -62,6 +66,13 @@ do {
     case "queue-memory":
         try QueueMemoryBenchmark.run(count: try option("--count", in: arguments, default: 100_000),
                                      runs: try option("--runs", in: arguments, default: 3))
+    case "disk-memory":
+        try DiskMemoryBenchmark.run(size: try option("--size", in: arguments, default: 1024) << 20,
+                                    runs: try option("--runs", in: arguments, default: 3),
+                                    ranges: !arguments.contains("--no-ranges"))
+    case "disk-memory-child":
+        guard arguments.count == 5, let size = Int(arguments[2]) else { throw BenchError("bad child arguments") }
+        try DiskMemoryBenchmark.child(client: arguments[1], size: size, base: arguments[3], path: arguments[4])
     case "queue-memory-child":
         guard arguments.count == 3, let count = Int(arguments[2]) else { throw BenchError("bad child arguments") }
         try QueueMemoryBenchmark.child(scenario: arguments[1], count: count)

@@ -67,6 +67,14 @@ open class DownloadOperation: FetchOperation, @unchecked Sendable {
         var downloadedFileURL: URL?
         var notices: [PartialFileNotice] = []
         var openFile = PartialFileOpener.safe
+        var backpressure = Backpressure()
+        /// The current attempt's sink: whether it stopped the transfer for the disk to catch up.
+        var sink: FileBodySink?
+        var continuations = 0
+        /// The largest writer backlog of the attempts before the current one.
+        var peakBacklog: Int64 = 0
+        /// What the attempt that the continuations continue resumed from.
+        var resumedBeforeContinuing: Int64?
     }
 
     private let downloadState = Protected(DownloadState())
@@ -179,7 +187,8 @@ open class DownloadOperation: FetchOperation, @unchecked Sendable {
     override func prepareAttempt(_ request: URLRequest, attempt: Int) -> AttemptSetup {
         var request = request
         var offset: Int64 = 0
-        switch inspectPartial(for: request) {
+        let continuing = noteContinuation()
+        switch inspectPartial(for: request, continuing: continuing) {
         case .resume(let size, let validator):
             request.setValue("bytes=\(size)-", forHTTPHeaderField: "Range")
             request.setValue(validator, forHTTPHeaderField: "If-Range")
@@ -206,7 +215,9 @@ open class DownloadOperation: FetchOperation, @unchecked Sendable {
     /// Whether the partial file beside the destination can be resumed by `request`: it and its
     /// record are private regular files (no link of either kind), the record names the same
     /// URL, has a validator and the partial file's length, and the file is under the cap.
-    private func inspectPartial(for request: URLRequest) -> PartialVerdict {
+    /// A continuation (the transfer was stopped for the disk to catch up) resumes even when
+    /// ``resumesPartialDownloads`` is `false`.
+    private func inspectPartial(for request: URLRequest, continuing: Bool) -> PartialVerdict {
         let partial = LocalFile.status(partialFileURL)
         let recordStatus = LocalFile.status(partialRecordURL)
         guard let partial else { return .discard(nil) }        // a lone record is just stale
@@ -214,7 +225,7 @@ open class DownloadOperation: FetchOperation, @unchecked Sendable {
             .discard(PartialFileNotice(reason: reason, path: partialFileURL.path))
         }
         guard partial.isPrivateRegularFile else { return notice(.partialNotARegularFile) }
-        guard resumesPartialDownloads, request.isGET, partial.size > 0 else { return .discard(nil) }
+        guard resumesPartialDownloads || continuing, request.isGET, partial.size > 0 else { return .discard(nil) }
         guard let recordStatus else { return notice(.recordMissing) }
         guard recordStatus.isPrivateRegularFile else { return notice(.recordNotARegularFile) }
         guard let record = PartialDownloadRecord.load(from: partialRecordURL) else { return notice(.recordUnreadable) }
@@ -226,8 +237,8 @@ open class DownloadOperation: FetchOperation, @unchecked Sendable {
     }
 
     override func makeBodySink() -> any ResponseBodySink {
-        let (offset, source) = core.withLock { ($0.rangeOffset, $0.sentRequest?.url) }
-        return FileBodySink(
+        let (offset, source, isGET) = core.withLock { ($0.rangeOffset, $0.sentRequest?.url, $0.sentRequest?.isGET ?? false) }
+        let sink = FileBodySink(
             partialURL: partialFileURL,
             recordURL: partialRecordURL,
             sourceURL: source,
@@ -236,6 +247,12 @@ open class DownloadOperation: FetchOperation, @unchecked Sendable {
             maximumLength: maximumResponseSize,
             openFile: openPartialFile
         )
+        downloadState.withLock { state in
+            // Only a GET can be continued with `Range`.
+            sink.backpressure = isGET ? state.backpressure : nil
+            state.sink = sink
+        }
+        return sink
     }
 
     override func process(_ body: ResponseBody) throws(FetchError) {
@@ -261,12 +278,60 @@ open class DownloadOperation: FetchOperation, @unchecked Sendable {
         let resumed = core.withLock { $0.progressBase }     // what a 206 continued from
         downloadState.withLock { state in
             state.downloadedFileURL = destination
-            state.resumedBytes = resumed
+            state.resumedBytes = state.resumedBeforeContinuing ?? resumed
         }
         do {
             try parseDownloadedFile(at: destination)
         } catch {
             throw parseFailure(error)
+        }
+    }
+
+    // MARK: Backpressure
+
+    /// How many times the transfer was stopped because the disk fell behind the network, and
+    /// continued with `Range` from what was on disk (diagnostics; 0 usually).
+    ///
+    /// URLSession on Linux cannot slow the network down to the disk's pace: it hands over every
+    /// chunk as fast as it arrives. FetchKit writes on a thread of its own, so that the
+    /// session's queue keeps up, and when more than 32 MiB waits for the disk and the server
+    /// allows resuming (an `ETag` or `Last-Modified`, and `Accept-Ranges: bytes`), it stops the
+    /// transfer, waits until the disk has caught up and the stopped task has ended, and
+    /// continues with `Range` and `If-Range`. A continuation is neither a retry nor counted in
+    /// ``FetchOperation/attempts``; progress goes on from the bytes on disk. Without ranges the
+    /// transfer is not stopped, and what waits for the disk is not bounded.
+    public var backpressureContinuations: Int {
+        downloadState.withLock { $0.continuations }
+    }
+
+    /// When the transfer is stopped for the disk to catch up (tests tighten it, and slow the
+    /// disk down). Set before the operation starts.
+    var backpressure: Backpressure {
+        get { downloadState.withLock { $0.backpressure } }
+        set { downloadState.withLock { $0.backpressure = newValue } }
+    }
+
+    /// The most bytes that waited for the disk at any moment (tests and diagnostics). Read it
+    /// once the operation has finished.
+    var peakBacklog: Int64 {
+        downloadState.withLock { max($0.peakBacklog, $0.sink?.peakBacklog ?? 0) }
+    }
+
+    /// Whether the last attempt stopped for the disk to catch up; if so, counts the
+    /// continuation and remembers what the attempt it continues resumed from.
+    private func noteContinuation() -> Bool {
+        let progressBase = core.withLock { $0.progressBase }
+        return downloadState.withLock { state in
+            let continuing = state.sink?.stoppedForBackpressure ?? false
+            state.peakBacklog = max(state.peakBacklog, state.sink?.peakBacklog ?? 0)
+            state.sink = nil
+            if continuing {
+                state.continuations += 1
+                if state.resumedBeforeContinuing == nil { state.resumedBeforeContinuing = progressBase }
+            } else {
+                state.resumedBeforeContinuing = nil
+            }
+            return continuing
         }
     }
 

@@ -25,6 +25,9 @@ final class RetryingTransfer: TransferHandle, TransferOwner, @unchecked Sendable
     private struct State {
         var attempt = 0
         var current: (any TransferHandle)?
+        /// The current attempt's body sink: it says whether it stopped the transfer to let
+        /// the disk catch up.
+        var sink: (any ResponseBodySink)?
         /// A retry wait is under way. Only one can be: the next begins after the attempt this
         /// one starts; a stop ends it for good.
         var waiting = false
@@ -48,7 +51,7 @@ final class RetryingTransfer: TransferHandle, TransferOwner, @unchecked Sendable
     }
 
     func start() {
-        beginAttempt()
+        beginAttempt(continuing: false)
     }
 
     func stop() {
@@ -72,9 +75,11 @@ final class RetryingTransfer: TransferHandle, TransferOwner, @unchecked Sendable
 
     // MARK: Attempts
 
-    private func beginAttempt() {
+    /// - Parameter continuing: The last attempt was stopped because the disk fell behind; this
+    ///   one continues it (with `Range`, from what is on disk) and is not a retry.
+    private func beginAttempt(continuing: Bool) {
         let (attempt, firstStart) = state.withLock { state -> (Int, UInt64?) in
-            state.attempt += 1
+            if !continuing { state.attempt += 1 }
             return (state.attempt, state.firstStart)
         }
         var limits = self.limits
@@ -103,6 +108,7 @@ final class RetryingTransfer: TransferHandle, TransferOwner, @unchecked Sendable
         let go = state.withLock { state -> Bool in
             guard !state.stopped else { return false }
             state.current = handle
+            state.sink = sink
             return true
         }
         guard go else {
@@ -118,7 +124,7 @@ final class RetryingTransfer: TransferHandle, TransferOwner, @unchecked Sendable
             state.waiting = false
             return true
         }
-        if go { beginAttempt() }
+        if go { beginAttempt(continuing: false) }
     }
 
     /// What is left of the total timeout `total` that started at `start` (uptime ns).
@@ -152,10 +158,15 @@ final class RetryingTransfer: TransferHandle, TransferOwner, @unchecked Sendable
     }
 
     func transferDidEnd(_ result: TransferResult) {
-        enum Decision { case finish, retry(RetryEvent) }
+        enum Decision { case finish, retry(RetryEvent), continueTransfer(any ResponseBodySink) }
         let method = request.httpMethod ?? "GET"
+        let sink = state.withLock { $0.sink }
+        let fellBehind = sink?.stoppedForBackpressure ?? false
         let decision = state.withLock { state -> Decision in
             state.current = nil
+            state.sink = nil
+            // Stopped for the disk to catch up: continue at once, as the same attempt.
+            if fellBehind, let sink, !state.stopped, case .failure = result { return .continueTransfer(sink) }
             guard !state.stopped, case .failure(let error, _) = result,
                   let delay = policy.delay(after: error, attempt: state.attempt, method: method)
             else { return .finish }
@@ -169,6 +180,9 @@ final class RetryingTransfer: TransferHandle, TransferOwner, @unchecked Sendable
         switch decision {
         case .finish:
             finish(result)
+        case .continueTransfer(let sink):
+            // From what is on disk, once the writer has caught up and the stopped task is over.
+            sink.whenReadyToContinue { self.beginAttempt(continuing: true) }
         case .retry(let event):
             operation.willRetry(event)
             DispatchQueue.global().asyncAfter(deadline: .now() + event.delay) { [weak self] in

@@ -47,8 +47,14 @@ struct PartialDownloadRecord: Codable, Equatable, Sendable {
     }
 }
 
-/// Streams a body into the partial file beside a download's destination, with POSIX writes:
-/// memory stays flat whatever the size.
+/// Streams a body into the partial file beside a download's destination, through a
+/// ``FileWriter`` on a queue of its own: what waits in memory does not grow with the size.
+///
+/// The router queue only hands each chunk to the writer. When the writer falls behind the
+/// network by more than ``Backpressure/bound`` and the server allows continuing (a validator,
+/// and ranges), ``shouldStopTransfer()`` says so: the transfer stops, the writer finishes, the
+/// partial file is kept, and the download continues with `Range` from what is on disk. (On
+/// Linux neither `suspend()` nor a slow delegate slows libcurl; see ``ResponseBodySink``.)
 ///
 /// A `206 Partial Content` that starts where the partial file ends is appended to it; any
 /// other success rewrites it from the start. On failure or cancel the partial file is kept
@@ -66,10 +72,24 @@ final class FileBodySink: ResponseBodySink {
     private var opened = false
     private var length: Int64 = 0
     private var resumable = false
-    /// Chunks gathered into one `write(2)`: URLSession hands over 16 KiB at a time, and a
-    /// system call per chunk slows the queue that drains them (see ``ResponseBodySink``).
-    private var pending = Data()
-    static let writeBatch = 256 << 10
+    /// Writes the chunks off the router queue; made at the first chunk.
+    private var writer: FileWriter?
+    /// The file's length when the writer was made.
+    private var writerBase: Int64 = 0
+    /// When to stop the transfer because the writer fell behind (`nil`: never).
+    var backpressure: Backpressure?
+    private let stoppedBehind = Protected(false)
+    /// What a continuation waits for: the writer, the stopped task, and someone to continue.
+    private struct ContinuationGate {
+        var stored = false
+        var taskCompleted = false
+        var body: (@Sendable () -> Void)?
+    }
+    private let continuation = Protected(ContinuationGate())
+    /// Bytes handed to the writer.
+    private var writerAppended: Int64 = 0
+    /// The writer's backlog after the last chunk.
+    private var lastBacklog: Int64 = 0
 
     /// The largest the file may grow, resumed bytes included (the download's
     /// ``FetchOperation/maximumResponseSize``).
@@ -133,52 +153,67 @@ final class FileBodySink: ResponseBodySink {
 
     func write(_ chunk: Data) throws(FetchError) {
         try admit(chunk.count)
-        if pending.isEmpty && chunk.count >= Self.writeBatch {
-            try writeNow(chunk)
-            return
+        let writer: FileWriter
+        if let existing = self.writer {
+            writer = existing
+        } else {
+            writer = FileWriter(descriptor: descriptor, throttle: backpressure?.throttle)
+            writerBase = length
+            self.writer = writer
         }
-        if pending.isEmpty { pending.reserveCapacity(Self.writeBatch) }
-        pending.append(chunk)
-        if pending.count >= Self.writeBatch {
-            try flush()
-        }
-    }
-
-    private func flush() throws(FetchError) {
-        guard !pending.isEmpty else { return }
-        let batch = pending
-        pending.removeAll(keepingCapacity: true)
-        try writeNow(batch)
-    }
-
-    private func writeNow(_ chunk: Data) throws(FetchError) {
-        let fd = descriptor
-        let failure: Int32? = chunk.withUnsafeBytes { buffer in
-            guard var base = buffer.baseAddress else { return nil }
-            var remaining = buffer.count
-            while remaining > 0 {
-                let written = posixWrite(fd, base, remaining)
-                if written < 0 {
-                    if errno == EINTR { continue }
-                    return errno
-                }
-                remaining -= written
-                base += written
-            }
-            return nil
-        }
+        let (backlog, failure) = writer.append(chunk)
         if let failure {
-            let kind: FetchError.FileFailure.Kind = (failure == ENOSPC || failure == EDQUOT || failure == EFBIG) ? .diskFull : .writeFailed
-            throw .fileSystem(.init(kind: kind, path: partialURL.path, code: failure))
+            throw writeFailure(failure)
         }
-        length += Int64(chunk.count)
+        writerAppended += Int64(chunk.count)
+        lastBacklog = backlog
+    }
+
+    /// Whether to stop the transfer now and continue it with `Range` once the writer has
+    /// caught up: the server allows continuing, and the writer's backlog passed the bound.
+    ///
+    /// Only the writer's backlog counts. Chunks waiting on the router queue are not made fewer
+    /// by a stop: on Linux a cancelled task goes on delivering for a while (measured: the rest
+    /// of a fast loopback body), so the router queue is kept cheap instead.
+    func shouldStopTransfer() -> Bool {
+        guard let backpressure, resumable, lastBacklog > backpressure.bound else { return false }
+        stoppedBehind.withLock { $0 = true }
+        return true
+    }
+
+    /// The transfer was stopped because the writer fell behind: the partial file is kept,
+    /// consistent with its length, for a continuation. Safe from any thread.
+    var stoppedForBackpressure: Bool {
+        stoppedBehind.withLock { $0 }
+    }
+
+    /// The largest backlog seen (diagnostics and tests).
+    var peakBacklog: Int64 {
+        writer?.status.peakBacklog ?? 0
+    }
+
+    /// Waits for the writer: every byte handed over is on disk (or a write failed).
+    private func drainWriter() -> Int32? {
+        guard let writer else { return nil }
+        let status = writer.drain()
+        length = writerBase + status.written
+        return status.failure
+    }
+
+    private func writeFailure(_ code: Int32) -> FetchError {
+        let kind: FetchError.FileFailure.Kind = (code == ENOSPC || code == EDQUOT || code == EFBIG) ? .diskFull : .writeFailed
+        return .fileSystem(.init(kind: kind, path: partialURL.path, code: code))
     }
 
     func close() throws(FetchError) -> ResponseBody {
-        try flush()
-        pending = Data()
+        // Every byte on disk before the file is handed over (and renamed).
+        let failure = drainWriter()
         let fd = descriptor
         descriptor = -1
+        if let failure {
+            if fd >= 0 { _ = posixClose(fd) }
+            throw writeFailure(failure)
+        }
         if fd >= 0, posixClose(fd) != 0 {
             throw .fileSystem(.init(kind: errno == ENOSPC ? .diskFull : .writeFailed, path: partialURL.path, code: errno))
         }
@@ -186,22 +221,70 @@ final class FileBodySink: ResponseBodySink {
     }
 
     func abandon() {
-        // What arrived is kept for resuming; a write that fails here only shortens it, and the
-        // partial file's length is what a resume asks for.
-        try? flush()
-        pending = Data()
-        if descriptor >= 0 {
-            _ = posixClose(descriptor)
-            descriptor = -1
-        }
         // A transfer that never opened the file (refused, cancelled while connecting, an error
         // status) leaves an earlier partial file as it was.
-        guard opened else { return }
-        if !(keepsResumablePartial && resumable && length > 0) {
-            Self.removePartial(partialURL, recordURL)
-        } else {
-            keepRecord(length: length)
+        guard opened else {
+            closeAfterWriter(discarding: false)
+            return
         }
+        if stoppedForBackpressure {
+            // Kept for the continuation, which waits for the writer (``whenReadyToContinue(_:)``).
+            // The router queue does not: the stopped task's chunks keep coming for a while.
+            closeAfterWriter(discarding: false)
+            let gate = continuation
+            let stored: @Sendable () -> Void = { Self.record(in: gate) { $0.stored = true } }
+            if let writer { writer.whenDrained(stored) } else { stored() }
+            return
+        }
+        if keepsResumablePartial && resumable && writerBase + writerAppended > 0 {
+            // Kept for resuming: the writer finishes first, so the partial file's length is what
+            // a resume asks for. (A write that failed only shortened it.) The backlog is at most
+            // the bound here: a resumable GET is stopped when it passes it.
+            _ = drainWriter()
+            if descriptor >= 0 {
+                _ = posixClose(descriptor)
+                descriptor = -1
+            }
+            keepRecord(length: length)
+            return
+        }
+        // Removed: what waits for the writer is dropped, not waited for.
+        closeAfterWriter(discarding: true)
+        Self.removePartial(partialURL, recordURL)
+    }
+
+    /// Closes the file once the writer is done with it, without waiting here.
+    private func closeAfterWriter(discarding: Bool) {
+        let fd = descriptor
+        descriptor = -1
+        guard let writer else {
+            if fd >= 0 { _ = posixClose(fd) }
+            return
+        }
+        if discarding { writer.discard() }
+        writer.whenDrained {
+            if fd >= 0 { _ = posixClose(fd) }
+        }
+    }
+
+    func stoppedTaskDidComplete() {
+        Self.record(in: continuation) { $0.taskCompleted = true }
+    }
+
+    func whenReadyToContinue(_ body: @escaping @Sendable () -> Void) {
+        Self.record(in: continuation) { $0.body = body }
+    }
+
+    /// Records one of the three things a continuation waits for, and starts it after the
+    /// last, outside the lock.
+    private static func record(in gate: Protected<ContinuationGate>, _ change: (inout ContinuationGate) -> Void) {
+        let body = gate.withLock { gate -> (@Sendable () -> Void)? in
+            change(&gate)
+            guard gate.stored, gate.taskCompleted, let body = gate.body else { return nil }
+            gate.body = nil
+            return body
+        }
+        body?()
     }
 
     /// Removes the partial file and its record (links themselves, never their targets).
@@ -242,11 +325,7 @@ final class FileBodySink: ResponseBodySink {
     }
 }
 
-// The C library's write and close, named apart from the sink's own methods.
-@inline(__always) private func posixWrite(_ fd: Int32, _ buffer: UnsafeRawPointer, _ count: Int) -> Int {
-    write(fd, buffer, count)
-}
-
+// The C library's close, named apart from the sink's own methods.
 @inline(__always) private func posixClose(_ fd: Int32) -> Int32 {
     close(fd)
 }

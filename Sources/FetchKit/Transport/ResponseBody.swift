@@ -29,6 +29,23 @@ protocol ResponseBodySink: AnyObject {
     func close() throws(FetchError) -> ResponseBody
     /// The transfer failed or was cancelled: release or clean up what was written.
     func abandon()
+    /// Asked after each chunk: whether to stop the transfer because the body is arriving
+    /// faster than the sink can store it, to continue it later from what is stored.
+    func shouldStopTransfer() -> Bool
+    /// Whether ``shouldStopTransfer()`` stopped the transfer. Safe from any thread.
+    var stoppedForBackpressure: Bool { get }
+    /// The task that ``shouldStopTransfer()`` stopped has completed: nothing more arrives.
+    func stoppedTaskDidComplete()
+    /// Runs `body`, on any thread, once a transfer stopped by ``shouldStopTransfer()`` can be
+    /// continued: everything written is stored, and the stopped task has completed.
+    func whenReadyToContinue(_ body: @escaping @Sendable () -> Void)
+}
+
+extension ResponseBodySink {
+    func shouldStopTransfer() -> Bool { false }
+    var stoppedForBackpressure: Bool { false }
+    func stoppedTaskDidComplete() {}
+    func whenReadyToContinue(_ body: @escaping @Sendable () -> Void) { body() }
 }
 
 /// Keeps the body in memory, in one buffer whose growth it controls.

@@ -80,6 +80,8 @@ final class Transfer: TransferHandle, @unchecked Sendable {
     /// Inside the redirect callback: ending must not cancel the task.
     private var answeringRedirect = false
     private var ended = false
+    /// Stopped for the disk to catch up: the task, kept registered until it completes.
+    private var stoppedTask: URLSessionDataTask?
 
     private var queue: DispatchQueue { session.router.queue }
 
@@ -195,6 +197,10 @@ final class Transfer: TransferHandle, @unchecked Sendable {
             return
         }
         reportProgress()
+        if sink.shouldStopTransfer() {
+            // The disk fell behind the network: stop; the owner continues from what is stored.
+            end(.failure(.cancelled, response))
+        }
     }
 
     /// Progress goes to the owner every 64 KiB, with the last byte, and whenever the router
@@ -222,7 +228,10 @@ final class Transfer: TransferHandle, @unchecked Sendable {
     static let progressStep: Int64 = 64 << 10
 
     func didComplete(error: (any Error)?) {
-        guard !ended else { return }
+        guard !ended else {
+            stoppedTaskDidComplete()
+            return
+        }
         if let error {
             end(.failure(failure(for: error), response))
             return
@@ -376,7 +385,13 @@ final class Transfer: TransferHandle, @unchecked Sendable {
         ended = true
         session.router.deadlines.cancel(self)
         if let task {
-            session.router.unregister(task)
+            if sink.stoppedForBackpressure {
+                // Its chunks still come (a cancel lands late on Linux), and creating the next
+                // task now would wait for them on URLSession's queue: the sink hears when it ends.
+                stoppedTask = task
+            } else {
+                session.router.unregister(task)
+            }
             if case .failure = result, task.state != .completed, !answeringRedirect {
                 // Never cancel a task on the delegate queue: in 6.3.1 cancel() waits on
                 // URLSession's work queue, which may be waiting to deliver to this one.
@@ -388,6 +403,13 @@ final class Transfer: TransferHandle, @unchecked Sendable {
         let owner = self.owner
         self.owner = nil
         owner?.transferDidEnd(result)
+    }
+
+    private func stoppedTaskDidComplete() {
+        guard let task = stoppedTask else { return }
+        stoppedTask = nil
+        session.router.unregister(task)
+        sink.stoppedTaskDidComplete()
     }
 
     // MARK: Timeouts

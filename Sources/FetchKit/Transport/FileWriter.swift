@@ -1,0 +1,205 @@
+import Dispatch
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// Writes a download's chunks to its file on a serial queue of its own, so that the session
+/// router's queue only hands each chunk over (no copy, no system call) and keeps up with
+/// URLSession, which delivers ~16 KiB chunks with no backpressure (libcurl reads the socket as
+/// fast as it can; see ``ResponseBodySink``).
+///
+/// The writer gathers whatever has been handed over since its last write into one `writev(2)`
+/// of up to ``batchLimit`` chunks. ``backlog`` is what has been handed over and not yet
+/// written: the memory the writer holds. A write error is kept, every later chunk dropped, and
+/// the error reported to the next ``append(_:)`` and to ``drain()``.
+final class FileWriter: @unchecked Sendable {
+    /// What the writer has done, read under its lock.
+    struct Status: Sendable {
+        /// Bytes written to the file by this writer.
+        var written: Int64 = 0
+        /// Bytes handed over and not yet written.
+        var backlog: Int64 = 0
+        /// The largest ``backlog`` seen.
+        var peakBacklog: Int64 = 0
+        /// The `errno` of the first failed write.
+        var failure: Int32?
+    }
+
+    private struct State {
+        var chunks: [Data] = []
+        var status = Status()
+        /// A drain of ``chunks`` is queued or running on ``queue``.
+        var scheduled = false
+    }
+
+    /// The most chunks gathered into one `writev(2)` (~1 MiB of URLSession's chunks).
+    static let batchLimit = 64
+
+    private let descriptor: Int32
+    private let queue = DispatchQueue(label: "FetchKit.FileWriter")
+    private let state = Protected(State())
+    /// A test hook run on the writer's queue before each write, with its size: a throttle
+    /// that makes the writer slower than the network.
+    private let throttle: (@Sendable (Int) -> Void)?
+
+    /// - Parameters:
+    ///   - descriptor: An open file, positioned where the chunks go. The writer does not close it.
+    ///   - throttle: Run before each write (tests only).
+    init(descriptor: Int32, throttle: (@Sendable (Int) -> Void)? = nil) {
+        self.descriptor = descriptor
+        self.throttle = throttle
+    }
+
+    /// Hands `chunk` to the writer; returns at once. The writer is woken once a batch of
+    /// ``wakeThreshold`` bytes is waiting, not for every chunk (a wake-up costs more than
+    /// handing over a chunk); ``drain()`` and ``whenDrained(_:)`` write the rest.
+    ///
+    /// - Returns: the backlog, and the `errno` of an earlier failed write, if any (the chunk
+    ///   is then dropped).
+    func append(_ chunk: Data) -> (backlog: Int64, failure: Int32?) {
+        let (backlog, failure, schedule) = state.withLock { state -> (Int64, Int32?, Bool) in
+            if let failure = state.status.failure { return (state.status.backlog, failure, false) }
+            state.chunks.append(chunk)
+            state.status.backlog += Int64(chunk.count)
+            state.status.peakBacklog = max(state.status.peakBacklog, state.status.backlog)
+            return (state.status.backlog, nil, Self.shouldSchedule(&state, threshold: Self.wakeThreshold))
+        }
+        if schedule {
+            queue.async { self.run() }
+        }
+        return (backlog, failure)
+    }
+
+    /// How much waits before the writer is woken: 256 KiB.
+    static let wakeThreshold: Int64 = 256 << 10
+
+    /// Whether to queue a drain now (none is queued, and at least `threshold` waits).
+    private static func shouldSchedule(_ state: inout State, threshold: Int64) -> Bool {
+        guard !state.scheduled, !state.chunks.isEmpty, state.status.backlog >= threshold else { return false }
+        state.scheduled = true
+        return true
+    }
+
+    /// Wakes the writer for whatever waits, however little.
+    private func flush() {
+        if state.withLock({ Self.shouldSchedule(&$0, threshold: 0) }) {
+            queue.async { self.run() }
+        }
+    }
+
+    /// What the writer has done so far.
+    var status: Status {
+        state.withLock { $0.status }
+    }
+
+    /// Waits until every chunk handed over is written (or dropped after a failure).
+    ///
+    /// Call it from the queue that appends (nothing may be appended meanwhile): the drain
+    /// queued before this call runs until the chunks run out.
+    func drain() -> Status {
+        flush()
+        queue.sync {}
+        return status
+    }
+
+    /// Runs `body` on the writer's queue once the chunks handed over so far are written.
+    /// Nothing may be appended afterwards.
+    func whenDrained(_ body: @escaping @Sendable () -> Void) {
+        flush()
+        queue.async(execute: body)
+    }
+
+    /// Drops the chunks not yet written (the file is being removed).
+    func discard() {
+        state.withLock { state in
+            state.status.backlog -= state.chunks.reduce(0) { $0 + Int64($1.count) }
+            state.chunks = []
+        }
+    }
+
+    // MARK: Writer queue
+
+    private func run() {
+        while true {
+            let batch = state.withLock { state -> [Data] in
+                guard !state.chunks.isEmpty else {
+                    state.scheduled = false
+                    return []
+                }
+                let count = min(state.chunks.count, Self.batchLimit)
+                let batch = Array(state.chunks.prefix(count))
+                state.chunks.removeFirst(count)
+                return batch
+            }
+            guard !batch.isEmpty else { return }
+            let size = batch.reduce(0) { $0 + $1.count }
+            throttle?(size)
+            let failure = gather(batch[...], into: [])
+            state.withLock { state in
+                state.status.backlog -= Int64(size)
+                if let failure {
+                    state.status.failure = failure
+                    // Dropped: the file ends where the failure left it.
+                    state.status.backlog -= state.chunks.reduce(0) { $0 + Int64($1.count) }
+                    state.chunks = []
+                } else {
+                    state.status.written += Int64(size)
+                }
+            }
+        }
+    }
+
+    /// Collects the chunks' buffers, each valid only inside its `withUnsafeBytes`, by nesting
+    /// one call per chunk; the innermost writes them all.
+    private func gather(_ chunks: ArraySlice<Data>, into vectors: [iovec]) -> Int32? {
+        guard let first = chunks.first else {
+            return writeAll(vectors)
+        }
+        return first.withUnsafeBytes { buffer in
+            var vectors = vectors
+            if let base = buffer.baseAddress, buffer.count > 0 {
+                vectors.append(iovec(iov_base: UnsafeMutableRawPointer(mutating: base), iov_len: buffer.count))
+            }
+            return gather(chunks.dropFirst(), into: vectors)
+        }
+    }
+
+    /// Writes every vector, resuming after short writes and interruptions.
+    private func writeAll(_ vectors: [iovec]) -> Int32? {
+        var vectors = vectors
+        var index = 0
+        while index < vectors.count {
+            let written = vectors[index...].withUnsafeBufferPointer { pending in
+                writev(descriptor, pending.baseAddress, Int32(pending.count))
+            }
+            if written < 0 {
+                if errno == EINTR { continue }
+                return errno
+            }
+            var left = written
+            while index < vectors.count, left >= vectors[index].iov_len {
+                left -= vectors[index].iov_len
+                index += 1
+            }
+            if left > 0 {
+                vectors[index].iov_base = vectors[index].iov_base.map { $0 + left }
+                vectors[index].iov_len -= left
+            }
+        }
+        return nil
+    }
+}
+
+/// How far a download's writer may fall behind the network before the transfer is stopped and
+/// continued with `Range` from what is on disk.
+struct Backpressure: Sendable {
+    /// The most bytes waiting for the writer. Default 32 MiB.
+    var bound: Int64 = Self.defaultBound
+    /// Run on the writer's queue before each write, with its size (tests: a slow disk).
+    var throttle: (@Sendable (Int) -> Void)?
+
+    static let defaultBound: Int64 = 32 << 20
+}
