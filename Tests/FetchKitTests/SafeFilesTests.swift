@@ -137,6 +137,49 @@ struct SafeFilesTests {
         #expect(again.partialFileNotices.isEmpty)
     }
 
+    @Test func theRecordKeepsNoSecretOfTheURLYetResumes() async throws {
+        let server = try LoopbackServer()
+        let directory = try TemporaryDirectory()
+        defer { server.stop(); directory.remove() }
+        let cut = Locked(true)
+        server.resumableRoute("/s", length: 40_000, etag: Locked("v1"), cutFull: cut)
+        var parts = try #require(URLComponents(url: server.url("/s"), resolvingAgainstBaseURL: false))
+        parts.user = "alice"
+        parts.password = "pa55w0rd-secret"
+        parts.queryItems = [URLQueryItem(name: "access_token", value: "tok-SECRET-123"), URLQueryItem(name: "page", value: "2")]
+        let url = try #require(parts.url)
+        let download = DownloadOperation(url: url, destination: directory.file("s.bin"))
+        download.retryPolicy = .none
+
+        await #expect(throws: FetchError.self) { try await download.run() }
+
+        let text = try #require(contents(download.partialRecordURL).flatMap { String(data: $0, encoding: .utf8) })
+        #expect(!text.contains("pa55w0rd-secret") && !text.contains("tok-SECRET-123"), "the record on disk holds no secret: \(text)")
+        #expect(text.contains("page=2"), "the rest of the URL stays readable")
+        cut.withLock { $0 = false }
+        let again = DownloadOperation(url: url, destination: directory.file("s.bin"))
+        try await again.run()
+        #expect(again.resumedBytes == 20_000, "the fingerprint matches the same URL")
+        #expect(again.partialFileNotices.isEmpty)
+    }
+
+    @Test func aRecordForTheSameURLWithAnotherTokenIsIgnored() async throws {
+        let server = try LoopbackServer()
+        let directory = try TemporaryDirectory()
+        defer { server.stop(); directory.remove() }
+        server.resumableRoute("/t", length: 40_000, etag: Locked("v1"), cutFull: Locked(false))
+        let destination = directory.file("t.bin")
+        let download = DownloadOperation(url: server.url("/t?token=new"), destination: destination)
+        try BytePattern.data(offset: 0, count: 1_000).write(to: download.partialFileURL)
+        PartialDownloadRecord(source: server.url("/t?token=old"), entityTag: "\"v1\"", lastModified: nil, length: 1_000)
+            .save(to: download.partialRecordURL)
+
+        try await download.run()
+
+        #expect(download.resumedBytes == 0, "the redacted URLs are equal; the fingerprints are not")
+        #expect(download.partialFileNotices.map(\.reason) == [.recordForAnotherURL])
+    }
+
     @Test func aRecordForAnotherURLIsIgnoredWithANotice() async throws {
         let server = try LoopbackServer()
         let directory = try TemporaryDirectory()

@@ -229,7 +229,7 @@ open class DownloadOperation: FetchOperation, @unchecked Sendable {
         guard let recordStatus else { return notice(.recordMissing) }
         guard recordStatus.isPrivateRegularFile else { return notice(.recordNotARegularFile) }
         guard let record = PartialDownloadRecord.load(from: partialRecordURL) else { return notice(.recordUnreadable) }
-        guard record.url == request.url?.absoluteString else { return notice(.recordForAnotherURL) }
+        guard record.belongs(to: request.url) else { return notice(.recordForAnotherURL) }
         guard record.length == nil || record.length == partial.size else { return notice(.lengthMismatch) }
         guard let validator = record.validator else { return notice(.notResumable) }
         guard partial.size < maximumResponseSize else { return notice(.overSizeLimit) }

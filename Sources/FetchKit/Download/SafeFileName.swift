@@ -191,13 +191,7 @@ public enum SafeFileName {
     /// Eight hex digits of the 64-bit FNV-1a hash of `text`'s UTF-8: stable across runs and
     /// platforms (unlike `Hasher`, which is seeded per process).
     static func hash(_ text: String) -> String {
-        var value: UInt64 = 0xcbf2_9ce4_8422_2325
-        for byte in text.utf8 {
-            value ^= UInt64(byte)
-            value &*= 0x0000_0100_0000_01B3
-        }
-        let folded = UInt32(truncatingIfNeeded: value ^ (value >> 32))
-        let digits = String(folded, radix: 16)
-        return String(repeating: "0", count: 8 - digits.count) + digits
+        let value = FNV1a.hash(text)
+        return FNV1a.hex(UInt64(UInt32(truncatingIfNeeded: value ^ (value >> 32))), digits: 8)
     }
 }

@@ -16,13 +16,51 @@ import FoundationNetworking
 /// ``LocalFile/Status/isPrivateRegularFile``) and names the same URL, and its length (when it
 /// has one) is the partial file's; ``DownloadOperation`` checks that before resuming. A record
 /// from before lengths were kept decodes with `length == nil` and is checked without it.
+///
+/// The record lies in the download's directory, where others may read it: it holds the URL
+/// redacted (``Redaction``) for a person, and a fingerprint of the whole URL to match it,
+/// never a password or token.
 struct PartialDownloadRecord: Codable, Equatable, Sendable {
+    /// The source URL for a person to read, its secrets redacted.
     var url: String
     var entityTag: String?
     var lastModified: String?
     /// The partial file's length when the transfer stopped and kept it; `nil` while a transfer
     /// writes it (so a process that dies mid-transfer leaves a record without one).
     var length: Int64?
+    /// ``fingerprint(of:)`` the whole source URL. (`nil` in a record from before fingerprints:
+    /// its ``url`` then is the whole URL.)
+    var source: String?
+
+    /// A record of a download from `sourceURL`.
+    init(source sourceURL: URL?, entityTag: String?, lastModified: String?, length: Int64? = nil) {
+        self.url = sourceURL.map(Redaction.redacted) ?? ""
+        self.entityTag = entityTag
+        self.lastModified = lastModified
+        self.length = length
+        self.source = Self.fingerprint(of: sourceURL)
+    }
+
+    /// A record as an earlier FetchKit wrote it: the whole URL, no fingerprint.
+    init(url: String, entityTag: String?, lastModified: String?, length: Int64? = nil) {
+        self.url = url
+        self.entityTag = entityTag
+        self.lastModified = lastModified
+        self.length = length
+        self.source = nil
+    }
+
+    /// Whether this record was written for a download from `sourceURL`.
+    func belongs(to sourceURL: URL?) -> Bool {
+        guard let source else { return url == (sourceURL?.absoluteString ?? "") }
+        return source == Self.fingerprint(of: sourceURL) && url == (sourceURL.map(Redaction.redacted) ?? "")
+    }
+
+    /// Sixteen hex digits of the 64-bit FNV-1a hash of the URL's text: enough to tell one
+    /// download's URL from another's, stable across runs and platforms.
+    static func fingerprint(of sourceURL: URL?) -> String {
+        FNV1a.hex(FNV1a.hash(sourceURL?.absoluteString ?? ""), digits: 16)
+    }
 
     /// A record is a few hundred bytes; anything far larger is not one.
     static let sizeLimit = 64 << 10
@@ -139,7 +177,7 @@ final class FileBodySink: ResponseBodySink {
         let acceptsRanges = response.statusCode == 206
             || (response.value(forHTTPHeaderField: "Accept-Ranges")?.lowercased().contains("bytes") ?? false)
         let record = PartialDownloadRecord(
-            url: sourceURL?.absoluteString ?? "",
+            source: sourceURL,
             entityTag: response.value(forHTTPHeaderField: "ETag"),
             lastModified: response.value(forHTTPHeaderField: "Last-Modified")
         )
@@ -309,7 +347,7 @@ final class FileBodySink: ResponseBodySink {
     /// Records the length of a partial file kept for resuming, so that a later download can
     /// tell it is the file this record describes.
     private func keepRecord(length: Int64) {
-        guard var record = PartialDownloadRecord.load(from: recordURL), record.url == (sourceURL?.absoluteString ?? "") else { return }
+        guard var record = PartialDownloadRecord.load(from: recordURL), record.belongs(to: sourceURL) else { return }
         record.length = length
         record.save(to: recordURL)
     }
