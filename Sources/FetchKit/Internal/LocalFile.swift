@@ -69,19 +69,25 @@ enum LocalFile {
         defer { _ = close(fd) }
         guard let status = status(descriptor: fd), status.isPrivateRegularFile, status.size <= Int64(limit) else { return nil }
         var data = Data(count: Int(status.size))
-        let complete = data.withUnsafeMutableBytes { buffer -> Bool in
-            guard var base = buffer.baseAddress else { return true }
-            var remaining = buffer.count
-            while remaining > 0 {
-                let count = posixRead(fd, base, remaining)
-                if count < 0, errno == EINTR { continue }
-                guard count > 0 else { return false }
-                remaining -= count
-                base += count
-            }
-            return true
+        let complete = data.withUnsafeMutableBytes { buffer in
+            whole(UnsafeRawBufferPointer(buffer)) { base, remaining in posixRead(fd, UnsafeMutableRawPointer(mutating: base), remaining) }
         }
         return complete ? data : nil
+    }
+
+    /// Runs `step` (a `read(2)` or `write(2)`) over all of `buffer`, again after `EINTR` and after
+    /// short counts; whether it got through.
+    private static func whole(_ buffer: UnsafeRawBufferPointer, _ step: (UnsafeRawPointer, Int) -> Int) -> Bool {
+        guard var base = buffer.baseAddress else { return true }
+        var remaining = buffer.count
+        while remaining > 0 {
+            let count = step(base, remaining)
+            if count < 0, errno == EINTR { continue }
+            guard count > 0 else { return false }
+            remaining -= count
+            base += count
+        }
+        return true
     }
 
     /// Replaces whatever is at `url` (a link is removed, not followed) with a new file holding
@@ -94,17 +100,8 @@ enum LocalFile {
         remove(url)
         let fd = open(url, O_WRONLY | O_CREAT | O_EXCL)
         guard fd >= 0 else { return false }
-        let written = data.withUnsafeBytes { buffer -> Bool in
-            guard var base = buffer.baseAddress else { return true }
-            var remaining = buffer.count
-            while remaining > 0 {
-                let count = posixWrite(fd, base, remaining)
-                if count < 0, errno == EINTR { continue }
-                guard count > 0 else { return false }
-                remaining -= count
-                base += count
-            }
-            return true
+        let written = data.withUnsafeBytes { buffer in
+            whole(buffer) { base, remaining in posixWrite(fd, base, remaining) }
         }
         let closed = close(fd) == 0
         if !(written && closed) { remove(url) }

@@ -117,13 +117,7 @@ final class Transfer: TransferHandle, @unchecked Sendable {
     }
 
     private func startOnQueue() {
-        guard !ended else { return }
-        guard let task = session.makeDataTask(with: request) else {
-            end(.failure(.invalidRequest(.init(reason: .sessionInvalidated, url: request.url)), nil))
-            return
-        }
-        self.task = task
-        session.router.register(self, for: task)
+        guard !ended, let task = makeTask(for: request) else { return }
         let now = Self.now()
         lastActivity = now
         if let total = limits.totalTimeout {
@@ -293,15 +287,21 @@ final class Transfer: TransferHandle, @unchecked Sendable {
 
     /// Sends the redirected `request`, with its body, in a task of its own.
     private func resend(_ request: URLRequest) {
-        guard !ended else { return }
+        guard !ended, let task = makeTask(for: request) else { return }
+        lastActivity = Self.now()
+        task.resume()
+    }
+
+    /// A data task for `request`, registered with the router as this transfer's; `nil`, with the
+    /// transfer ended, when the session has been invalidated.
+    private func makeTask(for request: URLRequest) -> URLSessionDataTask? {
         guard let task = session.makeDataTask(with: request) else {
             end(.failure(.invalidRequest(.init(reason: .sessionInvalidated, url: request.url)), nil))
-            return
+            return nil
         }
         self.task = task
         session.router.register(self, for: task)
-        lastActivity = Self.now()
-        task.resume()
+        return task
     }
 
     private func decideRedirect(_ response: HTTPURLResponse, to next: URLRequest) -> URLRequest? {
