@@ -166,3 +166,51 @@ struct DiskMemoryTests {
                 "peak RSS grew by \(growths.map { "\($0 >> 20) MiB" }) for a \(size >> 20) MiB download")
     }
 }
+
+/// Servers that would turn a continuation into a loop, and a resumed transfer that ends early.
+@Suite("Backpressure: continuations that cannot continue")
+struct BackpressureEdgeTests {
+    @Test func aServerWhoseValidatorChangesEachTimeIsStoppedOnceAndFinishes() async throws {
+        let server = try LoopbackServer()
+        let directory = try TemporaryDirectory()
+        defer { server.stop(); directory.remove() }
+        let length = 4 << 20
+        let responses = Locked(0)
+        // A fresh ETag every time: `If-Range` never matches, so a continuation gets the whole
+        // body again from byte 0, and would be stopped and restarted for ever.
+        server.route("/rotating") { _ in
+            let n = responses.withLock { $0 += 1; return $0 }
+            return HTTPResponse(status: 200, headers: ["ETag": "\"v\(n)\"", "Accept-Ranges": "bytes"],
+                                body: .pattern(offset: 0, count: length))
+        }
+        let destination = directory.file("rotating.bin")
+        let download = DownloadOperation(url: server.url("/rotating"), destination: destination)
+        download.backpressure = Backpressure(bound: 256 << 10, throttle: slowDisk(bytesPerMicrosecond: 50))
+        download.totalTimeout = 120     // only a loop reaches it
+
+        try await download.run()
+
+        #expect(FileManager.default.contents(atPath: destination.path) == BytePattern.data(offset: 0, count: length))
+        #expect(download.backpressureContinuations == 1, "a Range answered from byte 0 is not stopped again")
+        #expect(responses.current == 2)
+    }
+
+    @Test func aResumedPartialFileSurvivesAFailureBeforeItsFirstNewByte() throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let partial = directory.file(".f.fetchkit-partial")
+        let record = directory.file(".f.fetchkit-partial.json")
+        let source = try #require(URL(string: "http://127.0.0.1:9/f"))
+        try Data(repeating: 7, count: 100).write(to: partial)
+        PartialDownloadRecord(source: source, entityTag: "\"x\"", lastModified: nil, length: 100).save(to: record)
+        let sink = FileBodySink(partialURL: partial, recordURL: record, sourceURL: source, requestedOffset: 100, keepsResumablePartial: true)
+        let response = try #require(HTTPURLResponse(url: source, statusCode: 206, httpVersion: "HTTP/1.1",
+                                                    headerFields: ["Content-Range": "bytes 100-199/200", "ETag": "\"x\"", "Content-Length": "100"]))
+        try sink.open(response: response, expectedLength: 100)
+
+        sink.abandon()      // the connection reset before the first byte of the 206 body
+
+        #expect(FileManager.default.contents(atPath: partial.path) == Data(repeating: 7, count: 100), "the 100 resumable bytes are kept")
+        #expect(PartialDownloadRecord.load(from: record)?.length == 100)
+    }
+}

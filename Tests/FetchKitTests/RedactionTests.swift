@@ -217,3 +217,12 @@ extension RedactionTests {
         #expect(Redaction.redacted(text: pair.1) == pair.1)
     }
 }
+
+/// The example in the DocC article *Hostile input*, as written there.
+@Suite("Hostile input article")
+struct HostileInputArticleTests {
+    @Test func theRedactionExampleIsTrue() {
+        let url = URL(string: "https://bob:hunter2@api.example.com/v1/items?page=2&api_key=abc123")
+        #expect(url.map(Redaction.redacted) == "https://bob:REDACTED@api.example.com/v1/items?page=2&api_key=REDACTED")
+    }
+}

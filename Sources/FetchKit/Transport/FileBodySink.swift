@@ -117,6 +117,10 @@ final class FileBodySink: ResponseBodySink {
     /// When to stop the transfer because the writer fell behind (`nil`: never).
     var backpressure: Backpressure?
     private let stoppedBehind = Protected(false)
+    /// Whether the writer falling behind may stop this transfer. Not when a `Range` request
+    /// was answered from byte 0: a server that ignores ranges, or whose validator changes each
+    /// time, would otherwise be stopped and restarted for ever.
+    private var mayStop = true
     /// What a continuation waits for: the writer, the stopped task, and someone to continue.
     private struct ContinuationGate {
         var stored = false
@@ -158,6 +162,8 @@ final class FileBodySink: ResponseBodySink {
                 ]))
             }
             offset = start
+        } else if requestedOffset > 0 {
+            mayStop = false
         }
         // The cap counts the whole file: what a resumed transfer appends, and what is there.
         if let expectedLength, offset > 0, offset > maximumLength - expectedLength {
@@ -214,7 +220,7 @@ final class FileBodySink: ResponseBodySink {
     /// by a stop: on Linux a cancelled task goes on delivering for a while (measured: the rest
     /// of a fast loopback body), so the router queue is kept cheap instead.
     func shouldStopTransfer() -> Bool {
-        guard let backpressure, resumable, lastBacklog > backpressure.bound else { return false }
+        guard let backpressure, resumable, mayStop, lastBacklog > backpressure.bound else { return false }
         stoppedBehind.withLock { $0 = true }
         return true
     }
@@ -274,7 +280,7 @@ final class FileBodySink: ResponseBodySink {
             if let writer { writer.whenDrained(stored) } else { stored() }
             return
         }
-        if keepsResumablePartial && resumable && writerBase + writerAppended > 0 {
+        if keepsResumablePartial && resumable && max(length, writerBase + writerAppended) > 0 {
             // Kept for resuming: the writer finishes first, so the partial file's length is what
             // a resume asks for. (A write that failed only shortened it.) The backlog is at most
             // the bound here: a resumable GET is stopped when it passes it.
