@@ -432,15 +432,18 @@ public enum Redaction {
         result.reserveCapacity(bytes.count)
         var index = 0
         search: while index < bytes.count {
-            if hasPrefix(bytes, marker, at: index) {
-                result += marker
-                index += marker.count
-                continue
-            }
-            for needle in needles where hasPrefix(bytes, needle, at: index) {
+            // A placeholder already there stays (redacting is idempotent), unless a longer
+            // secret starts with it: `REDACTEDhunter2` must not pass as redacted.
+            let atMarker = hasPrefix(bytes, marker, at: index)
+            for needle in needles where (!atMarker || needle.count > marker.count) && hasPrefix(bytes, needle, at: index) {
                 result += marker
                 index += needle.count
                 continue search
+            }
+            if atMarker {
+                result += marker
+                index += marker.count
+                continue
             }
             result.append(bytes[index])
             index += 1

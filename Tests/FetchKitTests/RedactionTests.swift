@@ -89,6 +89,13 @@ import Testing
         let short = try #require(URL(string: "http://h/p?key=1"))
         #expect(Redaction.redacted(text: "1 of 1 failed", mentioning: [short]) == "1 of 1 failed")
     }
+
+    @Test func aSecretThatStartsWithThePlaceholderIsStillRedacted() throws {
+        let url = try #require(URL(string: "http://u:REDACTEDhunter2@h/p"))
+        let text = Redaction.redacted(text: "login with REDACTEDhunter2 refused", mentioning: [url])
+        #expect(!text.contains("hunter2"), "\(text)")
+        #expect(Redaction.redacted(text: text, mentioning: [url]) == text)
+    }
 }
 
 /// Every description FetchKit makes hides the URL's secrets and still names host and path;

@@ -315,7 +315,8 @@ struct SafeFilesTests {
         #expect(limit.limit == cap)
         #expect(largest.current <= cap, "no more than the cap was accepted")
         #expect(largestOnDisk.current <= cap, "never more than the cap on disk: a chunk is counted before it is handed to the writer")
-        #expect(largestOnDisk.current > 0, "the body was being written")
+        // (What is on disk when progress is reported depends on the writer, a queue of its own.)
+        #expect(largest.current > cap / 2, "the body was being received and written up to the cap")
         #expect(!exists(destination))
         #expect(!exists(download.partialFileURL), "the partial file of a download over the cap is removed")
     }

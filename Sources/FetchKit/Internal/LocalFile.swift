@@ -52,7 +52,9 @@ enum LocalFile {
     ///   `EMLINK` on some BSDs).
     static func open(_ url: URL, _ flags: Int32, mode: mode_t = 0o644) -> Int32 {
         url.withUnsafeFileSystemRepresentation { path in
-            path.map { posixOpen($0, flags | O_NOFOLLOW | O_CLOEXEC, mode) } ?? -1
+            // O_NONBLOCK: a FIFO planted at the path must not block the open (the router queue
+            // would wait for ever); the status check then refuses it. Regular files ignore it.
+            path.map { posixOpen($0, flags | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK, mode) } ?? -1
         }
     }
 

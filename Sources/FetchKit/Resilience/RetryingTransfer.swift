@@ -28,8 +28,8 @@ final class RetryingTransfer: TransferHandle, TransferOwner, @unchecked Sendable
         /// The current attempt's body sink: it says whether it stopped the transfer to let
         /// the disk catch up.
         var sink: (any ResponseBodySink)?
-        /// A retry wait is under way. Only one can be: the next begins after the attempt this
-        /// one starts; a stop ends it for good.
+        /// A retry's wait, or a continuation's wait for the disk, is under way. Only one can be:
+        /// the next begins after the attempt this one starts; a stop ends it for good.
         var waiting = false
         var stopped = false
         var finished = false
@@ -118,13 +118,15 @@ final class RetryingTransfer: TransferHandle, TransferOwner, @unchecked Sendable
         handle.start()
     }
 
-    private func waitEnded() {
+    /// A retry's delay, or a continuation's wait for the disk, is over: the next attempt
+    /// begins, unless a stop ended the wait first.
+    private func waitEnded(continuing: Bool) {
         let go = state.withLock { state -> Bool in
             guard state.waiting, !state.stopped else { return false }
             state.waiting = false
             return true
         }
-        if go { beginAttempt(continuing: false) }
+        if go { beginAttempt(continuing: continuing) }
     }
 
     /// What is left of the total timeout `total` that started at `start` (uptime ns).
@@ -165,8 +167,12 @@ final class RetryingTransfer: TransferHandle, TransferOwner, @unchecked Sendable
         let decision = state.withLock { state -> Decision in
             state.current = nil
             state.sink = nil
-            // Stopped for the disk to catch up: continue at once, as the same attempt.
-            if fellBehind, let sink, !state.stopped, case .failure = result { return .continueTransfer(sink) }
+            // Stopped for the disk to catch up: continue as the same attempt once it has. A stop
+            // meanwhile ends the wait at once, as it ends a retry's.
+            if fellBehind, let sink, !state.stopped, case .failure = result {
+                state.waiting = true
+                return .continueTransfer(sink)
+            }
             guard !state.stopped, case .failure(let error, _) = result,
                   let delay = policy.delay(after: error, attempt: state.attempt, method: method)
             else { return .finish }
@@ -182,11 +188,11 @@ final class RetryingTransfer: TransferHandle, TransferOwner, @unchecked Sendable
             finish(result)
         case .continueTransfer(let sink):
             // From what is on disk, once the writer has caught up and the stopped task is over.
-            sink.whenReadyToContinue { self.beginAttempt(continuing: true) }
+            sink.whenReadyToContinue { self.waitEnded(continuing: true) }
         case .retry(let event):
             operation.willRetry(event)
             DispatchQueue.global().asyncAfter(deadline: .now() + event.delay) { [weak self] in
-                self?.waitEnded()
+                self?.waitEnded(continuing: false)
             }
         }
     }
