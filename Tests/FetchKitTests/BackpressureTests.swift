@@ -122,9 +122,6 @@ struct BackpressureTests {
     }
 }
 
-/// Whether this process runs under a sanitizer (its runtime is linked in): it adds its own
-/// memory to every process it builds.
-private let runsUnderSanitizer = (["__tsan_init", "__asan_init"] as [String]).contains { dlsym(UnsafeMutableRawPointer(bitPattern: 0), $0) != nil }
 
 @Suite("Backpressure: the whole process, end to end")
 struct DiskMemoryTests {

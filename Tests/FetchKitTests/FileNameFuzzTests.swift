@@ -141,7 +141,7 @@ struct FileNameFuzzTests {
 
     @Test func generatedNamesAreAlwaysSafe() {
         var random = SeededGenerator(seed: 0xF17E_5AFE)
-        for _ in 0..<4000 {
+        for _ in 0..<fuzzRounds(4000) {
             let input = randomName(&random)
             let name = SafeFileName.sanitize(input, source: input)
             checkSafe(name, from: input)
@@ -153,7 +153,7 @@ struct FileNameFuzzTests {
     @Test func generatedURLsAlwaysGiveSafeNames() throws {
         var random = SeededGenerator(seed: 0x0DD_BA11)
         var made = 0
-        for _ in 0..<2000 {
+        for _ in 0..<fuzzRounds(2000) {
             guard let url = randomURL(&random) else { continue }
             made += 1
             let name = SafeFileName.name(for: url)
@@ -170,7 +170,7 @@ struct FileNameFuzzTests {
         let stems = ["file", "FILE", "file-1", String(repeating: "x", count: 240), String(repeating: "x", count: 240) + "y",
                      ".hidden", "..", "", "a%2Fb", "a_b", "%E2%80%AE", "_"]
         let extensions = ["", ".txt", ".TXT", ".tar.gz"]
-        for round in 0..<150 {
+        for round in 0..<fuzzRounds(150) {
             let count = Int.random(in: 2...40, using: &random)
             var urls: [URL] = []
             for index in 0..<count {

@@ -16,7 +16,7 @@ struct RedactionFuzzTests {
     func generatedURLsLoseExactlyTheirSecrets(seed: UInt64) throws {
         var random = RedactionRandom(seed: seed)
         var parsedByFoundation = 0
-        for round in 0..<2500 {
+        for round in 0..<fuzzRounds(2500) {
             let sample = URLSample.make(&random)
             let context = Comment(rawValue: "seed \(seed) round \(round): \(sample.input)")
             let output = Redaction.redacted(sample.input)
@@ -57,7 +57,7 @@ struct RedactionFuzzTests {
         let alphabet: [String] = ["%", "@", ":", "/", "?", "#", "&", ";", "=", "[", "]", "+", "a", "Q", "token",
                                   "key", "http", "://", "%2", "%4", "%25", "%5F", "\u{1B}", "\n", " ", "é", "👩‍💻", "\u{0}",
                                   "REDACTED", "REDA", ".", ")", "\u{85}", "V"]
-        for round in 0..<3000 {
+        for round in 0..<fuzzRounds(3000) {
             let text = (0..<random.below(24)).map { _ in alphabet[random.below(alphabet.count)] }.joined()
             let context = Comment(rawValue: "seed \(seed) round \(round): \(text.debugDescription)")
             let once = Redaction.redacted(text)
