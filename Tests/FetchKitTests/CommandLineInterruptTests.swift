@@ -65,7 +65,7 @@ private final class RunningTool: Sendable {
 
 /// Polls `condition` until it holds or `timeout` passes: for a state with no event to wait on
 /// (a file growing in another process). The deadline only turns a hang into a failure.
-private func eventually(timeout: TimeInterval = 20, _ condition: () -> Bool) async -> Bool {
+private func eventually(timeout: TimeInterval = 90, _ condition: () -> Bool) async -> Bool {
     let deadline = Date(timeIntervalSinceNow: timeout)
     while Date() < deadline {
         if condition() { return true }
@@ -113,7 +113,8 @@ struct CommandLineInterruptTests {
         let directory = try TemporaryDirectory()
         defer { server.stop(); directory.remove() }
         serveResumableFile(server, path: "/big.bin", size: Self.size, firstPart: Self.firstPart)
-        let arguments = [server.url("/big.bin").absoluteString, "-o", directory.url.path]
+        // The server holds the rest: no idle timeout may end the wait, however slow the run.
+        let arguments = [server.url("/big.bin").absoluteString, "-o", directory.url.path, "--timeout", "3600"]
         let partial = directory.file(".big.bin.fetchkit-partial")
         let record = directory.file(".big.bin.fetchkit-partial.json")
 
@@ -163,7 +164,7 @@ struct CommandLineInterruptTests {
             serveResumableFile(server, path: "/\(name)", size: Self.size, firstPart: Self.firstPart)
         }
         let arguments = [server.url("/a.bin").absoluteString, server.url("/b.bin").absoluteString,
-                         "-o", directory.url.path, "--parallel", "1"]
+                         "-o", directory.url.path, "--parallel", "1", "--timeout", "3600"]
         let partials = ["a.bin", "b.bin"].map { directory.file(".\($0).fetchkit-partial") }
 
         let tool = try RunningTool(arguments)
