@@ -15,6 +15,14 @@ final class RecordingOperation: FetchOperation, @unchecked Sendable {
     /// Called inside the parse, before it returns (to hold a parse open, or observe concurrency).
     var onParse: (@Sendable (RecordingOperation) -> Void)?
 
+    override init(request: URLRequest? = nil) {
+        super.init(request: request)
+        // Under a sanitizer the whole suite runs several times slower, and a request held at a
+        // server gate can wait past the default 60 s idle timeout, which would retry it behind
+        // the test's back. There only an explicit timeout ends a wait.
+        if runsUnderSanitizer { idleTimeout = 600 }
+    }
+
     override func parseResponseBody(_ body: Data) throws {
         parses.withLock { $0.append(body) }
         parseQueueLabels.withLock { $0.append(currentQueueLabel()) }
