@@ -6,17 +6,8 @@ import Testing
 /// Every bad input yields its error — never a crash, never a hang.
 @Suite("Bad input")
 struct BadInputTests {
-    private func run(_ operation: FetchOperation) async -> FetchError? {
-        do {
-            try await operation.run()
-            return nil
-        } catch {
-            return error
-        }
-    }
-
     @Test func noRequest() async {
-        let error = await run(FetchOperation())
+        let error = await outcome(of: FetchOperation())
         guard case .invalidRequest(let details)? = error, case .missing = details.reason else {
             Issue.record("expected a missing-request error, got \(String(describing: error))")
             return
@@ -26,7 +17,7 @@ struct BadInputTests {
 
     @Test(arguments: ["ftp://127.0.0.1/file", "file:///etc/hosts", "mailto:someone@example.com"])
     func unsupportedScheme(_ string: String) async throws {
-        let error = await run(FetchOperation(url: try #require(URL(string: string))))
+        let error = await outcome(of: FetchOperation(url: try #require(URL(string: string))))
         guard case .invalidRequest(let details)? = error, case .unsupportedScheme = details.reason else {
             Issue.record("expected unsupportedScheme, got \(String(describing: error))")
             return
@@ -34,7 +25,7 @@ struct BadInputTests {
     }
 
     @Test func urlWithoutHost() async throws {
-        let error = await run(FetchOperation(url: try #require(URL(string: "http:///no-host"))))
+        let error = await outcome(of: FetchOperation(url: try #require(URL(string: "http:///no-host"))))
         guard case .invalidRequest(let details)? = error, case .malformed = details.reason else {
             Issue.record("expected malformed, got \(String(describing: error))")
             return
@@ -44,7 +35,7 @@ struct BadInputTests {
     @Test func invalidMethod() async throws {
         var request = URLRequest(url: try #require(URL(string: "http://127.0.0.1:9/")))
         request.httpMethod = "GE T"
-        let error = await run(FetchOperation(request: request))
+        let error = await outcome(of: FetchOperation(request: request))
         guard case .invalidRequest(let details)? = error, case .malformed(let problem) = details.reason else {
             Issue.record("expected malformed, got \(String(describing: error))")
             return
@@ -57,7 +48,7 @@ struct BadInputTests {
         // `setValue(_:forHTTPHeaderField:)` drops such values; `allHTTPHeaderFields` keeps them.
         var request = URLRequest(url: try #require(URL(string: "http://127.0.0.1:9/")))
         request.allHTTPHeaderFields = headers
-        let error = await run(FetchOperation(request: request))
+        let error = await outcome(of: FetchOperation(request: request))
         guard case .invalidRequest(let details)? = error, case .malformed = details.reason else {
             Issue.record("expected malformed, got \(String(describing: error))")
             return
@@ -68,7 +59,7 @@ struct BadInputTests {
         final class Broken: FetchOperation, @unchecked Sendable {
             override func makeRequest() throws -> URLRequest? { throw ParseTestError(reason: "no token") }
         }
-        let error = await run(Broken())
+        let error = await outcome(of: Broken())
         guard case .invalidRequest(let details)? = error, case .preparationFailed(let underlying) = details.reason else {
             Issue.record("expected preparationFailed, got \(String(describing: error))")
             return
@@ -79,7 +70,7 @@ struct BadInputTests {
     @Test func connectionRefused() async throws {
         let closed = try ClosedPort()
         let url = closed.url("/json")
-        let error = await run(FetchOperation(url: url))
+        let error = await outcome(of: FetchOperation(url: url))
         withExtendedLifetime(closed) {}
         guard case .transport(let urlError)? = error else {
             Issue.record("expected a transport error, got \(String(describing: error))")
@@ -92,7 +83,7 @@ struct BadInputTests {
     @Test func unresolvableHost() async throws {
         let operation = FetchOperation(url: try #require(URL(string: "http://no-such-host.invalid/")))
         operation.idleTimeout = 10
-        let error = await run(operation)
+        let error = await outcome(of: operation)
         guard case .transport? = error else {
             Issue.record("expected a transport error, got \(String(describing: error))")
             return
@@ -105,7 +96,7 @@ struct BadInputTests {
         defer { server.stop() }
         let operation = server.operation(path)
         operation.idleTimeout = 5
-        let error = await run(operation)
+        let error = await outcome(of: operation)
         #expect(error != nil, "\(path) must fail")
         switch error {
         case .transport?, .lengthMismatch?: break
@@ -121,7 +112,7 @@ struct BadInputTests {
         defer { server.stop() }
         let operation = server.operation(path)
         operation.idleTimeout = 0.3
-        let error = await run(operation)
+        let error = await outcome(of: operation)
         guard case .timedOut(let timeout)? = error else {
             Issue.record("\(path): expected a timeout, got \(String(describing: error))")
             return
@@ -135,7 +126,7 @@ struct BadInputTests {
         defer { server.stop() }
         let operation = server.operation("/basic-auth/alice/secret")
         operation.idleTimeout = 5
-        let error = await run(operation)
+        let error = await outcome(of: operation)
         #expect(error?.statusCode == 401, "got \(String(describing: error))")
     }
 

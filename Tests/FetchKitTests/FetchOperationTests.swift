@@ -152,10 +152,7 @@ struct FetchOperationTests {
         let operation = server.operation("/bytes/100000")
         operation.maximumResponseSize = 1000
         _ = try? await operation.run()
-        guard case .responseTooLarge(let limit)? = operation.error else {
-            Issue.record("expected responseTooLarge, got \(String(describing: operation.error))")
-            return
-        }
+        let limit = try #require(operation.error?.sizeLimit, "expected responseTooLarge, got \(String(describing: operation.error))")
         #expect(limit.limit == 1000)
         #expect(limit.expectedLength == 100_000)
         #expect(operation.parses.current.isEmpty)
@@ -167,10 +164,7 @@ struct FetchOperationTests {
         let operation = server.operation("/trickle/200000/20000/1")
         operation.maximumResponseSize = 50_000
         _ = try? await operation.run()
-        guard case .responseTooLarge(let limit)? = operation.error else {
-            Issue.record("expected responseTooLarge, got \(String(describing: operation.error))")
-            return
-        }
+        let limit = try #require(operation.error?.sizeLimit, "expected responseTooLarge, got \(String(describing: operation.error))")
         #expect(limit.expectedLength == nil)
         #expect(operation.responseBody == nil)
     }

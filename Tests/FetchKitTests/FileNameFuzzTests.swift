@@ -2,24 +2,6 @@ import Foundation
 import Testing
 @testable import FetchKit
 
-/// A small, seeded generator (SplitMix64): the same seed gives the same inputs on every run
-/// and platform, so a failure can be replayed.
-struct SeededGenerator: RandomNumberGenerator {
-    private var state: UInt64
-
-    init(seed: UInt64) {
-        state = seed
-    }
-
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-}
-
 /// Names from URLs and headers, made safe: examples first, then thousands of generated inputs
 /// checked against the properties every result must have.
 @Suite("Safe file names")
@@ -97,7 +79,7 @@ struct FileNameFuzzTests {
     }
 
     /// A scalar drawn mostly from the troublesome ones.
-    private func scalar(_ random: inout SeededGenerator) -> Unicode.Scalar {
+    private func scalar(_ random: inout SplitMix64) -> Unicode.Scalar {
         let pools: [ClosedRange<UInt32>] = [
             0x20...0x7E, 0x20...0x7E, 0x00...0x1F, 0x7F...0x9F, 0x2E...0x2F, 0x5C...0x5C, 0x25...0x25, 0x2D...0x2D,
             0x202A...0x202E, 0x2066...0x2069, 0x200B...0x200F, 0x2028...0x2029, 0x0300...0x036F, 0x3040...0x30FF,
@@ -109,7 +91,7 @@ struct FileNameFuzzTests {
         }
     }
 
-    private func randomName(_ random: inout SeededGenerator) -> String {
+    private func randomName(_ random: inout SplitMix64) -> String {
         let length = Int.random(in: 0..<10, using: &random) == 0 ? Int.random(in: 100...400, using: &random)
                                                                   : Int.random(in: 0...24, using: &random)
         var scalars = String.UnicodeScalarView()
@@ -121,7 +103,7 @@ struct FileNameFuzzTests {
     }
 
     /// A URL whose last segment is random bytes, percent-encoded (with some bare `%`).
-    private func randomURL(_ random: inout SeededGenerator) -> URL? {
+    private func randomURL(_ random: inout SplitMix64) -> URL? {
         let count = Int.random(in: 0..<12, using: &random) == 0 ? Int.random(in: 80...200, using: &random)
                                                                 : Int.random(in: 0...20, using: &random)
         var segment = ""
@@ -140,7 +122,7 @@ struct FileNameFuzzTests {
     }
 
     @Test func generatedNamesAreAlwaysSafe() {
-        var random = SeededGenerator(seed: 0xF17E_5AFE)
+        var random = SplitMix64(seed: 0xF17E_5AFE)
         for _ in 0..<fuzzRounds(4000) {
             let input = randomName(&random)
             let name = SafeFileName.sanitize(input, source: input)
@@ -151,7 +133,7 @@ struct FileNameFuzzTests {
     }
 
     @Test func generatedURLsAlwaysGiveSafeNames() throws {
-        var random = SeededGenerator(seed: 0x0DD_BA11)
+        var random = SplitMix64(seed: 0x0DD_BA11)
         var made = 0
         for _ in 0..<fuzzRounds(2000) {
             guard let url = randomURL(&random) else { continue }
@@ -164,7 +146,7 @@ struct FileNameFuzzTests {
     }
 
     @Test func generatedSetsOfURLsStayUnique() throws {
-        var random = SeededGenerator(seed: 0x5E7_0F_0A1)
+        var random = SplitMix64(seed: 0x5E7_0F_0A1)
         // Few distinct stems, so that many names collide: repeats, case variants, long names
         // that share their first 232 bytes, names that already end in -1.
         let stems = ["file", "FILE", "file-1", String(repeating: "x", count: 240), String(repeating: "x", count: 240) + "y",

@@ -8,15 +8,6 @@ import Testing
 /// error (or the right behaviour), never a crash or unbounded memory.
 @Suite("Hostile servers")
 struct HostileServerTests {
-    private func run(_ operation: FetchOperation) async -> FetchError? {
-        do {
-            try await operation.run()
-            return nil
-        } catch {
-            return error
-        }
-    }
-
     // MARK: Lying and endless lengths
 
     /// `Content-Length: 1 TiB`, a limit above it, and a few bytes: no reservation of the
@@ -34,7 +25,7 @@ struct HostileServerTests {
         }
         let operation = server.operation("/huge")
         operation.maximumResponseSize = announced * 2
-        let error = await run(operation)
+        let error = await outcome(of: operation)
         guard case .lengthMismatch(let mismatch)? = error else {
             Issue.record("expected a length mismatch, got \(String(describing: error))")
             return
@@ -118,11 +109,8 @@ struct HostileServerTests {
         }
         let operation = server.operation("/endless")
         operation.maximumResponseSize = 2 << 20
-        let error = await run(operation)
-        guard case .responseTooLarge(let limit)? = error else {
-            Issue.record("expected too large, got \(String(describing: error))")
-            return
-        }
+        let error = await outcome(of: operation)
+        let limit = try #require(error?.sizeLimit, "expected too large, got \(String(describing: error))")
         #expect(limit.limit == 2 << 20)
         #expect(limit.expectedLength == nil)
         #expect(await server.waitUntil(timeout: 30) { $0.requestsInFlight == 0 }, "the server stops sending")
@@ -147,7 +135,7 @@ struct HostileServerTests {
             .script([.write(Self.head(lines)), .writePattern(offset: 0, count: 20), .close])
         }
         let operation = server.operation("/conflict")
-        let error = await run(operation)
+        let error = await outcome(of: operation)
         guard case .invalidResponse(let failure)? = error else {
             Issue.record("\(lines): expected an invalid response, got \(String(describing: error))")
             return
@@ -179,7 +167,7 @@ struct HostileServerTests {
         server.route("/nan") { _ in
             .script([.write(Self.head(["Content-Length: ten"])), .writePattern(offset: 0, count: 10), .close])
         }
-        let error = await run(server.operation("/nan"))
+        let error = await outcome(of: server.operation("/nan"))
         #expect(error?.urlError != nil, "\(String(describing: error))")
         #expect(error?.description.contains("Content-Length") == true, "\(String(describing: error))")
     }
@@ -240,7 +228,7 @@ struct HostileServerTests {
             ])
         }
         let operation = server.operation("/gz")
-        let error = await run(operation)
+        let error = await outcome(of: operation)
         guard case .invalidResponse(let failure)? = error else {
             Issue.record("expected an invalid response, got \(String(describing: error))")
             return
@@ -292,7 +280,7 @@ struct HostileServerTests {
                 .close,
             ])
         }
-        let error = await run(server.operation("/gz"))
+        let error = await outcome(of: server.operation("/gz"))
         #expect(error != nil)
     }
 
@@ -376,7 +364,7 @@ struct HostileServerTests {
         request.httpMethod = "POST"
         request.httpBodyStream = InputStream(data: Data("streamed".utf8))
         let operation = RecordingOperation(request: request)
-        let error = await run(operation)
+        let error = await outcome(of: operation)
         guard case .redirectFailed(let failure)? = error else {
             Issue.record("expected a redirect failure, got \(String(describing: error))")
             return

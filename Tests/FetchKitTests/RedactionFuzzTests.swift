@@ -14,7 +14,7 @@ struct RedactionFuzzTests {
 
     @Test(arguments: seeds)
     func generatedURLsLoseExactlyTheirSecrets(seed: UInt64) throws {
-        var random = RedactionRandom(seed: seed)
+        var random = SplitMix64(seed: seed)
         var parsedByFoundation = 0
         for round in 0..<fuzzRounds(2500) {
             let sample = URLSample.make(&random)
@@ -53,7 +53,7 @@ struct RedactionFuzzTests {
     /// Any text at all: no crash, and a fixed point after one pass.
     @Test(arguments: seeds)
     func arbitraryTextNeverCrashesAndSettles(seed: UInt64) {
-        var random = RedactionRandom(seed: seed)
+        var random = SplitMix64(seed: seed)
         let alphabet: [String] = ["%", "@", ":", "/", "?", "#", "&", ";", "=", "[", "]", "+", "a", "Q", "token",
                                   "key", "http", "://", "%2", "%4", "%25", "%5F", "\u{1B}", "\n", " ", "é", "👩‍💻", "\u{0}",
                                   "REDACTED", "REDA", ".", ")", "\u{85}", "V"]
@@ -84,22 +84,6 @@ struct RedactionFuzzTests {
     }
 }
 
-/// A small, fast, seedable generator (SplitMix64), so a failure can be replayed from its seed.
-private struct RedactionRandom: RandomNumberGenerator {
-    private var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-    mutating func below(_ bound: Int) -> Int { Int(next() % UInt64(bound)) }
-    mutating func chance(_ percent: Int) -> Bool { below(100) < percent }
-    mutating func pick<T>(_ items: [T]) -> T { items[below(items.count)] }
-}
-
 /// One generated URL, the redaction it must get, and the secrets in it.
 private struct URLSample {
     var input = ""
@@ -128,13 +112,13 @@ private struct URLSample {
                              "passage", "tokenizer", "signal", "codec", "a", "x-amz-date"]
     static let plainValues = ["1", "abc", "a@b", "a/b", "a:b", "a%20b", "a+b", "", "2026-11-24", "%E2%9C%93", "y=z"]
 
-    static func secretText(_ random: inout RedactionRandom) -> String {
+    static func secretText(_ random: inout SplitMix64) -> String {
         // Starts with a marker so that even a one-piece secret has one.
         random.pick(["Q", "V", "QQVV", "%51", "%56"]) + (0..<random.below(8)).map { _ in random.pick(secretPieces) }.joined()
     }
 
     /// A sensitive name in any case, with some characters percent-encoded or `-` for `_`.
-    static func spelled(_ name: String, _ random: inout RedactionRandom) -> String {
+    static func spelled(_ name: String, _ random: inout SplitMix64) -> String {
         name.map { character -> String in
             var text = String(character)
             if random.chance(30) { text = random.chance(50) ? text.uppercased() : text.lowercased() }
@@ -148,7 +132,7 @@ private struct URLSample {
     }
 
     /// `name=value` pairs joined by `&` or `;`, some sensitive, some bare.
-    mutating func pairs(_ random: inout RedactionRandom, separators: [String]) {
+    mutating func pairs(_ random: inout SplitMix64, separators: [String]) {
         for index in 0..<(1 + random.below(5)) {
             if index > 0 { plain(random.pick(separators)) }
             switch random.below(10) {
@@ -165,7 +149,7 @@ private struct URLSample {
         }
     }
 
-    static func make(_ random: inout RedactionRandom) -> URLSample {
+    static func make(_ random: inout SplitMix64) -> URLSample {
         var sample = URLSample()
         let scheme = random.pick(["http://", "https://", "HTTP://", "ftp://", "//", "", "rel"])
         if scheme != "rel" {

@@ -308,10 +308,7 @@ struct SafeFilesTests {
 
         await #expect(throws: FetchError.self) { try await download.run() }
 
-        guard case .responseTooLarge(let limit)? = download.error else {
-            Issue.record("expected responseTooLarge, got \(String(describing: download.error))")
-            return
-        }
+        let limit = try #require(download.error?.sizeLimit, "expected responseTooLarge, got \(String(describing: download.error))")
         #expect(limit.limit == cap)
         #expect(largest.current <= cap, "no more than the cap was accepted")
         #expect(largestOnDisk.current <= cap, "never more than the cap on disk: a chunk is counted before it is handed to the writer")
@@ -336,10 +333,7 @@ struct SafeFilesTests {
         await #expect(throws: FetchError.self) { try await download.run() }
 
         #expect(server.requests(path: "/big").last?.headers["Range"] == "bytes=60000-")
-        guard case .responseTooLarge(let limit)? = download.error else {
-            Issue.record("expected responseTooLarge, got \(String(describing: download.error))")
-            return
-        }
+        let limit = try #require(download.error?.sizeLimit, "expected responseTooLarge, got \(String(describing: download.error))")
         #expect(limit.limit == 150_000)
         #expect((DownloadOperation.fileSize(download.partialFileURL) ?? 0) <= 150_000)
     }
@@ -364,10 +358,7 @@ struct SafeFilesTests {
         await #expect(throws: FetchError.self) { try await download.run() }
 
         #expect(server.requests(path: "/unsized").last?.headers["Range"] == "bytes=60000-")
-        guard case .responseTooLarge(let limit)? = download.error else {
-            Issue.record("expected responseTooLarge, got \(String(describing: download.error))")
-            return
-        }
+        let limit = try #require(download.error?.sizeLimit, "expected responseTooLarge, got \(String(describing: download.error))")
         #expect(limit.limit == 150_000)
         #expect(!exists(directory.file("unsized.bin")))
         #expect(!exists(download.partialFileURL), "removed: resuming it cannot succeed under this cap")

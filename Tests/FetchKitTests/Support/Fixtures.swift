@@ -129,3 +129,21 @@ func letTimePass(_ seconds: TimeInterval, on server: LoopbackServer) async -> Bo
     if case .timedOut? = witness.error { return true }
     return false
 }
+
+/// Runs `operation` to its end: its error, or `nil` when it succeeded.
+func outcome(of operation: FetchOperation) async -> FetchError? {
+    do {
+        try await operation.run()
+        return nil
+    } catch {
+        return error
+    }
+}
+
+extension FetchError {
+    /// The details of a ``FetchError/responseTooLarge(_:)``, for `#require`.
+    var sizeLimit: SizeLimit? {
+        if case .responseTooLarge(let limit) = self { return limit }
+        return nil
+    }
+}
