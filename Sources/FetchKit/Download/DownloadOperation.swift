@@ -362,12 +362,6 @@ open class DownloadOperation: FetchOperation, @unchecked Sendable {
             throw .fileSystem(.init(kind: .unsafePath, path: destination.path, code: nil))
         }
     }
-
-    static func fileSize(_ url: URL) -> Int64? {
-        var info = stat()
-        let found = url.withUnsafeFileSystemRepresentation { path in path.map { stat($0, &info) == 0 } ?? false }
-        return found ? Int64(info.st_size) : nil
-    }
 }
 
 extension DownloadOperation {

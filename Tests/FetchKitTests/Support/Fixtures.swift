@@ -147,3 +147,10 @@ extension FetchError {
         return nil
     }
 }
+
+extension DownloadOperation {
+    /// The size of the file at `url` (following links), or `nil` if there is none.
+    static func fileSize(_ url: URL) -> Int64? {
+        (try? FileManager.default.attributesOfItem(atPath: url.path)[.size] as? NSNumber)?.int64Value
+    }
+}
