@@ -1,13 +1,17 @@
 import Dispatch
 import Foundation
 
-/// Where FetchKit runs a callback of yours: a completion handler, a progress handler, a parse.
+/// Where FetchKit runs a callback of yours when you name a queue: a completion handler, a
+/// progress handler, a parse.
 ///
-/// Any `DispatchQueue` or `OperationQueue` will do:
+/// Handlers you give without a queue run on the main actor, and are `@MainActor` closures the
+/// compiler checks. Name a queue — any `DispatchQueue` or `OperationQueue` — for work that
+/// should not wait for the main thread (a server, a command-line tool); those handlers are
+/// `@Sendable`:
 ///
 /// ```swift
-/// operation.completionQueue = .main
 /// operation.parseQueue = .dispatch(storeQueue)   // a serial queue serialises every parse
+/// operation.onCompletion(on: .global) { result in log(result) }
 /// ```
 public struct CallbackQueue: Sendable {
     enum Target: Sendable {
@@ -19,10 +23,9 @@ public struct CallbackQueue: Sendable {
 
     let target: Target
 
-    /// The main queue. Callbacks run only while the main thread services it (an app's run
-    /// loop, `dispatchMain()`, or ``FetchOperation/waitUntilFinished(timeout:)`` on the main
-    /// thread). A command-line program that blocks its main thread otherwise never sees them.
-    public static var main: CallbackQueue { CallbackQueue(target: .dispatch(.main)) }
+    /// The main queue: where main-actor handlers are dispatched. Internal: a handler for the
+    /// main thread is a `@MainActor` closure, given without a queue.
+    static var main: CallbackQueue { CallbackQueue(target: .dispatch(.main)) }
 
     /// The global concurrent dispatch queue at the default quality of service.
     public static var global: CallbackQueue { CallbackQueue(target: .dispatch(.global())) }

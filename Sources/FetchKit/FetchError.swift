@@ -10,8 +10,8 @@ import FoundationNetworking
 
 /// Why a fetch did not succeed.
 ///
-/// Every failed ``FetchOperation`` finishes with exactly one of these kinds in
-/// ``FetchOperation/error``; a successful one has `nil` there. Switch over the kinds to react
+/// Every failed ``AnyFetchOperation`` finishes with exactly one of these kinds in
+/// ``AnyFetchOperation/error``; a successful one has `nil` there. Switch over the kinds to react
 /// to each; `description` gives a sentence a person can read, naming the URL and the cause.
 ///
 /// Descriptions never show secrets: URLs appear as ``Redaction/redacted(_:)-(URL)`` shows them
@@ -43,7 +43,7 @@ public enum FetchError: Error, Sendable {
     case responseTooLarge(SizeLimit)
     /// The body did not match the length the server announced in `Content-Length`.
     case lengthMismatch(LengthMismatch)
-    /// ``FetchOperation/parseResponseBody(_:)`` threw; its error is kept.
+    /// ``AnyFetchOperation/parseResponseBody(_:)`` threw; its error is kept.
     case parseFailed(ParseFailure)
     /// A dependency failed or was cancelled, so this operation sent no request.
     case dependencyFailed(DependencyFailure)
@@ -62,13 +62,13 @@ extension FetchError {
     public struct InvalidRequest: Sendable, CustomStringConvertible {
         /// What was wrong.
         public enum Reason: Sendable {
-            /// No request was set and ``FetchOperation/makeRequest()`` returned none.
+            /// No request was set and ``AnyFetchOperation/makeRequest()`` returned none.
             case missing
             /// The URL's scheme is not `http` or `https` (the scheme, if any).
             case unsupportedScheme(String?)
             /// The request cannot be sent as HTTP (says why): no host, a bad method or header.
             case malformed(String)
-            /// ``FetchOperation/makeRequest()`` threw.
+            /// ``AnyFetchOperation/makeRequest()`` threw.
             case preparationFailed(UnderlyingError)
             /// `start()` was called by hand before the operation's dependencies had finished.
             case startedBeforeReady
@@ -119,9 +119,9 @@ extension FetchError {
     public struct Timeout: Sendable, CustomStringConvertible {
         /// Which limit fired.
         public enum Kind: Sendable, Equatable {
-            /// No bytes arrived for ``FetchOperation/idleTimeout``.
+            /// No bytes arrived for ``AnyFetchOperation/idleTimeout``.
             case idle
-            /// The fetch did not complete within ``FetchOperation/totalTimeout``.
+            /// The fetch did not complete within ``AnyFetchOperation/totalTimeout``.
             case total
         }
         /// Which limit fired.
@@ -186,7 +186,7 @@ extension FetchError {
 
     /// Details of ``FetchError/responseTooLarge(_:)``.
     public struct SizeLimit: Sendable, CustomStringConvertible {
-        /// The operation's ``FetchOperation/maximumResponseSize``.
+        /// The operation's ``AnyFetchOperation/maximumResponseSize``.
         public let limit: Int64
         /// The length the server announced, if it did.
         public let expectedLength: Int64?
@@ -216,7 +216,7 @@ extension FetchError {
 
     /// Details of ``FetchError/parseFailed(_:)``.
     public struct ParseFailure: Sendable, CustomStringConvertible {
-        /// What ``FetchOperation/parseResponseBody(_:)`` threw.
+        /// What ``AnyFetchOperation/parseResponseBody(_:)`` threw.
         public let underlying: UnderlyingError
         /// The URL whose body failed to parse.
         public let url: URL?
@@ -231,7 +231,7 @@ extension FetchError {
     public struct DependencyFailure: Sendable, CustomStringConvertible {
         /// The dependency's `name`, or its type when it has none.
         public let dependency: String
-        /// The dependency's own error; `nil` for a cancelled dependency that is not a ``FetchOperation``.
+        /// The dependency's own error; `nil` for a cancelled dependency that is not a ``AnyFetchOperation``.
         public let dependencyError: UnderlyingError?
 
         /// Whether the dependency was cancelled (as opposed to failing).

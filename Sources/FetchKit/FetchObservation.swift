@@ -1,6 +1,6 @@
 import Foundation
 
-/// Keeps an observation alive: a state observer (``FetchOperation/observeState(_:)``) or a
+/// Keeps an observation alive: a state observer (``AnyFetchOperation/observeState(_:)``) or a
 /// network-activity handler (``FetchQueue/onNetworkActivityChange(on:_:)``).
 ///
 /// The observation ends when you call ``invalidate()`` or release the token.

@@ -97,11 +97,11 @@ enum DiskMemoryBenchmark {
             let measurement = RawClient(scenario: scenario, base: base, directory: directory).run()
             return Sample(seconds: measurement.seconds, bytes: measurement.bytes, errors: measurement.errors)
         case "fetchkit":
-            let queue = FetchQueue(name: "bench", maximumConcurrentTransfers: 1, callbackQueue: .global)
+            let queue = FetchQueue(name: "bench", maximumConcurrentTransfers: 1)
             let download = DownloadOperation(url: scenario.url(base: base, index: 0), destination: directory.appendingPathComponent(name))
             let done = DispatchSemaphore(value: 0)
             let started = Date()
-            queue.enqueue(download) { _ in done.signal() }
+            queue.enqueue(download, on: .global) { _ in done.signal() }
             done.wait()
             let seconds = Date().timeIntervalSince(started)
             let length = DownloadOperation.size(of: download.destination) ?? 0

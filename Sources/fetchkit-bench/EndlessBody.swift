@@ -34,14 +34,14 @@ enum EndlessBodyBenchmark {
             HTTPResponse(status: 200, body: .chunkedPattern(count: .max, chunkSize: 16 << 10, intervalMilliseconds: 0))
         }
         // Warm up: the session, the server's threads, the pattern buffer.
-        let warmUp = FetchOperation(url: server.url("/json"))
+        let warmUp = FetchOperation<Data>(url: server.url("/json"))
         warmUp.start()
         guard warmUp.waitUntilFinished(timeout: 60) else { throw BenchError("warm-up fetch timed out") }
         Memory.trim()
         let before = Memory.residentBytes()
         switch scenario {
         case "fetchkit":
-            let operation = FetchOperation(url: server.url("/endless"))
+            let operation = FetchOperation<Data>(url: server.url("/endless"))
             operation.maximumResponseSize = Int64(limit)
             operation.start()
             guard operation.waitUntilFinished(timeout: 120) else { throw BenchError("fetch timed out") }

@@ -17,7 +17,7 @@ final class FetchKitClient: @unchecked Sendable {
 
     func run() -> Measurement {
         let queue = FetchQueue(name: "bench", maximumConcurrentTransfers: scenario.concurrency,
-                               maximumTransfersPerHost: scenario.concurrency, callbackQueue: .global,
+                               maximumTransfersPerHost: scenario.concurrency,
                                coalescesIdenticalRequests: false)
         let done = DispatchSemaphore(value: 0)
         let tally = Tally(count: scenario.count)
@@ -27,16 +27,16 @@ final class FetchKitClient: @unchecked Sendable {
             let expected = scenario.bodySize
             switch scenario.destination {
             case .memory:
-                let operation = FetchOperation(url: url)
+                let operation = FetchOperation<Data>(url: url)
                 operation.maximumResponseSize = Int64(expected) * 2
-                queue.enqueue(operation) { result in
-                    let length = (try? result.get())?.responseBody?.count ?? 0
+                queue.enqueue(operation, on: .global) { result in
+                    let length = (try? result.get())?.count ?? 0
                     if tally.add(bytes: length, ok: length == expected) { done.signal() }
                 }
             case .disk:
                 let operation = DownloadOperation(url: url, destination: directory.appendingPathComponent("fetchkit-\(index)"))
-                queue.enqueue(operation) { result in
-                    let length = (try? result.get()).flatMap { DownloadOperation.size(of: $0.destination) } ?? 0
+                queue.enqueue(operation, on: .global) { result in
+                    let length = (try? result.get()).flatMap { DownloadOperation.size(of: $0) } ?? 0
                     if tally.add(bytes: length, ok: length == expected) { done.signal() }
                 }
             }

@@ -64,7 +64,7 @@ enum QueueMemoryBenchmark {
         let server = try LoopbackServer(recordRequests: false)
         defer { server.stop() }
         // Warm up Foundation, URLSession and FetchKit so that one-time costs are not counted.
-        let warm = FetchOperation(url: server.url("/bytes/16"))
+        let warm = FetchOperation<Data>(url: server.url("/bytes/16"))
         warm.start()
         _ = warm.waitUntilFinished(timeout: 10)
         let urls = (0..<count).map { server.url("/bytes/1?n=\($0)") }
@@ -72,24 +72,24 @@ enum QueueMemoryBenchmark {
         let before = Memory.residentBytes()
         switch scenario {
         case .fetchQueueSuspended:
-            let queue = FetchQueue(name: "bench", callbackQueue: .global)
+            let queue = FetchQueue(name: "bench")
             queue.isSuspended = true
-            for url in urls { queue.enqueue(FetchOperation(url: url)) { _ in } }
+            for url in urls { queue.enqueue(FetchOperation<Data>(url: url), on: .global) { _ in } }
             Memory.trim()
             print("delta=\(Memory.residentBytes() - before)")
             queue.cancelAll()
             queue.isSuspended = false
         case .fetchQueueWaiting:
-            let queue = FetchQueue(name: "bench", maximumConcurrentTransfers: 1, maximumTransfersPerHost: 1, callbackQueue: .global)
+            let queue = FetchQueue(name: "bench", maximumConcurrentTransfers: 1, maximumTransfersPerHost: 1)
             // The blocker takes the one slot before the others are enqueued (operations start
             // concurrently, so enqueue order alone would not decide who gets it).
-            let blocker = FetchOperation(url: server.url("/stall-head"))
+            let blocker = FetchOperation<Data>(url: server.url("/stall-head"))
             queue.enqueue(blocker)
             while queue.transferCounts.inFlight < 1 { usleep(1_000) }
             let done = DispatchSemaphore(value: 0)
             let completed = Counter()
             for url in urls {
-                queue.enqueue(FetchOperation(url: url)) { _ in
+                queue.enqueue(FetchOperation<Data>(url: url), on: .global) { _ in
                     if completed.increment() == count { done.signal() }
                 }
             }

@@ -25,24 +25,25 @@ enum Demo {
         """)
 
         let display = DispatchQueue(label: "fetchkit.demo")
-        let queue = FetchQueue(name: "demo", maximumConcurrentTransfers: bound, maximumTransfersPerHost: bound,
-                               callbackQueue: .dispatch(display))
+        let queue = FetchQueue(name: "demo", maximumConcurrentTransfers: bound, maximumTransfersPerHost: bound)
         let operations = paths.map { FeedOperation(url: server.url("/feeds/\($0)"), path: $0) }
         let started = Date()
         let totals = Totals()
         for operation in operations {
-            operation.onCompletion(on: .dispatch(display)) { operation in
+            let path = operation.path
+            operation.onCompletion(on: .dispatch(display)) { result in
                 let at = String(format: "+%.2f s", Date().timeIntervalSince(started))
-                if let feed = operation.feed {
+                switch result {
+                case .success(let feed):
                     totals.items += feed.itemCount
-                    print("  ✓ \(pad(Terminal.sanitized(feed.title), 26)) \(pad("\(feed.itemCount) item\(feed.itemCount == 1 ? "" : "s")", 10)) \(pad(operation.path, 24)) \(at)")
-                } else if let error = operation.error {
-                    print("  ✗ \(pad(operation.path, 26)) \(Terminal.sanitized(Self.reason(error)))   \(at)")
+                    print("  ✓ \(pad(Terminal.sanitized(feed.title), 26)) \(pad("\(feed.itemCount) item\(feed.itemCount == 1 ? "" : "s")", 10)) \(pad(path, 24)) \(at)")
+                case .failure(let error):
+                    print("  ✗ \(pad(path, 26)) \(Terminal.sanitized(Self.reason(error)))   \(at)")
                 }
             }
         }
         let done = DispatchSemaphore(value: 0)
-        queue.enqueue(batch: operations, completion: { status in
+        queue.enqueue(batch: operations, on: .dispatch(display), completion: { status in
             totals.status = status
             done.signal()
         })

@@ -58,8 +58,7 @@ final class Downloader: @unchecked Sendable {
         queue = FetchQueue(
             name: "fetchkit",
             maximumConcurrentTransfers: options.parallel,
-            maximumTransfersPerHost: options.perHost,
-            callbackQueue: .dispatch(ui)
+            maximumTransfersPerHost: options.perHost
         )
         display = ProgressDisplay(interactive: Terminal.isInteractive)
     }
@@ -154,7 +153,7 @@ final class Downloader: @unchecked Sendable {
     /// Enqueues every item as one batch; its completion, after the last item's, ends the run.
     private func startAll() {
         let downloads = items.indices.map(makeDownload)
-        queue.enqueue(batch: downloads, completion: { [self] status in
+        queue.enqueue(batch: downloads, on: .dispatch(ui), completion: { [self] status in
             anyFailed = status.failed > 0
             finished.signal()
         })
@@ -179,7 +178,7 @@ final class Downloader: @unchecked Sendable {
             items[index].meter.report(progress.bytesReceived, requestedOffset: TransferMeter.requestedOffset(of: download?.sentRequest))
             items[index].expected = progress.bytesExpected
         }
-        download.onCompletion(on: .dispatch(ui)) { [self] download in
+        download.onCompletion(on: .dispatch(ui)) { [self, download] _ in
             for notice in download.partialFileNotices {
                 display.note(items[index], notice.description)
             }

@@ -6,29 +6,20 @@ import FoundationXML
 
 /// Fetches one RSS 2.0 or Atom feed and parses its title and entries with `XMLParser`: the
 /// classic RSS-reader refresh, as a ``FetchOperation`` subclass.
-final class FeedOperation: FetchOperation, @unchecked Sendable {
-    struct Feed: Sendable {
-        let title: String
-        let itemCount: Int
-    }
-
+final class FeedOperation: FetchOperation<Feed>, @unchecked Sendable {
     struct FeedError: Error, CustomStringConvertible {
         let description: String
     }
 
     /// The feed's path on the server, for display.
     let path: String
-    private let parsed = FeedBox()
 
     init(url: URL, path: String) {
         self.path = path
         super.init(request: URLRequest(url: url))
     }
 
-    /// The parsed feed, once the operation succeeded.
-    var feed: Feed? { parsed.value }
-
-    override func parseResponseBody(_ body: Data) throws {
+    override func parseResponseBody(_ body: Data) throws -> Feed {
         let parser = XMLParser(data: body)
         let reader = FeedReader()
         parser.delegate = reader
@@ -44,13 +35,14 @@ final class FeedOperation: FetchOperation, @unchecked Sendable {
             let detail = code == 5 ? "the document ends too early" : "XML error \(code)"
             throw FeedError(description: "malformed XML at line \(parser.lineNumber): \(detail)")
         }
-        parsed.value = Feed(title: reader.title ?? "(untitled \(kind))", itemCount: reader.items)
+        return Feed(title: reader.title ?? "(untitled \(kind))", itemCount: reader.items)
     }
 }
 
-/// Set in the parse, read after the operation finished (FetchKit orders the two).
-private final class FeedBox: @unchecked Sendable {
-    var value: FeedOperation.Feed?
+/// A feed's title and how many entries it has.
+struct Feed: Sendable {
+    let title: String
+    let itemCount: Int
 }
 
 /// Reads a feed's kind, title and entry count.

@@ -7,7 +7,7 @@ import Testing
 @Suite("Bad input")
 struct BadInputTests {
     @Test func noRequest() async {
-        let error = await outcome(of: FetchOperation())
+        let error = await outcome(of: FetchOperation<Data>())
         guard case .invalidRequest(let details)? = error, case .missing = details.reason else {
             Issue.record("expected a missing-request error, got \(String(describing: error))")
             return
@@ -17,7 +17,7 @@ struct BadInputTests {
 
     @Test(arguments: ["ftp://127.0.0.1/file", "file:///etc/hosts", "mailto:someone@example.com"])
     func unsupportedScheme(_ string: String) async throws {
-        let error = await outcome(of: FetchOperation(url: try #require(URL(string: string))))
+        let error = await outcome(of: FetchOperation<Data>(url: try #require(URL(string: string))))
         guard case .invalidRequest(let details)? = error, case .unsupportedScheme = details.reason else {
             Issue.record("expected unsupportedScheme, got \(String(describing: error))")
             return
@@ -25,7 +25,7 @@ struct BadInputTests {
     }
 
     @Test func urlWithoutHost() async throws {
-        let error = await outcome(of: FetchOperation(url: try #require(URL(string: "http:///no-host"))))
+        let error = await outcome(of: FetchOperation<Data>(url: try #require(URL(string: "http:///no-host"))))
         guard case .invalidRequest(let details)? = error, case .malformed = details.reason else {
             Issue.record("expected malformed, got \(String(describing: error))")
             return
@@ -35,7 +35,7 @@ struct BadInputTests {
     @Test func invalidMethod() async throws {
         var request = URLRequest(url: try #require(URL(string: "http://127.0.0.1:9/")))
         request.httpMethod = "GE T"
-        let error = await outcome(of: FetchOperation(request: request))
+        let error = await outcome(of: FetchOperation<Data>(request: request))
         guard case .invalidRequest(let details)? = error, case .malformed(let problem) = details.reason else {
             Issue.record("expected malformed, got \(String(describing: error))")
             return
@@ -48,7 +48,7 @@ struct BadInputTests {
         // `setValue(_:forHTTPHeaderField:)` drops such values; `allHTTPHeaderFields` keeps them.
         var request = URLRequest(url: try #require(URL(string: "http://127.0.0.1:9/")))
         request.allHTTPHeaderFields = headers
-        let error = await outcome(of: FetchOperation(request: request))
+        let error = await outcome(of: FetchOperation<Data>(request: request))
         guard case .invalidRequest(let details)? = error, case .malformed = details.reason else {
             Issue.record("expected malformed, got \(String(describing: error))")
             return
@@ -56,7 +56,7 @@ struct BadInputTests {
     }
 
     @Test func makeRequestThrows() async {
-        final class Broken: FetchOperation, @unchecked Sendable {
+        final class Broken: FetchOperation<Data>, @unchecked Sendable {
             override func makeRequest() throws -> URLRequest? { throw ParseTestError(reason: "no token") }
         }
         let error = await outcome(of: Broken())
@@ -70,7 +70,7 @@ struct BadInputTests {
     @Test func connectionRefused() async throws {
         let closed = try ClosedPort()
         let url = closed.url("/json")
-        let error = await outcome(of: FetchOperation(url: url))
+        let error = await outcome(of: FetchOperation<Data>(url: url))
         withExtendedLifetime(closed) {}
         guard case .transport(let urlError)? = error else {
             Issue.record("expected a transport error, got \(String(describing: error))")
@@ -81,7 +81,7 @@ struct BadInputTests {
     }
 
     @Test func unresolvableHost() async throws {
-        let operation = FetchOperation(url: try #require(URL(string: "http://no-such-host.invalid/")))
+        let operation = FetchOperation<Data>(url: try #require(URL(string: "http://no-such-host.invalid/")))
         operation.idleTimeout = 10
         let error = await outcome(of: operation)
         guard case .transport? = error else {
@@ -179,7 +179,7 @@ struct TimeoutTests {
         defer { server.stop() }
         var request = URLRequest(url: server.url("/stall-head"))
         request.timeoutInterval = 0.3
-        let operation = FetchOperation(request: request)
+        let operation = FetchOperation<Data>(request: request)
         _ = try? await operation.run()
         guard case .timedOut(let timeout)? = operation.error else {
             Issue.record("expected a timeout, got \(String(describing: operation.error))")

@@ -79,7 +79,7 @@ struct DownloadTests {
         let server = try LoopbackServer()
         let directory = try TemporaryDirectory()
         defer { server.stop(); directory.remove() }
-        let download = Checked(url: server.url("/bytes/4096"), destination: directory.file("a"))
+        let download = Checked(request: URLRequest(url: server.url("/bytes/4096")), destination: directory.file("a"))
         try await download.run()
         #expect(download.sizes.current == [4096])
     }

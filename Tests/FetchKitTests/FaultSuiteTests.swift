@@ -116,7 +116,7 @@ struct FaultSuiteTests {
         defer { server.stop() }
         let queue = makeFetchQueue(total: 16, perHost: 16)
         let operations = (0..<400).map { index -> FetchOperation in
-            let operation = FetchOperation(url: server.url("/redirect/\(index % 8)?n=\(index)"))
+            let operation = FetchOperation<Data>(url: server.url("/redirect/\(index % 8)?n=\(index)"))
             operation.retryPolicy = .none
             if index.isMultiple(of: 5) { operation.idleTimeout = 0.001 }
             return operation

@@ -182,13 +182,12 @@ struct FetchOperationTests {
         defer { server.stop() }
         let queue = tagged(DispatchQueue(label: "test.completions"))
         let operation = server.operation("/json")
-        operation.completionQueue = .dispatch(queue)
         let labels = Locked<[String]>([])
         let done = Countdown(2)
-        operation.onCompletion { _ in labels.withLock { $0.append(currentQueueLabel()) }; done.signal() }
-        operation.onCompletion(on: .global) { op in
-            #expect(op.isFinished)
-            #expect(op.error == nil)
+        operation.onCompletion(on: .dispatch(queue)) { _ in labels.withLock { $0.append(currentQueueLabel()) }; done.signal() }
+        operation.onCompletion(on: .global) { [operation] result in
+            #expect(operation.isFinished)
+            #expect((try? result.get()) != nil)
             done.signal()
         }
         operation.start()
@@ -279,7 +278,7 @@ struct FetchOperationTests {
     }
 
     @Test func makeRequestBuildsTheRequestJustBeforeSending() async throws {
-        final class Late: FetchOperation, @unchecked Sendable {
+        final class Late: FetchOperation<Data>, @unchecked Sendable {
             let url: URL
             init(url: URL) { self.url = url; super.init() }
             override func makeRequest() throws -> URLRequest? {
@@ -305,7 +304,7 @@ struct FetchOperationTests {
         do {
             let operation = DeinitProbeOperation(request: URLRequest(url: server.url("/json")))
             operation.onDeinit = { released.signal() }
-            operation.onCompletion { op in _ = op.responseBody } // a handler that captures it
+            operation.onCompletion { _ in _ = operation.responseBody } // a handler that captures it
             queue.addOperation(operation)
             try await operation.finished()
         }

@@ -40,7 +40,7 @@ final class NotificationRecorder: @unchecked Sendable {
 
 func makeFetchQueue(total: Int = 8, perHost: Int = 4, name: String = #function) -> FetchQueue {
     FetchQueue(name: name, maximumConcurrentTransfers: total, maximumTransfersPerHost: perHost,
-               callbackQueue: .global, notificationCenter: NotificationCenter(), networkActivityHideDelay: 0.2)
+               notificationCenter: NotificationCenter(), networkActivityHideDelay: 0.2)
 }
 
 /// Waits until a queue's transfer counts satisfy `condition`.
@@ -62,14 +62,14 @@ struct FetchQueueTests {
         let server = try LoopbackServer()
         defer { server.stop() }
         let queue = makeFetchQueue()
-        let results = Locked<[Result<RecordingOperation, FetchError>]>([])
+        let results = Locked<[Result<Data, FetchError>]>([])
         let done = Countdown(2)
         queue.enqueue(server.operation("/json")) { result in results.withLock { $0.append(result) }; done.signal() }
         queue.enqueue(server.operation("/status/503")) { result in results.withLock { $0.append(result) }; done.signal() }
         #expect(await done.wait())
         let outcomes = results.current
         #expect(outcomes.count == 2)
-        #expect(outcomes.contains { if case .success(let op) = $0 { return op.parses.current.count == 1 }; return false })
+        #expect(outcomes.contains { if case .success(let body) = $0 { return !body.isEmpty }; return false })
         #expect(outcomes.contains { if case .failure(let error) = $0 { return error.statusCode == 503 }; return false })
         #expect(done.overSignals == 0)
         #expect(queue.count == 0, "finished fetches leave the registry")
@@ -177,7 +177,7 @@ struct FetchQueueTests {
         let server = try LoopbackServer()
         defer { server.stop() }
         let queue = makeFetchQueue()
-        let results = Locked<[Result<RecordingOperation, FetchError>]>([])
+        let results = Locked<[Result<Data, FetchError>]>([])
         let done = Countdown(1)
         let operation = server.operation("/stall-head")
         let id = queue.enqueue(operation) { result in results.withLock { $0.append(result) }; done.signal() }
@@ -221,7 +221,7 @@ struct FetchQueueTests {
         let cancelledResults = Locked(0)
         let done = Countdown(count)
         for index in 0..<count {
-            queue.enqueue(FetchOperation(url: server.url("/stall-head?n=\(index)"))) { result in
+            queue.enqueue(FetchOperation<Data>(url: server.url("/stall-head?n=\(index)"))) { result in
                 completions.withLock { $0[index] += 1 }
                 if case .failure(.cancelled) = result { cancelledResults.withLock { $0 += 1 } }
                 done.signal()
@@ -273,7 +273,7 @@ struct FetchQueueTests {
         defer { server.stop() }
         let timer = ManualTimer()
         let queue = FetchQueue(name: #function, maximumConcurrentTransfers: 8, maximumTransfersPerHost: 4,
-                               callbackQueue: .global, notificationCenter: NotificationCenter(),
+                               notificationCenter: NotificationCenter(),
                                coalescesIdenticalRequests: true, networkActivityHideDelay: 0.25,
                                activityTimer: timer.schedule)
         let changes = Locked<[Bool]>([])
@@ -414,11 +414,13 @@ struct FetchQueueTests {
         let operations = (0..<8).map { server.operation("/bytes/1000?n=\($0)") }
             + [server.operation("/status/500"), server.operation("/stall-head")]
         let memberCompletions = Countdown(10)
+        for operation in operations {
+            operation.onCompletion(on: .global) { _ in memberCompletions.signal() }
+        }
         let statuses = Locked<[FetchBatch.Status]>([])
         let completed = Countdown(1)
         let finalStatus = Locked<FetchBatch.Status?>(nil)
         let batch = queue.enqueue(batch: operations,
-                                  memberCompletion: { _ in memberCompletions.signal() },
                                   progress: { status in statuses.withLock { $0.append(status) } },
                                   completion: { status in
                                       #expect(memberCompletions.count == 0 || true)
@@ -449,8 +451,10 @@ struct FetchQueueTests {
         let server = try LoopbackServer()
         defer { server.stop() }
         let queue = makeFetchQueue()
-        let fetched = try await queue.fetch(server.operation("/json"))
-        #expect(fetched.parses.current.count == 1)
+        let operation = server.operation("/json")
+        let fetched = try await queue.fetch(operation)
+        #expect(operation.parses.current.count == 1)
+        #expect(fetched == operation.responseBody)
         let stalled = server.operation("/stall-head")
         let task = Task { try await queue.fetch(stalled) }
         #expect(await counts(of: queue) { $0.inFlight == 1 })
@@ -505,8 +509,8 @@ struct FetchQueueTests {
         let getUser = GetUser(api: server.baseURL, after: login)
         queue.enqueue(getUser)
         queue.enqueue(login)
-        #expect(try await queue.fetch(GetUser(api: server.baseURL, after: login)).user?.name == "bob")
-        #expect(try await getUser.finished().user?.name == "bob")
+        #expect(try await queue.fetch(GetUser(api: server.baseURL, after: login)).name == "bob")
+        #expect(try await getUser.value.name == "bob")
     }
 
     @Test func aQueueReleasedWhileItsCancelledTransferWindsDownIsSafe() async throws {

@@ -5,9 +5,9 @@ import Testing
 
 @Suite("State observation")
 struct ObservationTests {
-    typealias Change = FetchOperation.StateChange
+    typealias Change = AnyFetchOperation.StateChange
 
-    private func record(_ operation: FetchOperation) -> (Locked<[Change]>, FetchObservation) {
+    private func record(_ operation: AnyFetchOperation) -> (Locked<[Change]>, FetchObservation) {
         let changes = Locked<[Change]>([])
         let token = operation.observeState { change in changes.withLock { $0.append(change) } }
         return (changes, token)

@@ -54,7 +54,7 @@ struct HostBackOffTests {
 
 @Suite("Conditional GET")
 struct ConditionalGETTests {
-    @Test func theSecondFetchIsNotModifiedAndSkipsTheParse() async throws {
+    @Test func theSecondFetchIsNotModifiedAndItsOutputComesFromTheStoredBody() async throws {
         let server = try LoopbackServer()
         defer { server.stop() }
         let store = ValidatorStore()
@@ -71,10 +71,46 @@ struct ConditionalGETTests {
         #expect(second.isNotModified)
         #expect(second.error == nil)
         #expect(second.response?.statusCode == 304)
-        #expect(second.parses.current.isEmpty, "nothing changed: no parse")
+        #expect(second.parses.current == [Data("tag v1".utf8)], "the kept body, parsed again")
+        #expect(try second.result?.get() == Data("tag v1".utf8))
         let sent = try #require(server.requests(path: "/etag/v1").last)
         #expect(sent.headers["If-None-Match"] == "\"v1\"")
         #expect(sent.headers["If-Modified-Since"] == LoopbackServer.fixedLastModified)
+    }
+
+    @Test func withoutStoredBodiesTheOperationSaysWhatANotModifiedYields() async throws {
+        final class Revision: FetchOperation<String>, @unchecked Sendable {
+            let parsed = Locked(0)
+            override func parseResponseBody(_ body: Data) throws -> String {
+                parsed.withLock { $0 += 1 }
+                return String(decoding: body, as: UTF8.self)
+            }
+            override func outputWhenNotModified(storedBody: Data?) throws -> String {
+                storedBody == nil ? "unchanged" : "unexpected body"
+            }
+        }
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let store = ValidatorStore(storesBodies: false)
+        let first = Revision(url: server.url("/etag/v3"))
+        first.validatorStore = store
+        #expect(try await first.run().result?.get() == "tag v3")
+        let second = Revision(url: server.url("/etag/v3"))
+        second.validatorStore = store
+        #expect(try await second.run().result?.get() == "unchanged")
+        #expect(second.isNotModified)
+        #expect(second.parsed.current == 0, "nothing to parse")
+
+        // An operation that does not say fails clearly, naming the hook.
+        let third = server.operation("/etag/v3")
+        third.validatorStore = store
+        let error = await outcome(of: third)
+        guard case .parseFailed(let failure)? = error else {
+            Issue.record("expected parseFailed, got \(String(describing: error))")
+            return
+        }
+        #expect(failure.description.contains("outputWhenNotModified(storedBody:)"))
+        #expect(third.response?.statusCode == 304)
     }
 
     @Test func aStoredBodyIsParsedWhenAsked() async throws {
@@ -86,7 +122,6 @@ struct ConditionalGETTests {
         try await first.run()
         let second = server.operation("/etag/v2")
         second.validatorStore = store
-        second.parsesStoredBodyWhenNotModified = true
         try await second.run()
         #expect(second.isNotModified)
         #expect(second.parses.current == [Data("tag v2".utf8)], "the stored body, parsed")
@@ -152,7 +187,7 @@ struct ConditionalGETTests {
         }
         #expect(await completions.wait(), "every completion ran")
         #expect(completions.overSignals == 0, "and none twice")
-        #expect(refresh.allSatisfy { $0.isNotModified && $0.parses.current.isEmpty && $0.error == nil })
+        #expect(refresh.allSatisfy { $0.isNotModified && $0.parses.current.count == 1 && $0.error == nil })
         #expect(await queueIsEmpty(queue))
     }
 }

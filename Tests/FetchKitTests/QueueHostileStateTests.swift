@@ -26,7 +26,7 @@ struct QueueHostileStateTests {
         let cancelledResults = Locked(0)
         let done = Countdown(count)
         for index in 0..<count {
-            queue.enqueue(FetchOperation(url: server.url("/gate?n=\(index)"))) { result in
+            queue.enqueue(FetchOperation<Data>(url: server.url("/gate?n=\(index)"))) { result in
                 completions.withLock { $0[index] += 1 }
                 if case .failure(.cancelled) = result { cancelledResults.withLock { $0 += 1 } }
                 done.signal()
@@ -58,14 +58,14 @@ struct QueueHostileStateTests {
         let count = 2_000
         let queue = makeFetchQueue(total: limit, perHost: limit)
         let done = Countdown(count + 3)
-        let operations = (0..<count).map { FetchOperation(url: server.url("/gate?n=\($0)")) }
+        let operations = (0..<count).map { FetchOperation<Data>(url: server.url("/gate?n=\($0)")) }
         for operation in operations {
             queue.enqueue(operation) { _ in done.signal() }
         }
         #expect(await counts(of: queue) { $0 == .init(inFlight: limit, waiting: count - limit) })
         #expect(await server.waitUntil(timeout: 60) { $0.requestsInFlight == limit })
         // Three more, enqueued once the slots are taken: they wait.
-        let kept = (0..<3).map { FetchOperation(url: server.url("/gate?kept=\($0)")) }
+        let kept = (0..<3).map { FetchOperation<Data>(url: server.url("/gate?kept=\($0)")) }
         for operation in kept {
             queue.enqueue(operation) { _ in done.signal() }
         }
@@ -219,7 +219,7 @@ struct QueueHostileStateTests {
         #expect(server.requests(path: "/json").count == 3)
         // Taken over after it finished: the completion still runs, once, with its result.
         let done = Countdown(1)
-        let result = Locked<Result<RecordingOperation, FetchError>?>(nil)
+        let result = Locked<Result<Data, FetchError>?>(nil)
         queue.enqueue(login) { outcome in result.withLock { $0 = outcome }; done.signal() }
         #expect(await done.wait(timeout: 60))
         #expect(result.current.map { if case .success = $0 { true } else { false } } == true)
@@ -272,7 +272,7 @@ struct QueueHostileStateTests {
         let user = server.operation("/json?user")
         user.addDependency(login)
         let fetched = Countdown(1)
-        let result = Locked<Result<RecordingOperation, FetchError>?>(nil)
+        let result = Locked<Result<Data, FetchError>?>(nil)
         queue.enqueue(user) { outcome in result.withLock { $0 = outcome }; fetched.signal() }
         #expect(queue.count == 1, "accepted, waiting for its dependency")
         plain.isSuspended = false
@@ -304,7 +304,7 @@ struct QueueHostileStateTests {
 
 /// The error `queue.fetch(operation)` throws, or `nil` if it returned; waits at most 60 s, then
 /// cancels the fetch and records a hang.
-private func fetchOutcome<Operation: FetchOperation>(_ queue: FetchQueue, _ operation: Operation) async -> FetchError? {
+private func fetchOutcome(_ queue: FetchQueue, _ operation: some OutputProducing) async -> FetchError? {
     let outcome = Locked<FetchError?>(nil)
     let finished = Countdown(1)
     let task = Task {

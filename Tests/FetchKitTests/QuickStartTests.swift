@@ -6,15 +6,13 @@ import Testing
 // The README's Quick Start, compiled and run against the loopback server (whose /login and
 // /user endpoints play the API). Keep the two in step.
 
-struct User: Decodable {
+struct User: Decodable, Sendable {
     let name: String
     let id: Int
 }
 
-/// POST /login → {"token": "…"}
-final class LogIn: FetchOperation, @unchecked Sendable {
-    private(set) var token: String?
-
+/// POST /login → {"token": "…"}; its output is the token.
+final class LogIn: FetchOperation<String>, @unchecked Sendable {
     init(api: URL, user: String, password: String) {
         var request = URLRequest(url: api.appendingPathComponent("login"))
         request.httpMethod = "POST"
@@ -23,16 +21,15 @@ final class LogIn: FetchOperation, @unchecked Sendable {
         super.init(request: request)
     }
 
-    override func parseResponseBody(_ body: Data) throws {
-        token = try JSONDecoder().decode([String: String].self, from: body)["token"]
+    override func parseResponseBody(_ body: Data) throws -> String {
+        try JSONDecoder().decode([String: String].self, from: body)["token"] ?? ""
     }
 }
 
 /// GET /user, with the token the login got.
-final class GetUser: FetchOperation, @unchecked Sendable {
+final class GetUser: FetchOperation<User>, @unchecked Sendable {
     private let api: URL
     private let login: LogIn
-    private(set) var user: User?
 
     init(api: URL, after login: LogIn) {
         self.api = api
@@ -42,13 +39,14 @@ final class GetUser: FetchOperation, @unchecked Sendable {
     }
 
     override func makeRequest() throws -> URLRequest? {
+        let token = try login.result?.get() ?? ""
         var request = URLRequest(url: api.appendingPathComponent("user"))
-        request.setValue("Bearer \(login.token ?? "")", forHTTPHeaderField: "Authorization")
+        request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization")
         return request
     }
 
-    override func parseResponseBody(_ body: Data) throws {
-        user = try JSONDecoder().decode(User.self, from: body)
+    override func parseResponseBody(_ body: Data) throws -> User {
+        try JSONDecoder().decode(User.self, from: body)
     }
 }
 
@@ -59,25 +57,20 @@ struct QuickStartTests {
         defer { server.stop() }
         let api = server.baseURL
 
-        let queue = OperationQueue()
-        queue.maxConcurrentOperationCount = 4
-
+        let queue = FetchQueue()
         let login = LogIn(api: api, user: "alice", password: "secret")
         let getUser = GetUser(api: api, after: login)
         let printed = Locked<String?>(nil)
-        getUser.onCompletion(on: .global) { operation in
-            if let error = operation.error {
-                printed.withLock { $0 = "failed: \(error)" }
-            } else {
-                printed.withLock { $0 = "hello, \(operation.user!.name)" }
+        getUser.onCompletion(on: .global) { result in
+            switch result {
+            case .success(let user): printed.withLock { $0 = "hello, \(user.name)" }
+            case .failure(let error): printed.withLock { $0 = "failed: \(error)" }
             }
         }
-        queue.addOperation(login)
-        queue.addOperation(getUser)
-
-        let user = try await getUser.finished().user
-        #expect(user?.name == "alice")
-        #expect(user?.id == 42)
+        queue.enqueue(login)
+        let user = try await queue.fetch(getUser)
+        #expect(user.name == "alice")
+        #expect(user.id == 42)
         #expect(await getUser.awaitCompletion())
         #expect(printed.current == "hello, alice")
     }
@@ -90,7 +83,7 @@ struct QuickStartTests {
         let queue = makeQueue(4)
         queue.addOperation(login)
         queue.addOperation(getUser)
-        await #expect(throws: FetchError.self) { try await getUser.finished() }
+        await #expect(throws: FetchError.self) { try await getUser.value }
         #expect(getUser.error?.description.contains("Not sent: dependency LogIn failed") == true)
         #expect(server.requestCount(path: "/user") == 0)
     }

@@ -166,7 +166,7 @@ struct RedactedDescriptionTests {
         #expect(status.redactedHeaders["Set-Cookie"] == "REDACTED")
         #expect(FetchError.Timeout(kind: .idle, interval: 1, url: Self.url).url?.absoluteString.contains("hunter2secret") == true)
         #expect(FetchError.RedirectFailure(kind: .loop, chain: [Self.url]).chain == [Self.url])
-        let operation = FetchOperation(url: Self.url)
+        let operation = FetchOperation<Data>(url: Self.url)
         #expect(operation.request?.url == Self.url)
         expectRedacted(operation.description)
         expectRedacted(String(describing: operation))
@@ -184,7 +184,7 @@ struct RedactedDescriptionTests {
         components.user = "bob"
         components.password = "hunter2secret"
         let url = try #require(components.url)
-        let operation = FetchOperation(url: url)
+        let operation = FetchOperation<Data>(url: url)
         await #expect(throws: FetchError.self) { try await operation.run() }
         let error = try #require(operation.error)
         #expect(error.statusCode == 401)
@@ -200,7 +200,7 @@ struct RedactedDescriptionTests {
     @Test func aTransportFailureOfASecretURL() async throws {
         let closed = try ClosedPort()
         let url = try #require(URL(string: "http://bob:hunter2secret@127.0.0.1:\(closed.port)/private/report?access_token=tok3nsecret"))
-        let operation = FetchOperation(url: url)
+        let operation = FetchOperation<Data>(url: url)
         await #expect(throws: FetchError.self) { try await operation.run() }
         withExtendedLifetime(closed) {}
         let error = try #require(operation.error)

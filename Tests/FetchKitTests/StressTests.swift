@@ -22,10 +22,10 @@ struct StressTests {
         // parsing, finishing or already finished.
         let roles = (0..<count).map { _ in generator.next() % 3 }
         let lateVictims = (0..<count).map { _ in Int(generator.next() % UInt64(count)) }
-        let operationsBox = Locked<[FetchOperation]>([])
-        let operations: [FetchOperation] = (0..<count).map { index in
+        let operationsBox = Locked<[FetchOperation<Data>]>([])
+        let operations: [FetchOperation<Data>] = (0..<count).map { index in
             let path = index.isMultiple(of: 10) ? "/delay/2" : "/bytes/\(index % 1024)"
-            let operation = FetchOperation(url: server.url(path))
+            let operation = FetchOperation<Data>(url: server.url(path))
             tokens.append(operation.observeState { change in
                 if change.key == .finished { finishes.withLock { $0[index] += 1 } }
             })
@@ -69,7 +69,7 @@ struct StressTests {
         let server = try LoopbackServer(recordRequests: false)
         defer { server.stop() }
         let queue = FetchQueue(name: #function, maximumConcurrentTransfers: 16, maximumTransfersPerHost: 8,
-                               callbackQueue: .global, notificationCenter: NotificationCenter(), networkActivityHideDelay: 0)
+                               notificationCenter: NotificationCenter(), networkActivityHideDelay: 0)
         let recorder = NotificationRecorder(queue)
         let count = 5_000
         let completions = Locked([Int](repeating: 0, count: count))
@@ -87,7 +87,7 @@ struct StressTests {
             case 2: path = "/bytes/100?n=\(index)"
             default: path = "/stall-mid-body/20000?n=\(index)"
             }
-            let operation = FetchOperation(url: server.url(path))
+            let operation = FetchOperation<Data>(url: server.url(path))
             operation.idleTimeout = 30
             ids.append(queue.enqueue(operation) { _ in
                 completions.withLock { $0[index] += 1 }

@@ -51,7 +51,7 @@ struct WaitingTests {
     }
 
     @Test func waitTimesOutForAnOperationNobodyStarts() async {
-        let operation = FetchOperation(url: URL(string: "http://127.0.0.1:9/")!)
+        let operation = FetchOperation<Data>(url: URL(string: "http://127.0.0.1:9/")!)
         let result = Locked<Bool?>(nil)
         let done = Countdown(1)
         Thread {

@@ -18,13 +18,18 @@ final class Flag: @unchecked Sendable {
 
 let mode = CommandLine.arguments.dropFirst().first ?? "main"
 let server = try LoopbackServer()
-let operation = FetchOperation(url: server.url("/delay/150"))
-operation.completionQueue = mode == "main" ? .main : .global
+let operation = FetchOperation<Data>(url: server.url("/delay/150"))
 let completionRan = Flag()
 let completionOnMainThread = Flag()
-operation.onCompletion { _ in
-    if Thread.isMainThread { completionOnMainThread.set() }
-    completionRan.set()
+if mode == "main" {
+    operation.onCompletion { _ in
+        if Thread.isMainThread { completionOnMainThread.set() }
+        completionRan.set()
+    }
+} else {
+    operation.onCompletion(on: .global) { _ in
+        completionRan.set()
+    }
 }
 let queue = OperationQueue()
 queue.maxConcurrentOperationCount = 1

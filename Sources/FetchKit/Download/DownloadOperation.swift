@@ -8,7 +8,7 @@ import Darwin
 import FoundationNetworking
 #endif
 
-/// A ``FetchOperation`` that streams the body to a file, with flat memory, and moves it into
+/// An operation that streams the body to a file, with flat memory, and moves it into
 /// place only when it is complete.
 ///
 /// ```swift
@@ -40,7 +40,7 @@ import FoundationNetworking
 /// `.<name>.fetchkit-partial.json` to fit in 255 bytes, the partial files get a shortened name
 /// (see ``SafeFileName``). For a name taken from a URL, use ``SafeFileName/name(for:)``.
 ///
-/// **Size cap.** ``FetchOperation/maximumResponseSize`` bounds the file on disk: the decoded
+/// **Size cap.** ``AnyFetchOperation/maximumResponseSize`` bounds the file on disk: the decoded
 /// bytes (a small gzip body can inflate a thousandfold), resumed bytes included. It defaults to
 /// ``defaultMaximumDownloadSize`` (16 GiB) for a download; set `.max` for no limit. A download
 /// that reaches it fails with ``FetchError/responseTooLarge(_:)`` having written at most the cap,
@@ -51,11 +51,14 @@ import FoundationNetworking
 /// be. A body shorter or longer than its `Content-Length` is ``FetchError/lengthMismatch(_:)``.
 ///
 /// Downloads are never coalesced with other requests.
-open class DownloadOperation: FetchOperation, @unchecked Sendable {
+open class DownloadOperation: AnyFetchOperation, OutputProducing, @unchecked Sendable {
+    /// A download's output: the file, at ``destination``, once it is complete and in place.
+    public typealias Output = URL
+
     /// Where the file goes.
     public let destination: URL
 
-    /// The default ``FetchOperation/maximumResponseSize`` of a download: 16 GiB.
+    /// The default ``AnyFetchOperation/maximumResponseSize`` of a download: 16 GiB.
     ///
     /// Large enough for disk images and data sets; small enough that a hostile server (or a
     /// gzip bomb of 16 MiB) cannot fill most disks. Set `.max` for no limit.
@@ -151,7 +154,7 @@ open class DownloadOperation: FetchOperation, @unchecked Sendable {
 
     /// Called once the complete file is at ``destination``; override it to read or process it.
     ///
-    /// Runs on ``FetchOperation/parseQueue``; a thrown error becomes
+    /// Runs on ``AnyFetchOperation/parseQueue``; a thrown error becomes
     /// ``FetchError/parseFailed(_:)`` (the file stays in place). The default does nothing.
     ///
     /// - Parameter url: The destination.
@@ -255,13 +258,13 @@ open class DownloadOperation: FetchOperation, @unchecked Sendable {
         return sink
     }
 
-    override func process(_ body: ResponseBody) throws(FetchError) {
-        guard case .file(let partial) = body else { return }
+    override func makeOutput(from body: ResponseBody?, notModified: Bool) throws -> any Sendable {
+        guard case .file(let partial)? = body else { throw FetchError.fileSystem(.init(kind: .writeFailed, path: partialFileURL.path, code: nil)) }
         // The file written is still the partial file (nothing was swapped in since), and the
         // destination is still a regular file or nothing. (rename(2) replaces a link itself,
         // never its target, so even a link planted after this check is not written through.)
         guard LocalFile.status(partial)?.isPrivateRegularFile == true else {
-            throw .fileSystem(.init(kind: .unsafePath, path: partial.path, code: nil))
+            throw FetchError.fileSystem(.init(kind: .unsafePath, path: partial.path, code: nil))
         }
         try checkDestinationFile()
         // rename(2) replaces the destination atomically: it is either the old file or the new.
@@ -272,7 +275,7 @@ open class DownloadOperation: FetchOperation, @unchecked Sendable {
             }
         }
         guard moved else {
-            throw .fileSystem(.init(kind: .moveFailed, path: destination.path, code: errno))
+            throw FetchError.fileSystem(.init(kind: .moveFailed, path: destination.path, code: errno))
         }
         LocalFile.remove(partialRecordURL)
         let resumed = core.withLock { $0.progressBase }     // what a 206 continued from
@@ -280,11 +283,8 @@ open class DownloadOperation: FetchOperation, @unchecked Sendable {
             state.downloadedFileURL = destination
             state.resumedBytes = state.resumedBeforeContinuing ?? resumed
         }
-        do {
-            try parseDownloadedFile(at: destination)
-        } catch {
-            throw parseFailure(error)
-        }
+        try parseDownloadedFile(at: destination)
+        return destination
     }
 
     // MARK: Backpressure
@@ -298,7 +298,7 @@ open class DownloadOperation: FetchOperation, @unchecked Sendable {
     /// allows resuming (an `ETag` or `Last-Modified`, and `Accept-Ranges: bytes`), it stops the
     /// transfer, waits until the disk has caught up and the stopped task has ended, and
     /// continues with `Range` and `If-Range`. A continuation is neither a retry nor counted in
-    /// ``FetchOperation/attempts``; progress goes on from the bytes on disk. Without ranges the
+    /// ``AnyFetchOperation/attempts``; progress goes on from the bytes on disk. Without ranges the
     /// transfer is not stopped, and what waits for the disk is not bounded.
     public var backpressureContinuations: Int {
         downloadState.withLock { $0.continuations }
@@ -386,7 +386,7 @@ extension DownloadOperation {
             case lengthMismatch
             /// The record has no validator (`ETag` or `Last-Modified`) to resume with.
             case notResumable
-            /// The partial file already reaches ``FetchOperation/maximumResponseSize``.
+            /// The partial file already reaches ``AnyFetchOperation/maximumResponseSize``.
             case overSizeLimit
         }
 

@@ -25,19 +25,40 @@ struct HandlerList<Handler> {
     }
 }
 
-/// A handler for a value that runs on a queue of its choosing, or the owner's default.
-struct QueuedHandler<Value>: Sendable {
-    let queue: CallbackQueue?
-    let handler: @Sendable (Value) -> Void
+/// A handler for a value and where it runs: on the main actor (the default of every public
+/// handler), or on a queue the caller named.
+struct Callback<Value: Sendable>: Sendable {
+    let queue: CallbackQueue
+    let body: @Sendable (Value) -> Void
+
+    /// A handler that runs on `queue`.
+    init(on queue: CallbackQueue, _ body: @escaping @Sendable (Value) -> Void) {
+        self.queue = queue
+        self.body = body
+    }
+
+    /// A handler that runs on the main actor: dispatched to the main queue, whose jobs run on
+    /// the main actor's thread.
+    init(mainActor body: @escaping @MainActor (Value) -> Void) {
+        queue = .main
+        self.body = { value in MainActor.assumeIsolated { body(value) } }
+    }
+}
+
+extension Callback {
+    /// Runs the handler with `value`, asynchronously on its queue.
+    func post(_ value: Value) {
+        queue.perform { body(value) }
+    }
 }
 
 extension HandlerList: Sendable where Handler: Sendable {}
 
 extension Array {
-    /// Runs every handler with `value`, each on its own queue or `fallback`.
-    func deliver<Value: Sendable>(_ value: Value, fallback: CallbackQueue) where Element == QueuedHandler<Value> {
+    /// Runs every handler with `value`, each on its own queue.
+    func deliver<Value: Sendable>(_ value: Value) where Element == Callback<Value> {
         for entry in self {
-            (entry.queue ?? fallback).perform { entry.handler(value) }
+            entry.post(value)
         }
     }
 }

@@ -1,4 +1,4 @@
-/// The lifecycle of one ``FetchOperation``, as a pure value: events in, actions out.
+/// The lifecycle of one ``AnyFetchOperation``, as a pure value: events in, actions out.
 ///
 /// ```
 /// pending ──start──▶ executing(preparing) ──attachTransfer──▶ executing(transferring)

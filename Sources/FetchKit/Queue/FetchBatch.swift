@@ -8,8 +8,8 @@ import Foundation
 ///
 /// ```swift
 /// let batch = queue.enqueue(batch: feeds.map { GetFeed(url: $0) },
-///                           progress: { status in bar.value = status.fractionFinished },
-///                           completion: { status in print("\(status.failed) of \(status.total) failed") })
+///                           progress: { status in model.fraction = status.fractionFinished },
+///                           completion: { status in model.failures = status.failed })
 /// ```
 public final class FetchBatch: @unchecked Sendable {
     /// A snapshot of a batch.
@@ -45,10 +45,11 @@ public final class FetchBatch: @unchecked Sendable {
 
     private let state: Protected<(status: Status, perMember: [(received: Int64, expected: Int64?)], completed: Bool)>
     private let relay: CoalescingRelay<Status>?
-    private let completion: (@Sendable (Status) -> Void)?
-    private let callbackQueue: CallbackQueue
+    private let completion: Callback<Status>?
+    /// Where the batch's handlers run: the main queue, or the queue the caller named.
+    let callbackQueue: CallbackQueue
 
-    init(ids: [FetchID], callbackQueue: CallbackQueue, progress: (@Sendable (Status) -> Void)?, completion: (@Sendable (Status) -> Void)?) {
+    init(ids: [FetchID], callbackQueue: CallbackQueue, progress: Callback<Status>?, completion: Callback<Status>?) {
         self.ids = ids
         self.callbackQueue = callbackQueue
         self.completion = completion
@@ -56,7 +57,7 @@ public final class FetchBatch: @unchecked Sendable {
         state = Protected((status, Array(repeating: (0, nil), count: ids.count), false))
         self.progress = Progress(totalUnitCount: Int64(ids.count))
         byteProgress = Progress(totalUnitCount: -1)
-        relay = progress.map { CoalescingRelay(queue: callbackQueue, handler: $0) }
+        relay = progress.map { CoalescingRelay(queue: $0.queue, handler: $0.body) }
     }
 
     /// The batch now.
@@ -94,8 +95,8 @@ public final class FetchBatch: @unchecked Sendable {
             return (state.status, last)
         }
         publish(status)
-        if last, let completion {
-            callbackQueue.perform { completion(status) }
+        if last {
+            completion?.post(status)
         }
     }
 
@@ -111,7 +112,7 @@ public final class FetchBatch: @unchecked Sendable {
             return state.status
         }
         publish(status)
-        if let completion { callbackQueue.perform { completion(status) } }
+        completion?.post(status)
     }
 
     private func publish(_ status: Status) {
@@ -125,25 +126,59 @@ public final class FetchBatch: @unchecked Sendable {
 }
 
 extension FetchQueue {
-    /// Enqueues a group of operations that reports and completes as one.
+    /// Enqueues a group of operations that reports and completes as one, with its handlers on
+    /// the main actor.
+    ///
+    /// Each member is enqueued as by ``enqueue(_:completion:)``; add a member's own completion
+    /// handler to the member (``OutputProducing/onCompletion(_:)``) before enqueueing the batch.
+    /// A member the queue refuses counts as failed.
     ///
     /// - Parameters:
     ///   - operations: The members.
-    ///   - memberCompletion: Called once per member, on ``callbackQueue``, as for
-    ///     ``enqueue(_:completion:)``.
-    ///   - progress: Called on ``callbackQueue`` as members progress and finish (coalesced).
-    ///   - completion: Called once, on ``callbackQueue``, after the last member's completion.
+    ///   - progress: Called on the main actor as members progress and finish (coalesced).
+    ///   - completion: Called once, on the main actor, after the last member completed.
     /// - Returns: The batch, for its status and `Progress` objects.
     @discardableResult
-    public func enqueue<Operation: FetchOperation>(
-        batch operations: [Operation],
-        memberCompletion: (@Sendable (Result<Operation, FetchError>) -> Void)? = nil,
+    public func enqueue(
+        batch operations: [AnyFetchOperation],
+        progress: (@MainActor (FetchBatch.Status) -> Void)? = nil,
+        completion: (@MainActor (FetchBatch.Status) -> Void)? = nil
+    ) -> FetchBatch {
+        enqueue(batch: operations, callbackQueue: .main,
+                progress: progress.map { Callback(mainActor: $0) },
+                completion: completion.map { Callback(mainActor: $0) })
+    }
+
+    /// Enqueues a group of operations that reports and completes as one, with its handlers on
+    /// `queue`.
+    ///
+    /// - Parameters:
+    ///   - operations: The members.
+    ///   - queue: Where `progress` and `completion` run.
+    ///   - progress: Called as members progress and finish (coalesced).
+    ///   - completion: Called once, after the last member completed.
+    /// - Returns: The batch, for its status and `Progress` objects.
+    @discardableResult
+    public func enqueue(
+        batch operations: [AnyFetchOperation],
+        on queue: CallbackQueue,
         progress: (@Sendable (FetchBatch.Status) -> Void)? = nil,
         completion: (@Sendable (FetchBatch.Status) -> Void)? = nil
     ) -> FetchBatch {
+        enqueue(batch: operations, callbackQueue: queue,
+                progress: progress.map { Callback(on: queue, $0) },
+                completion: completion.map { Callback(on: queue, $0) })
+    }
+
+    private func enqueue(
+        batch operations: [AnyFetchOperation],
+        callbackQueue: CallbackQueue,
+        progress: Callback<FetchBatch.Status>?,
+        completion: Callback<FetchBatch.Status>?
+    ) -> FetchBatch {
         // Every member gets its identifier before any starts: the batch is built from them.
         var ids: [FetchID] = []
-        var pending: [(Operation, FetchID, refusal: FetchError?)] = []
+        var pending: [(AnyFetchOperation, FetchID, refusal: FetchError?)] = []
         for operation in operations {
             let (id, accepted) = reserve(operation)
             ids.append(id)
@@ -152,7 +187,7 @@ extension FetchQueue {
         // Members may depend on each other (in any order): each is checked once all are
         // reserved. A member refused for a cycle is unclaimed, and one that depends on it is
         // then found to need it enqueued.
-        var orphans: [FetchOperation] = []
+        var orphans: [AnyFetchOperation] = []
         for index in pending.indices where pending[index].refusal == nil {
             let (operation, id, _) = pending[index]
             switch Self.checkDependencies(of: operation) {
@@ -166,16 +201,15 @@ extension FetchQueue {
         adopt(orphans)
         let batch = FetchBatch(ids: ids, callbackQueue: callbackQueue, progress: progress, completion: completion)
         for (index, (operation, id, refusal)) in pending.enumerated() {
-            if let refusal {
+            if refusal != nil {
                 // Refused (already enqueued elsewhere, or could never start): a failed member.
-                refuse(operation, memberCompletion, refusal)
                 batch.memberFinished(index, failed: true)
                 continue
             }
             withState { state in state.registry[id]?.batch = (batch, index) }
-            activate(operation, id: id, completion: memberCompletion) { operation in
-                // After the member's own completion, on the same queue.
-                operation.onCompletion(on: self.callbackQueue) { operation in
+            activate(operation, id: id) {
+                // After the member's own completion handlers on the batch's queue.
+                operation.addCompletionHandler(on: callbackQueue) { operation in
                     batch.memberFinished(index, failed: operation.error != nil)
                 }
             }

@@ -7,9 +7,9 @@ import Foundation
 // forever. So when a FetchQueue is given an operation, it looks through its unfinished
 // dependencies, and theirs:
 // - A dependency that has started or finished, or that a FetchQueue holds, runs.
-// - A `FetchOperation` that an `OperationQueue` took runs there: an `OperationQueue` asks an
-//   operation whether it is ready as it takes it, and a FetchOperation remembers being asked.
-// - A `FetchOperation` that none of these holds would never run: the queue enqueues it too
+// - A `AnyFetchOperation` that an `OperationQueue` took runs there: an `OperationQueue` asks an
+//   operation whether it is ready as it takes it, and a AnyFetchOperation remembers being asked.
+// - A `AnyFetchOperation` that none of these holds would never run: the queue enqueues it too
 //   (without a completion handler), before the operation that needs it. Enqueueing it there
 //   yourself afterwards takes it over: your completion handler runs once, and you get the same
 //   identifier. (Having asked its `isReady` yourself makes it look taken: the queue then waits
@@ -22,7 +22,7 @@ extension FetchQueue {
     /// What the queue must do about an operation's dependencies.
     enum DependencyCheck {
         /// Enqueue these dependencies (none, often) that nothing else would run, then it.
-        case enqueue([FetchOperation])
+        case enqueue([AnyFetchOperation])
         /// Refuse it: its dependencies form a cycle.
         case refuse(FetchError.InvalidRequest.Reason)
     }
@@ -34,7 +34,7 @@ extension FetchQueue {
         var explored: [ObjectIdentifier: Bool] = [ObjectIdentifier(operation): false]
         var path: [(dependencies: [Operation], next: Int, id: ObjectIdentifier)] =
             [(operation.dependencies, 0, ObjectIdentifier(operation))]
-        var orphans: [FetchOperation] = []
+        var orphans: [AnyFetchOperation] = []
         while let top = path.last {
             guard top.next < top.dependencies.count else {
                 explored[top.id] = true
@@ -51,7 +51,7 @@ extension FetchQueue {
                 continue
             case nil:
                 if dependency.isFinished { continue }
-                if let fetch = dependency as? FetchOperation, fetch.isUnrunnable {
+                if let fetch = dependency as? AnyFetchOperation, fetch.isUnrunnable {
                     orphans.append(fetch)
                 }
                 explored[id] = false
@@ -68,37 +68,35 @@ extension FetchQueue {
     }
 
     /// The error of an operation refused for its dependencies.
-    static func dependencyError(_ reason: FetchError.InvalidRequest.Reason, _ operation: FetchOperation) -> FetchError {
+    static func dependencyError(_ reason: FetchError.InvalidRequest.Reason, _ operation: AnyFetchOperation) -> FetchError {
         .invalidRequest(.init(reason: reason, url: operation.request?.url))
     }
 
     /// Enqueues dependencies that nothing else would run, without completion handlers. One
     /// that something claimed meanwhile is left to it.
-    func adopt(_ orphans: [FetchOperation]) {
+    func adopt(_ orphans: [AnyFetchOperation]) {
         for orphan in orphans {
             let (id, accepted) = reserve(orphan)
             guard accepted else { continue }
             orphan.markAdopted(by: self, id: id)
-            activate(orphan, id: id, completion: nil) { _ in }
+            activate(orphan, id: id)
         }
     }
 
     /// An explicit enqueue of an operation this queue enqueued as a dependency: attaches the
     /// completion handler and returns the identifier it has. `nil` if it is not such a one.
-    func takeOver<Operation: FetchOperation>(_ operation: Operation,
-                                             completion: (@Sendable (Result<Operation, FetchError>) -> Void)?) -> FetchID? {
+    func takeOver<Fetch: OutputProducing>(_ operation: Fetch,
+                                          completion: Callback<Result<Fetch.Output, FetchError>>?) -> FetchID? {
         guard let id = operation.takeAdoption(by: self) else { return nil }
         if let completion {
-            operation.onCompletion(on: callbackQueue) { operation in
-                completion(operation.error.map { .failure($0) } ?? .success(operation))
-            }
+            operation.addCompletion(completion)
         }
         return id
     }
 
     /// Takes a reserved operation back out: out of the registry, unclaimed. For a refusal before
     /// it was activated.
-    func unreserve(_ operation: FetchOperation, id: FetchID) {
+    func unreserve(_ operation: AnyFetchOperation, id: FetchID) {
         let released = state.withLock { state in
             state.registry[id] = nil
             state.idsByOperation[ObjectIdentifier(operation)] = nil

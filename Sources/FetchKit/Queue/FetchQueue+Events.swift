@@ -27,7 +27,7 @@ extension FetchQueue {
         /// The fetch.
         public let id: FetchID
         /// Its operation.
-        public let operation: FetchOperation
+        public let operation: AnyFetchOperation
         /// How far its body got (did-progress only).
         public let progress: FetchProgress?
         /// Why it failed (did-finish and will-retry; `nil` on success).
@@ -99,15 +99,23 @@ extension FetchQueue {
         withState { $0.isNetworkActive }
     }
 
-    /// Calls `handler` with the new value each time ``isNetworkActive`` changes.
+    /// Calls `handler` on the main actor with the new value each time ``isNetworkActive``
+    /// changes, in order.
+    ///
+    /// - Parameter handler: Receives the new value.
+    /// - Returns: A token; the handler is removed when you invalidate or release it.
+    public func onNetworkActivityChange(_ handler: @escaping @MainActor (Bool) -> Void) -> FetchObservation {
+        observe(\.activityHandlers, Callback(mainActor: handler))
+    }
+
+    /// Calls `handler` on `queue` with the new value each time ``isNetworkActive`` changes.
     ///
     /// - Parameters:
-    ///   - queue: Where it runs; `nil` uses ``callbackQueue``. On a serial queue the calls
-    ///     arrive in order.
+    ///   - queue: Where it runs. On a serial queue the calls arrive in order.
     ///   - handler: Receives the new value.
     /// - Returns: A token; the handler is removed when you invalidate or release it.
-    public func onNetworkActivityChange(on queue: CallbackQueue? = nil, _ handler: @escaping @Sendable (Bool) -> Void) -> FetchObservation {
-        observe(\.activityHandlers, QueuedHandler(queue: queue, handler: handler))
+    public func onNetworkActivityChange(on queue: CallbackQueue, _ handler: @escaping @Sendable (Bool) -> Void) -> FetchObservation {
+        observe(\.activityHandlers, Callback(on: queue, handler))
     }
 
     /// A transfer started (the scheduler counts it running). Under the lock.
@@ -137,10 +145,9 @@ extension FetchQueue {
     private func announceActivity(_ active: Bool, _ state: State) {
         let handlers = state.activityHandlers.handlers
         let center = notificationCenter
-        let fallback = callbackQueue
         eventQueue.async { [self] in
             center.post(name: Self.networkActivityDidChangeNotification, object: self, userInfo: [Self.activityKey: active])
-            handlers.deliver(active, fallback: fallback)
+            handlers.deliver(active)
         }
     }
 }

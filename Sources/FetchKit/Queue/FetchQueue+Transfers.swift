@@ -7,7 +7,7 @@ import FoundationNetworking
 // MARK: - Transfers: slots, flights, members
 
 extension FetchQueue: TransferCoordinator {
-    func operation(_ operation: FetchOperation, didProgress progress: FetchProgress) {
+    func operation(_ operation: AnyFetchOperation, didProgress progress: FetchProgress) {
         let batch = state.withLock { state -> (FetchBatch, Int)? in
             guard let id = state.idsByOperation[ObjectIdentifier(operation)], let entry = state.registry[id] else { return nil }
             state.pendingProgress[id] = progress
@@ -19,7 +19,7 @@ extension FetchQueue: TransferCoordinator {
         }
     }
 
-    func operationDidComplete(_ operation: FetchOperation) {
+    func operationDidComplete(_ operation: AnyFetchOperation) {
         let released = state.withLock { state -> FetchQueue? in
             guard let id = state.idsByOperation.removeValue(forKey: ObjectIdentifier(operation)),
                   let entry = state.registry.removeValue(forKey: id) else { return nil }
@@ -37,7 +37,7 @@ extension FetchQueue: TransferCoordinator {
         withExtendedLifetime(released) {}
     }
 
-    func makeTransfer(for operation: FetchOperation, request: URLRequest, limits: TransferLimits,
+    func makeTransfer(for operation: AnyFetchOperation, request: URLRequest, limits: TransferLimits,
                       sink: any ResponseBodySink, owner: any TransferOwner) -> any TransferHandle {
         let session = operation.session
         let key = coalescesIdenticalRequests ? FlightKey(request: request, limits: limits, session: session, sink: sink) : nil
@@ -45,7 +45,7 @@ extension FetchQueue: TransferCoordinator {
                             sink: sink, key: key, queue: self)
     }
 
-    func operation(_ operation: FetchOperation, willRetry event: RetryEvent) {
+    func operation(_ operation: AnyFetchOperation, willRetry event: RetryEvent) {
         state.withLock { state in
             guard let id = state.idsByOperation[ObjectIdentifier(operation)] else { return }
             post(Self.willRetryNotification, Event(id: id, operation: operation, progress: nil, error: event.error, retry: event), &state)

@@ -51,13 +51,11 @@ public final class FetchQueue: @unchecked Sendable {
     /// The default ``maximumTransfersPerHost``: 4.
     public static let defaultMaximumTransfersPerHost = 4
 
-    /// A queue for the whole process, with the default limits and completions on the main queue.
+    /// A queue for the whole process, with the default limits.
     public static let shared = FetchQueue(name: "FetchKit.FetchQueue.shared")
 
     /// The queue's name, for diagnostics.
     public let name: String
-    /// Where completion handlers given to ``enqueue(_:completion:)`` and batch callbacks run.
-    public let callbackQueue: CallbackQueue
     /// Where the queue posts its notifications.
     public let notificationCenter: NotificationCenter
     /// How long the network-activity flag stays on after the last transfer ended.
@@ -73,7 +71,7 @@ public final class FetchQueue: @unchecked Sendable {
     let state: Protected<State>
 
     struct Entry {
-        let operation: FetchOperation
+        let operation: AnyFetchOperation
         var began = false
         /// A `cancelAll` chose it: it is about to be cancelled, and gets no transfer slot.
         var swept = false
@@ -98,8 +96,8 @@ public final class FetchQueue: @unchecked Sendable {
         var progressDrainScheduled = false
         var isNetworkActive = false
         var activityGeneration = 0
-        var activityHandlers = HandlerList<QueuedHandler<Bool>>()
-        var countHandlers = HandlerList<QueuedHandler<TransferCounts>>()
+        var activityHandlers = HandlerList<Callback<Bool>>()
+        var countHandlers = HandlerList<Callback<TransferCounts>>()
         var statistics = Statistics()
         /// The wake-up scheduled for when a host's back-off ends, if any (uptime ns), and its token.
         var wakeAt: UInt64?
@@ -127,9 +125,6 @@ public final class FetchQueue: @unchecked Sendable {
     ///   - name: A name for diagnostics.
     ///   - maximumConcurrentTransfers: Transfers in flight at once, overall. Default 8.
     ///   - maximumTransfersPerHost: Transfers in flight at once to one host. Default 4.
-    ///   - callbackQueue: Where completions and batch callbacks run. Default ``CallbackQueue/main``
-    ///     — which a command-line program must service (`dispatchMain()`, a run loop, or
-    ///     ``FetchOperation/waitUntilFinished(timeout:)`` on the main thread).
     ///   - notificationCenter: Where notifications are posted. Default `.default`.
     ///   - coalescesIdenticalRequests: Whether identical GETs share a transfer. Default `true`.
     ///   - networkActivityHideDelay: How long ``isNetworkActive`` stays `true` after the last
@@ -138,13 +133,12 @@ public final class FetchQueue: @unchecked Sendable {
         name: String = "FetchKit.FetchQueue",
         maximumConcurrentTransfers: Int = FetchQueue.defaultMaximumConcurrentTransfers,
         maximumTransfersPerHost: Int = FetchQueue.defaultMaximumTransfersPerHost,
-        callbackQueue: CallbackQueue = .main,
         notificationCenter: NotificationCenter = .default,
         coalescesIdenticalRequests: Bool = true,
         networkActivityHideDelay: TimeInterval = 0.25
     ) {
         self.init(name: name, maximumConcurrentTransfers: maximumConcurrentTransfers,
-                  maximumTransfersPerHost: maximumTransfersPerHost, callbackQueue: callbackQueue,
+                  maximumTransfersPerHost: maximumTransfersPerHost,
                   notificationCenter: notificationCenter, coalescesIdenticalRequests: coalescesIdenticalRequests,
                   networkActivityHideDelay: networkActivityHideDelay,
                   activityTimer: { delay, fire in DispatchQueue.global().asyncAfter(deadline: .now() + delay, execute: fire) })
@@ -154,7 +148,6 @@ public final class FetchQueue: @unchecked Sendable {
         name: String,
         maximumConcurrentTransfers: Int,
         maximumTransfersPerHost: Int,
-        callbackQueue: CallbackQueue,
         notificationCenter: NotificationCenter,
         coalescesIdenticalRequests: Bool,
         networkActivityHideDelay: TimeInterval,
@@ -162,7 +155,6 @@ public final class FetchQueue: @unchecked Sendable {
     ) {
         self.activityTimer = activityTimer
         self.name = name
-        self.callbackQueue = callbackQueue
         self.notificationCenter = notificationCenter
         self.networkActivityHideDelay = max(0, networkActivityHideDelay)
         state = Protected(State(
@@ -198,14 +190,14 @@ public final class FetchQueue: @unchecked Sendable {
 
     // MARK: Enqueueing
 
-    /// Enqueues an operation; its completion handler runs exactly once, on ``callbackQueue``.
+    /// Enqueues an operation; its completion handler runs exactly once, on the main actor.
     ///
     /// An operation belongs to one queue: one that was already enqueued (here, on another
     /// ``FetchQueue``), started or finished is refused, and `completion` receives
     /// ``FetchError/InvalidRequest/Reason/alreadyEnqueued``. (Do not also add it to an
     /// `OperationQueue` yourself: Foundation traps on that.)
     ///
-    /// A dependency that nothing would run — a ``FetchOperation``, directly or further down,
+    /// A dependency that nothing would run — a fetch operation, directly or further down,
     /// not started, in no ``FetchQueue`` and never taken by an `OperationQueue` — is enqueued
     /// here too, without a completion handler, so that the operation does not wait forever.
     /// Enqueueing that dependency here yourself later takes it over: your `completion` runs
@@ -214,39 +206,67 @@ public final class FetchQueue: @unchecked Sendable {
     /// dependencies form a cycle could never start: it is refused, and left as it was, with
     /// ``FetchError/InvalidRequest/Reason/dependencyCycle(_:)``.
     ///
+    /// ```swift
+    /// queue.enqueue(GetUser(url: userURL)) { result in
+    ///     model.user = try? result.get()       // on the main actor
+    /// }
+    /// ```
+    ///
     /// - Parameters:
     ///   - operation: The operation to run.
-    ///   - completion: Called once with the finished operation, or its error.
+    ///   - completion: Called once, on the main actor, with the output or the error.
     /// - Returns: The fetch's identifier, for ``cancel(_:)`` and ``operation(for:)``.
     @discardableResult
-    public func enqueue<Operation: FetchOperation>(
-        _ operation: Operation,
-        completion: (@Sendable (Result<Operation, FetchError>) -> Void)? = nil
+    public func enqueue<Fetch: OutputProducing>(
+        _ operation: Fetch,
+        completion: (@MainActor (Result<Fetch.Output, FetchError>) -> Void)? = nil
     ) -> FetchID {
-        register(operation, completion: completion).id
+        register(operation, completion: completion.map { Callback(mainActor: $0) }).id
     }
 
-    /// Enqueues an operation and suspends until it finished.
+    /// Enqueues an operation; its completion handler runs exactly once, on `queue`.
     ///
-    /// Cancelling the Swift task cancels the fetch. Dependencies that nothing else would run are
-    /// enqueued too, and an operation the queue refuses throws at once (see
-    /// ``enqueue(_:completion:)``): it never waits for a dependency that nothing runs. The queue
-    /// stays alive while a fetch is awaited through it.
+    /// Everything else is as for ``enqueue(_:completion:)``.
     ///
-    /// - Returns: The finished operation, for its parsed results.
+    /// - Parameters:
+    ///   - operation: The operation to run.
+    ///   - queue: Where `completion` runs.
+    ///   - completion: Called once with the output or the error.
+    /// - Returns: The fetch's identifier, for ``cancel(_:)`` and ``operation(for:)``.
+    @discardableResult
+    public func enqueue<Fetch: OutputProducing>(
+        _ operation: Fetch,
+        on queue: CallbackQueue,
+        completion: @escaping @Sendable (Result<Fetch.Output, FetchError>) -> Void
+    ) -> FetchID {
+        register(operation, completion: Callback(on: queue, completion)).id
+    }
+
+    /// Enqueues an operation and suspends until it finished; returns its output.
+    ///
+    /// ```swift
+    /// let user = try await queue.fetch(GetUser(url: userURL))
+    /// ```
+    ///
+    /// Cancelling the Swift task cancels the fetch, and this throws ``FetchError/cancelled``.
+    /// Dependencies that nothing else would run are enqueued too, and an operation the queue
+    /// refuses throws at once (see ``enqueue(_:completion:)``): it never waits for a
+    /// dependency that nothing runs. The queue stays alive while a fetch is awaited through it.
+    ///
+    /// - Returns: The operation's output.
     /// - Throws: The operation's ``FetchError``, or the reason it was refused.
-    public func fetch<Operation: FetchOperation>(_ operation: Operation) async throws(FetchError) -> Operation {
+    public func fetch<Fetch: OutputProducing>(_ operation: Fetch) async throws(FetchError) -> Fetch.Output {
         let (_, refusal) = register(operation, completion: nil)
         if let refusal { throw refusal }
-        return try await operation.finished()
+        return try await operation.value
     }
 
     /// Registers and enqueues one operation.
     ///
     /// - Returns: Its identifier, and why it was refused, if it was.
-    func register<Operation: FetchOperation>(
-        _ operation: Operation,
-        completion: (@Sendable (Result<Operation, FetchError>) -> Void)?
+    func register<Fetch: OutputProducing>(
+        _ operation: Fetch,
+        completion: Callback<Result<Fetch.Output, FetchError>>?
     ) -> (id: FetchID, refusal: FetchError?) {
         if let id = takeOver(operation, completion: completion) {
             return (id, nil)
@@ -254,36 +274,31 @@ public final class FetchQueue: @unchecked Sendable {
         let (id, accepted) = reserve(operation)
         guard accepted else {
             let error = Self.alreadyEnqueued(operation)
-            refuse(operation, completion, error)
+            completion?.post(.failure(error))
             return (id, error)
         }
         switch Self.checkDependencies(of: operation) {
         case .refuse(let reason):
             unreserve(operation, id: id)
             let error = Self.dependencyError(reason, operation)
-            refuse(operation, completion, error)
+            completion?.post(.failure(error))
             return (id, error)
         case .enqueue(let orphans):
             adopt(orphans)
         }
-        activate(operation, id: id, completion: completion) { _ in }
+        activate(operation, id: id) {
+            if let completion { operation.addCompletion(completion) }
+        }
         return (id, nil)
     }
 
     /// The error of an operation that is already in a queue.
-    static func alreadyEnqueued(_ operation: FetchOperation) -> FetchError {
+    static func alreadyEnqueued(_ operation: AnyFetchOperation) -> FetchError {
         .invalidRequest(.init(reason: .alreadyEnqueued, url: operation.request?.url))
     }
 
-    /// Tells a refused operation's completion handler, if any, on ``callbackQueue``.
-    func refuse<Operation: FetchOperation>(_ operation: Operation, _ completion: (@Sendable (Result<Operation, FetchError>) -> Void)?,
-                                           _ error: FetchError) {
-        guard let completion else { return }
-        callbackQueue.perform { completion(.failure(error)) }
-    }
-
     /// Gives an operation an identifier and claims it; `false` if it belongs elsewhere.
-    func reserve(_ operation: FetchOperation) -> (id: FetchID, accepted: Bool) {
+    func reserve(_ operation: AnyFetchOperation) -> (id: FetchID, accepted: Bool) {
         let id = FetchID(rawValue: Self.ids.withLock { value in
             value += 1
             return value
@@ -298,32 +313,22 @@ public final class FetchQueue: @unchecked Sendable {
         return (id, true)
     }
 
-    /// Attaches the completion handler to a reserved operation, and enqueues it. (The registry,
+    /// Enqueues a reserved operation, after `attach` added its handlers. (The registry,
     /// notifications and batches hear of it as its coordinator: no handler per operation.)
-    func activate<Operation: FetchOperation>(
-        _ operation: Operation,
-        id: FetchID,
-        completion: (@Sendable (Result<Operation, FetchError>) -> Void)?,
-        extra: (Operation) -> Void
-    ) {
-        if let completion {
-            operation.onCompletion(on: callbackQueue) { operation in
-                completion(operation.error.map { .failure($0) } ?? .success(operation))
-            }
-        }
-        extra(operation)
+    func activate(_ operation: AnyFetchOperation, id: FetchID, attach: () -> Void = {}) {
+        attach()
         operationQueue.addOperation(operation)
     }
 
     // MARK: The registry
 
     /// The operation of a fetch still in the queue (not finished).
-    public func operation(for id: FetchID) -> FetchOperation? {
+    public func operation(for id: FetchID) -> AnyFetchOperation? {
         state.withLock { $0.registry[id]?.operation }
     }
 
     /// The identifier of an operation still in the queue.
-    public func id(of operation: FetchOperation) -> FetchID? {
+    public func id(of operation: AnyFetchOperation) -> FetchID? {
         state.withLock { $0.idsByOperation[ObjectIdentifier(operation)] }
     }
 
@@ -358,7 +363,7 @@ public final class FetchQueue: @unchecked Sendable {
     /// - Parameter predicate: Whether to cancel a fetch, given its identifier and operation.
     /// - Returns: How many were cancelled.
     @discardableResult
-    public func cancelAll(where predicate: (FetchID, FetchOperation) -> Bool) -> Int {
+    public func cancelAll(where predicate: (FetchID, AnyFetchOperation) -> Bool) -> Int {
         let entries = state.withLock { state in
             state.sweepsUnderWay += 1
             return state.registry.map { ($0.key, $0.value.operation) }
@@ -382,8 +387,8 @@ public final class FetchQueue: @unchecked Sendable {
     /// lock).
     ///
     /// - Returns: The operations to cancel, in enqueue order.
-    private func sweep(_ ids: [FetchID]) -> [FetchOperation] {
-        var operations: [FetchOperation] = []
+    private func sweep(_ ids: [FetchID]) -> [AnyFetchOperation] {
+        var operations: [AnyFetchOperation] = []
         let grants = state.withLock { state -> [Flight] in
             state.sweepsUnderWay -= 1
             for id in ids.sorted() where state.registry[id] != nil {
@@ -409,7 +414,7 @@ public final class FetchQueue: @unchecked Sendable {
     }
 
     /// Whether a `cancelAll` chose this operation. Under the lock.
-    func isSwept(_ operation: FetchOperation, _ state: State) -> Bool {
+    func isSwept(_ operation: AnyFetchOperation, _ state: State) -> Bool {
         guard let id = state.idsByOperation[ObjectIdentifier(operation)] else { return false }
         return state.registry[id]?.swept ?? false
     }
@@ -468,18 +473,25 @@ public final class FetchQueue: @unchecked Sendable {
     /// Calls `handler` with the new ``transferCounts`` each time they change ("3 downloading,
     /// 12 waiting").
     ///
+    /// - Parameter handler: Receives the new counts, on the main actor, in order.
+    /// - Returns: A token; the handler is removed when you invalidate or release it.
+    public func onTransferCountsChange(_ handler: @escaping @MainActor (TransferCounts) -> Void) -> FetchObservation {
+        observe(\.countHandlers, Callback(mainActor: handler))
+    }
+
+    /// Calls `handler` on `queue` each time ``transferCounts`` changes.
+    ///
     /// - Parameters:
-    ///   - queue: Where it runs; `nil` uses ``callbackQueue``. On a serial queue the calls
-    ///     arrive in order.
+    ///   - queue: Where it runs. On a serial queue the calls arrive in order.
     ///   - handler: Receives the new counts.
     /// - Returns: A token; the handler is removed when you invalidate or release it.
-    public func onTransferCountsChange(on queue: CallbackQueue? = nil, _ handler: @escaping @Sendable (TransferCounts) -> Void) -> FetchObservation {
-        observe(\.countHandlers, QueuedHandler(queue: queue, handler: handler))
+    public func onTransferCountsChange(on queue: CallbackQueue, _ handler: @escaping @Sendable (TransferCounts) -> Void) -> FetchObservation {
+        observe(\.countHandlers, Callback(on: queue, handler))
     }
 
     /// Adds a handler to one of the queue's lists; the token removes it.
-    func observe<Value>(_ list: WritableKeyPath<State, HandlerList<QueuedHandler<Value>>> & Sendable,
-                        _ handler: QueuedHandler<Value>) -> FetchObservation {
+    func observe<Value>(_ list: WritableKeyPath<State, HandlerList<Callback<Value>>> & Sendable,
+                        _ handler: Callback<Value>) -> FetchObservation {
         let id = state.withLock { $0[keyPath: list].add(handler) }
         return FetchObservation { [weak self] in
             self?.state.withLock { state in state[keyPath: list].remove(id) }
@@ -492,8 +504,7 @@ public final class FetchQueue: @unchecked Sendable {
         guard !state.countHandlers.isEmpty else { return }
         let counts = TransferCounts(inFlight: state.scheduler.running, waiting: state.scheduler.waitingCount)
         let handlers = state.countHandlers.handlers
-        let fallback = callbackQueue
-        eventQueue.async { handlers.deliver(counts, fallback: fallback) }
+        eventQueue.async { handlers.deliver(counts) }
     }
 
     func changeScheduler(_ change: (inout SlotScheduler<ObjectIdentifier>) -> Void) {
@@ -529,7 +540,7 @@ public final class FetchQueue: @unchecked Sendable {
 
     /// Marks a fetch as begun and posts did-begin, once. Under the lock, so that its order
     /// with did-finish holds.
-    func markBegan(_ operation: FetchOperation, _ state: inout State) {
+    func markBegan(_ operation: AnyFetchOperation, _ state: inout State) {
         guard let id = state.idsByOperation[ObjectIdentifier(operation)], state.registry[id]?.began == false else { return }
         state.registry[id]!.began = true
         post(Self.didBeginNotification, Event(id: id, operation: operation, progress: nil, error: nil, retry: nil), &state)

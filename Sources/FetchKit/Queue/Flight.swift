@@ -131,7 +131,7 @@ final class FlightMember: TransferHandle, @unchecked Sendable {
         case ended
     }
 
-    let operation: FetchOperation
+    let operation: AnyFetchOperation
     /// Who hears of the transfer: the operation's ``RetryingTransfer``.
     let owner: any TransferOwner
     let request: URLRequest
@@ -151,7 +151,7 @@ final class FlightMember: TransferHandle, @unchecked Sendable {
     /// Whether ``owner`` heard of the end: once, whichever path tells it.
     private let reported = Protected(false)
 
-    init(operation: FetchOperation, owner: any TransferOwner, request: URLRequest, limits: TransferLimits, session: FetchSession,
+    init(operation: AnyFetchOperation, owner: any TransferOwner, request: URLRequest, limits: TransferLimits, session: FetchSession,
          sink: any ResponseBodySink, key: FlightKey?, queue: FetchQueue) {
         self.operation = operation
         self.owner = owner

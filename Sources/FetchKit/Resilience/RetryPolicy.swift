@@ -12,7 +12,7 @@ import FoundationNetworking
 /// 500, 502, 503 and 504. A `Retry-After` header (seconds or an HTTP date) sets the wait
 /// instead, up to ``maximumRetryAfter``; asking for longer ends the retries.
 ///
-/// Retries never outlive the operation's ``FetchOperation/totalTimeout``: it covers every
+/// Retries never outlive the operation's ``AnyFetchOperation/totalTimeout``: it covers every
 /// attempt and every wait, and a wait that would end past it is not begun.
 ///
 /// ```swift

@@ -12,7 +12,7 @@ import FoundationNetworking
 /// attempt wrote — and a fresh body sink. The operation hears of each retry before its wait,
 /// and of the end exactly once.
 final class RetryingTransfer: TransferHandle, TransferOwner, @unchecked Sendable {
-    private let operation: FetchOperation
+    private let operation: AnyFetchOperation
     private let request: URLRequest
     private let policy: RetryPolicy
     private let limits: TransferLimits
@@ -39,7 +39,7 @@ final class RetryingTransfer: TransferHandle, TransferOwner, @unchecked Sendable
 
     private let state = Protected(State())
 
-    init(operation: FetchOperation, request: URLRequest, policy: RetryPolicy, limits: TransferLimits,
+    init(operation: AnyFetchOperation, request: URLRequest, policy: RetryPolicy, limits: TransferLimits,
          session: FetchSession, coordinator: (any TransferCoordinator)?) {
         self.operation = operation
         self.request = request

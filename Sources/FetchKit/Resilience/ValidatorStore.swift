@@ -6,23 +6,24 @@ import FoundationNetworking
 /// Remembers each URL's validators — `ETag` and `Last-Modified` — for conditional GETs.
 ///
 /// Give operations a store and they send `If-None-Match` / `If-Modified-Since` with the
-/// validators of their last successful fetch; a `304 Not Modified` then finishes the operation
-/// successfully with ``FetchOperation/isNotModified`` set and, by default, without calling the
-/// parse hook — nothing changed. Validators are recorded only after a response parsed
-/// successfully, so a body that failed to parse is fetched whole next time.
+/// validators of their last successful fetch. A `304 Not Modified` then finishes the operation
+/// successfully with ``AnyFetchOperation/isNotModified`` set, and its output made from the body
+/// the store kept (``FetchOperation/outputWhenNotModified(storedBody:)``): callers get the same
+/// model as from a `200`, with one short response on the wire. Validators are recorded only
+/// after a response parsed successfully, so a body that failed to parse is fetched whole next
+/// time.
 ///
 /// ```swift
-/// let validators = ValidatorStore(persistingTo: caches.appendingPathComponent("feeds.validators.json"))
+/// let validators = ValidatorStore(persistingTo: cachesFolder.appendingPathComponent("feeds.validators.json"))
 /// for feed in feeds {
-///     let operation = GetFeed(url: feed.url)
+///     let operation = GetFeed(url: feed)
 ///     operation.validatorStore = validators
 ///     queue.enqueue(operation)
 /// }
 /// ```
 ///
-/// With `storesBodies`, the store also keeps each body, and an operation whose
-/// ``FetchOperation/parsesStoredBodyWhenNotModified`` is set parses it on a 304 — for callers
-/// that rebuild their model on every refresh.
+/// A store made with `storesBodies: false` keeps validators only: an operation using it must
+/// override ``FetchOperation/outputWhenNotModified(storedBody:)`` to say what a `304` yields.
 ///
 /// This works on Linux, where URLCache's revalidation hooks are not dependable: FetchKit sends
 /// the headers and reads the 304 itself.
@@ -56,8 +57,9 @@ public final class ValidatorStore: @unchecked Sendable {
 
     /// Creates an empty store in memory.
     ///
-    /// - Parameter storesBodies: Whether to keep each body with its validators. Default `false`.
-    public init(storesBodies: Bool = false) {
+    /// - Parameter storesBodies: Whether to keep each body with its validators. Default `true`:
+    ///     a typed operation makes its output from the kept body on a `304`.
+    public init(storesBodies: Bool = true) {
         self.storesBodies = storesBodies
         fileURL = nil
     }
@@ -67,8 +69,9 @@ public final class ValidatorStore: @unchecked Sendable {
     ///
     /// - Parameters:
     ///   - fileURL: The file.
-    ///   - storesBodies: Whether to keep each body with its validators. Default `false`.
-    public init(persistingTo fileURL: URL, storesBodies: Bool = false) {
+    ///   - storesBodies: Whether to keep each body with its validators. Default `true`:
+    ///     a typed operation makes its output from the kept body on a `304`.
+    public init(persistingTo fileURL: URL, storesBodies: Bool = true) {
         self.storesBodies = storesBodies
         self.fileURL = fileURL
         if let data = try? Data(contentsOf: fileURL), let file = try? JSONDecoder().decode(File.self, from: data) {

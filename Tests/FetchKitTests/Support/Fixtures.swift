@@ -8,7 +8,7 @@ struct ParseTestError: Error, Equatable {
 }
 
 /// Records how its parse hook was called.
-final class RecordingOperation: FetchOperation, @unchecked Sendable {
+final class RecordingOperation: FetchOperation<Data>, @unchecked Sendable {
     let parses = Locked<[Data]>([])
     let parseQueueLabels = Locked<[String]>([])
     var parseError: (any Error & Sendable)?
@@ -23,16 +23,17 @@ final class RecordingOperation: FetchOperation, @unchecked Sendable {
         if runsUnderSanitizer { idleTimeout = 600 }
     }
 
-    override func parseResponseBody(_ body: Data) throws {
+    override func parseResponseBody(_ body: Data) throws -> Data {
         parses.withLock { $0.append(body) }
         parseQueueLabels.withLock { $0.append(currentQueueLabel()) }
         onParse?(self)
         if let parseError { throw parseError }
+        return body
     }
 }
 
 /// Calls `onDeinit` when released, to prove an operation is not leaked.
-final class DeinitProbeOperation: FetchOperation, @unchecked Sendable {
+final class DeinitProbeOperation: FetchOperation<Data>, @unchecked Sendable {
     var onDeinit: (@Sendable () -> Void)?
     deinit { onDeinit?() }
 }
@@ -80,7 +81,7 @@ func makeQueue(_ maxConcurrent: Int, name: String = #function) -> OperationQueue
     return queue
 }
 
-extension FetchOperation {
+extension OutputProducing {
     /// Adds a completion that signals `countdown`, then awaits it.
     func awaitCompletion(timeout: TimeInterval = 30) async -> Bool {
         let done = Countdown(1)
@@ -123,7 +124,7 @@ final class ManualTimer: @unchecked Sendable {
 /// Lets at least `seconds` pass, measured by an event rather than a sleep: an operation with
 /// that idle timeout against an endpoint that never answers times out.
 func letTimePass(_ seconds: TimeInterval, on server: LoopbackServer) async -> Bool {
-    let witness = FetchOperation(url: server.url("/stall-head?witness=\(UUID().uuidString)"))
+    let witness = FetchOperation<Data>(url: server.url("/stall-head?witness=\(UUID().uuidString)"))
     witness.idleTimeout = seconds
     _ = try? await witness.run()
     if case .timedOut? = witness.error { return true }
@@ -131,7 +132,7 @@ func letTimePass(_ seconds: TimeInterval, on server: LoopbackServer) async -> Bo
 }
 
 /// Runs `operation` to its end: its error, or `nil` when it succeeded.
-func outcome(of operation: FetchOperation) async -> FetchError? {
+func outcome(of operation: some OutputProducing) async -> FetchError? {
     do {
         try await operation.run()
         return nil
@@ -152,5 +153,26 @@ extension DownloadOperation {
     /// The size of the file at `url` (following links), or `nil` if there is none.
     static func fileSize(_ url: URL) -> Int64? {
         (try? FileManager.default.attributesOfItem(atPath: url.path)[.size] as? NSNumber)?.int64Value
+    }
+}
+
+extension OutputProducing {
+    /// Starts an operation that no queue holds, and waits for it: `start()`, then ``value``.
+    ///
+    /// - Returns: The operation, for its results.
+    @discardableResult
+    func run() async throws(FetchError) -> Self {
+        start()
+        _ = try await value
+        return self
+    }
+
+    /// Waits for the operation to finish (someone else starts it), through ``value``.
+    ///
+    /// - Returns: The operation, for its results.
+    @discardableResult
+    func finished() async throws(FetchError) -> Self {
+        _ = try await value
+        return self
     }
 }

@@ -3,8 +3,8 @@ import Foundation
 import FoundationNetworking
 #endif
 
-extension FetchOperation {
-    /// Everything mutable about an operation, guarded by one lock (`FetchOperation.core`).
+extension AnyFetchOperation {
+    /// Everything mutable about an operation, guarded by one lock (`AnyFetchOperation.core`).
     struct Core {
         var machine = LifecycleStateMachine()
         var settings: Settings
@@ -16,6 +16,8 @@ extension FetchOperation {
         var sentRequest: URLRequest?
         var response: HTTPURLResponse?
         var body: ResponseBody?
+        /// What the parse made of the body (a ``FetchOperation``'s `Output`, a download's file).
+        var output: (any Sendable)?
 
         // The transfer in flight, and the coordinator (a FetchQueue) that provides it, if any.
         // Weak: the queue holds its operations, not the other way round, so that a queue its
@@ -46,9 +48,9 @@ extension FetchOperation {
         var progressBase: Int64 = 0
         var progress: Progress?
         var progressRelays: [ProgressRelay] = []
-        var retryHandlers: [(queue: CallbackQueue?, handler: @Sendable (RetryEvent) -> Void)] = []
+        var retryHandlers: [(queue: CallbackQueue, handler: @Sendable (RetryEvent) -> Void)] = []
 
-        // Ordered delivery of state changes (see FetchOperation+Observation.swift).
+        // Ordered delivery of state changes (see AnyFetchOperation+Observation.swift).
         var pendingEvents: [Event] = []
         var isDeliveringEvents = false
         var observers = HandlerList<@Sendable (StateChange) -> Void>()
@@ -68,7 +70,7 @@ extension FetchOperation {
 
         /// Appends state changes for ordered delivery.
         ///
-        /// - Returns: `true` if the caller must deliver them (``FetchOperation/deliverEvents()``)
+        /// - Returns: `true` if the caller must deliver them (``AnyFetchOperation/deliverEvents()``)
         ///   after unlocking; `false` if another thread is delivering and will pick them up.
         mutating func post(_ events: Event...) -> Bool {
             pendingEvents.append(contentsOf: events)
@@ -88,13 +90,12 @@ extension FetchOperation {
 
     /// A completion handler and the queue it runs on.
     struct CompletionEntry {
-        /// `nil`: the operation's ``FetchOperation/completionQueue``, read when it runs.
-        let queue: CallbackQueue?
-        let handler: @Sendable (FetchOperation) -> Void
+        let queue: CallbackQueue
+        let handler: @Sendable (AnyFetchOperation) -> Void
     }
 }
 
-extension FetchOperation {
+extension AnyFetchOperation {
     /// Claims a pending operation for a coordinator (a ``FetchQueue``).
     ///
     /// - Returns: `false` if it already belongs to one, or has started.
@@ -166,7 +167,7 @@ protocol TransferHandle: AnyObject, Sendable {
 /// lets the transfer begin.
 protocol TransferCoordinator: AnyObject, Sendable {
     func makeTransfer(
-        for operation: FetchOperation,
+        for operation: AnyFetchOperation,
         request: URLRequest,
         limits: TransferLimits,
         sink: any ResponseBodySink,
@@ -174,12 +175,12 @@ protocol TransferCoordinator: AnyObject, Sendable {
     ) -> any TransferHandle
 
     /// The operation will try again after a wait.
-    func operation(_ operation: FetchOperation, willRetry event: RetryEvent)
+    func operation(_ operation: AnyFetchOperation, willRetry event: RetryEvent)
 
     /// The operation's body progressed. Called on the router queue, in order.
-    func operation(_ operation: FetchOperation, didProgress progress: FetchProgress)
+    func operation(_ operation: AnyFetchOperation, didProgress progress: FetchProgress)
 
     /// The operation finished: called once, in the terminal transition, before any completion
     /// handler runs.
-    func operationDidComplete(_ operation: FetchOperation)
+    func operationDidComplete(_ operation: AnyFetchOperation)
 }

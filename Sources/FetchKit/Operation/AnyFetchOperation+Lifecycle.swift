@@ -6,7 +6,7 @@ import FoundationNetworking
 
 // The lifecycle, step by step. Each step applies one event to the state machine under the lock,
 // posts the resulting state changes for ordered delivery, and acts after unlocking.
-extension FetchOperation {
+extension AnyFetchOperation {
     func lifecycleStart() {
         // Reading isReady also reports a readiness change to observers before "executing".
         let ready = isReady
@@ -94,7 +94,7 @@ extension FetchOperation {
         guard core.withLock({ $0.settings.requiresSuccessfulDependencies }) else { return nil }
         for dependency in dependencies {
             let name = dependency.name.map { "'\($0)'" } ?? String(describing: type(of: dependency))
-            if let fetch = dependency as? FetchOperation, let error = fetch.error {
+            if let fetch = dependency as? AnyFetchOperation, let error = fetch.error {
                 return .dependencyFailed(.init(dependency: name, dependencyError: .init(error)))
             }
             if dependency.isCancelled {
@@ -140,9 +140,9 @@ extension FetchOperation {
 
     /// A retry is about to wait: tell the retry handlers and the coordinator.
     func willRetry(_ event: RetryEvent) {
-        let (handlers, coordinator, fallback) = core.withLock { ($0.retryHandlers, $0.coordinator, $0.settings.completionQueue) }
+        let (handlers, coordinator) = core.withLock { ($0.retryHandlers, $0.coordinator) }
         for entry in handlers {
-            (entry.queue ?? fallback).perform { entry.handler(event) }
+            entry.queue.perform { entry.handler(event) }
         }
         coordinator?.operation(self, willRetry: event)
     }
@@ -152,7 +152,7 @@ extension FetchOperation {
     private func runParse() {
         var failure: FetchError?
         if !isCancelled {
-            let body = core.withLock { $0.body } ?? .data(Data())
+            let body = core.withLock { $0.body }
             do {
                 try process(body)
             } catch {
@@ -188,7 +188,7 @@ extension FetchOperation {
     }
 }
 
-extension FetchOperation: TransferOwner {
+extension AnyFetchOperation: TransferOwner {
     func transferDidReceive(response: HTTPURLResponse, expectedLength: Int64?) {
         // A 206 continues a partial download: progress counts the bytes already on disk.
         core.withLock { $0.progressBase = response.statusCode == 206 ? $0.rangeOffset : 0 }
@@ -233,15 +233,17 @@ extension FetchOperation: TransferOwner {
             let action = core.machine.transferEnded(outcome)
             if action != .ignore {
                 switch result {
-                case .success(let response, var body):
+                case .success(let response, let body):
                     core.response = response
                     if response.statusCode == 304 && core.sentConditionalRequest {
+                        // Nothing changed: the output is made from the body the store kept.
                         core.isNotModified = true
                         let url = core.sentRequest?.url
                         let stored = url.flatMap { core.settings.validatorStore?.validators(for: $0)?.body }
-                        body = .data(stored ?? Data())
+                        core.body = stored.map(ResponseBody.data)
+                    } else {
+                        core.body = body
                     }
-                    core.body = body
                 case .failure(_, let response):
                     core.response = response
                 }

@@ -1,7 +1,7 @@
 import Dispatch
 import Foundation
 
-extension FetchOperation {
+extension AnyFetchOperation {
     /// A state an operation can be observed in.
     public enum StateKey: String, Sendable, CaseIterable {
         /// `isReady`: every dependency has finished (or the operation was cancelled).

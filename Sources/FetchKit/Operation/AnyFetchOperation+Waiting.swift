@@ -1,7 +1,7 @@
 import Dispatch
 import Foundation
 
-extension FetchOperation {
+extension AnyFetchOperation {
     /// How long the run-loop wait runs the run loop at a time.
     static let runLoopSlice: TimeInterval = 0.05
 
