@@ -43,7 +43,7 @@ public enum FetchError: Error, Sendable {
     case responseTooLarge(SizeLimit)
     /// The body did not match the length the server announced in `Content-Length`.
     case lengthMismatch(LengthMismatch)
-    /// ``AnyFetchOperation/parseResponseBody(_:)`` threw; its error is kept.
+    /// ``FetchOperation/parseResponseBody(_:)`` threw; its error is kept.
     case parseFailed(ParseFailure)
     /// A dependency failed or was cancelled, so this operation sent no request.
     case dependencyFailed(DependencyFailure)
@@ -216,7 +216,7 @@ extension FetchError {
 
     /// Details of ``FetchError/parseFailed(_:)``.
     public struct ParseFailure: Sendable, CustomStringConvertible {
-        /// What ``AnyFetchOperation/parseResponseBody(_:)`` threw.
+        /// What ``FetchOperation/parseResponseBody(_:)`` threw.
         public let underlying: UnderlyingError
         /// The URL whose body failed to parse.
         public let url: URL?

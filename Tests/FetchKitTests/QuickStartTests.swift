@@ -6,13 +6,13 @@ import Testing
 // The README's Quick Start, compiled and run against the loopback server (whose /login and
 // /user endpoints play the API). Keep the two in step.
 
-struct User: Decodable, Sendable {
+nonisolated struct User: Decodable, Sendable {
     let name: String
     let id: Int
 }
 
 /// POST /login → {"token": "…"}; its output is the token.
-final class LogIn: FetchOperation<String>, @unchecked Sendable {
+nonisolated final class LogIn: FetchOperation<String>, @unchecked Sendable {
     init(api: URL, user: String, password: String) {
         var request = URLRequest(url: api.appendingPathComponent("login"))
         request.httpMethod = "POST"
@@ -27,7 +27,7 @@ final class LogIn: FetchOperation<String>, @unchecked Sendable {
 }
 
 /// GET /user, with the token the login got.
-final class GetUser: FetchOperation<User>, @unchecked Sendable {
+nonisolated final class GetUser: FetchOperation<User>, @unchecked Sendable {
     private let api: URL
     private let login: LogIn
 

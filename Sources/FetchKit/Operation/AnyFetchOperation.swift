@@ -122,7 +122,7 @@ open class AnyFetchOperation: Operation, @unchecked Sendable {
         set { set(\.totalTimeout, newValue) }
     }
 
-    /// Where ``parseResponseBody(_:)`` runs. Defaults to ``CallbackQueue/global``.
+    /// Where the parse (``FetchOperation/parseResponseBody(_:)``) runs. Defaults to ``CallbackQueue/global``.
     ///
     /// Name a serial queue to serialise every parse that touches a shared store (the
     /// "one managed-object context" case): parses then never run at the same time.
