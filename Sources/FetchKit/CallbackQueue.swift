@@ -10,7 +10,7 @@ import Foundation
 /// `@Sendable`:
 ///
 /// ```swift
-/// operation.parseQueue = .dispatch(storeQueue)   // a serial queue serialises every parse
+/// operation.configuration.parseQueue = .dispatch(storeQueue)   // a serial queue serialises every parse
 /// operation.onCompletion(on: .global) { result in log(result) }
 /// ```
 public struct CallbackQueue: Sendable {

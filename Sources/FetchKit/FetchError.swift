@@ -119,9 +119,9 @@ extension FetchError {
     public struct Timeout: Sendable, CustomStringConvertible {
         /// Which limit fired.
         public enum Kind: Sendable, Equatable {
-            /// No bytes arrived for ``AnyFetchOperation/idleTimeout``.
+            /// No bytes arrived for ``FetchConfiguration/idleTimeout``.
             case idle
-            /// The fetch did not complete within ``AnyFetchOperation/totalTimeout``.
+            /// The fetch did not complete within ``FetchConfiguration/totalTimeout``.
             case total
         }
         /// Which limit fired.
@@ -186,7 +186,7 @@ extension FetchError {
 
     /// Details of ``FetchError/responseTooLarge(_:)``.
     public struct SizeLimit: Sendable, CustomStringConvertible {
-        /// The operation's ``AnyFetchOperation/maximumResponseSize``.
+        /// The operation's ``FetchConfiguration/maximumResponseSize``.
         public let limit: Int64
         /// The length the server announced, if it did.
         public let expectedLength: Int64?

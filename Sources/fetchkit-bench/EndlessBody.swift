@@ -42,7 +42,7 @@ enum EndlessBodyBenchmark {
         switch scenario {
         case "fetchkit":
             let operation = FetchOperation<Data>(url: server.url("/endless"))
-            operation.maximumResponseSize = Int64(limit)
+            operation.configuration.maximumResponseSize = Int64(limit)
             operation.start()
             guard operation.waitUntilFinished(timeout: 120) else { throw BenchError("fetch timed out") }
             guard case .responseTooLarge? = operation.error else {
@@ -53,7 +53,7 @@ enum EndlessBodyBenchmark {
             try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
             defer { try? FileManager.default.removeItem(at: directory) }
             let operation = DownloadOperation(url: server.url("/endless"), destination: directory.appendingPathComponent("body"))
-            operation.maximumResponseSize = Int64(limit)
+            operation.configuration.maximumResponseSize = Int64(limit)
             operation.start()
             guard operation.waitUntilFinished(timeout: 120) else { throw BenchError("download timed out") }
             guard case .responseTooLarge? = operation.error else {

@@ -28,7 +28,7 @@ final class FetchKitClient: @unchecked Sendable {
             switch scenario.destination {
             case .memory:
                 let operation = FetchOperation<Data>(url: url)
-                operation.maximumResponseSize = Int64(expected) * 2
+                operation.configuration.maximumResponseSize = Int64(expected) * 2
                 queue.enqueue(operation, on: .global) { result in
                     let length = (try? result.get())?.count ?? 0
                     if tally.add(bytes: length, ok: length == expected) { done.signal() }

@@ -161,11 +161,11 @@ final class Downloader: @unchecked Sendable {
 
     private func makeDownload(_ index: Int) -> DownloadOperation {
         let download = DownloadOperation(url: items[index].url, destination: items[index].destination)
-        download.idleTimeout = options.timeout
-        download.maximumResponseSize = options.maximumSize
+        download.configuration.idleTimeout = options.timeout
+        download.configuration.maximumResponseSize = options.maximumSize
         // FetchKit retries transient failures itself, with backoff (and Retry-After); a retry
         // resumes the partial file.
-        download.retryPolicy = RetryPolicy(maximumRetries: options.retries)
+        download.configuration.retryPolicy = RetryPolicy(maximumRetries: options.retries)
         download.onRetry(on: .dispatch(ui)) { [self] event in
             items[index].state = .retrying
             items[index].meter.attemptEnded()

@@ -186,7 +186,7 @@ struct BackpressureEdgeTests {
         let destination = directory.file("rotating.bin")
         let download = DownloadOperation(url: server.url("/rotating"), destination: destination)
         download.backpressure = Backpressure(bound: 256 << 10, throttle: slowDisk(bytesPerMicrosecond: 50))
-        download.totalTimeout = 120     // only a loop reaches it
+        download.configuration.totalTimeout = 120     // only a loop reaches it
 
         try await download.run()
 

@@ -82,7 +82,7 @@ struct BadInputTests {
 
     @Test func unresolvableHost() async throws {
         let operation = FetchOperation<Data>(url: try #require(URL(string: "http://no-such-host.invalid/")))
-        operation.idleTimeout = 10
+        operation.configuration.idleTimeout = 10
         let error = await outcome(of: operation)
         guard case .transport? = error else {
             Issue.record("expected a transport error, got \(String(describing: error))")
@@ -95,7 +95,7 @@ struct BadInputTests {
         let server = try LoopbackServer()
         defer { server.stop() }
         let operation = server.operation(path)
-        operation.idleTimeout = 5
+        operation.configuration.idleTimeout = 5
         let error = await outcome(of: operation)
         #expect(error != nil, "\(path) must fail")
         switch error {
@@ -111,7 +111,7 @@ struct BadInputTests {
         let server = try LoopbackServer()
         defer { server.stop() }
         let operation = server.operation(path)
-        operation.idleTimeout = 0.3
+        operation.configuration.idleTimeout = 0.3
         let error = await outcome(of: operation)
         guard case .timedOut(let timeout)? = error else {
             Issue.record("\(path): expected a timeout, got \(String(describing: error))")
@@ -125,7 +125,7 @@ struct BadInputTests {
         let server = try LoopbackServer()
         defer { server.stop() }
         let operation = server.operation("/basic-auth/alice/secret")
-        operation.idleTimeout = 5
+        operation.configuration.idleTimeout = 5
         let error = await outcome(of: operation)
         #expect(error?.statusCode == 401, "got \(String(describing: error))")
     }
@@ -146,7 +146,7 @@ struct TimeoutTests {
         let server = try LoopbackServer()
         defer { server.stop() }
         let operation = server.operation("/json")
-        operation.idleTimeout = 0.9
+        operation.configuration.idleTimeout = 0.9
         try await operation.run()
         #expect(operation.error == nil)
     }
@@ -155,7 +155,7 @@ struct TimeoutTests {
         let server = try LoopbackServer()
         defer { server.stop() }
         let operation = server.operation("/trickle/40/1/80")   // 40 chunks, one every 80 ms: 3.2 s
-        operation.idleTimeout = 1.2
+        operation.configuration.idleTimeout = 1.2
         try await operation.run()
         #expect(operation.responseBody?.count == 40)
     }
@@ -164,8 +164,8 @@ struct TimeoutTests {
         let server = try LoopbackServer()
         defer { server.stop() }
         let operation = server.operation("/trickle/100/1/50")  // 5 s in all
-        operation.idleTimeout = 2
-        operation.totalTimeout = 0.4
+        operation.configuration.idleTimeout = 2
+        operation.configuration.totalTimeout = 0.4
         _ = try? await operation.run()
         guard case .timedOut(let timeout)? = operation.error else {
             Issue.record("expected a timeout, got \(String(describing: operation.error))")
@@ -196,8 +196,8 @@ struct TimeoutTests {
         let queue = makeQueue(1)
         let first = server.operation("/gate")
         let second = server.operation("/json")
-        second.idleTimeout = 2
-        second.totalTimeout = 2
+        second.configuration.idleTimeout = 2
+        second.configuration.totalTimeout = 2
         queue.enqueue([first, second])
         #expect(await server.waitUntil(timeout: 60) { $0.requestsInFlight == 1 })
         #expect(await letTimePass(2.5, on: server), "more than the second's timeouts passed while it was queued")

@@ -44,7 +44,7 @@ struct CancellationTests {
         let operation = server.operation("/stall-mid-body/200000")
         let session = FetchSession()
         defer { session.invalidate() }
-        operation.session = session
+        operation.configuration.session = session
         let receiving = Countdown(1)
         operation.onProgress(on: .global) { progress in if progress.bytesReceived > 0 { receiving.signal() } }
         makeQueue(1).addOperation(operation)

@@ -82,7 +82,7 @@ struct DependencyTests {
         defer { server.stop() }
         let failing = server.operation("/status/500")
         let dependent = server.operation("/json")
-        dependent.requiresSuccessfulDependencies = false
+        dependent.configuration.requiresSuccessfulDependencies = false
         dependent.addDependency(failing)
         makeQueue(2).enqueue([dependent, failing])
         try await dependent.finished()

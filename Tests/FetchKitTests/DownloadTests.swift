@@ -92,7 +92,7 @@ struct DownloadTests {
         try Data("old contents".utf8).write(to: destination)
         for path in ["/status/500", "/close-mid-body/100000", "/lie/5000/100"] {
             let download = DownloadOperation(url: server.url(path), destination: destination)
-            download.idleTimeout = 10
+            download.configuration.idleTimeout = 10
             await #expect(throws: FetchError.self) { try await download.run() }
             #expect(contents(destination) == Data("old contents".utf8), "\(path) must not touch the destination")
             #expect(!exists(download.partialFileURL), "\(path): a partial file that cannot be resumed is removed")
@@ -142,7 +142,7 @@ struct DownloadTests {
         let destination = directory.file("resumed.bin")
 
         let first = DownloadOperation(url: server.url("/resumable"), destination: destination)
-        first.retryPolicy = .none   // this attempt is meant to fail and leave its partial file
+        first.configuration.retryPolicy = .none   // this attempt is meant to fail and leave its partial file
         await #expect(throws: FetchError.self) { try await first.run() }
         #expect(!exists(destination))
         #expect(DownloadOperation.fileSize(first.partialFileURL) == Int64(length / 2), "the partial file is kept")
@@ -172,7 +172,7 @@ struct DownloadTests {
         server.resumableRoute("/changing", length: length, etag: etag, cutFull: cut)
         let destination = directory.file("changing.bin")
         let first = DownloadOperation(url: server.url("/changing"), destination: destination)
-        first.retryPolicy = .none
+        first.configuration.retryPolicy = .none
         _ = try? await first.run()
         // The file changes: If-Range no longer matches, so the server sends it all again.
         etag.withLock { $0 = "v2" }
@@ -194,7 +194,7 @@ struct DownloadTests {
         let cut = Locked(true)
         server.resumableRoute("/file", length: length, etag: Locked("v1"), cutFull: cut)
         let first = DownloadOperation(url: server.url("/file"), destination: destination)
-        first.retryPolicy = .none
+        first.configuration.retryPolicy = .none
         _ = try? await first.run()
         #expect(DownloadOperation.fileSize(directory.file(".norange.bin.fetchkit-partial")) == Int64(length / 2))
         // …then the server stops honouring ranges.
@@ -215,7 +215,7 @@ struct DownloadTests {
         try BytePattern.data(offset: 0, count: 5000).write(to: probe.partialFileURL)
         PartialDownloadRecord(url: server.url("/resumable").absoluteString, entityTag: "\"v1\"", lastModified: nil).save(to: probe.partialRecordURL)
         server.resumableRoute("/resumable", length: 1000, etag: Locked("v1"), cutFull: Locked(false))
-        probe.retryPolicy = .none
+        probe.configuration.retryPolicy = .none
         await #expect(throws: FetchError.self) { try await probe.run() }
         #expect(probe.error?.statusCode == 416)
         #expect(!exists(probe.partialFileURL))

@@ -64,9 +64,9 @@ struct FaultSuiteTests {
         do {
             let operation = DeinitProbeOperation(request: URLRequest(url: url(for: fault, on: server, closed: closedURL, variant: "fetch")))
             operation.onDeinit = { released.signal() }
-            operation.retryPolicy = Self.policy
-            operation.idleTimeout = fault.idleTimeout
-            operation.totalTimeout = fault.totalTimeout
+            operation.configuration.retryPolicy = Self.policy
+            operation.configuration.idleTimeout = fault.idleTimeout
+            operation.configuration.totalTimeout = fault.totalTimeout
             queue.enqueue(operation) { _ in completions.withLock { $0 += 1 } }
             _ = try? await operation.finished()
             #expect(operation.isFinished)
@@ -94,9 +94,9 @@ struct FaultSuiteTests {
         let destination = directory.file("target")
         try Data("previous contents".utf8).write(to: destination)
         let download = DownloadOperation(url: url(for: fault, on: server, closed: closedURL, variant: "download"), destination: destination)
-        download.retryPolicy = Self.policy
-        download.idleTimeout = fault.idleTimeout
-        download.totalTimeout = fault.totalTimeout
+        download.configuration.retryPolicy = Self.policy
+        download.configuration.idleTimeout = fault.idleTimeout
+        download.configuration.totalTimeout = fault.totalTimeout
         _ = try? await download.run()
         let contents = FileManager.default.contents(atPath: destination.path)
         if download.error == nil {
@@ -117,8 +117,8 @@ struct FaultSuiteTests {
         let queue = makeFetchQueue(total: 16, perHost: 16)
         let operations = (0..<400).map { index -> FetchOperation in
             let operation = FetchOperation<Data>(url: server.url("/redirect/\(index % 8)?n=\(index)"))
-            operation.retryPolicy = .none
-            if index.isMultiple(of: 5) { operation.idleTimeout = 0.001 }
+            operation.configuration.retryPolicy = .none
+            if index.isMultiple(of: 5) { operation.configuration.idleTimeout = 0.001 }
             return operation
         }
         let done = Countdown(operations.count)
@@ -140,7 +140,7 @@ struct FaultSuiteTests {
                      .write(Data("ok".utf8)), .close])
         }
         let operation = server.operation("/huge-headers")
-        operation.retryPolicy = .none
+        operation.configuration.retryPolicy = .none
         await #expect(throws: FetchError.self) { try await operation.run() }
         #expect(operation.error?.urlError != nil, "\(String(describing: operation.error))")
         #expect(operation.parses.current.isEmpty)
@@ -153,7 +153,7 @@ struct FaultSuiteTests {
         let queue = makeFetchQueue(total: 8, perHost: 8)
         let operations = (0..<30).map { server.operation("/flaky/storm-\($0)/2/503") }
         for operation in operations {
-            operation.retryPolicy = Self.policy
+            operation.configuration.retryPolicy = Self.policy
             queue.enqueue(operation)
         }
         for operation in operations { try await operation.finished() }

@@ -64,7 +64,7 @@ struct FetchOperationTests {
         defer { server.stop() }
         let store = tagged(DispatchQueue(label: "test.store"))
         let operation = server.operation("/json")
-        operation.parseQueue = .dispatch(store)
+        operation.configuration.parseQueue = .dispatch(store)
         try await operation.run()
         #expect(operation.parseQueueLabels.current == ["test.store"])
         #expect(operation.parseQueueLabels.current.first != "FetchKit.SessionRouter")
@@ -78,7 +78,7 @@ struct FetchOperationTests {
         let queue = makeQueue(8)
         let operations = (0..<24).map { _ in server.operation("/bytes/2000") }
         for operation in operations {
-            operation.parseQueue = .dispatch(store)
+            operation.configuration.parseQueue = .dispatch(store)
             operation.onParse = { _ in
                 active.withLock { $0.now += 1; $0.peak = max($0.peak, $0.now) }
                 // Give an overlapping parse, if the queue allowed one, the chance to show up.
@@ -140,7 +140,7 @@ struct FetchOperationTests {
         let server = try LoopbackServer()
         defer { server.stop() }
         let operation = server.operation("/status/404")
-        operation.acceptableStatusCodes = [404]
+        operation.configuration.acceptableStatusCodes = [404]
         try await operation.run()
         #expect(operation.error == nil)
         #expect(operation.parses.current == [Data("status 404".utf8)])
@@ -150,7 +150,7 @@ struct FetchOperationTests {
         let server = try LoopbackServer()
         defer { server.stop() }
         let operation = server.operation("/bytes/100000")
-        operation.maximumResponseSize = 1000
+        operation.configuration.maximumResponseSize = 1000
         _ = try? await operation.run()
         let limit = try #require(operation.error?.sizeLimit, "expected responseTooLarge, got \(String(describing: operation.error))")
         #expect(limit.limit == 1000)
@@ -162,7 +162,7 @@ struct FetchOperationTests {
         let server = try LoopbackServer()
         defer { server.stop() }
         let operation = server.operation("/trickle/200000/20000/1")
-        operation.maximumResponseSize = 50_000
+        operation.configuration.maximumResponseSize = 50_000
         _ = try? await operation.run()
         let limit = try #require(operation.error?.sizeLimit, "expected responseTooLarge, got \(String(describing: operation.error))")
         #expect(limit.expectedLength == nil)
@@ -241,17 +241,32 @@ struct FetchOperationTests {
         #expect(server.requestCount(path: "/json") == 1)
     }
 
-    @Test func settingsAreFrozenOnceStarted() async throws {
+    @Test func theConfigurationIsOneValueSetBeforeStart() async throws {
         let server = try LoopbackServer()
         defer { server.stop() }
-        let operation = server.operation("/delay/100")
-        operation.start()
-        operation.request = URLRequest(url: server.url("/json"))
-        operation.maximumResponseSize = 1
-        try await operation.finished()
-        #expect(operation.request?.url?.path == "/delay/100")
-        #expect(operation.sentRequest?.url?.path == "/delay/100")
-        #expect(server.requestCount(path: "/json") == 0)
+        let operation = server.operation("/bytes/2000")
+        var configuration = FetchConfiguration(maximumResponseSize: 1000, retryPolicy: .none)
+        configuration.acceptableStatusCodes = [200]
+        operation.configuration = configuration
+        operation.request = URLRequest(url: server.url("/bytes/3000"))
+        let error = await outcome(of: operation)
+        #expect(error?.sizeLimit?.limit == 1000, "the configuration set before start is the one used")
+        #expect(operation.sentRequest?.url?.path == "/bytes/3000")
+        #expect(operation.configuration.retryPolicy.maximumRetries == 0, "readable after start")
+        #expect(FetchConfiguration(maximumResponseSize: -5).maximumResponseSize == 0)
+    }
+
+    @Test func settingTheConfigurationAfterStartTraps() async {
+        await #expect(processExitsWith: .failure) {
+            let operation = FetchOperation<Data>(request: URLRequest(url: URL(fileURLWithPath: "/")))
+            operation.start()
+            operation.configuration.retryPolicy = .none
+        }
+        await #expect(processExitsWith: .failure) {
+            let operation = FetchOperation<Data>(request: URLRequest(url: URL(fileURLWithPath: "/")))
+            operation.start()
+            operation.request = nil
+        }
     }
 
     @Test func redirectsAreFollowed() async throws {
@@ -318,7 +333,7 @@ struct FetchOperationTests {
         do {
             let operation = DeinitProbeOperation(request: URLRequest(url: server.url("/stall-mid-body/100000")))
             operation.onDeinit = { released.signal() }
-            operation.idleTimeout = 0.2
+            operation.configuration.idleTimeout = 0.2
             _ = try? await operation.run()
             #expect(operation.error != nil)
         }

@@ -120,8 +120,8 @@ struct FetchQueueTests {
         let queue = makeFetchQueue(total: 1, perHost: 1)
         let first = server.operation("/gate")
         let second = server.operation("/json")
-        second.idleTimeout = 2
-        second.totalTimeout = 2
+        second.configuration.idleTimeout = 2
+        second.configuration.totalTimeout = 2
         queue.enqueue(first)
         queue.enqueue(second)
         #expect(await counts(of: queue) { $0 == .init(inFlight: 1, waiting: 1) })
@@ -347,7 +347,7 @@ struct FetchQueueTests {
         request.setValue("yes", forHTTPHeaderField: "X-Other")
         let withHeader = RecordingOperation(request: request)
         let limited = server.operation("/delay/100")
-        limited.maximumResponseSize = 100
+        limited.configuration.maximumResponseSize = 100
         for operation in [plain, withHeader, limited] { queue.enqueue(operation) }
         for operation in [plain, withHeader, limited] { try await operation.finished() }
         #expect(server.requestCount(path: "/delay/100") == 3)
@@ -395,7 +395,7 @@ struct FetchQueueTests {
         let queue = makeFetchQueue()
         let operations = (0..<2).map { _ in server.operation("/stall-head") }
         for operation in operations {
-            operation.session = session
+            operation.configuration.session = session
             queue.enqueue(operation)
         }
         #expect(await counts(of: queue) { $0.inFlight == 1 })
@@ -523,7 +523,7 @@ struct FetchQueueTests {
             let queue = makeFetchQueue()
             for index in 0..<20 {
                 let operation = server.operation("/stall-mid-body/100000?n=\(index)")
-                operation.session = session
+                operation.configuration.session = session
                 operations.append(operation)
                 queue.enqueue(operation)
             }

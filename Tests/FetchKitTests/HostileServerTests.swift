@@ -24,7 +24,7 @@ struct HostileServerTests {
             ])
         }
         let operation = server.operation("/huge")
-        operation.maximumResponseSize = announced * 2
+        operation.configuration.maximumResponseSize = announced * 2
         let error = await outcome(of: operation)
         guard case .lengthMismatch(let mismatch)? = error else {
             Issue.record("expected a length mismatch, got \(String(describing: error))")
@@ -108,7 +108,7 @@ struct HostileServerTests {
             HTTPResponse(status: 200, body: .chunkedPattern(count: .max, chunkSize: 16 << 10, intervalMilliseconds: 1))
         }
         let operation = server.operation("/endless")
-        operation.maximumResponseSize = 2 << 20
+        operation.configuration.maximumResponseSize = 2 << 20
         let error = await outcome(of: operation)
         let limit = try #require(error?.sizeLimit, "expected too large, got \(String(describing: error))")
         #expect(limit.limit == 2 << 20)
@@ -379,7 +379,7 @@ struct HostileServerTests {
         defer { server.stop() }
         let operation = post(server, status: 307)
         let proposed = Locked<[URLRequest]>([])
-        operation.redirectPolicy = .ask { context in
+        operation.configuration.redirectPolicy = .ask { context in
             proposed.withLock { $0.append(context.proposedRequest) }
             return context.proposedRequest
         }

@@ -45,7 +45,7 @@ struct HostBackOffTests {
         defer { server.stop() }
         let queue = makeFetchQueue()
         let failing = server.operation("/status/503")
-        failing.retryPolicy = .none
+        failing.configuration.retryPolicy = .none
         queue.enqueue(failing)
         _ = try? await failing.finished()
         #expect(queue.backOffDeadline(for: server.baseURL) == nil)
@@ -59,14 +59,14 @@ struct ConditionalGETTests {
         defer { server.stop() }
         let store = ValidatorStore()
         let first = server.operation("/etag/v1")
-        first.validatorStore = store
+        first.configuration.validatorStore = store
         try await first.run()
         #expect(first.parses.current == [Data("tag v1".utf8)])
         #expect(!first.isNotModified)
         #expect(store.validators(for: server.url("/etag/v1"))?.entityTag == "\"v1\"")
 
         let second = server.operation("/etag/v1")
-        second.validatorStore = store
+        second.configuration.validatorStore = store
         try await second.run()
         #expect(second.isNotModified)
         #expect(second.error == nil)
@@ -93,17 +93,17 @@ struct ConditionalGETTests {
         defer { server.stop() }
         let store = ValidatorStore(storesBodies: false)
         let first = Revision(url: server.url("/etag/v3"))
-        first.validatorStore = store
+        first.configuration.validatorStore = store
         #expect(try await first.run().result?.get() == "tag v3")
         let second = Revision(url: server.url("/etag/v3"))
-        second.validatorStore = store
+        second.configuration.validatorStore = store
         #expect(try await second.run().result?.get() == "unchanged")
         #expect(second.isNotModified)
         #expect(second.parsed.current == 0, "nothing to parse")
 
         // An operation that does not say fails clearly, naming the hook.
         let third = server.operation("/etag/v3")
-        third.validatorStore = store
+        third.configuration.validatorStore = store
         let error = await outcome(of: third)
         guard case .parseFailed(let failure)? = error else {
             Issue.record("expected parseFailed, got \(String(describing: error))")
@@ -118,10 +118,10 @@ struct ConditionalGETTests {
         defer { server.stop() }
         let store = ValidatorStore(storesBodies: true)
         let first = server.operation("/etag/v2")
-        first.validatorStore = store
+        first.configuration.validatorStore = store
         try await first.run()
         let second = server.operation("/etag/v2")
-        second.validatorStore = store
+        second.configuration.validatorStore = store
         try await second.run()
         #expect(second.isNotModified)
         #expect(second.parses.current == [Data("tag v2".utf8)], "the stored body, parsed")
@@ -133,12 +133,12 @@ struct ConditionalGETTests {
         defer { server.stop() }
         let store = ValidatorStore()
         let broken = server.operation("/etag/v3")
-        broken.validatorStore = store
+        broken.configuration.validatorStore = store
         broken.parseError = ParseTestError(reason: "bad feed")
         _ = try? await broken.run()
         #expect(store.validators(for: server.url("/etag/v3")) == nil)
         let again = server.operation("/etag/v3")
-        again.validatorStore = store
+        again.configuration.validatorStore = store
         try await again.run()
         #expect(!again.isNotModified)
         #expect(server.requests(path: "/etag/v3").last?.headers["If-None-Match"] == nil)
@@ -151,13 +151,13 @@ struct ConditionalGETTests {
         let file = directory.file("validators.json")
         let store = ValidatorStore(persistingTo: file)
         let operation = server.operation("/etag/v4")
-        operation.validatorStore = store
+        operation.configuration.validatorStore = store
         try await operation.run()
         try store.save()
         let reloaded = ValidatorStore(persistingTo: file)
         #expect(reloaded.validators(for: server.url("/etag/v4"))?.entityTag == "\"v4\"")
         let next = server.operation("/etag/v4")
-        next.validatorStore = reloaded
+        next.configuration.validatorStore = reloaded
         try await next.run()
         #expect(next.isNotModified)
     }
@@ -177,12 +177,12 @@ struct ConditionalGETTests {
         let store = ValidatorStore()
         let queue = makeFetchQueue(total: 8, perHost: 8)
         let warmUp = (0..<50).map { server.operation("/etag/flood-\($0)") }
-        for operation in warmUp { operation.validatorStore = store; queue.enqueue(operation) }
+        for operation in warmUp { operation.configuration.validatorStore = store; queue.enqueue(operation) }
         for operation in warmUp { try await operation.finished() }
         let refresh = (0..<50).flatMap { index in (0..<4).map { _ in server.operation("/etag/flood-\(index)") } }
         let completions = Countdown(refresh.count)
         for operation in refresh {
-            operation.validatorStore = store
+            operation.configuration.validatorStore = store
             queue.enqueue(operation) { _ in completions.signal() }
         }
         #expect(await completions.wait(), "every completion ran")
@@ -198,7 +198,7 @@ struct RedirectPolicyTests {
         let server = try LoopbackServer()
         defer { server.stop() }
         let operation = server.operation("/redirect/6")
-        operation.redirectPolicy = .follow(maximum: 3)
+        operation.configuration.redirectPolicy = .follow(maximum: 3)
         await #expect(throws: FetchError.self) { try await operation.run() }
         guard case .redirectFailed(let failure)? = operation.error else {
             Issue.record("expected redirectFailed, got \(String(describing: operation.error))")
@@ -227,7 +227,7 @@ struct RedirectPolicyTests {
         let server = try LoopbackServer()
         defer { server.stop() }
         let refused = server.operation("/redirect/1")
-        refused.redirectPolicy = .doNotFollow
+        refused.configuration.redirectPolicy = .doNotFollow
         await #expect(throws: FetchError.self) { try await refused.run() }
         guard case .unacceptableStatus(let failure)? = refused.error else {
             Issue.record("expected the 302, got \(String(describing: refused.error))")
@@ -236,8 +236,8 @@ struct RedirectPolicyTests {
         #expect(failure.statusCode == 302)
         #expect(failure.headers.first { $0.key.lowercased() == "location" }?.value == "/redirect/0")
         let accepted = server.operation("/redirect/1")
-        accepted.redirectPolicy = .doNotFollow
-        accepted.acceptableStatusCodes = [302]
+        accepted.configuration.redirectPolicy = .doNotFollow
+        accepted.configuration.acceptableStatusCodes = [302]
         try await accepted.run()
         #expect(accepted.response?.statusCode == 302)
         #expect(server.requestCount(path: "/redirect/0") == 0)
@@ -248,7 +248,7 @@ struct RedirectPolicyTests {
         defer { server.stop() }
         let seen = Locked<[[String]]>([])
         let operation = server.operation("/redirect/2")
-        operation.redirectPolicy = .ask { context in
+        operation.configuration.redirectPolicy = .ask { context in
             seen.withLock { $0.append(context.chain.map(\.path)) }
             var next = context.proposedRequest
             next.setValue("hooked", forHTTPHeaderField: "X-Hook")
@@ -282,7 +282,7 @@ struct AuthenticationTests {
         let server = try LoopbackServer()
         defer { server.stop() }
         let operation = server.operation("/basic-auth/alice/secret")
-        operation.credentials = .perHost(["127.0.0.1": URLCredential(user: "alice", password: "secret", persistence: .none)])
+        operation.configuration.credentials = .perHost(["127.0.0.1": URLCredential(user: "alice", password: "secret", persistence: .none)])
         try await operation.run()
         let object = try JSONSerialization.jsonObject(with: operation.responseBody ?? Data()) as? [String: Any]
         #expect(object?["user"] as? String == "alice")
@@ -292,7 +292,7 @@ struct AuthenticationTests {
         let server = try LoopbackServer()
         defer { server.stop() }
         let operation = server.operation("/basic-auth/alice/secret")
-        operation.credentials = .perHost(["127.0.0.1": URLCredential(user: "alice", password: "wrong", persistence: .none)])
+        operation.configuration.credentials = .perHost(["127.0.0.1": URLCredential(user: "alice", password: "wrong", persistence: .none)])
         await #expect(throws: FetchError.self) { try await operation.run() }
         #expect(operation.error?.statusCode == 401)
         #expect(server.requestCount(path: "/basic-auth/alice/secret") <= 2, "one answer, then the 401")
@@ -302,7 +302,7 @@ struct AuthenticationTests {
         let server = try LoopbackServer()
         defer { server.stop() }
         let operation = server.operation("/basic-auth/alice/secret")
-        operation.credentials = .perHost(["example.com": URLCredential(user: "alice", password: "secret", persistence: .none)])
+        operation.configuration.credentials = .perHost(["example.com": URLCredential(user: "alice", password: "secret", persistence: .none)])
         await #expect(throws: FetchError.self) { try await operation.run() }
         #expect(operation.error?.statusCode == 401)
         #expect(server.requests(path: "/basic-auth/alice/secret").allSatisfy { $0.headers["Authorization"] == nil })

@@ -164,7 +164,7 @@ struct QueueHostileStateTests {
         let retrying = Countdown(1)
         let done = Countdown(1)
         let operation = server.operation("/status/500")
-        operation.retryPolicy = RetryPolicy(maximumRetries: 1, baseDelay: 3_600, maximumDelay: 3_600, jitter: 0)   // only the drop ends it
+        operation.configuration.retryPolicy = RetryPolicy(maximumRetries: 1, baseDelay: 3_600, maximumDelay: 3_600, jitter: 0)   // only the drop ends it
         operation.onRetry(on: .global) { _ in retrying.signal() }
         do {
             let queue = makeFetchQueue()

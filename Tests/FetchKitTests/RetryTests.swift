@@ -84,7 +84,7 @@ struct RetryTests {
         let server = try LoopbackServer()
         defer { server.stop() }
         let operation = server.operation("/flaky/retry-visible/2/503")
-        operation.retryPolicy = Self.quick
+        operation.configuration.retryPolicy = Self.quick
         let events = Locked<[RetryEvent]>([])
         operation.onRetry(on: .immediate) { event in events.withLock { $0.append(event) } }
         try await operation.run()
@@ -99,7 +99,7 @@ struct RetryTests {
         let server = try LoopbackServer()
         defer { server.stop() }
         let operation = server.operation("/flaky/retry-limit/5/503")
-        operation.retryPolicy = RetryPolicy(maximumRetries: 1, baseDelay: 0.05)
+        operation.configuration.retryPolicy = RetryPolicy(maximumRetries: 1, baseDelay: 0.05)
         await #expect(throws: FetchError.self) { try await operation.run() }
         #expect(operation.error?.statusCode == 503)
         #expect(operation.attempts == 2)
@@ -113,14 +113,14 @@ struct RetryTests {
         request.httpMethod = "POST"
         request.httpBody = Data("x".utf8)
         let once = RecordingOperation(request: request)
-        once.retryPolicy = Self.quick
+        once.configuration.retryPolicy = Self.quick
         await #expect(throws: FetchError.self) { try await once.run() }
         #expect(once.attempts == 1)
         request.url = server.url("/flaky/post-allowed/1/503")
         let twice = RecordingOperation(request: request)
         var brave = Self.quick
         brave.retriesNonIdempotentRequests = true
-        twice.retryPolicy = brave
+        twice.configuration.retryPolicy = brave
         try await twice.run()
         #expect(twice.attempts == 2)
     }
@@ -140,7 +140,7 @@ struct RetryTests {
         let server = try LoopbackServer()
         defer { server.stop() }
         let operation = server.operation("/status/503")
-        operation.retryPolicy = RetryPolicy(maximumRetries: 3, baseDelay: 600, maximumDelay: 600)
+        operation.configuration.retryPolicy = RetryPolicy(maximumRetries: 3, baseDelay: 600, maximumDelay: 600)
         let waiting = Countdown(1)
         operation.onRetry(on: .global) { _ in waiting.signal() }
         operation.start()
@@ -155,8 +155,8 @@ struct RetryTests {
         let server = try LoopbackServer()
         defer { server.stop() }
         let operation = server.operation("/status/503")
-        operation.retryPolicy = RetryPolicy(maximumRetries: 1000, baseDelay: 0.1, multiplier: 1, jitter: 0)
-        operation.totalTimeout = 0.6
+        operation.configuration.retryPolicy = RetryPolicy(maximumRetries: 1000, baseDelay: 0.1, multiplier: 1, jitter: 0)
+        operation.configuration.totalTimeout = 0.6
         await #expect(throws: FetchError.self) { try await operation.run() }
         #expect(operation.attempts < 1000, "the deadline ended the retries")
         switch operation.error {
@@ -174,7 +174,7 @@ struct RetryTests {
         let cut = Locked(true)
         server.resumableRoute("/cut-once", length: length, etag: Locked("e1"), cutFull: cut)
         let download = DownloadOperation(url: server.url("/cut-once"), destination: directory.file("resumed"))
-        download.retryPolicy = Self.quick
+        download.configuration.retryPolicy = Self.quick
         download.onRetry(on: .immediate) { _ in cut.withLock { $0 = false } }
         try await download.run()
         #expect(download.attempts == 2)
@@ -189,7 +189,7 @@ struct RetryTests {
         let queue = makeFetchQueue(total: 1, perHost: 1)
         let recorder = NotificationRecorder(queue)
         let flaky = server.operation("/status/503")
-        flaky.retryPolicy = RetryPolicy(maximumRetries: 1, baseDelay: 600, maximumDelay: 600)
+        flaky.configuration.retryPolicy = RetryPolicy(maximumRetries: 1, baseDelay: 600, maximumDelay: 600)
         let waiting = Countdown(1)
         flaky.onRetry(on: .global) { _ in waiting.signal() }
         let flakyID = queue.enqueue(flaky)

@@ -121,7 +121,7 @@ struct SafeFilesTests {
         let cut = Locked(true)
         server.resumableRoute("/w", length: 40_000, etag: Locked("v1"), cutFull: cut)
         let download = DownloadOperation(url: server.url("/w"), destination: directory.file("w.bin"))
-        download.retryPolicy = .none
+        download.configuration.retryPolicy = .none
         try FileManager.default.createSymbolicLink(at: download.partialRecordURL, withDestinationURL: outside.secret)
 
         await #expect(throws: FetchError.self) { try await download.run() }
@@ -149,7 +149,7 @@ struct SafeFilesTests {
         parts.queryItems = [URLQueryItem(name: "access_token", value: "tok-SECRET-123"), URLQueryItem(name: "page", value: "2")]
         let url = try #require(parts.url)
         let download = DownloadOperation(url: url, destination: directory.file("s.bin"))
-        download.retryPolicy = .none
+        download.configuration.retryPolicy = .none
 
         await #expect(throws: FetchError.self) { try await download.run() }
 
@@ -292,8 +292,8 @@ struct SafeFilesTests {
         let cap: Int64 = 4 << 20
         let destination = directory.file("bomb.bin")
         let download = DownloadOperation(url: server.url("/bomb"), destination: destination)
-        download.maximumResponseSize = cap
-        download.retryPolicy = .none
+        download.configuration.maximumResponseSize = cap
+        download.configuration.retryPolicy = .none
         // Served with the encoded length, as a real server would: the announced size says nothing
         // of what the body inflates to.
         #expect(bomb.count < 256 << 10)
@@ -327,8 +327,8 @@ struct SafeFilesTests {
         try BytePattern.data(offset: 0, count: 60_000).write(to: download.partialFileURL)
         record(server, "/big", length: 60_000).save(to: download.partialRecordURL)
         // 140,000 bytes remain: under the cap alone, over it with the 60,000 already on disk.
-        download.maximumResponseSize = 150_000
-        download.retryPolicy = .none
+        download.configuration.maximumResponseSize = 150_000
+        download.configuration.retryPolicy = .none
 
         await #expect(throws: FetchError.self) { try await download.run() }
 
@@ -352,8 +352,8 @@ struct SafeFilesTests {
         let download = DownloadOperation(url: server.url("/unsized"), destination: directory.file("unsized.bin"))
         try BytePattern.data(offset: 0, count: 60_000).write(to: download.partialFileURL)
         record(server, "/unsized", length: 60_000).save(to: download.partialRecordURL)
-        download.maximumResponseSize = 150_000
-        download.retryPolicy = .none
+        download.configuration.maximumResponseSize = 150_000
+        download.configuration.retryPolicy = .none
 
         await #expect(throws: FetchError.self) { try await download.run() }
 

@@ -88,7 +88,7 @@ struct StressTests {
             default: path = "/stall-mid-body/20000?n=\(index)"
             }
             let operation = FetchOperation<Data>(url: server.url(path))
-            operation.idleTimeout = 30
+            operation.configuration.idleTimeout = 30
             ids.append(queue.enqueue(operation) { _ in
                 completions.withLock { $0[index] += 1 }
                 milestone.signal()

@@ -215,7 +215,7 @@ struct TypedResultTests {
         let operations = (0..<64).map { index in
             GetSample(url: server.url(index.isMultiple(of: 4) ? "/status/503" : "/json"))
         }
-        for operation in operations { operation.retryPolicy = .none }
+        for operation in operations { operation.configuration.retryPolicy = .none }
         let readers = 4
         let stop = Locked(false)
         let seen = Locked(0)

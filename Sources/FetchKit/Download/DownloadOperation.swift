@@ -40,7 +40,7 @@ import FoundationNetworking
 /// `.<name>.fetchkit-partial.json` to fit in 255 bytes, the partial files get a shortened name
 /// (see ``SafeFileName``). For a name taken from a URL, use ``SafeFileName/name(for:)``.
 ///
-/// **Size cap.** ``AnyFetchOperation/maximumResponseSize`` bounds the file on disk: the decoded
+/// **Size cap.** ``FetchConfiguration/maximumResponseSize`` bounds the file on disk: the decoded
 /// bytes (a small gzip body can inflate a thousandfold), resumed bytes included. It defaults to
 /// ``defaultMaximumDownloadSize`` (16 GiB) for a download; set `.max` for no limit. A download
 /// that reaches it fails with ``FetchError/responseTooLarge(_:)`` having written at most the cap,
@@ -58,7 +58,7 @@ open class DownloadOperation: AnyFetchOperation, OutputProducing, @unchecked Sen
     /// Where the file goes.
     public let destination: URL
 
-    /// The default ``AnyFetchOperation/maximumResponseSize`` of a download: 16 GiB.
+    /// The default ``FetchConfiguration/maximumResponseSize`` of a download: 16 GiB.
     ///
     /// Large enough for disk images and data sets; small enough that a hostile server (or a
     /// gzip bomb of 16 MiB) cannot fill most disks. Set `.max` for no limit.
@@ -95,7 +95,7 @@ open class DownloadOperation: AnyFetchOperation, OutputProducing, @unchecked Sen
         let name = self.destination.lastPathComponent
         partialStem = "." + SafeFileName.fitted(name, source: name)
         super.init(request: request)
-        maximumResponseSize = Self.defaultMaximumDownloadSize
+        configuration.maximumResponseSize = Self.defaultMaximumDownloadSize
     }
 
     /// Creates a download of `url` to `destination`.
@@ -104,11 +104,14 @@ open class DownloadOperation: AnyFetchOperation, OutputProducing, @unchecked Sen
     }
 
     /// Whether to keep a partial file the server allows resuming, and resume from it. Default
-    /// `true`. Settable until the operation starts.
+    /// `true`. Like ``AnyFetchOperation/configuration``, set it before the operation starts;
+    /// setting it later traps.
     public var resumesPartialDownloads: Bool {
         get { downloadState.withLock { $0.resumesPartialDownloads } }
         set {
-            guard core.withLock({ $0.machine.phase == .pending }) else { return }
+            guard core.withLock({ $0.machine.phase == .pending }) else {
+                preconditionFailure("FetchKit: resumesPartialDownloads of \(self) set after it started")
+            }
             downloadState.withLock { $0.resumesPartialDownloads = newValue }
         }
     }
@@ -154,7 +157,7 @@ open class DownloadOperation: AnyFetchOperation, OutputProducing, @unchecked Sen
 
     /// Called once the complete file is at ``destination``; override it to read or process it.
     ///
-    /// Runs on ``AnyFetchOperation/parseQueue``; a thrown error becomes
+    /// Runs on ``FetchConfiguration/parseQueue``; a thrown error becomes
     /// ``FetchError/parseFailed(_:)`` (the file stays in place). The default does nothing.
     ///
     /// - Parameter url: The destination.
@@ -386,7 +389,7 @@ extension DownloadOperation {
             case lengthMismatch
             /// The record has no validator (`ETag` or `Last-Modified`) to resume with.
             case notResumable
-            /// The partial file already reaches ``AnyFetchOperation/maximumResponseSize``.
+            /// The partial file already reaches ``FetchConfiguration/maximumResponseSize``.
             case overSizeLimit
         }
 

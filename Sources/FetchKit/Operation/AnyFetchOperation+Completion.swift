@@ -58,7 +58,7 @@ extension AnyFetchOperation {
     }
 
     /// Calls `handler` on the main actor each time the operation is about to retry: after an
-    /// attempt failed and before the wait (see ``retryPolicy``).
+    /// attempt failed and before the wait (see ``FetchConfiguration/retryPolicy``).
     ///
     /// - Parameter handler: Receives the coming attempt's number, the wait and the error.
     public func onRetry(_ handler: @escaping @MainActor (RetryEvent) -> Void) {

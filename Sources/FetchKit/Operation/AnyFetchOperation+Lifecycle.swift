@@ -91,7 +91,7 @@ extension AnyFetchOperation {
     }
 
     private func dependencyFailure() -> FetchError? {
-        guard core.withLock({ $0.settings.requiresSuccessfulDependencies }) else { return nil }
+        guard core.withLock({ $0.settings.configuration.requiresSuccessfulDependencies }) else { return nil }
         for dependency in dependencies {
             let name = dependency.name.map { "'\($0)'" } ?? String(describing: type(of: dependency))
             if let fetch = dependency as? AnyFetchOperation, let error = fetch.error {
@@ -117,17 +117,17 @@ extension AnyFetchOperation {
             failBeforeTransfer(.cancelled)
             return
         }
-        let idle = settings.idleTimeout ?? (request.timeoutInterval > 0 ? request.timeoutInterval : 60)
+        let idle = settings.configuration.idleTimeout ?? (request.timeoutInterval > 0 ? request.timeoutInterval : 60)
         let limits = TransferLimits(
             idleTimeout: max(0.001, idle),
-            totalTimeout: settings.totalTimeout.map { max(0.001, $0) },
-            maximumResponseSize: settings.maximumResponseSize,
-            acceptableStatusCodes: settings.acceptableStatusCodes,
-            redirectPolicy: settings.redirectPolicy,
-            credentials: settings.credentials
+            totalTimeout: settings.configuration.totalTimeout.map { max(0.001, $0) },
+            maximumResponseSize: settings.configuration.maximumResponseSize,
+            acceptableStatusCodes: settings.configuration.acceptableStatusCodes,
+            redirectPolicy: settings.configuration.redirectPolicy,
+            credentials: settings.configuration.credentials
         )
-        let transfer = RetryingTransfer(operation: self, request: request, policy: settings.retryPolicy,
-                                        limits: limits, session: settings.session, coordinator: coordinator)
+        let transfer = RetryingTransfer(operation: self, request: request, policy: settings.configuration.retryPolicy,
+                                        limits: limits, session: settings.configuration.session, coordinator: coordinator)
         let attached = core.withLock { core in
             guard core.machine.attachTransfer() else { return false }
             core.transfer = transfer
@@ -239,7 +239,7 @@ extension AnyFetchOperation: TransferOwner {
                         // Nothing changed: the output is made from the body the store kept.
                         core.isNotModified = true
                         let url = core.sentRequest?.url
-                        let stored = url.flatMap { core.settings.validatorStore?.validators(for: $0)?.body }
+                        let stored = url.flatMap { core.settings.configuration.validatorStore?.validators(for: $0)?.body }
                         core.body = stored.map(ResponseBody.data)
                     } else {
                         core.body = body
@@ -248,7 +248,7 @@ extension AnyFetchOperation: TransferOwner {
                     core.response = response
                 }
             }
-            return (action, core.settings.parseQueue)
+            return (action, core.settings.configuration.parseQueue)
         }
         switch action {
         case .parse:

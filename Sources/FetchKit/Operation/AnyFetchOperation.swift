@@ -16,33 +16,17 @@ import FoundationNetworking
 /// and every completion handler runs exactly once, whatever races: cancel, transport error,
 /// timeout, parse failure.
 ///
-/// Settings (``request``, ``session``, timeouts, limits, queues) may be changed until the
-/// operation starts; after that they are frozen and changes are ignored. Results
-/// (``response``, ``responseBody``, ``error``) are set when it finishes.
+/// What it sends (``request``) and how (``configuration``: session, timeouts, limits, policies,
+/// parse queue) are set before the operation starts, and fixed from then on: setting them later
+/// traps. Results (``response``, ``responseBody``, ``error``, and the typed output of
+/// ``OutputProducing/result``) are set when it finishes.
 open class AnyFetchOperation: Operation, @unchecked Sendable {
     struct Settings {
         var request: URLRequest?
-        var session: FetchSession = .shared
-        /// Shared by every operation until one changes it (copy-on-write), not one set each.
-        var acceptableStatusCodes: Set<Int> = AnyFetchOperation.defaultAcceptableStatusCodes
-        var maximumResponseSize: Int64 = AnyFetchOperation.defaultMaximumResponseSize
-        var idleTimeout: TimeInterval?
-        var totalTimeout: TimeInterval?
-        var parseQueue: CallbackQueue = .global
-        var requiresSuccessfulDependencies = true
-        var retryPolicy: RetryPolicy = .default
-        var redirectPolicy: RedirectPolicy = .default
-        var credentials: CredentialProvider?
-        var validatorStore: ValidatorStore?
+        var configuration = FetchConfiguration()
     }
 
     let core: Protected<Core>
-
-    /// The default ``maximumResponseSize``: 512 MiB.
-    public static let defaultMaximumResponseSize: Int64 = 512 << 20
-
-    /// The default ``acceptableStatusCodes``: 200–299.
-    public static let defaultAcceptableStatusCodes: Set<Int> = Set(200..<300)
 
     /// Creates an operation for `request`.
     ///
@@ -74,102 +58,29 @@ open class AnyFetchOperation: Operation, @unchecked Sendable {
 
     // MARK: Settings (frozen once started)
 
-    /// The request to send. Settable until the operation starts.
+    /// The request to send. Set it before the operation starts (see ``configuration``); or build
+    /// it just before sending by overriding ``makeRequest()``.
     public var request: URLRequest? {
         get { setting(\.request) }
-        set { set(\.request, newValue) }
+        set { set(\.request, newValue, "request") }
     }
 
-    /// The session whose `URLSession` carries the transfer. Defaults to ``FetchSession/shared``.
-    public var session: FetchSession {
-        get { setting(\.session) }
-        set { set(\.session, newValue) }
-    }
-
-    /// The status codes that count as success. Defaults to 200–299. Any other status finishes
-    /// the operation with ``FetchError/unacceptableStatus(_:)``, and the parse hook is not called.
-    public var acceptableStatusCodes: Set<Int> {
-        get { setting(\.acceptableStatusCodes) }
-        set { set(\.acceptableStatusCodes, newValue) }
-    }
-
-    /// The largest response body accepted, in bytes, counted after decoding (a gzip body is
-    /// counted as it inflates). Defaults to ``defaultMaximumResponseSize``; for a
-    /// ``DownloadOperation``, to ``DownloadOperation/defaultMaximumDownloadSize``, counting the
-    /// whole file. A larger body stops the transfer as soon as it is known — from
-    /// `Content-Length`, or when the bytes received pass the limit — with
-    /// ``FetchError/responseTooLarge(_:)``.
-    public var maximumResponseSize: Int64 {
-        get { setting(\.maximumResponseSize) }
-        set { set(\.maximumResponseSize, max(0, newValue)) }
-    }
-
-    /// The longest wait for the next byte, in seconds, at sub-second precision. `nil` (the
-    /// default) uses the request's `timeoutInterval` (60 s unless set).
+    /// How the operation fetches: session, limits, timeouts, policies, parse queue.
     ///
-    /// FetchKit enforces it itself: URLSession on Linux truncates timeouts to whole seconds.
-    /// The clock starts when the transfer starts, never while the operation waits in a queue.
-    public var idleTimeout: TimeInterval? {
-        get { setting(\.idleTimeout) }
-        set { set(\.idleTimeout, newValue) }
+    /// Change it before the operation starts — before you enqueue it:
+    /// `operation.configuration.retryPolicy = .none`. From `start()` on it is fixed, and
+    /// setting it (or ``request``) then traps, naming the operation: a change that could not
+    /// take effect is a bug to find, not to ignore.
+    public var configuration: FetchConfiguration {
+        get { setting(\.configuration) }
+        set { set(\.configuration, newValue, "configuration") }
     }
 
-    /// The most the whole transfer may take, in seconds, or `nil` (the default) for no limit.
-    /// Enforced by FetchKit (URLSession on Linux ignores its resource timeout); the clock starts
-    /// with the transfer.
-    public var totalTimeout: TimeInterval? {
-        get { setting(\.totalTimeout) }
-        set { set(\.totalTimeout, newValue) }
-    }
-
-    /// Where the parse (``FetchOperation/parseResponseBody(_:)``) runs. Defaults to ``CallbackQueue/global``.
-    ///
-    /// Name a serial queue to serialise every parse that touches a shared store (the
-    /// "one managed-object context" case): parses then never run at the same time.
-    public var parseQueue: CallbackQueue {
-        get { setting(\.parseQueue) }
-        set { set(\.parseQueue, newValue) }
-    }
-
-
-    /// Whether a failed or cancelled dependency stops this operation. Defaults to `true`.
-    ///
-    /// When `true` and a dependency that is a ``AnyFetchOperation`` finished with an error, or any
-    /// dependency was cancelled, this operation sends no request and finishes with
-    /// ``FetchError/dependencyFailed(_:)``. Set `false` to run regardless, as plain
-    /// `Operation`s do.
-    public var requiresSuccessfulDependencies: Bool {
-        get { setting(\.requiresSuccessfulDependencies) }
-        set { set(\.requiresSuccessfulDependencies, newValue) }
-    }
-
-    /// When and how soon a failed attempt is tried again. Defaults to ``RetryPolicy/default``:
-    /// two retries with backoff, for idempotent requests and transient failures only.
-    public var retryPolicy: RetryPolicy {
-        get { setting(\.retryPolicy) }
-        set { set(\.retryPolicy, newValue) }
-    }
-
-    /// What to do with redirects. Defaults to following up to 10.
-    public var redirectPolicy: RedirectPolicy {
-        get { setting(\.redirectPolicy) }
-        set { set(\.redirectPolicy, newValue) }
-    }
-
-    /// Who answers authentication challenges. `nil` (the default) declines them: the operation
-    /// fails with the 401 at once.
-    public var credentials: CredentialProvider? {
-        get { setting(\.credentials) }
-        set { set(\.credentials, newValue) }
-    }
-
-    /// Where the validators for conditional GETs live; `nil` (the default) sends none. See
-    /// ``ValidatorStore``.
-    public var validatorStore: ValidatorStore? {
-        get { setting(\.validatorStore) }
-        set { set(\.validatorStore, newValue) }
-    }
-
+    // Read by FetchKit itself, and by subclasses (on the frozen value once started).
+    var session: FetchSession { configuration.session }
+    var maximumResponseSize: Int64 { configuration.maximumResponseSize }
+    var validatorStore: ValidatorStore? { configuration.validatorStore }
+    var retryPolicy: RetryPolicy { configuration.retryPolicy }
 
     // MARK: Results (set when finished)
 
@@ -179,8 +90,8 @@ open class AnyFetchOperation: Operation, @unchecked Sendable {
     }
 
     /// Whether the server answered `304 Not Modified` to a conditional GET (see
-    /// ``validatorStore``). The operation then succeeded; ``responseBody`` is the stored body
-    /// if the store keeps bodies.
+    /// ``FetchConfiguration/validatorStore``). The operation then succeeded, its output made from
+    /// the body the store kept; ``responseBody`` is that body.
     public var isNotModified: Bool {
         core.withLock { $0.isNotModified }
     }
@@ -375,11 +286,15 @@ open class AnyFetchOperation: Operation, @unchecked Sendable {
         core.withLock { $0.settings[keyPath: keyPath] }
     }
 
-    private func set<Value>(_ keyPath: WritableKeyPath<Settings, Value>, _ value: Value) {
-        core.withLock { core in
+    private func set<Value>(_ keyPath: WritableKeyPath<Settings, Value>, _ value: Value, _ name: String) {
+        let started = core.withLock { core -> Bool in
             // Frozen once started: the transfer uses the values read at start.
-            guard core.machine.phase == .pending else { return }
+            guard core.machine.phase == .pending else { return true }
             core.settings[keyPath: keyPath] = value
+            return false
+        }
+        if started {
+            preconditionFailure("FetchKit: \(name) of \(self) set after it started; set it before the operation starts (before enqueueing it)")
         }
     }
 }

@@ -49,7 +49,7 @@ open class FetchOperation<Output: Sendable>: AnyFetchOperation, OutputProducing,
 
     /// Parses the body of a successful, validated response into the output. Override it.
     ///
-    /// Called exactly once per successful transfer, on ``AnyFetchOperation/parseQueue`` —
+    /// Called exactly once per successful transfer, on ``FetchConfiguration/parseQueue`` —
     /// never on URLSession's delegate queue nor on the main actor. The operation finishes only
     /// when this returns; what it returns is the operation's output. A thrown error becomes
     /// ``FetchError/parseFailed(_:)`` (a thrown ``FetchError`` is kept as it is). Long parses
@@ -68,7 +68,7 @@ open class FetchOperation<Output: Sendable>: AnyFetchOperation, OutputProducing,
     }
 
     /// The output after the server answered `304 Not Modified` to a conditional GET (see
-    /// ``AnyFetchOperation/validatorStore``): nothing changed since the body the store kept.
+    /// ``FetchConfiguration/validatorStore``): nothing changed since the body the store kept.
     ///
     /// The default parses that body with ``parseResponseBody(_:)``, and throws when the store
     /// keeps no bodies (``ValidatorStore/storesBodies``). Override it to return what you kept

@@ -31,7 +31,7 @@ public enum RedirectPolicy: Sendable {
     /// ``FetchError/RedirectFailure/Kind/tooMany(_:)``.
     case follow(maximum: Int = 10)
     /// Follows none: the 3xx response is the result (an ``FetchError/unacceptableStatus(_:)``
-    /// unless you add its status to ``AnyFetchOperation/acceptableStatusCodes``).
+    /// unless you add its status to ``FetchConfiguration/acceptableStatusCodes``).
     case doNotFollow
     /// Asks `decide`: return the request to follow (as is, or changed), or `nil` to stop and take
     /// the 3xx response as the result. Called on FetchKit's network queue: keep it quick.
@@ -101,7 +101,7 @@ public struct RedirectContext: @unchecked Sendable {
 /// unanswered challenge would otherwise never complete.)
 ///
 /// ```swift
-/// operation.credentials = .perHost(["api.example.com": URLCredential(user: "alice", password: "s3cret", persistence: .none)])
+/// operation.configuration.credentials = .perHost(["api.example.com": URLCredential(user: "alice", password: "s3cret", persistence: .none)])
 /// ```
 ///
 /// On Linux, FoundationNetworking can only answer HTTP Basic; FetchKit declines other schemes

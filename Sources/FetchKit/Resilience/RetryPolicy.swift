@@ -12,12 +12,12 @@ import FoundationNetworking
 /// 500, 502, 503 and 504. A `Retry-After` header (seconds or an HTTP date) sets the wait
 /// instead, up to ``maximumRetryAfter``; asking for longer ends the retries.
 ///
-/// Retries never outlive the operation's ``AnyFetchOperation/totalTimeout``: it covers every
+/// Retries never outlive the operation's ``FetchConfiguration/totalTimeout``: it covers every
 /// attempt and every wait, and a wait that would end past it is not begun.
 ///
 /// ```swift
-/// operation.retryPolicy = RetryPolicy(maximumRetries: 5, baseDelay: 1)
-/// operation.retryPolicy = .none                       // one attempt only
+/// operation.configuration.retryPolicy = RetryPolicy(maximumRetries: 5, baseDelay: 1)
+/// operation.configuration.retryPolicy = .none                       // one attempt only
 /// ```
 public struct RetryPolicy: Sendable, Equatable {
     /// Retries after the first attempt (so attempts are `1 + maximumRetries`). Default 2.

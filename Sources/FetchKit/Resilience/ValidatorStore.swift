@@ -17,7 +17,7 @@ import FoundationNetworking
 /// let validators = ValidatorStore(persistingTo: cachesFolder.appendingPathComponent("feeds.validators.json"))
 /// for feed in feeds {
 ///     let operation = GetFeed(url: feed)
-///     operation.validatorStore = validators
+///     operation.configuration.validatorStore = validators
 ///     queue.enqueue(operation)
 /// }
 /// ```

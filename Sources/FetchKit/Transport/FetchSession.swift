@@ -9,7 +9,7 @@ import FoundationNetworking
 /// crash-prone path of FoundationNetworking, so FetchKit keeps one session per configuration for
 /// the life of the process. Most programs use ``shared``; make your own to change the
 /// `URLSessionConfiguration` (headers, cookies, proxy), and assign it to
-/// ``AnyFetchOperation/session``.
+/// ``FetchConfiguration/session``.
 ///
 /// The session's delegate queue is serial: callbacks for one task arrive in order, and
 /// completion never overtakes data (a concurrent delegate queue breaks both).

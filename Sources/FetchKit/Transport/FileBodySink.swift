@@ -134,7 +134,7 @@ final class FileBodySink: ResponseBodySink {
     private var lastBacklog: Int64 = 0
 
     /// The largest the file may grow, resumed bytes included (the download's
-    /// ``AnyFetchOperation/maximumResponseSize``).
+    /// ``FetchConfiguration/maximumResponseSize``).
     private let maximumLength: Int64
     /// The file's length counting every chunk handed to ``write(_:)``, written or pending.
     private var acceptedLength: Int64 = 0

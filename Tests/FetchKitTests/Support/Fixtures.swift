@@ -20,7 +20,7 @@ final class RecordingOperation: FetchOperation<Data>, @unchecked Sendable {
         // Under a sanitizer the whole suite runs several times slower, and a request held at a
         // server gate can wait past the default 60 s idle timeout, which would retry it behind
         // the test's back. There only an explicit timeout ends a wait.
-        if runsUnderSanitizer { idleTimeout = 600 }
+        if runsUnderSanitizer { configuration.idleTimeout = 600 }
     }
 
     override func parseResponseBody(_ body: Data) throws -> Data {
@@ -125,7 +125,7 @@ final class ManualTimer: @unchecked Sendable {
 /// that idle timeout against an endpoint that never answers times out.
 func letTimePass(_ seconds: TimeInterval, on server: LoopbackServer) async -> Bool {
     let witness = FetchOperation<Data>(url: server.url("/stall-head?witness=\(UUID().uuidString)"))
-    witness.idleTimeout = seconds
+    witness.configuration.idleTimeout = seconds
     _ = try? await witness.run()
     if case .timedOut? = witness.error { return true }
     return false

@@ -1,0 +1,111 @@
+import Foundation
+
+/// How an operation fetches: its session, limits, timeouts, policies and queues — every setting
+/// that freezes when the fetch starts, in one value.
+///
+/// Change an operation's configuration before it starts (before you enqueue it):
+///
+/// ```swift
+/// let operation = JSONFetchOperation<[String]>(url: tagsURL)
+/// operation.configuration.retryPolicy = .none
+/// operation.configuration.idleTimeout = 5
+/// ```
+///
+/// or build one and hand it to several operations. Once an operation has started, its
+/// configuration is fixed: setting it then is a programming error, and traps with a message
+/// naming the operation, rather than being silently ignored.
+public struct FetchConfiguration: Sendable {
+    /// The session whose `URLSession` carries the transfer. Default: ``FetchSession/shared``.
+    public var session: FetchSession
+
+    /// The status codes that count as success. Default: 200–299. Any other status finishes the
+    /// operation with ``FetchError/unacceptableStatus(_:)``, and the parse hook is not called.
+    public var acceptableStatusCodes: Set<Int>
+
+    /// The largest response body accepted, in bytes, counted after decoding (a gzip body is
+    /// counted as it inflates). Default: ``defaultMaximumResponseSize`` (512 MiB); for a
+    /// ``DownloadOperation``, ``DownloadOperation/defaultMaximumDownloadSize``, counting the
+    /// whole file. A larger body stops the transfer as soon as it is known — from
+    /// `Content-Length`, or when the bytes received pass the limit — with
+    /// ``FetchError/responseTooLarge(_:)``. Negative values count as 0.
+    public var maximumResponseSize: Int64 {
+        get { storedMaximumResponseSize }
+        set { storedMaximumResponseSize = max(0, newValue) }
+    }
+    private var storedMaximumResponseSize: Int64
+
+    /// The longest wait for the next byte, in seconds, at sub-second precision, per attempt.
+    /// `nil` (the default) uses the request's `timeoutInterval` (60 s unless set).
+    ///
+    /// FetchKit enforces it itself: URLSession on Linux truncates timeouts to whole seconds.
+    /// The clock starts when the transfer starts, never while the operation waits in a queue.
+    public var idleTimeout: TimeInterval?
+
+    /// The most the whole fetch may take, in seconds, or `nil` (the default) for no limit.
+    /// Enforced by FetchKit (URLSession on Linux ignores its resource timeout); the clock starts
+    /// with the transfer.
+    public var totalTimeout: TimeInterval?
+
+    /// Where the parse (``FetchOperation/parseResponseBody(_:)``) runs. Default:
+    /// ``CallbackQueue/global``.
+    ///
+    /// Name a serial queue to serialise every parse that touches a shared store (the "one
+    /// managed-object context" case): parses then never run at the same time.
+    public var parseQueue: CallbackQueue
+
+    /// Whether a failed or cancelled dependency stops the operation. Default: `true`.
+    ///
+    /// When `true` and a dependency that is a fetch operation finished with an error, or any
+    /// dependency was cancelled, the operation sends no request and finishes with
+    /// ``FetchError/dependencyFailed(_:)``. Set `false` to run regardless, as plain
+    /// `Operation`s do.
+    public var requiresSuccessfulDependencies: Bool
+
+    /// When and how soon a failed attempt is tried again. Default: ``RetryPolicy/default``: two
+    /// retries with backoff, for idempotent requests and transient failures only.
+    public var retryPolicy: RetryPolicy
+
+    /// What to do with redirects. Default: ``RedirectPolicy/default``, following up to 10.
+    public var redirectPolicy: RedirectPolicy
+
+    /// Who answers authentication challenges. `nil` (the default) declines them: the operation
+    /// fails with the 401 at once. See ``CredentialProvider`` for how credentials are keyed.
+    public var credentials: CredentialProvider?
+
+    /// Where the validators for conditional GETs live; `nil` (the default) sends none. See
+    /// ``ValidatorStore``.
+    public var validatorStore: ValidatorStore?
+
+    /// The default ``maximumResponseSize``: 512 MiB.
+    public static let defaultMaximumResponseSize: Int64 = 512 << 20
+
+    /// The default ``acceptableStatusCodes``: 200–299.
+    public static let defaultAcceptableStatusCodes: Set<Int> = Set(200..<300)
+
+    /// A configuration; every parameter has the default its property documents.
+    public init(
+        session: FetchSession = .shared,
+        acceptableStatusCodes: Set<Int> = FetchConfiguration.defaultAcceptableStatusCodes,
+        maximumResponseSize: Int64 = FetchConfiguration.defaultMaximumResponseSize,
+        idleTimeout: TimeInterval? = nil,
+        totalTimeout: TimeInterval? = nil,
+        parseQueue: CallbackQueue = .global,
+        requiresSuccessfulDependencies: Bool = true,
+        retryPolicy: RetryPolicy = .default,
+        redirectPolicy: RedirectPolicy = .default,
+        credentials: CredentialProvider? = nil,
+        validatorStore: ValidatorStore? = nil
+    ) {
+        self.session = session
+        self.acceptableStatusCodes = acceptableStatusCodes
+        storedMaximumResponseSize = max(0, maximumResponseSize)
+        self.idleTimeout = idleTimeout
+        self.totalTimeout = totalTimeout
+        self.parseQueue = parseQueue
+        self.requiresSuccessfulDependencies = requiresSuccessfulDependencies
+        self.retryPolicy = retryPolicy
+        self.redirectPolicy = redirectPolicy
+        self.credentials = credentials
+        self.validatorStore = validatorStore
+    }
+}
