@@ -33,6 +33,13 @@ import FoundationNetworking
 /// (`try await`), or in a completion handler (``OutputProducing/onCompletion(_:)``, on the main
 /// actor). Everything that is not about the output — the request, settings, lifecycle,
 /// response, error — is ``AnyFetchOperation``'s.
+///
+/// **Names FetchKit takes.** Besides `Operation`'s own, an endpoint inherits `request`,
+/// `configuration`, `response`, `responseBody`, `sentRequest`, `error`, `attempts`,
+/// `isNotModified`, `progress`, `result` and `value`. Do not declare members of these names in
+/// a subclass: `result` and `value` come from a protocol extension, so a property of yours with
+/// the same name would silently hide them where the static type is your class. Name your own
+/// state for what it is (`token`, `user`).
 open class FetchOperation<Output: Sendable>: AnyFetchOperation, OutputProducing, @unchecked Sendable {
     /// Creates an operation for `request`.
     ///

@@ -104,8 +104,18 @@ public struct RedirectContext: @unchecked Sendable {
 /// operation.configuration.credentials = .perHost(["api.example.com": URLCredential(user: "alice", password: "s3cret", persistence: .none)])
 /// ```
 ///
-/// On Linux, FoundationNetworking can only answer HTTP Basic; FetchKit declines other schemes
-/// there (answering Digest traps inside Foundation).
+/// **How credentials are keyed.** ``perHost(_:)`` keys them by host name alone, compared
+/// without regard to case: `api.example.com` answers a challenge from that host on any port and
+/// over either scheme, and no other host — not a subdomain, not the host a redirect leads to.
+/// To tell ports or realms apart, decide in your own closure with ``init(_:)``, which sees each
+/// ``Challenge``'s host, port, realm, method and earlier failures. A provider is asked once per
+/// challenge; an answer the server refuses is not given again. Credentials never follow a
+/// redirect to another origin (see ``RedirectPolicy``), and the `URLCredential`'s persistence
+/// is not used: FetchKit keeps no credential store.
+///
+/// On Linux, FoundationNetworking can only answer HTTP Basic, which sends the password encoded,
+/// not encrypted: use HTTPS. FetchKit declines other schemes there (answering Digest traps
+/// inside Foundation).
 public struct CredentialProvider: @unchecked Sendable {
     /// A challenge to answer.
     public struct Challenge: Sendable {

@@ -13,6 +13,19 @@ import FoundationNetworking
 ///
 /// The session's delegate queue is serial: callbacks for one task arrive in order, and
 /// completion never overtakes data (a concurrent delegate queue breaks both).
+///
+/// ```swift
+/// let configuration = FetchSession.defaultConfiguration()
+/// configuration.httpAdditionalHeaders = ["X-Client": "reader/2.1"]
+/// let session = FetchSession(configuration: configuration)       // keep it for the process
+/// operation.configuration.session = session
+/// ```
+///
+/// What belongs where: a `FetchSession` holds what URLSession shares between requests —
+/// connections, cookies, proxy, extra headers, TLS settings. ``FetchConfiguration`` holds what
+/// is per fetch — limits, timeouts, policies, credentials. A ``FetchQueue`` holds what is per
+/// group of fetches — the concurrency bounds. Create few sessions and keep them: each has its
+/// own connection pool, and connections are never shared between sessions.
 public final class FetchSession: @unchecked Sendable {
     /// The session every operation uses unless told otherwise.
     public static let shared = FetchSession()
