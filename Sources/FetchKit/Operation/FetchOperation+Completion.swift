@@ -30,7 +30,7 @@ extension FetchOperationProtocol {
     ///
     /// The operation must be started by someone — an `OperationQueue`, or
     /// `start()`; this only waits. Cancelling the awaiting Swift task cancels the operation,
-    /// which then finishes promptly and this throws ``FetchError/cancelled``.
+    /// which then finishes promptly and this throws ``FetchError/cancelled(_:)``.
     ///
     /// ```swift
     /// queue.addOperation(getUser)

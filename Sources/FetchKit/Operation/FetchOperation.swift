@@ -246,7 +246,7 @@ open class FetchOperation: Operation, @unchecked Sendable {
     /// Called exactly once per successful transfer, on ``parseQueue`` — never on URLSession's
     /// delegate queue. The operation finishes only when this returns. A thrown error becomes
     /// ``FetchError/parseFailed(_:)``. Long parses may check `isCancelled` and stop early: a
-    /// cancel that arrives while parsing finishes the operation as ``FetchError/cancelled``.
+    /// cancel that arrives while parsing finishes the operation as ``FetchError/cancelled(_:)``.
     ///
     /// - Parameter body: The complete body (empty when the response had none).
     open func parseResponseBody(_ body: Data) throws {}
@@ -320,8 +320,8 @@ open class FetchOperation: Operation, @unchecked Sendable {
     /// Cancels the operation.
     ///
     /// Before it starts, this only marks it cancelled (and ready): its queue then starts it and
-    /// it finishes at once with ``FetchError/cancelled``, sending nothing. While it waits for a
-    /// slot or transfers, the transfer is stopped and it finishes with ``FetchError/cancelled``.
+    /// it finishes at once with ``FetchError/cancelled(_:)``, sending nothing. While it waits for a
+    /// slot or transfers, the transfer is stopped and it finishes with ``FetchError/cancelled(_:)``.
     /// While it parses, the parse runs to its end (check `isCancelled` to stop early) and it
     /// finishes as cancelled. After it finished, this does nothing.
     public final override func cancel() {

@@ -337,7 +337,7 @@ public final class FetchQueue: @unchecked Sendable {
         state.withLock { $0.registry.count }
     }
 
-    /// Cancels one fetch. Its completion still runs, once, with ``FetchError/cancelled``.
+    /// Cancels one fetch. Its completion still runs, once, with ``FetchError/cancelled(_:)``.
     ///
     /// - Returns: `false` if no such fetch is in the queue (it finished, or never was).
     @discardableResult

@@ -59,7 +59,7 @@ public final class FetchSession: @unchecked Sendable {
     /// ``FetchError/InvalidRequest/Reason/sessionInvalidated``.
     ///
     /// - Parameter cancellingTransfers: `true` cancels transfers in flight (their operations
-    ///   finish with ``FetchError/cancelled``); `false` lets them finish first.
+    ///   finish with ``FetchError/cancelled(_:)``); `false` lets them finish first.
     public func invalidate(cancellingTransfers: Bool = false) {
         let first = invalidated.withLock { value -> Bool in
             defer { value = true }
