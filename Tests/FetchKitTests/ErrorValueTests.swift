@@ -262,6 +262,30 @@ struct ErrorValueTests {
         #expect(FetchError.StatusFailure(statusCode: 404, url: Self.otherURL).description
             == "https://api.example.com/v2/items answered HTTP 404 (Not Found).")
     }
+
+    // MARK: User-Agent
+
+    @Test func fetchKitIdentifiesItselfUnlessTheUserSaysOtherwise() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        #expect(await outcome(of: FetchOperation(url: server.url("/bytes/1?default"))) == nil)
+        var request = URLRequest(url: server.url("/bytes/1?request"))
+        request.setValue("Reader/2.1", forHTTPHeaderField: "User-Agent")
+        #expect(await outcome(of: FetchOperation(request: request)) == nil)
+        let configuration = FetchSession.defaultConfiguration()
+        configuration.httpAdditionalHeaders = ["User-Agent": "Configured/1.0"]
+        let session = FetchSession(configuration: configuration)
+        defer { session.invalidate() }
+        let configured = FetchOperation(url: server.url("/bytes/1?configuration"))
+        configured.session = session
+        #expect(await outcome(of: configured) == nil)
+
+        let agents = Dictionary(server.requests(path: "/bytes/1").map { ($0.target, $0.headers["User-Agent"]) }) { first, _ in first }
+        #expect(agents["/bytes/1?default"] == FetchSession.defaultUserAgent)
+        #expect(FetchSession.defaultUserAgent.hasPrefix("FetchKit/"))
+        #expect(agents["/bytes/1?request"] == "Reader/2.1", "a request's own User-Agent wins")
+        #expect(agents["/bytes/1?configuration"] == "Configured/1.0", "a configuration's User-Agent wins")
+    }
 }
 
 /// The command's messages: a reason is a clause inside its line, never a sentence with its own
