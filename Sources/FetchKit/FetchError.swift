@@ -49,13 +49,15 @@ import FoundationNetworking
 /// ## Cancellation
 ///
 /// A cancelled fetch finishes with ``cancelled(_:)``, whose ``Cancellation`` names the URL
-/// being fetched. This is the only way FetchKit reports a cancel, whoever caused it: `cancel()`
+/// being fetched. It is how FetchKit reports a cancelled fetch, whoever cancelled it: `cancel()`
 /// on the operation, on its `OperationQueue` or ``FetchQueue``, or the cancellation of the
-/// Swift task that awaits the fetch. A task awaiting a fetch (`try await queue.fetch(operation)`
+/// Swift task that awaits the fetch. (A fetch whose dependency was cancelled, and so sent
+/// nothing, fails with ``dependencyFailed(_:)`` instead.) A task awaiting a fetch (`try await queue.fetch(operation)`
 /// and the operation's own async waits) that is cancelled cancels the fetch — before it starts
 /// or while it is under way — and the awaiting call then throws ``cancelled(_:)``, never
-/// `CancellationError`: the async calls throw `FetchError` only. A fetch that already finished
-/// is not changed by a later cancel, and its result is returned as it is. Cancelling one
+/// `CancellationError`: the async calls throw `FetchError` only. The fetch is cancelled for
+/// everyone waiting on it, not only for the cancelled task. A fetch that already finished is
+/// not changed by a later cancel, and its result is returned as it is. Cancelling one
 /// operation never cancels the Swift task that awaits it; check `Task.isCancelled` after the
 /// call if your code must tell "my task was cancelled" from "someone cancelled the fetch".
 public enum FetchError: Error, Sendable, Equatable {

@@ -214,6 +214,21 @@ struct ErrorValueTests {
         #expect(description.contains("REDACTED"), "\(description)")
     }
 
+    @Test func aTaskCancelledBeforeItAwaitsCancelsTheFetch() async throws {
+        let server = try LoopbackServer()
+        let gate = ServerGate()
+        defer { gate.open(); server.stop() }
+        server.gatedRoute("/held", gate)
+        let url = server.url("/held")
+        let operation = FetchOperation(url: url)
+        let waiting = Task {
+            withUnsafeCurrentTask { $0?.cancel() }
+            return await outcome(of: operation)
+        }
+        #expect(await waiting.value == .cancelled(.init(url: url)))
+        #expect(operation.isCancelled)
+    }
+
     @Test func aFetchCancelledBeforeItStartsNamesItsURL() async throws {
         let server = try LoopbackServer()
         defer { server.stop() }
