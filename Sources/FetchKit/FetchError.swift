@@ -28,11 +28,46 @@ import FoundationNetworking
 /// case let error?: report(error)
 /// }
 /// ```
-public enum FetchError: Error, Sendable {
+///
+/// ## Comparing and building errors
+///
+/// `FetchError` is `Equatable`, and every payload has a public initialiser, so a test can
+/// build the error it expects and compare:
+///
+/// ```swift
+/// #expect(operation.error == .unacceptableStatus(.init(statusCode: 404, url: url)))
+/// #expect(operation.error == .cancelled(.init(url: url)))
+/// ```
+///
+/// Two errors are equal when they are the same case with equal payloads: every field of the
+/// payload compares, the status failure's headers and body prefix included. A `URLError`
+/// compares as `URLError` does (its code and its `userInfo`). An ``UnderlyingError`` compares
+/// by the `NSError` domain and code of the error it carries and by its description (see
+/// ``UnderlyingError/==(_:_:)``). To match the kind alone, compare ``code``, or use
+/// `if case .timedOut = error`.
+///
+/// ## Cancellation
+///
+/// A cancelled fetch finishes with ``cancelled(_:)``, whose ``Cancellation`` names the URL
+/// being fetched. It is how FetchKit reports a cancelled fetch, whoever cancelled it: `cancel()`
+/// on the operation, on its `OperationQueue` or ``FetchQueue``, or the cancellation of the
+/// Swift task that awaits the fetch. (A fetch whose dependency was cancelled, and so sent
+/// nothing, fails with ``dependencyFailed(_:)`` instead.) A task awaiting a fetch (`try await queue.fetch(operation)`
+/// and the operation's own async waits) that is cancelled cancels the fetch — before it starts
+/// or while it is under way — and the awaiting call then throws ``cancelled(_:)``, never
+/// `CancellationError`: the async calls throw `FetchError` only. The fetch is cancelled for
+/// everyone waiting on it, not only for the cancelled task. A fetch that already finished is
+/// not changed by a later cancel, and its result is returned as it is. Cancelling one
+/// operation never cancels the Swift task that awaits it; check `Task.isCancelled` after the
+/// call if your code must tell "my task was cancelled" from "someone cancelled the fetch".
+public enum FetchError: Error, Sendable, Equatable {
     /// The request was missing or unusable, so nothing was sent.
     case invalidRequest(InvalidRequest)
-    /// The operation was cancelled before it finished.
-    case cancelled
+    /// The fetch was cancelled before it finished (see "Cancellation" above); the payload
+    /// names the URL.
+    ///
+    /// `if case .cancelled = error` matches it whatever the URL.
+    case cancelled(Cancellation)
     /// A FetchKit timeout fired: no data for the idle timeout, or not done within the total one.
     case timedOut(Timeout)
     /// The transfer failed below HTTP: refused, reset, DNS, TLS… The `URLError` is kept.
@@ -58,10 +93,64 @@ public enum FetchError: Error, Sendable {
 }
 
 extension FetchError {
+    /// The kind of a ``FetchError``, without its payload: one code per case, for matching,
+    /// counting and logging (`"\(error.code)"` is the case's name).
+    public enum Code: String, Hashable, Sendable, CaseIterable {
+        /// ``FetchError/invalidRequest(_:)``.
+        case invalidRequest
+        /// ``FetchError/cancelled(_:)``.
+        case cancelled
+        /// ``FetchError/timedOut(_:)``.
+        case timedOut
+        /// ``FetchError/transport(_:)``.
+        case transport
+        /// ``FetchError/unacceptableStatus(_:)``.
+        case unacceptableStatus
+        /// ``FetchError/responseTooLarge(_:)``.
+        case responseTooLarge
+        /// ``FetchError/lengthMismatch(_:)``.
+        case lengthMismatch
+        /// ``FetchError/parseFailed(_:)``.
+        case parseFailed
+        /// ``FetchError/dependencyFailed(_:)``.
+        case dependencyFailed
+        /// ``FetchError/fileSystem(_:)``.
+        case fileSystem
+        /// ``FetchError/redirectFailed(_:)``.
+        case redirectFailed
+        /// ``FetchError/invalidResponse(_:)``.
+        case invalidResponse
+    }
+
+    /// The error's kind, without its payload.
+    ///
+    /// ```swift
+    /// if error.code == .timedOut { showSlowNetworkHint() }
+    /// let failuresByKind = Dictionary(grouping: errors, by: \.code)
+    /// ```
+    public var code: Code {
+        switch self {
+        case .invalidRequest: return .invalidRequest
+        case .cancelled: return .cancelled
+        case .timedOut: return .timedOut
+        case .transport: return .transport
+        case .unacceptableStatus: return .unacceptableStatus
+        case .responseTooLarge: return .responseTooLarge
+        case .lengthMismatch: return .lengthMismatch
+        case .parseFailed: return .parseFailed
+        case .dependencyFailed: return .dependencyFailed
+        case .fileSystem: return .fileSystem
+        case .redirectFailed: return .redirectFailed
+        case .invalidResponse: return .invalidResponse
+        }
+    }
+}
+
+extension FetchError {
     /// Details of ``FetchError/invalidRequest(_:)``.
-    public struct InvalidRequest: Sendable, CustomStringConvertible {
+    public struct InvalidRequest: Sendable, Equatable, CustomStringConvertible {
         /// What was wrong.
-        public enum Reason: Sendable {
+        public enum Reason: Sendable, Equatable {
             /// No request was set and ``AnyFetchOperation/makeRequest()`` returned none.
             case missing
             /// The URL's scheme is not `http` or `https` (the scheme, if any).
@@ -88,6 +177,17 @@ extension FetchError {
         /// The request's URL, if there was one.
         public let url: URL?
 
+        /// Creates the details of an invalid request.
+        ///
+        /// - Parameters:
+        ///   - reason: What was wrong.
+        ///   - url: The request's URL, if there was one.
+        public init(reason: Reason, url: URL?) {
+            self.reason = reason
+            self.url = url
+        }
+
+        /// A sentence naming the redacted URL and what was wrong.
         public var description: String {
             Redaction.redacted(text: text, mentioning: [url])
         }
@@ -100,9 +200,9 @@ extension FetchError {
             case .unsupportedScheme(let scheme):
                 return "Invalid request\(target): scheme \(scheme.map { "'\($0)'" } ?? "(none)") is not supported; use http or https."
             case .malformed(let problem):
-                return "Invalid request\(target): \(problem)."
+                return Prose.sentence("Invalid request\(target): \(problem)")
             case .preparationFailed(let error):
-                return "Invalid request\(target): preparing it failed: \(error)."
+                return Prose.sentence("Invalid request\(target): preparing it failed: \(error)")
             case .startedBeforeReady:
                 return "Invalid request\(target): start() was called before the operation's dependencies finished."
             case .sessionInvalidated:
@@ -110,13 +210,33 @@ extension FetchError {
             case .alreadyEnqueued:
                 return "Not enqueued\(target): the operation was already enqueued, started or finished."
             case .dependencyCycle(let dependency):
-                return "Not enqueued\(target): its dependencies form a cycle through \(dependency), so none of them could ever start."
+                return "Not enqueued\(target): its dependencies form a cycle through \(Prose.clause(dependency)), so none of them could ever start."
             }
         }
     }
 
+    /// Details of ``FetchError/cancelled(_:)``.
+    public struct Cancellation: Sendable, Equatable, CustomStringConvertible {
+        /// The URL being fetched when the fetch was cancelled: the request's URL, or `nil` when
+        /// the operation was cancelled before it had a request (one that ``AnyFetchOperation/makeRequest()``
+        /// builds, cancelled before it started).
+        public let url: URL?
+
+        /// Creates the details of a cancelled fetch.
+        ///
+        /// - Parameter url: The URL being fetched, if there was one.
+        public init(url: URL?) {
+            self.url = url
+        }
+
+        /// A sentence naming the redacted URL.
+        public var description: String {
+            url.map { "The fetch of \(Redaction.redacted($0)) was cancelled." } ?? "The fetch was cancelled."
+        }
+    }
+
     /// Details of ``FetchError/timedOut(_:)``.
-    public struct Timeout: Sendable, CustomStringConvertible {
+    public struct Timeout: Sendable, Equatable, CustomStringConvertible {
         /// Which limit fired.
         public enum Kind: Sendable, Equatable {
             /// No bytes arrived for ``FetchConfiguration/idleTimeout``.
@@ -131,6 +251,19 @@ extension FetchError {
         /// The URL being fetched.
         public let url: URL?
 
+        /// Creates the details of a timeout.
+        ///
+        /// - Parameters:
+        ///   - kind: Which limit fired.
+        ///   - interval: The limit, in seconds.
+        ///   - url: The URL being fetched.
+        public init(kind: Kind, interval: TimeInterval, url: URL?) {
+            self.kind = kind
+            self.interval = interval
+            self.url = url
+        }
+
+        /// A sentence naming the redacted URL, the limit and its kind.
         public var description: String {
             let target = url.map(Redaction.redacted) ?? "the request"
             switch kind {
@@ -145,7 +278,7 @@ extension FetchError {
     }
 
     /// Details of ``FetchError/unacceptableStatus(_:)``.
-    public struct StatusFailure: Sendable, CustomStringConvertible {
+    public struct StatusFailure: Sendable, Equatable, CustomStringConvertible {
         /// The HTTP status code.
         public let statusCode: Int
         /// The response's header fields.
@@ -158,8 +291,33 @@ extension FetchError {
         /// How many bytes of an error body FetchKit keeps.
         public static let bodyPrefixLimit = 4096
 
+        /// Creates the details of an unacceptable status.
+        ///
+        /// - Parameters:
+        ///   - statusCode: The HTTP status code.
+        ///   - headers: The response's header fields. Defaults to none.
+        ///   - bodyPrefix: The first bytes of the body; only the first ``bodyPrefixLimit``
+        ///     bytes are kept. Defaults to none.
+        ///   - url: The URL that answered.
+        public init(statusCode: Int, headers: [String: String] = [:], bodyPrefix: Data = Data(), url: URL?) {
+            self.statusCode = statusCode
+            self.headers = headers
+            self.bodyPrefix = bodyPrefix.count > Self.bodyPrefixLimit ? Data(bodyPrefix.prefix(Self.bodyPrefixLimit)) : bodyPrefix
+            self.url = url
+        }
+
         /// The body prefix as UTF-8 text, if it is text.
         public var bodyText: String? { String(data: bodyPrefix, encoding: .utf8) }
+
+        /// The reason phrase registered for ``statusCode`` in the IANA HTTP Status Code Registry
+        /// (RFC 9110 §15 and its companions), such as `"Not Found"` for 404; `nil` for a code
+        /// with none. 418 has none: RFC 9110 §15.5.19 reserves it as "(Unused)" (the "I'm a
+        /// teapot" of RFC 2324 belongs to a joke protocol, not to HTTP).
+        ///
+        /// The server's own reason phrase is not available: URLSession does not keep it.
+        public var reasonPhrase: String? {
+            HTTPStatus.reasonPhrase(for: statusCode)
+        }
 
         /// ``headers`` for display: the values of `Authorization`, `Proxy-Authorization`,
         /// `Cookie` and `Set-Cookie` replaced by `REDACTED`, URLs in the others redacted
@@ -172,7 +330,7 @@ extension FetchError {
         /// the body — with the URLs in the body and the URL's secret values redacted.
         public var description: String {
             let target = url.map(Redaction.redacted) ?? "the server"
-            var text = "\(target) answered HTTP \(statusCode) (\(HTTPURLResponse.localizedString(forStatusCode: statusCode)))."
+            var text = "\(target) answered HTTP \(statusCode)\(reasonPhrase.map { " (\($0))" } ?? "")."
             // A glimpse of the body, on one line: error pages are often HTML spread over many.
             if let body = bodyText {
                 let glimpse = Redaction.redacted(text: body, mentioning: [url]).split(whereSeparator: \.isWhitespace).joined(separator: " ")
@@ -185,7 +343,7 @@ extension FetchError {
     }
 
     /// Details of ``FetchError/responseTooLarge(_:)``.
-    public struct SizeLimit: Sendable, CustomStringConvertible {
+    public struct SizeLimit: Sendable, Equatable, CustomStringConvertible {
         /// The operation's ``FetchConfiguration/maximumResponseSize``.
         public let limit: Int64
         /// The length the server announced, if it did.
@@ -193,6 +351,19 @@ extension FetchError {
         /// The URL being fetched.
         public let url: URL?
 
+        /// Creates the details of a response over the size limit.
+        ///
+        /// - Parameters:
+        ///   - limit: The limit, in bytes.
+        ///   - expectedLength: The length the server announced, if it did.
+        ///   - url: The URL being fetched.
+        public init(limit: Int64, expectedLength: Int64?, url: URL?) {
+            self.limit = limit
+            self.expectedLength = expectedLength
+            self.url = url
+        }
+
+        /// A sentence naming the redacted URL, the limit and the announced length.
         public var description: String {
             let target = url.map(Redaction.redacted) ?? "the response"
             let announced = expectedLength.map { "; it announced \($0) bytes" } ?? ""
@@ -201,7 +372,7 @@ extension FetchError {
     }
 
     /// Details of ``FetchError/lengthMismatch(_:)``.
-    public struct LengthMismatch: Sendable, CustomStringConvertible {
+    public struct LengthMismatch: Sendable, Equatable, CustomStringConvertible {
         /// The length in `Content-Length`.
         public let expected: Int64
         /// The bytes that actually arrived.
@@ -209,30 +380,65 @@ extension FetchError {
         /// The URL being fetched.
         public let url: URL?
 
+        /// Creates the details of a length mismatch.
+        ///
+        /// - Parameters:
+        ///   - expected: The length in `Content-Length`.
+        ///   - received: The bytes that actually arrived.
+        ///   - url: The URL being fetched.
+        public init(expected: Int64, received: Int64, url: URL?) {
+            self.expected = expected
+            self.received = received
+            self.url = url
+        }
+
+        /// A sentence naming the redacted URL and both lengths.
         public var description: String {
             "\(url.map(Redaction.redacted) ?? "The response") announced \(expected) bytes but \(received) arrived."
         }
     }
 
     /// Details of ``FetchError/parseFailed(_:)``.
-    public struct ParseFailure: Sendable, CustomStringConvertible {
+    public struct ParseFailure: Sendable, Equatable, CustomStringConvertible {
         /// What ``FetchOperation/parseResponseBody(_:)`` threw.
         public let underlying: UnderlyingError
         /// The URL whose body failed to parse.
         public let url: URL?
 
+        /// Creates the details of a failed parse.
+        ///
+        /// - Parameters:
+        ///   - underlying: What the parse threw.
+        ///   - url: The URL whose body failed to parse.
+        public init(underlying: UnderlyingError, url: URL?) {
+            self.underlying = underlying
+            self.url = url
+        }
+
+        /// A sentence naming the redacted URL and the parse error.
         public var description: String {
-            Redaction.redacted(text: "Parsing the response from \(url.map(Redaction.redacted) ?? "the server") failed: \(underlying).",
+            Redaction.redacted(text: Prose.sentence("Parsing the response from \(url.map(Redaction.redacted) ?? "the server") failed: \(underlying)"),
                                mentioning: [url])
         }
     }
 
     /// Details of ``FetchError/dependencyFailed(_:)``.
-    public struct DependencyFailure: Sendable, CustomStringConvertible {
+    public struct DependencyFailure: Sendable, Equatable, CustomStringConvertible {
         /// The dependency's `name`, or its type when it has none.
         public let dependency: String
         /// The dependency's own error; `nil` for a cancelled dependency that is not a ``AnyFetchOperation``.
         public let dependencyError: UnderlyingError?
+
+        /// Creates the details of a failed dependency.
+        ///
+        /// - Parameters:
+        ///   - dependency: The dependency's `name` (FetchKit quotes it: `"'token'"`), or its type.
+        ///   - dependencyError: The dependency's own error; `nil` for a cancelled dependency
+        ///     that is not a ``FetchOperation``.
+        public init(dependency: String, dependencyError: UnderlyingError?) {
+            self.dependency = dependency
+            self.dependencyError = dependencyError
+        }
 
         /// Whether the dependency was cancelled (as opposed to failing).
         public var dependencyWasCancelled: Bool {
@@ -240,16 +446,17 @@ extension FetchError {
             return error.isCancellation
         }
 
+        /// A sentence naming the dependency and its error.
         public var description: String {
             if let error = dependencyError {
-                return "Not sent: dependency \(dependency) failed: \(error)"
+                return Prose.sentence("Not sent: dependency \(dependency) failed: \(error)")
             }
             return "Not sent: dependency \(dependency) was cancelled."
         }
     }
 
     /// Details of ``FetchError/fileSystem(_:)``.
-    public struct FileFailure: Sendable, CustomStringConvertible {
+    public struct FileFailure: Sendable, Equatable, CustomStringConvertible {
         /// What went wrong.
         public enum Kind: Sendable, Equatable {
             /// The destination's directory does not exist or cannot be written, or the
@@ -274,8 +481,21 @@ extension FetchError {
         /// The system error number (`errno`), when there was one.
         public let code: Int32?
 
+        /// Creates the details of a file-system failure.
+        ///
+        /// - Parameters:
+        ///   - kind: What went wrong.
+        ///   - path: The file concerned.
+        ///   - code: The system error number (`errno`), if there was one. Defaults to `nil`.
+        public init(kind: Kind, path: String, code: Int32? = nil) {
+            self.kind = kind
+            self.path = path
+            self.code = code
+        }
+
+        /// A sentence naming the file, what went wrong and the system's reason.
         public var description: String {
-            let reason = code.map { String(cString: strerror($0)) }
+            let reason = code.map { Prose.clause(String(cString: strerror($0))) }
             switch kind {
             case .unwritableDestination:
                 return "Cannot download to \(path): \(reason ?? "its directory is missing or not writable")."
@@ -294,7 +514,7 @@ extension FetchError {
     }
 
     /// Details of ``FetchError/redirectFailed(_:)``.
-    public struct RedirectFailure: Sendable, CustomStringConvertible {
+    public struct RedirectFailure: Sendable, Equatable, CustomStringConvertible {
         /// What went wrong.
         public enum Kind: Sendable, Equatable {
             /// The chain came back to a URL it had visited.
@@ -311,6 +531,17 @@ extension FetchError {
         /// The URLs visited, first to last, and the one it would have gone to next.
         public let chain: [URL]
 
+        /// Creates the details of a failed redirect.
+        ///
+        /// - Parameters:
+        ///   - kind: What went wrong.
+        ///   - chain: The URLs visited, first to last, and the one it would have gone to next.
+        public init(kind: Kind, chain: [URL]) {
+            self.kind = kind
+            self.chain = chain
+        }
+
+        /// A sentence naming what went wrong and the redacted chain of URLs.
         public var description: String {
             let path = chain.map(Redaction.redacted).joined(separator: " → ")
             switch kind {
@@ -323,7 +554,7 @@ extension FetchError {
     }
 
     /// Details of ``FetchError/invalidResponse(_:)``.
-    public struct InvalidResponse: Sendable, CustomStringConvertible {
+    public struct InvalidResponse: Sendable, Equatable, CustomStringConvertible {
         /// What was wrong with the response head.
         public enum Reason: Sendable, Equatable {
             /// `Content-Length` holds different values (the field value as received, e.g.
@@ -344,8 +575,19 @@ extension FetchError {
         /// The URL that answered.
         public let url: URL?
 
+        /// Creates the details of an invalid response.
+        ///
+        /// - Parameters:
+        ///   - reason: What was wrong with the response head.
+        ///   - url: The URL that answered.
+        public init(reason: Reason, url: URL?) {
+            self.reason = reason
+            self.url = url
+        }
+
+        /// A sentence naming the redacted URL and what was wrong.
         public var description: String {
-            let target = url?.absoluteString ?? "The server"
+            let target = url.map(Redaction.redacted) ?? "The server"
             switch reason {
             case .conflictingContentLength(let field):
                 return "\(target) sent conflicting Content-Length values (\(field.prefix(60))), so where its body ends is ambiguous."
@@ -362,24 +604,45 @@ extension FetchError {
     ///
     /// Errors thrown by your code (a parse, a request builder) need not be `Sendable`; FetchKit
     /// hands them on once, after your code returned, and never mutates them.
-    public struct UnderlyingError: @unchecked Sendable, CustomStringConvertible {
+    public struct UnderlyingError: @unchecked Sendable, Equatable, CustomStringConvertible {
         /// The original error.
         public let error: any Error
-        init(_ error: any Error) { self.error = error }
+
+        /// Wraps an error.
+        ///
+        /// - Parameter error: The error to carry; it is kept as it is.
+        public init(_ error: any Error) { self.error = error }
+
         /// The error's description (its `errorDescription` if it is a `LocalizedError`), with
         /// the URLs in it redacted.
         public var description: String {
-            let described = (error as? LocalizedError)?.errorDescription ?? String(describing: error)
-            return Redaction.redacted(text: described)
+            Redaction.redacted(text: text)
+        }
+
+        /// The error's own text, unredacted.
+        private var text: String {
+            (error as? LocalizedError)?.errorDescription ?? String(describing: error)
+        }
+
+        /// Whether two wrapped errors are the same error, as far as a type-erased error can
+        /// tell: the same `NSError` domain and code (for a Swift error, its type's name and
+        /// its case or ``CustomNSError`` code) and the same text (its `errorDescription`, or
+        /// `String(describing:)`). Two values of one `Equatable` error type that differ only
+        /// in a field their text does not show compare equal.
+        public static func == (lhs: UnderlyingError, rhs: UnderlyingError) -> Bool {
+            let left = lhs.error as NSError
+            let right = rhs.error as NSError
+            return left.domain == right.domain && left.code == right.code && lhs.text == rhs.text
         }
     }
 }
 
 extension FetchError: CustomStringConvertible, LocalizedError {
+    /// A sentence a person can read, naming the redacted URL and the cause.
     public var description: String {
         switch self {
         case .invalidRequest(let details): return details.description
-        case .cancelled: return "The fetch was cancelled."
+        case .cancelled(let details): return details.description
         case .timedOut(let details): return details.description
         case .transport(let error):
             // The system's message may quote the URL, whole or in pieces.
@@ -387,7 +650,8 @@ extension FetchError: CustomStringConvertible, LocalizedError {
             let failingString = error.userInfo["NSErrorFailingURLStringKey"] as? String
             let failing = [error.failingURL, failingString.flatMap { URL(string: $0) }]
             let target = error.failingURL.map(Redaction.redacted) ?? "the request"
-            return Redaction.redacted(text: "\(target) failed: \(error.localizedDescription) (URLError \(error.code.rawValue)).",
+            // The code first: the system's message may or may not end with a full stop.
+            return Redaction.redacted(text: Prose.sentence("\(target) failed (URLError \(error.code.rawValue)): \(error.localizedDescription)"),
                                       mentioning: failing)
         case .unacceptableStatus(let details): return details.description
         case .responseTooLarge(let details): return details.description
@@ -400,12 +664,12 @@ extension FetchError: CustomStringConvertible, LocalizedError {
         }
     }
 
+    /// The same as ``description``.
     public var errorDescription: String? { description }
 
-    /// Whether this is ``FetchError/cancelled``.
+    /// Whether this is ``FetchError/cancelled(_:)``.
     public var isCancellation: Bool {
-        if case .cancelled = self { return true }
-        return false
+        code == .cancelled
     }
 
     /// The HTTP status code of an ``FetchError/unacceptableStatus(_:)``.
@@ -418,5 +682,23 @@ extension FetchError: CustomStringConvertible, LocalizedError {
     public var urlError: URLError? {
         if case .transport(let error) = self { return error }
         return nil
+    }
+}
+
+/// Sentences built from pieces of text that come from elsewhere (a system message, an error's
+/// description), which may or may not end with a full stop already.
+enum Prose {
+    /// `text` as a sentence: ends with one full stop, unless it ends with `.`, `!`, `?` or `…`.
+    static func sentence(_ text: String) -> String {
+        let trimmed = text.trimmingCharacters(in: .whitespacesAndNewlines)
+        guard let last = trimmed.last else { return trimmed }
+        return ".!?…".contains(last) ? trimmed : trimmed + "."
+    }
+
+    /// `text` as a clause inside a sentence: without trailing spaces or full stops.
+    static func clause(_ text: String) -> String {
+        var trimmed = Substring(text.trimmingCharacters(in: .whitespacesAndNewlines))
+        while trimmed.last == "." { trimmed = trimmed.dropLast() }
+        return String(trimmed)
     }
 }

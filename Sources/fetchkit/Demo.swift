@@ -88,7 +88,7 @@ enum Demo {
 
     private static func reason(_ error: FetchError) -> String {
         switch error {
-        case .parseFailed(let failure): return "parse failed: \(failure.underlying)"
+        case .parseFailed(let failure): return "parse failed: \(Downloader.clause(failure.underlying.description))"
         default: return Downloader.reason(error)
         }
     }

@@ -212,20 +212,29 @@ final class Downloader: @unchecked Sendable {
         }
     }
 
-    /// Why a download failed, in a few words, with its secrets redacted. Not yet escaped for
-    /// the terminal: the display does that (``Terminal/sanitized(_:)``).
+    /// Why a download failed, in a few words, with its secrets redacted: a clause, without a
+    /// final full stop, for lines such as "reason; retrying" and "reason (URL)". Not yet
+    /// escaped for the terminal: the display does that (``Terminal/sanitized(_:)``).
     static func reason(_ error: FetchError) -> String {
         switch error {
         case .unacceptableStatus(let failure):
-            return "HTTP \(failure.statusCode) \(HTTPURLResponse.localizedString(forStatusCode: failure.statusCode))"
+            // Only a registered reason phrase: none rather than a class name for 418.
+            return "HTTP \(failure.statusCode)" + (failure.reasonPhrase.map { " \($0)" } ?? "")
         case .transport(let urlError):
             // The system's message may quote the URL.
-            return Redaction.redacted(text: urlError.localizedDescription, mentioning: [urlError.failingURL])
+            return clause(Redaction.redacted(text: urlError.localizedDescription, mentioning: [urlError.failingURL]))
         case .timedOut(let timeout):
             return "no data for \(Format.duration(timeout.interval))"
         default:
-            return error.description
+            return clause(error.description)
         }
+    }
+
+    /// `text` without its final full stops, to go inside a longer line.
+    static func clause(_ text: String) -> String {
+        var text = Substring(text.trimmingCharacters(in: .whitespacesAndNewlines))
+        while text.last == "." { text = text.dropLast() }
+        return String(text)
     }
 
     /// A file name per URL: its last path component (or `index.html`), made safe (no path

@@ -1,3 +1,4 @@
+import Foundation
 import Testing
 @testable import FetchKit
 
@@ -66,7 +67,7 @@ struct LifecycleStateMachineTests {
 
     @Test func cancelBeforeStartOnlySetsTheFlag() {
         var machine = Machine()
-        #expect(machine.cancel() == .flagOnly)
+        #expect(machine.cancel(url: nil) == .flagOnly)
         #expect(machine.isCancelled)
         #expect(machine.phase == .pending, "never finished without being started")
         #expect(!machine.isFinished)
@@ -78,7 +79,7 @@ struct LifecycleStateMachineTests {
     @Test func cancelWhilePreparingCompletesWithoutATransfer() {
         var machine = Machine()
         _ = machine.start()
-        #expect(machine.cancel() == .stopPreparing)
+        #expect(machine.cancel(url: nil) == .stopPreparing)
         let attached = machine.attachTransfer()
         #expect(!attached, "a transfer created after the cancel must be discarded")
         let failed = machine.failBeforeTransfer(.invalidRequest(.init(reason: .missing, url: nil)))
@@ -90,7 +91,7 @@ struct LifecycleStateMachineTests {
         var machine = Machine()
         _ = machine.start()
         _ = machine.attachTransfer()
-        #expect(machine.cancel() == .stopTransfer)
+        #expect(machine.cancel(url: nil) == .stopTransfer)
         #expect(machine.phase == .finishing)
         #expect(machine.isExecuting)
         // The transfer confirms it stopped (whatever it reports, the cancel decided).
@@ -103,7 +104,7 @@ struct LifecycleStateMachineTests {
         _ = machine.start()
         _ = machine.attachTransfer()
         _ = machine.transferEnded(.success)
-        #expect(machine.cancel() == .flagOnly)
+        #expect(machine.cancel(url: nil) == .flagOnly)
         machine.parseEnded(nil)
         #expect(isCancelledOutcome(machine.complete()))
     }
@@ -115,7 +116,7 @@ struct LifecycleStateMachineTests {
         _ = machine.transferEnded(.success)
         machine.parseEnded(nil)
         _ = machine.complete()
-        #expect(machine.cancel() == .none)
+        #expect(machine.cancel(url: nil) == .none)
         #expect(!machine.isCancelled)
         guard case .success? = machine.outcome else {
             Issue.record("outcome changed after finish")
@@ -127,15 +128,46 @@ struct LifecycleStateMachineTests {
         var machine = Machine()
         _ = machine.start()
         _ = machine.attachTransfer()
-        #expect(machine.cancel() == .stopTransfer)
-        #expect(machine.cancel() == .none)
+        #expect(machine.cancel(url: nil) == .stopTransfer)
+        #expect(machine.cancel(url: nil) == .none)
+    }
+
+    /// Wherever the cancel arrives, the operation finishes with the URL given to it, and a
+    /// second cancel (with another URL) changes nothing.
+    @Test(arguments: ["pending", "preparing", "transferring", "parsing"])
+    func cancelledOutcomeNamesTheURL(_ phase: String) throws {
+        let url = try #require(URL(string: "http://127.0.0.1:9/item"))
+        let later = try #require(URL(string: "http://127.0.0.1:9/other"))
+        var machine = Machine()
+        if phase != "pending" { #expect(machine.start() == .begin) }
+        if phase == "transferring" || phase == "parsing" {
+            let attached = machine.attachTransfer()
+            #expect(attached)
+        }
+        if phase == "parsing" { #expect(machine.transferEnded(.success) == .parse) }
+        let first = machine.cancel(url: url)
+        let second = machine.cancel(url: later)
+        #expect(first != .none)
+        #expect(second == .none)
+        switch phase {
+        case "pending": #expect(machine.start() == .finishCancelled)
+        case "transferring": #expect(machine.transferEnded(.failure(.cancelled(.init(url: nil)))) == .complete)
+        case "parsing": machine.parseEnded(nil)
+        default: break
+        }
+        if !machine.isFinished { _ = machine.complete() }
+        guard case .failure(let error)? = machine.outcome else {
+            Issue.record("expected a failure, got \(String(describing: machine.outcome))")
+            return
+        }
+        #expect(error == .cancelled(.init(url: url)))
     }
 
     @Test func secondStartIsIgnored() {
         var machine = Machine()
         #expect(machine.start() == .begin)
         #expect(machine.start() == .ignore)
-        _ = machine.failBeforeTransfer(.cancelled)
+        _ = machine.failBeforeTransfer(.cancelled(.init(url: nil)))
         _ = machine.complete()
         #expect(machine.start() == .ignore)
     }
@@ -144,7 +176,7 @@ struct LifecycleStateMachineTests {
         var machine = Machine()
         _ = machine.start()
         _ = machine.attachTransfer()
-        _ = machine.transferEnded(.failure(.cancelled))
+        _ = machine.transferEnded(.failure(.cancelled(.init(url: nil))))
         #expect(machine.transferEnded(.success) == .ignore)
         _ = machine.complete()
         #expect(machine.transferEnded(.success) == .ignore)
@@ -176,14 +208,14 @@ struct LifecycleStateMachineTests {
                 let action = machine.start()
                 if action != .ignore { started = true }
             case 1:
-                switch machine.cancel() {
+                switch machine.cancel(url: nil) {
                 case .stopPreparing: _ = machine.complete()
                 default: break
                 }
             case 2:
                 _ = machine.attachTransfer()
             case 3:
-                if machine.transferEnded(generator.next() % 2 == 0 ? .success : .failure(.cancelled)) == .complete {
+                if machine.transferEnded(generator.next() % 2 == 0 ? .success : .failure(.cancelled(.init(url: nil)))) == .complete {
                     _ = machine.complete()
                 }
             case 4:
@@ -192,7 +224,7 @@ struct LifecycleStateMachineTests {
                     _ = machine.complete()
                 }
             default:
-                if machine.failBeforeTransfer(.cancelled) { _ = machine.complete() }
+                if machine.failBeforeTransfer(.cancelled(.init(url: nil))) { _ = machine.complete() }
             }
             if !wasFinished && machine.isFinished { finishes += 1 }
             if machine.isFinished { #expect(started, "finished without being started") }

@@ -42,7 +42,7 @@ struct RetryPolicyTests {
         #expect(policy.isRetryable(.lengthMismatch(.init(expected: 10, received: 5, url: nil))))
         for code in [408, 429, 500, 502, 503, 504] { #expect(policy.isRetryable(status(code))) }
         for code in [400, 401, 403, 404, 501] { #expect(!policy.isRetryable(status(code))) }
-        #expect(!policy.isRetryable(.cancelled))
+        #expect(!policy.isRetryable(.cancelled(.init(url: nil))))
         #expect(!policy.isRetryable(.parseFailed(.init(underlying: .init(ParseTestError(reason: "x")), url: nil))))
     }
 

@@ -154,7 +154,7 @@ struct AttemptSetup {
 ///
 /// The operation calls ``start()`` once; it may call ``stop()`` at any time after creating it.
 /// Either way the handle reports exactly once, through ``TransferOwner/transferDidEnd(_:)`` —
-/// after a stop, with ``FetchError/cancelled`` once it has cleaned up.
+/// after a stop, with ``FetchError/cancelled(_:)`` once it has cleaned up.
 protocol TransferHandle: AnyObject, Sendable {
     func start()
     func stop()

@@ -37,7 +37,7 @@ extension AnyFetchOperation {
     func lifecycleCancel(foundationCancel: () -> Void) {
         var deliver = false
         let (action, transfer) = core.withLock { core in
-            let action = core.machine.cancel()
+            let action = core.machine.cancel(url: (core.sentRequest ?? core.settings.request)?.url)
             if action != .none {
                 deliver = core.post(.change(StateChange(key: .cancelled, oldValue: false, newValue: true)))
             }
@@ -114,7 +114,7 @@ extension AnyFetchOperation {
         let (settings, coordinator, claimed) = core.withLock { ($0.settings, $0.coordinator, $0.claimed) }
         guard coordinator != nil || !claimed else {
             // Its queue was freed (and is cancelling it): no transfer outside the queue's limits.
-            failBeforeTransfer(.cancelled)
+            failBeforeTransfer(.cancelled(.init(url: request.url)))
             return
         }
         let idle = settings.configuration.idleTimeout ?? (request.timeoutInterval > 0 ? request.timeoutInterval : 60)

@@ -190,8 +190,8 @@ open class AnyFetchOperation: Operation, @unchecked Sendable {
     /// Cancels the operation.
     ///
     /// Before it starts, this only marks it cancelled (and ready): its queue then starts it and
-    /// it finishes at once with ``FetchError/cancelled``, sending nothing. While it waits for a
-    /// slot or transfers, the transfer is stopped and it finishes with ``FetchError/cancelled``.
+    /// it finishes at once with ``FetchError/cancelled(_:)``, sending nothing. While it waits for a
+    /// slot or transfers, the transfer is stopped and it finishes with ``FetchError/cancelled(_:)``.
     /// While it parses, the parse runs to its end (check `isCancelled` to stop early) and it
     /// finishes as cancelled. After it finished, this does nothing.
     public final override func cancel() {

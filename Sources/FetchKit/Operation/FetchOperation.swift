@@ -61,7 +61,7 @@ open class FetchOperation<Output: Sendable>: AnyFetchOperation, OutputProducing,
     /// when this returns; what it returns is the operation's output. A thrown error becomes
     /// ``FetchError/parseFailed(_:)`` (a thrown ``FetchError`` is kept as it is). Long parses
     /// may check `isCancelled` and stop early: a cancel that arrives while parsing finishes the
-    /// operation as ``FetchError/cancelled``.
+    /// operation as ``FetchError/cancelled(_:)``.
     ///
     /// The default returns the body itself when `Output` is `Data`, nothing when it is `Void`,
     /// and otherwise throws: an endpoint with another output must override it.

@@ -1,4 +1,6 @@
-/// The lifecycle of one ``AnyFetchOperation``, as a pure value: events in, actions out.
+import Foundation
+
+/// The lifecycle of one ``FetchOperation``, as a pure value: events in, actions out.
 ///
 /// ```
 /// pending ──start──▶ executing(preparing) ──attachTransfer──▶ executing(transferring)
@@ -52,7 +54,10 @@ struct LifecycleStateMachine: Sendable {
     }
 
     private(set) var state: State = .pending
-    private(set) var isCancelled = false
+    /// Set by the first ``cancel(url:)``: the error a cancelled operation finishes with.
+    private(set) var cancellation: FetchError?
+
+    var isCancelled: Bool { cancellation != nil }
 
     var phase: Phase {
         switch state {
@@ -88,8 +93,8 @@ struct LifecycleStateMachine: Sendable {
 
     mutating func start() -> StartAction {
         guard case .pending = state else { return .ignore }
-        if isCancelled {
-            state = .finished(.failure(.cancelled))
+        if let cancellation {
+            state = .finished(.failure(cancellation))
             return .finishCancelled
         }
         state = .executing(.preparing)
@@ -107,17 +112,19 @@ struct LifecycleStateMachine: Sendable {
         case stopTransfer
     }
 
-    mutating func cancel() -> CancelAction {
+    /// - Parameter url: The URL being fetched, for ``FetchError/Cancellation``.
+    mutating func cancel(url: URL?) -> CancelAction {
         if isCancelled || isFinished { return .none }
-        isCancelled = true
+        let cancelled = FetchError.cancelled(.init(url: url))
+        cancellation = cancelled
         switch state {
         case .pending, .finishing:
             return .flagOnly
         case .executing(.preparing):
-            state = .finishing(.completing(.failure(.cancelled)))
+            state = .finishing(.completing(.failure(cancelled)))
             return .stopPreparing
         case .executing(.transferring):
-            state = .finishing(.stoppingTransfer(.failure(.cancelled)))
+            state = .finishing(.stoppingTransfer(.failure(cancelled)))
             return .stopTransfer
         case .finished:
             preconditionFailure("unreachable: finished was handled above")
@@ -178,8 +185,8 @@ struct LifecycleStateMachine: Sendable {
         guard case .finishing(.parsing) = state else {
             preconditionFailure("FetchKit bug: parse ended in state \(phase)")
         }
-        if isCancelled {
-            state = .finishing(.completing(.failure(.cancelled)))
+        if let cancellation {
+            state = .finishing(.completing(.failure(cancellation)))
         } else if let error {
             state = .finishing(.completing(.failure(error)))
         } else {

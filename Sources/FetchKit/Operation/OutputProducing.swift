@@ -26,7 +26,7 @@ extension OutputProducing {
     /// It only waits: someone must start the operation — a ``FetchQueue`` (whose
     /// ``FetchQueue/fetch(_:)`` enqueues and waits in one call), an `OperationQueue`, or
     /// `start()`. Cancelling the awaiting Swift task cancels the operation, which then finishes
-    /// promptly, and this throws ``FetchError/cancelled``: the error is always a
+    /// promptly, and this throws ``FetchError/cancelled(_:)``: the error is always a
     /// ``FetchError``, never `CancellationError`.
     ///
     /// ```swift
@@ -75,7 +75,7 @@ extension OutputProducing {
     /// Adds a completion handler for the typed outcome.
     func addCompletion(_ callback: Callback<Result<Output, FetchError>>) {
         addCompletionHandler(on: callback.queue) { operation in
-            callback.body(operation.outcome(as: Output.self) ?? .failure(.cancelled))
+            callback.body(operation.outcome(as: Output.self) ?? .failure(.cancelled(.init(url: operation.request?.url))))
         }
     }
 }
@@ -101,7 +101,7 @@ extension AnyFetchOperation {
         await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<Result<Output, FetchError>, Never>) in
                 addCompletionHandler(on: .immediate) { operation in
-                    continuation.resume(returning: operation.outcome(as: Output.self) ?? .failure(.cancelled))
+                    continuation.resume(returning: operation.outcome(as: Output.self) ?? .failure(.cancelled(.init(url: operation.request?.url))))
                 }
             }
         } onCancel: {

@@ -136,7 +136,7 @@ extension FetchQueue: TransferCoordinator {
         }
         stopping?.stop()
         if confirm {
-            member.report(.failure(.cancelled, nil))
+            member.report(.failure(.cancelled(.init(url: member.request.url)), nil))
         }
     }
 
@@ -266,7 +266,7 @@ extension FetchQueue: TransferCoordinator {
             if go {
                 transfer.start()
             } else {
-                flightDidEnd(flight, result: .failure(.cancelled, nil))
+                flightDidEnd(flight, result: .failure(.cancelled(.init(url: flight.request.url)), nil))
             }
         }
     }

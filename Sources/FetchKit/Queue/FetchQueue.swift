@@ -248,7 +248,7 @@ public final class FetchQueue: @unchecked Sendable {
     /// let user = try await queue.fetch(GetUser(url: userURL))
     /// ```
     ///
-    /// Cancelling the Swift task cancels the fetch, and this throws ``FetchError/cancelled``.
+    /// Cancelling the Swift task cancels the fetch, and this throws ``FetchError/cancelled(_:)``.
     /// Dependencies that nothing else would run are enqueued too, and an operation the queue
     /// refuses throws at once (see ``enqueue(_:completion:)``): it never waits for a
     /// dependency that nothing runs. The queue stays alive while a fetch is awaited through it.
@@ -342,7 +342,7 @@ public final class FetchQueue: @unchecked Sendable {
         state.withLock { $0.registry.count }
     }
 
-    /// Cancels one fetch. Its completion still runs, once, with ``FetchError/cancelled``.
+    /// Cancels one fetch. Its completion still runs, once, with ``FetchError/cancelled(_:)``.
     ///
     /// - Returns: `false` if no such fetch is in the queue (it finished, or never was).
     @discardableResult

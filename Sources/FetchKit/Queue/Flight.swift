@@ -167,7 +167,7 @@ final class FlightMember: TransferHandle, @unchecked Sendable {
 
     func start() {
         guard let queue else {
-            report(.failure(.cancelled, nil))
+            report(.failure(.cancelled(.init(url: request.url)), nil))
             return
         }
         queue.join(self)
@@ -175,7 +175,7 @@ final class FlightMember: TransferHandle, @unchecked Sendable {
 
     func stop() {
         guard let queue else {
-            report(.failure(.cancelled, nil))
+            report(.failure(.cancelled(.init(url: request.url)), nil))
             return
         }
         queue.leave(self)

@@ -69,7 +69,7 @@ final class RetryingTransfer: TransferHandle, TransferOwner, @unchecked Sendable
         switch action {
         case .none: break
         case .stopCurrent(let current): current.stop()
-        case .finishCancelled: finish(.failure(.cancelled, nil))
+        case .finishCancelled: finish(.failure(.cancelled(.init(url: request.url)), nil))
         }
     }
 
@@ -100,7 +100,7 @@ final class RetryingTransfer: TransferHandle, TransferOwner, @unchecked Sendable
             handle = coordinator.makeTransfer(for: operation, request: setup.request, limits: limits, sink: sink, owner: self)
         } else if coordinated {
             // Its queue was freed, cancelling what it held.
-            finish(.failure(.cancelled, nil))
+            finish(.failure(.cancelled(.init(url: request.url)), nil))
             return
         } else {
             handle = Transfer(request: setup.request, session: session, limits: limits, sink: sink, owner: self)
@@ -112,7 +112,7 @@ final class RetryingTransfer: TransferHandle, TransferOwner, @unchecked Sendable
             return true
         }
         guard go else {
-            finish(.failure(.cancelled, nil))
+            finish(.failure(.cancelled(.init(url: request.url)), nil))
             return
         }
         handle.start()

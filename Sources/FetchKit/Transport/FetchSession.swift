@@ -50,12 +50,55 @@ public final class FetchSession: @unchecked Sendable {
     /// - `httpMaximumConnectionsPerHost` raised to 64. FetchKit bounds concurrency itself, before
     ///   a task exists; a lower cap would make libcurl queue tasks internally, where their
     ///   timeout clocks already run.
+    /// - ``defaultUserAgent`` as the `User-Agent` (in `httpAdditionalHeaders`), which a
+    ///   request's own `User-Agent` overrides.
     public static func defaultConfiguration() -> URLSessionConfiguration {
         let configuration = URLSessionConfiguration.default
         configuration.urlCache = nil
         configuration.requestCachePolicy = .reloadIgnoringLocalCacheData
         configuration.httpMaximumConnectionsPerHost = 64
+        var headers = configuration.httpAdditionalHeaders ?? [:]
+        if !headers.keys.contains(where: { ($0 as? String)?.lowercased() == "user-agent" }) {
+            headers["User-Agent"] = defaultUserAgent
+        }
+        configuration.httpAdditionalHeaders = headers
         return configuration
+    }
+
+    /// The `User-Agent` that ``defaultConfiguration()`` sets: `FetchKit/<version> (<OS>)`,
+    /// for example `FetchKit/0.1.0 (Linux)`.
+    ///
+    /// A request's own `User-Agent` wins over it, and so does one in the
+    /// `httpAdditionalHeaders` of a configuration you pass to ``init(configuration:)``. A
+    /// configuration that does not start from ``defaultConfiguration()`` sends URLSession's
+    /// default instead (on Linux `<process name> (unknown version) curl/<version>`).
+    public static let defaultUserAgent = "FetchKit/\(version) (\(operatingSystem))"
+
+    /// FetchKit's version, as the `User-Agent` announces it.
+    static let version = "0.1.0"
+
+    static var operatingSystem: String {
+        #if os(Linux)
+        return "Linux"
+        #elseif os(macOS)
+        return "macOS"
+        #elseif os(iOS)
+        return "iOS"
+        #elseif os(tvOS)
+        return "tvOS"
+        #elseif os(watchOS)
+        return "watchOS"
+        #elseif os(visionOS)
+        return "visionOS"
+        #elseif os(Windows)
+        return "Windows"
+        #elseif os(Android)
+        return "Android"
+        #elseif os(FreeBSD)
+        return "FreeBSD"
+        #else
+        return "unknown OS"
+        #endif
     }
 
     /// A copy of the session's configuration.
@@ -72,7 +115,7 @@ public final class FetchSession: @unchecked Sendable {
     /// ``FetchError/InvalidRequest/Reason/sessionInvalidated``.
     ///
     /// - Parameter cancellingTransfers: `true` cancels transfers in flight (their operations
-    ///   finish with ``FetchError/cancelled``); `false` lets them finish first.
+    ///   finish with ``FetchError/cancelled(_:)``); `false` lets them finish first.
     public func invalidate(cancellingTransfers: Bool = false) {
         let first = invalidated.withLock { value -> Bool in
             defer { value = true }

@@ -110,10 +110,10 @@ final class Transfer: TransferHandle, @unchecked Sendable {
         }
     }
 
-    /// Stops the transfer; the owner hears ``FetchError/cancelled`` once it has cleaned up.
+    /// Stops the transfer; the owner hears ``FetchError/cancelled(_:)`` once it has cleaned up.
     /// Safe from any thread, at any time, any number of times.
     func stop() {
-        queue.async { self.end(.failure(.cancelled, self.response)) }
+        queue.async { self.end(.failure(.cancelled(.init(url: self.request.url)), self.response)) }
     }
 
     private func startOnQueue() {
@@ -193,7 +193,7 @@ final class Transfer: TransferHandle, @unchecked Sendable {
         reportProgress()
         if sink.shouldStopTransfer() {
             // The disk fell behind the network: stop; the owner continues from what is stored.
-            end(.failure(.cancelled, response))
+            end(.failure(.cancelled(.init(url: request.url)), response))
         }
     }
 
@@ -453,7 +453,7 @@ final class Transfer: TransferHandle, @unchecked Sendable {
         case .cancelled:
             // Not ours (ours end the transfer before URLSession reports): the session was
             // invalidated and cancelled its tasks.
-            return .cancelled
+            return .cancelled(.init(url: request.url))
         case .timedOut:
             return .timedOut(.init(kind: .idle, interval: limits.idleTimeout, url: request.url))
         case .httpTooManyRedirects:
