@@ -132,6 +132,29 @@ struct BackpressureTests {
         #expect(download.peakBacklog <= (1 << 20) + (64 << 10), "peak backlog \(download.peakBacklog)")
     }
 
+    /// A disk slower than the network whose every write is shorter than
+    /// ``FileWriter/patience``: the router must not wait out each write (that would hold
+    /// URLSession's chunks in its queue, uncounted), so the backlog passes the bound and the
+    /// transfer is stopped and continued.
+    @Test func aDiskSlowerThanTheNetworkInShortWritesIsStillBounded() async throws {
+        let server = try LoopbackServer()
+        let directory = try TemporaryDirectory()
+        defer { server.stop(); directory.remove() }
+        let length = 16 << 20
+        server.resumableRoute("/big", length: length, etag: Locked("v1"), cutFull: Locked(false))
+        let destination = directory.file("big.bin")
+        let download = DownloadOperation(url: server.url("/big"), destination: destination)
+        let bound: Int64 = 1 << 20
+        // 256 KiB (a batch) in 1 ms: well within the patience, and slower than the network.
+        download.backpressure = Backpressure(bound: bound, throttle: slowDisk(bytesPerMicrosecond: 256))
+
+        try await download.run()
+
+        #expect(contents(destination) == BytePattern.data(offset: 0, count: length))
+        #expect(download.backpressureContinuations >= 1, "the writer's backlog reached the bound")
+        #expect(download.peakBacklog <= bound + (64 << 10), "peak backlog \(download.peakBacklog)")
+    }
+
     /// Cancelled while the writer is behind: the writer finishes first, so the partial file is
     /// exactly what arrived, and a later download resumes from its length.
     @Test func aCancelWaitsForTheWriterAndKeepsAConsistentPartialFile() async throws {

@@ -20,9 +20,13 @@ import Darwin
 /// finish. A write to the page cache takes well under that, so while the disk keeps up the
 /// router's queue stays busy, as if it wrote itself: URLSession then queues its next chunks
 /// behind it instead of waking the queue for each one (measured: that wake-up per 16 KiB
-/// chunk, with its locking in `OperationQueue`, cost more than the writes). A write that takes
-/// longer is not waited for: what arrives meanwhile is counted in ``backlog``, as without the
-/// wait, and the router queue is held up at most ``patience`` each time the writer goes idle.
+/// chunk, with its locking in `OperationQueue`, cost more than the writes). It waits only
+/// while the router has caught up with the network (``waitingLimit``): chunks that pile up in
+/// URLSession's queue during a wait are not counted in ``backlog``, so a disk slower than the
+/// network in writes shorter than ``patience`` must not set the pace; the router then hands
+/// over without waiting, the backlog grows, and the bound applies as without the wait. A
+/// wait therefore holds at most ``patience`` worth of chunks, once, until the router has
+/// caught up again.
 final class FileWriter: @unchecked Sendable {
     /// What the writer has done, read under its lock.
     struct Status: Sendable {
@@ -78,7 +82,9 @@ final class FileWriter: @unchecked Sendable {
         }
         if schedule {
             queue.async { self.run() }
-            _ = state.wait(until: Date(timeIntervalSinceNow: Self.patience)) { $0.scheduled }
+            if Self.callerIsCaughtUp() {
+                _ = state.wait(until: Date(timeIntervalSinceNow: Self.patience)) { $0.scheduled }
+            }
         }
         return (backlog, failure)
     }
@@ -86,6 +92,20 @@ final class FileWriter: @unchecked Sendable {
     /// How long ``append(_:)`` waits for a writer it woke from idle: 2 ms, ten times or more
     /// what a write of ``wakeThreshold`` bytes to the page cache takes (measured: 0.03–0.6 ms).
     static let patience: TimeInterval = 0.002
+
+    /// The most operations URLSession's delegate queue may hold, the running one included,
+    /// for ``append(_:)`` to wait for the writer: 4 (three 16 KiB chunks waiting).
+    static let waitingLimit = 4
+
+    /// Whether the operation queue running this call (URLSession's delegate queue, on the
+    /// router's queue) holds at most ``waitingLimit`` operations: the router has caught up
+    /// with the network. Outside an operation: yes.
+    ///
+    /// (`operationCount` walks the queue under its lock: it is asked once per batch.)
+    private static func callerIsCaughtUp() -> Bool {
+        guard let current = OperationQueue.current else { return true }
+        return current.operationCount <= waitingLimit
+    }
 
     /// How much waits before the writer is woken: 256 KiB.
     static let wakeThreshold: Int64 = 256 << 10
