@@ -97,6 +97,64 @@ struct BackpressureTests {
         #expect(server.requestCount(path: "/big") == 1)
     }
 
+    /// A write that hangs (a stalled disk) is waited for at most ``FileWriter/patience``: the
+    /// transfer goes on receiving into the backlog meanwhile (stopped if it passes the bound),
+    /// and finishes once the write returns.
+    @Test func aHangingWriteDoesNotHoldUpTheTransfer() async throws {
+        let server = try LoopbackServer()
+        let directory = try TemporaryDirectory()
+        defer { server.stop(); directory.remove() }
+        let length = 4 << 20
+        server.resumableRoute("/big", length: length, etag: Locked("v1"), cutFull: Locked(false))
+        let destination = directory.file("big.bin")
+        let download = DownloadOperation(url: server.url("/big"), destination: destination)
+        let release = Countdown(1)
+        let firstWrite = Locked(true)
+        download.backpressure = Backpressure(bound: 1 << 20, throttle: { _ in
+            if firstWrite.withLock({ first in defer { first = false }; return first }) {
+                _ = release.waitBlocking(timeout: 60)
+            }
+        })
+        // The first write is one batch (256 KiB): a router held up by it would stop short of this.
+        let receivedWhileHeld = Countdown(1)
+        download.onProgress(on: .immediate) { progress in
+            if progress.bytesReceived >= 768 << 10 { receivedWhileHeld.signal() }
+        }
+
+        async let finished = download.run()
+        let received = await receivedWhileHeld.wait(timeout: 30)
+        release.signal()
+        _ = try await finished
+
+        #expect(received, "chunks kept arriving while the first write hung")
+        #expect(contents(destination) == BytePattern.data(offset: 0, count: length))
+        // Whether the bound was passed before the release depends on timing; it held either way.
+        #expect(download.peakBacklog <= (1 << 20) + (64 << 10), "peak backlog \(download.peakBacklog)")
+    }
+
+    /// A disk slower than the network whose every write is shorter than
+    /// ``FileWriter/patience``: the router must not wait out each write (that would hold
+    /// URLSession's chunks in its queue, uncounted), so the backlog passes the bound and the
+    /// transfer is stopped and continued.
+    @Test func aDiskSlowerThanTheNetworkInShortWritesIsStillBounded() async throws {
+        let server = try LoopbackServer()
+        let directory = try TemporaryDirectory()
+        defer { server.stop(); directory.remove() }
+        let length = 16 << 20
+        server.resumableRoute("/big", length: length, etag: Locked("v1"), cutFull: Locked(false))
+        let destination = directory.file("big.bin")
+        let download = DownloadOperation(url: server.url("/big"), destination: destination)
+        let bound: Int64 = 1 << 20
+        // 256 KiB (a batch) in 1 ms: well within the patience, and slower than the network.
+        download.backpressure = Backpressure(bound: bound, throttle: slowDisk(bytesPerMicrosecond: 256))
+
+        try await download.run()
+
+        #expect(contents(destination) == BytePattern.data(offset: 0, count: length))
+        #expect(download.backpressureContinuations >= 1, "the writer's backlog reached the bound")
+        #expect(download.peakBacklog <= bound + (64 << 10), "peak backlog \(download.peakBacklog)")
+    }
+
     /// Cancelled while the writer is behind: the writer finishes first, so the partial file is
     /// exactly what arrived, and a later download resumes from its length.
     @Test func aCancelWaitsForTheWriterAndKeepsAConsistentPartialFile() async throws {
