@@ -462,8 +462,7 @@ public final class FetchQueue: @unchecked Sendable {
     ///   `max-age=0`, no `Pragma: no-cache`, and no `cachePolicy` of
     ///   `.reloadIgnoringLocalCacheData` or `.reloadIgnoringLocalAndRemoteCacheData`.
     ///
-    /// A fetch never joins a transfer that has already ended, and a retry is a new attempt that
-    /// may share anew.
+    /// A fetch never joins a transfer that has already ended.
     public var coalescesIdenticalRequests: Bool {
         get { state.withLock { $0.coalesces } }
         set { state.withLock { $0.coalesces = newValue } }

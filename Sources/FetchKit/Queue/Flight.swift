@@ -12,6 +12,8 @@ struct FlightKey: Hashable, Sendable {
     let acceptableStatusCodes: Set<Int>
     let idleTimeout: TimeInterval
     let totalTimeout: TimeInterval?
+    /// A later attempt's deadline counts from its fetch's start: only the same deadline shares.
+    let fetchStartedAt: UInt64?
     let redirects: Int?
     let acceptsNotModified: Bool
 
@@ -47,6 +49,7 @@ struct FlightKey: Hashable, Sendable {
         acceptableStatusCodes = limits.acceptableStatusCodes
         idleTimeout = limits.idleTimeout
         totalTimeout = limits.totalTimeout
+        fetchStartedAt = limits.fetchStartedAt
     }
 
     /// Whether `request` says that a response made for someone else will not do: `Cache-Control`

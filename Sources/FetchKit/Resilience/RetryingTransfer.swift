@@ -7,6 +7,14 @@ import FoundationNetworking
 /// The transfer an operation holds: one attempt after another until one succeeds, its
 /// ``RetryPolicy`` gives up, the total timeout would be passed, or the operation stops it.
 ///
+/// Which bound holds (documented for users on ``FetchOperation/idleTimeout``,
+/// ``FetchOperation/totalTimeout`` and ``RetryPolicy``): the idle timeout bounds the silence of
+/// each attempt, and an attempt that heard nothing from the server within it — no response
+/// head — is not retried, so a request's `timeoutInterval` of 1 s against a server that never
+/// answers ends the fetch after 1 s. The total timeout is one deadline from the first attempt's
+/// start over every attempt and every wait: no retry begins once it has passed or when its
+/// wait would pass it, and each attempt is stopped at it.
+///
 /// Each attempt is a fresh ``Transfer`` (or a place in a ``FetchQueue``, which releases the
 /// slot during the wait), built from a fresh request — so a download resumes from what the last
 /// attempt wrote — and a fresh body sink. The operation hears of each retry before its wait,
@@ -35,6 +43,10 @@ final class RetryingTransfer: TransferHandle, TransferOwner, @unchecked Sendable
         var finished = false
         /// When the first attempt's transfer started: the total timeout counts from there.
         var firstStart: UInt64?
+        /// Whether the current attempt got a response head: a server that answered and then
+        /// stalled is worth another attempt; one that stayed silent for the whole idle timeout
+        /// is not.
+        var answered = false
     }
 
     private let state = Protected(State())
@@ -80,17 +92,18 @@ final class RetryingTransfer: TransferHandle, TransferOwner, @unchecked Sendable
     private func beginAttempt(continuing: Bool) {
         let (attempt, firstStart) = state.withLock { state -> (Int, UInt64?) in
             if !continuing { state.attempt += 1 }
+            state.answered = false
             return (state.attempt, state.firstStart)
         }
         var limits = self.limits
         if let total = limits.totalTimeout, let firstStart {
-            // The total timeout covers every attempt and every wait.
-            let remaining = Self.timeLeft(of: total, since: firstStart)
-            guard remaining > 0 else {
+            // The total timeout covers every attempt and every wait: this attempt ends at the
+            // fetch's deadline, and its error names the total as set.
+            guard Self.timeLeft(of: total, since: firstStart) > 0 else {
                 finish(.failure(.timedOut(.init(kind: .total, interval: total, url: request.url)), nil))
                 return
             }
-            limits.totalTimeout = remaining
+            limits.fetchStartedAt = firstStart
         }
         let setup = operation.prepareAttempt(request, attempt: attempt)
         limits.acceptsNotModified = setup.acceptsNotModified
@@ -152,6 +165,7 @@ final class RetryingTransfer: TransferHandle, TransferOwner, @unchecked Sendable
     }
 
     func transferDidReceive(response: HTTPURLResponse, expectedLength: Int64?) {
+        state.withLock { $0.answered = true }
         operation.transferDidReceive(response: response, expectedLength: expectedLength)
     }
 
@@ -176,6 +190,9 @@ final class RetryingTransfer: TransferHandle, TransferOwner, @unchecked Sendable
             guard !state.stopped, case .failure(let error, _) = result,
                   let delay = policy.delay(after: error, attempt: state.attempt, method: method)
             else { return .finish }
+            // Silent for the whole idle timeout without a word: the timeout the user set is
+            // how long they wait for an answer, and asking again would multiply it.
+            if case .timedOut(let timeout) = error, timeout.kind == .idle, !state.answered { return .finish }
             if let total = limits.totalTimeout, let firstStart = state.firstStart {
                 // A wait that would end past the deadline is not begun: the last error stands.
                 guard delay < Self.timeLeft(of: total, since: firstStart) else { return .finish }
