@@ -146,7 +146,7 @@ struct TimeoutSemanticsTests {
         #expect((1...2).contains(server.requestCount(path: "/flaky-then-silent")))
     }
 
-    @Test func aRetryThatGetsItsQueueSlotAfterTheDeadlineSendsNothing() async throws {
+    @Test func aRetryWaitingForAQueueSlotFailsAtTheDeadline() async throws {
         let server = try LoopbackServer()
         defer { server.stop() }
         route(server, "/cut-short") { _ in
@@ -165,22 +165,24 @@ struct TimeoutSemanticsTests {
         fetch.totalTimeout = 0.6
         fetch.retryPolicy = RetryPolicy(maximumRetries: 1, baseDelay: 0.1, jitter: 0)
         let blocker = server.operation("/gate")
-        // While the fetch waits to retry, another takes the only slot and holds it past the
-        // fetch's deadline.
+        // While the fetch waits to retry, another takes the only slot and holds it until the
+        // fetch has ended.
         fetch.onRetry(on: .immediate) { _ in queue.enqueue(blocker) }
-        let completed = Countdown(2)
-        queue.enqueue(fetch) { _ in completed.signal() }
+        let fetchEnded = Countdown(1)
+        queue.enqueue(fetch) { _ in fetchEnded.signal() }
         #expect(await holding.wait(), "the other fetch holds the slot")
-        #expect(await letTimePass(0.8, on: server), "the fetch's deadline passed while its retry waited for the slot")
-        blocker.onCompletion(on: .immediate) { _ in completed.signal() }
+        #expect(await fetchEnded.wait(timeout: 10), "the fetch ended at its deadline, still waiting for the slot")
+        let blockerEnded = Countdown(1)
+        blocker.onCompletion(on: .immediate) { _ in blockerEnded.signal() }
         gate.open()
-        #expect(await completed.wait())
+        #expect(await blockerEnded.wait())
         guard case .timedOut(let timeout)? = fetch.error else {
             Issue.record("expected a timeout, got \(String(describing: fetch.error))")
             return
         }
         #expect(timeout.kind == .total)
         #expect(timeout.interval == 0.6)
-        #expect(server.requestCount(path: "/cut-short") == 1, "the late retry sent no request")
+        #expect(server.requestCount(path: "/cut-short") == 1, "the retry never got to send")
+        #expect(queue.statistics.transfersStarted == 2, "the fetch's first attempt and the other fetch")
     }
 }

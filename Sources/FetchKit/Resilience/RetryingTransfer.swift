@@ -47,6 +47,14 @@ final class RetryingTransfer: TransferHandle, TransferOwner, @unchecked Sendable
         /// stalled is worth another attempt; one that stayed silent for the whole idle timeout
         /// is not.
         var answered = false
+        /// Counts attempts begun (continuations included), so that a deadline timer knows
+        /// whether the attempt it watches is still the current one.
+        var generation = 0
+        /// Whether the current attempt's transfer has started (it may wait for a queue slot).
+        var attemptStarted = false
+        /// The fetch's deadline passed while the current attempt waited for a slot: it was
+        /// stopped, and ends as a total timeout rather than a cancel.
+        var overdue = false
     }
 
     private let state = Protected(State())
@@ -90,10 +98,12 @@ final class RetryingTransfer: TransferHandle, TransferOwner, @unchecked Sendable
     /// - Parameter continuing: The last attempt was stopped because the disk fell behind; this
     ///   one continues it (with `Range`, from what is on disk) and is not a retry.
     private func beginAttempt(continuing: Bool) {
-        let (attempt, firstStart) = state.withLock { state -> (Int, UInt64?) in
+        let (attempt, firstStart, generation) = state.withLock { state -> (Int, UInt64?, Int) in
             if !continuing { state.attempt += 1 }
             state.answered = false
-            return (state.attempt, state.firstStart)
+            state.attemptStarted = false
+            state.generation += 1
+            return (state.attempt, state.firstStart, state.generation)
         }
         var limits = self.limits
         if let total = limits.totalTimeout, let firstStart {
@@ -128,7 +138,26 @@ final class RetryingTransfer: TransferHandle, TransferOwner, @unchecked Sendable
             finish(.failure(.cancelled, nil))
             return
         }
+        if coordinated, let total = limits.totalTimeout, let firstStart {
+            // A later attempt may wait for a queue slot, where no transfer clock runs: the
+            // fetch's deadline still holds there.
+            let remaining = Self.timeLeft(of: total, since: firstStart)
+            DispatchQueue.global().asyncAfter(deadline: .now() + max(0, remaining)) { [weak self] in
+                self?.deadlinePassedWhileWaiting(generation: generation)
+            }
+        }
         handle.start()
+    }
+
+    /// The fetch's deadline came: stop the attempt `generation` if it is still waiting for its
+    /// slot (one that started is stopped by its own transfer's clock).
+    private func deadlinePassedWhileWaiting(generation: Int) {
+        let waiting = state.withLock { state -> (any TransferHandle)? in
+            guard state.generation == generation, !state.attemptStarted, !state.stopped, let current = state.current else { return nil }
+            state.overdue = true
+            return current
+        }
+        waiting?.stop()
     }
 
     /// A retry's delay, or a continuation's wait for the disk, is over: the next attempt
@@ -160,6 +189,7 @@ final class RetryingTransfer: TransferHandle, TransferOwner, @unchecked Sendable
 
     func transferDidStart() {
         state.withLock { state in
+            state.attemptStarted = true
             if state.firstStart == nil { state.firstStart = Transfer.now() }
         }
     }
@@ -176,6 +206,19 @@ final class RetryingTransfer: TransferHandle, TransferOwner, @unchecked Sendable
     func transferDidEnd(_ result: TransferResult) {
         enum Decision { case finish, retry(RetryEvent), continueTransfer(any ResponseBodySink) }
         let method = request.httpMethod ?? "GET"
+        let overdue = state.withLock { state -> Bool in
+            defer { state.overdue = false }
+            return state.overdue
+        }
+        if overdue, case .failure(let error, _) = result, error.isCancellation, let total = limits.totalTimeout {
+            // Stopped in the queue at the fetch's deadline.
+            state.withLock { state in
+                state.current = nil
+                state.sink = nil
+            }
+            finish(.failure(.timedOut(.init(kind: .total, interval: total, url: request.url)), nil))
+            return
+        }
         let sink = state.withLock { $0.sink }
         let fellBehind = sink?.stoppedForBackpressure ?? false
         let decision = state.withLock { state -> Decision in
