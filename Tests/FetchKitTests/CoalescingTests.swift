@@ -126,4 +126,21 @@ struct CoalescingTests {
         #expect(server.requestCount(path: "/me") == 3)
         #expect(queue.statistics.requestsCoalesced == 0)
     }
+
+    @Test func whichRequestsAskForAFreshAnswer() throws {
+        func request(_ headers: [String: String], cachePolicy: URLRequest.CachePolicy = .useProtocolCachePolicy) throws -> URLRequest {
+            var request = URLRequest(url: try #require(URL(string: "http://127.0.0.1/feed")))
+            request.cachePolicy = cachePolicy
+            for (name, value) in headers { request.setValue(value, forHTTPHeaderField: name) }
+            return request
+        }
+        for fresh in [["cache-control": "No-Cache"], ["Cache-Control": "private, no-cache=\"Set-Cookie\""],
+                      ["Cache-Control": "no-store"], ["Cache-Control": "max-age = 0"], ["Cache-Control": "max-age=00"], ["PRAGMA": "no-cache"]] {
+            #expect(FlightKey.asksForAFreshAnswer(try request(fresh)), "\(fresh)")
+        }
+        for shareable in [[:], ["Cache-Control": "max-age=60"], ["Cache-Control": "max-age=0600"], ["Accept": "no-cache"]] {
+            #expect(!FlightKey.asksForAFreshAnswer(try request(shareable)), "\(shareable)")
+        }
+        #expect(!FlightKey.asksForAFreshAnswer(try request([:], cachePolicy: .returnCacheDataElseLoad)))
+    }
 }

@@ -64,7 +64,10 @@ struct FlightKey: Hashable, Sendable {
             switch name.lowercased() {
             case "cache-control":
                 let directives = value.lowercased().split(separator: ",").map { $0.filter { !$0.isWhitespace } }
-                if directives.contains(where: { $0 == "no-cache" || $0.hasPrefix("no-cache=") || $0 == "no-store" || $0 == "max-age=0" }) {
+                if directives.contains(where: { directive in
+                    directive == "no-cache" || directive.hasPrefix("no-cache=") || directive == "no-store"
+                        || (directive.hasPrefix("max-age=") && Int(directive.dropFirst("max-age=".count)) == 0)
+                }) {
                     return true
                 }
             case "pragma":
