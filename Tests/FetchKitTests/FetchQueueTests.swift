@@ -38,9 +38,12 @@ final class NotificationRecorder: @unchecked Sendable {
     }
 }
 
-func makeFetchQueue(total: Int = 8, perHost: Int = 4, name: String = #function) -> FetchQueue {
+/// A queue for tests: completions on `.global`, its own notification center; coalescing only
+/// when `coalesces` (off by default, as in ``FetchQueue``).
+func makeFetchQueue(total: Int = 8, perHost: Int = 4, coalesces: Bool = false, name: String = #function) -> FetchQueue {
     FetchQueue(name: name, maximumConcurrentTransfers: total, maximumTransfersPerHost: perHost,
-               notificationCenter: NotificationCenter(), networkActivityHideDelay: 0.2)
+               notificationCenter: NotificationCenter(),
+               coalescesIdenticalRequests: coalesces, networkActivityHideDelay: 0.2)
 }
 
 /// Waits until a queue's transfer counts satisfy `condition`.
@@ -326,7 +329,7 @@ struct FetchQueueTests {
     @Test func identicalGETsShareOneTransfer() async throws {
         let server = try LoopbackServer()
         defer { server.stop() }
-        let queue = makeFetchQueue()
+        let queue = makeFetchQueue(coalesces: true)
         let operations = (0..<5).map { _ in server.operation("/delay/200") }
         let results = Countdown(5)
         for operation in operations { queue.enqueue(operation) { _ in results.signal() } }
@@ -341,7 +344,7 @@ struct FetchQueueTests {
     @Test func differentHeadersOrLimitsDoNotShare() async throws {
         let server = try LoopbackServer()
         defer { server.stop() }
-        let queue = makeFetchQueue()
+        let queue = makeFetchQueue(coalesces: true)
         let plain = server.operation("/delay/100")
         var request = URLRequest(url: server.url("/delay/100"))
         request.setValue("yes", forHTTPHeaderField: "X-Other")
@@ -362,7 +365,7 @@ struct FetchQueueTests {
             .script([.write(HTTPResponse.rawHead(status: 200, headers: ["Content-Length": "2000"])),
                      .writePattern(offset: 0, count: 1000), .wait(gate), .writePattern(offset: 1000, count: 1000)])
         }
-        let queue = makeFetchQueue()
+        let queue = makeFetchQueue(coalesces: true)
         let operations = (0..<3).map { _ in server.operation("/held") }
         let joined = Countdown(3)
         for operation in operations {
@@ -392,7 +395,7 @@ struct FetchQueueTests {
         defer { server.stop() }
         let session = FetchSession()
         defer { session.invalidate() }
-        let queue = makeFetchQueue()
+        let queue = makeFetchQueue(coalesces: true)
         let operations = (0..<2).map { _ in server.operation("/stall-head") }
         for operation in operations {
             operation.configuration.session = session

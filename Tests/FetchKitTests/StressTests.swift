@@ -69,7 +69,8 @@ struct StressTests {
         let server = try LoopbackServer(recordRequests: false)
         defer { server.stop() }
         let queue = FetchQueue(name: #function, maximumConcurrentTransfers: 16, maximumTransfersPerHost: 8,
-                               notificationCenter: NotificationCenter(), networkActivityHideDelay: 0)
+                               notificationCenter: NotificationCenter(),
+                               coalescesIdenticalRequests: true, networkActivityHideDelay: 0)
         let recorder = NotificationRecorder(queue)
         let count = 5_000
         let completions = Locked([Int](repeating: 0, count: count))

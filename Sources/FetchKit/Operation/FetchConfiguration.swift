@@ -34,16 +34,34 @@ public struct FetchConfiguration: Sendable {
     }
     private var storedMaximumResponseSize: Int64
 
-    /// The longest wait for the next byte, in seconds, at sub-second precision, per attempt.
-    /// `nil` (the default) uses the request's `timeoutInterval` (60 s unless set).
+    /// The longest one attempt may go without hearing from the server, in seconds, at
+    /// sub-second precision: until the response head, then between bytes of the body. `nil`
+    /// (the default) uses the request's `timeoutInterval` (60 s unless set). When it passes,
+    /// the attempt fails with ``FetchError/timedOut(_:)`` of kind
+    /// ``FetchError/Timeout/Kind/idle``, naming this interval.
+    ///
+    /// It is what a request's `timeoutInterval` means to URLSession, and it holds for the whole
+    /// fetch when the server never answers: an attempt that got no response head within it is
+    /// **not retried**, so `timeoutInterval = 1` against a silent server fails after about
+    /// 1 s, with the server asked once. An attempt whose server answered and then stalled
+    /// mid-body may be retried by the ``retryPolicy`` (it often succeeds, and a
+    /// ``DownloadOperation`` resumes where it stopped); each retry has the full interval again.
+    /// To bound the whole fetch, retries and their waits included, set ``totalTimeout``.
     ///
     /// FetchKit enforces it itself: URLSession on Linux truncates timeouts to whole seconds.
     /// The clock starts when the transfer starts, never while the operation waits in a queue.
     public var idleTimeout: TimeInterval?
 
-    /// The most the whole fetch may take, in seconds, or `nil` (the default) for no limit.
-    /// Enforced by FetchKit (URLSession on Linux ignores its resource timeout); the clock starts
-    /// with the transfer.
+    /// A deadline for the whole fetch, in seconds, at sub-second precision, or `nil` (the
+    /// default) for none.
+    ///
+    /// The clock starts when the first attempt's transfer starts (never while the operation
+    /// waits in a queue for a slot) and runs through every attempt and every wait between
+    /// them: an attempt still running at the deadline is stopped, and a retry is not begun
+    /// once the deadline has passed or when its wait would pass it (the last failure then
+    /// stands). A fetch stopped at the deadline fails with ``FetchError/timedOut(_:)`` of kind
+    /// ``FetchError/Timeout/Kind/total``, naming this interval. Enforced by FetchKit
+    /// (URLSession on Linux ignores its resource timeout).
     public var totalTimeout: TimeInterval?
 
     /// Where the parse (``FetchOperation/parseResponseBody(_:)``) runs. Default:

@@ -35,10 +35,9 @@ public struct FetchID: Hashable, Comparable, Sendable, CustomStringConvertible {
 /// (scheme, host and port). While it waits, no URLSession task exists and no timeout clock runs;
 /// a host at its limit never holds up another host. The highest `queuePriority` goes first.
 ///
-/// Identical GETs (same URL, headers, session and limits) in flight at once share one transfer
-/// when ``coalescesIdenticalRequests`` is on: the server sees one request, each caller gets its
-/// own completion and its own parse, and cancelling one caller stops the transfer only when no
-/// caller is left.
+/// Each fetch sends its own request unless you opt in to coalescing with
+/// ``coalescesIdenticalRequests``; then identical GETs in flight at once share one transfer
+/// (see that property for exactly which requests are shared).
 ///
 /// Lifetime: a queue that is not suspended keeps itself while it holds fetches, so a queue you
 /// let go of still finishes its work, then is freed (one whose fetches wait for an operation
@@ -126,7 +125,9 @@ public final class FetchQueue: @unchecked Sendable {
     ///   - maximumConcurrentTransfers: Transfers in flight at once, overall. Default 8.
     ///   - maximumTransfersPerHost: Transfers in flight at once to one host. Default 4.
     ///   - notificationCenter: Where notifications are posted. Default `.default`.
-    ///   - coalescesIdenticalRequests: Whether identical GETs share a transfer. Default `true`.
+    ///   - coalescesIdenticalRequests: Whether identical GETs in flight at once share one
+    ///     transfer; see ``coalescesIdenticalRequests``. Default `false`: each fetch sends its
+    ///     own request.
     ///   - networkActivityHideDelay: How long ``isNetworkActive`` stays `true` after the last
     ///     transfer, so that it does not flicker between back-to-back requests. Default 0.25 s.
     public convenience init(
@@ -134,7 +135,7 @@ public final class FetchQueue: @unchecked Sendable {
         maximumConcurrentTransfers: Int = FetchQueue.defaultMaximumConcurrentTransfers,
         maximumTransfersPerHost: Int = FetchQueue.defaultMaximumTransfersPerHost,
         notificationCenter: NotificationCenter = .default,
-        coalescesIdenticalRequests: Bool = true,
+        coalescesIdenticalRequests: Bool = false,
         networkActivityHideDelay: TimeInterval = 0.25
     ) {
         self.init(name: name, maximumConcurrentTransfers: maximumConcurrentTransfers,
@@ -446,7 +447,27 @@ public final class FetchQueue: @unchecked Sendable {
         }
     }
 
-    /// Whether identical GETs share a transfer. Applies to fetches that start afterwards.
+    /// Whether identical GETs in flight at once share one transfer. Default `false`. Applies to
+    /// fetches that start afterwards.
+    ///
+    /// When on, a fetch joins a transfer already waiting or running for an identical request:
+    /// the server sees one request, each caller gets its own completion and its own parse, and
+    /// cancelling one caller stops the transfer only when no caller is left. Turn it on for
+    /// resources that are the same for every caller at a given moment (images, feeds, static
+    /// JSON), the way image loaders share one download among the views that show it. Leave it
+    /// off for resources that answer each request anew (a counter, `/uuid`, a nonce): shared,
+    /// every caller would get the first caller's answer.
+    ///
+    /// Even when on, a request is shared only if it is safe to hand it someone else's response:
+    /// - a `GET` without a body, whose body is kept in memory (``DownloadOperation``s are never
+    ///   shared: each has a file of its own);
+    /// - identical URL, headers (so `Authorization` and `Cookie` included), ``FetchSession``,
+    ///   limits, timeouts and redirect policy, and no ``FetchOperation/credentials``;
+    /// - not asking for a fresh answer: no `Cache-Control: no-cache`, `no-store` or
+    ///   `max-age=0`, no `Pragma: no-cache`, and no `cachePolicy` of
+    ///   `.reloadIgnoringLocalCacheData` or `.reloadIgnoringLocalAndRemoteCacheData`.
+    ///
+    /// A fetch never joins a transfer that has already ended.
     public var coalescesIdenticalRequests: Bool {
         get { state.withLock { $0.coalesces } }
         set { state.withLock { $0.coalesces = newValue } }

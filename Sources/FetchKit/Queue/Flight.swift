@@ -12,16 +12,28 @@ struct FlightKey: Hashable, Sendable {
     let acceptableStatusCodes: Set<Int>
     let idleTimeout: TimeInterval
     let totalTimeout: TimeInterval?
+    /// A later attempt's deadline counts from its fetch's start: only the same deadline shares.
+    let fetchStartedAt: UInt64?
     let redirects: Int?
     let acceptsNotModified: Bool
 
-    /// The key of a request that may share a transfer, or `nil`: only bodiless GETs whose body
-    /// is kept in memory are shared (a download has a destination of its own).
+    /// The key of a request that may share a transfer, or `nil` when it must have its own.
+    ///
+    /// Sharing hands one response to several callers, which is only right when each would
+    /// accept that response as its own (RFC 9111: a response to one request may answer another
+    /// only when nothing in the second asks for a fresh one). So only these are shared:
+    /// - GETs without a body, whose body is kept in memory (a download has a destination of
+    ///   its own);
+    /// - with no ``CredentialProvider`` (who answers a challenge is per operation), and
+    ///   identical headers, `Authorization` and `Cookie` included;
+    /// - that do not ask for a fresh answer: no `Cache-Control` with `no-cache`, `no-store` or
+    ///   `max-age=0`, no `Pragma: no-cache`, and no cache policy that ignores local data.
     init?(request: URLRequest, limits: TransferLimits, session: FetchSession, sink: any ResponseBodySink) {
         guard request.isGET,
               request.httpBody == nil, request.httpBodyStream == nil,
               sink is MemoryBodySink,
               limits.credentials == nil,
+              !Self.asksForAFreshAnswer(request),
               let url = request.url?.absoluteString
         else { return nil }
         switch limits.redirectPolicy {
@@ -37,6 +49,34 @@ struct FlightKey: Hashable, Sendable {
         acceptableStatusCodes = limits.acceptableStatusCodes
         idleTimeout = limits.idleTimeout
         totalTimeout = limits.totalTimeout
+        fetchStartedAt = limits.fetchStartedAt
+    }
+
+    /// Whether `request` says that a response made for someone else will not do: `Cache-Control`
+    /// `no-cache`, `no-store` or `max-age=0` (RFC 9111 §5.2.1), `Pragma: no-cache` (§5.4), or a
+    /// cache policy that ignores local data.
+    static func asksForAFreshAnswer(_ request: URLRequest) -> Bool {
+        switch request.cachePolicy {
+        case .reloadIgnoringLocalCacheData, .reloadIgnoringLocalAndRemoteCacheData: return true
+        default: break
+        }
+        for (name, value) in request.allHTTPHeaderFields ?? [:] {
+            switch name.lowercased() {
+            case "cache-control":
+                let directives = value.lowercased().split(separator: ",").map { $0.filter { !$0.isWhitespace } }
+                if directives.contains(where: { directive in
+                    directive == "no-cache" || directive.hasPrefix("no-cache=") || directive == "no-store"
+                        || (directive.hasPrefix("max-age=") && Int(directive.dropFirst("max-age=".count)) == 0)
+                }) {
+                    return true
+                }
+            case "pragma":
+                if value.lowercased().contains("no-cache") { return true }
+            default:
+                continue
+            }
+        }
+        return false
     }
 }
 

@@ -8,12 +8,20 @@ import FoundationNetworking
 /// The default policy retries twice, with exponential backoff and jitter (about 0.5 s, then
 /// 1 s), but only requests that are safe to repeat (idempotent methods: GET, HEAD, OPTIONS,
 /// TRACE, PUT, DELETE), and only failures that may well pass: transport errors such as a
-/// refused or dropped connection, an idle timeout, a body cut short, and the statuses 408, 429,
-/// 500, 502, 503 and 504. A `Retry-After` header (seconds or an HTTP date) sets the wait
-/// instead, up to ``maximumRetryAfter``; asking for longer ends the retries.
+/// refused or dropped connection, a server that stalled mid-body (an idle timeout after the
+/// response head), a body cut short, and the statuses 408, 429, 500, 502, 503 and 504. A
+/// `Retry-After` header (seconds or an HTTP date) sets the wait instead, up to
+/// ``maximumRetryAfter``; asking for longer ends the retries.
 ///
-/// Retries never outlive the operation's ``FetchConfiguration/totalTimeout``: it covers every
-/// attempt and every wait, and a wait that would end past it is not begun.
+/// Two bounds hold whatever the policy says:
+/// - An idle timeout with no response head — the server was silent for the whole
+///   ``FetchConfiguration/idleTimeout`` (by default the request's `timeoutInterval`) — is never
+///   retried: the fetch fails after that one interval, as a URLSession user expects.
+/// - The operation's ``FetchConfiguration/totalTimeout`` is a deadline over every attempt and
+///   every wait: a retry is not begun once it has passed or when its wait would pass it.
+///
+/// So without a ``FetchConfiguration/totalTimeout`` a fetch lasts at most about
+/// `(1 + maximumRetries)` attempts plus the waits between them; set one for a hard bound.
 ///
 /// ```swift
 /// operation.configuration.retryPolicy = RetryPolicy(maximumRetries: 5, baseDelay: 1)
@@ -69,6 +77,9 @@ public struct RetryPolicy: Sendable, Equatable {
     public static let idempotentMethods: Set<String> = ["GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"]
 
     /// Whether an error may pass on another attempt.
+    ///
+    /// An idle ``FetchError/timedOut(_:)`` counts as retryable here; FetchKit still retries
+    /// it only when the server had answered (see ``RetryPolicy``). A total one never is.
     public func isRetryable(_ error: FetchError) -> Bool {
         switch error {
         case .transport(let urlError):

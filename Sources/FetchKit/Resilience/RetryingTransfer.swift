@@ -7,6 +7,14 @@ import FoundationNetworking
 /// The transfer an operation holds: one attempt after another until one succeeds, its
 /// ``RetryPolicy`` gives up, the total timeout would be passed, or the operation stops it.
 ///
+/// Which bound holds (documented for users on ``FetchConfiguration/idleTimeout``,
+/// ``FetchConfiguration/totalTimeout`` and ``RetryPolicy``): the idle timeout bounds the silence of
+/// each attempt, and an attempt that heard nothing from the server within it — no response
+/// head — is not retried, so a request's `timeoutInterval` of 1 s against a server that never
+/// answers ends the fetch after 1 s. The total timeout is one deadline from the first attempt's
+/// start over every attempt and every wait: no retry begins once it has passed or when its
+/// wait would pass it, and each attempt is stopped at it.
+///
 /// Each attempt is a fresh ``Transfer`` (or a place in a ``FetchQueue``, which releases the
 /// slot during the wait), built from a fresh request — so a download resumes from what the last
 /// attempt wrote — and a fresh body sink. The operation hears of each retry before its wait,
@@ -35,6 +43,18 @@ final class RetryingTransfer: TransferHandle, TransferOwner, @unchecked Sendable
         var finished = false
         /// When the first attempt's transfer started: the total timeout counts from there.
         var firstStart: UInt64?
+        /// Whether the current attempt got a response head: a server that answered and then
+        /// stalled is worth another attempt; one that stayed silent for the whole idle timeout
+        /// is not.
+        var answered = false
+        /// Counts attempts begun (continuations included), so that a deadline timer knows
+        /// whether the attempt it watches is still the current one.
+        var generation = 0
+        /// Whether the current attempt's transfer has started (it may wait for a queue slot).
+        var attemptStarted = false
+        /// The fetch's deadline passed while the current attempt waited for a slot: it was
+        /// stopped, and ends as a total timeout rather than a cancel.
+        var overdue = false
     }
 
     private let state = Protected(State())
@@ -78,19 +98,22 @@ final class RetryingTransfer: TransferHandle, TransferOwner, @unchecked Sendable
     /// - Parameter continuing: The last attempt was stopped because the disk fell behind; this
     ///   one continues it (with `Range`, from what is on disk) and is not a retry.
     private func beginAttempt(continuing: Bool) {
-        let (attempt, firstStart) = state.withLock { state -> (Int, UInt64?) in
+        let (attempt, firstStart, generation) = state.withLock { state -> (Int, UInt64?, Int) in
             if !continuing { state.attempt += 1 }
-            return (state.attempt, state.firstStart)
+            state.answered = false
+            state.attemptStarted = false
+            state.generation += 1
+            return (state.attempt, state.firstStart, state.generation)
         }
         var limits = self.limits
         if let total = limits.totalTimeout, let firstStart {
-            // The total timeout covers every attempt and every wait.
-            let remaining = Self.timeLeft(of: total, since: firstStart)
-            guard remaining > 0 else {
+            // The total timeout covers every attempt and every wait: this attempt ends at the
+            // fetch's deadline, and its error names the total as set.
+            guard Self.timeLeft(of: total, since: firstStart) > 0 else {
                 finish(.failure(.timedOut(.init(kind: .total, interval: total, url: request.url)), nil))
                 return
             }
-            limits.totalTimeout = remaining
+            limits.fetchStartedAt = firstStart
         }
         let setup = operation.prepareAttempt(request, attempt: attempt)
         limits.acceptsNotModified = setup.acceptsNotModified
@@ -115,7 +138,26 @@ final class RetryingTransfer: TransferHandle, TransferOwner, @unchecked Sendable
             finish(.failure(.cancelled(.init(url: request.url)), nil))
             return
         }
+        if coordinated, let total = limits.totalTimeout, let firstStart {
+            // A later attempt may wait for a queue slot, where no transfer clock runs: the
+            // fetch's deadline still holds there.
+            let remaining = Self.timeLeft(of: total, since: firstStart)
+            DispatchQueue.global().asyncAfter(deadline: .now() + max(0, remaining)) { [weak self] in
+                self?.deadlinePassedWhileWaiting(generation: generation)
+            }
+        }
         handle.start()
+    }
+
+    /// The fetch's deadline came: stop the attempt `generation` if it is still waiting for its
+    /// slot (one that started is stopped by its own transfer's clock).
+    private func deadlinePassedWhileWaiting(generation: Int) {
+        let waiting = state.withLock { state -> (any TransferHandle)? in
+            guard state.generation == generation, !state.attemptStarted, !state.stopped, let current = state.current else { return nil }
+            state.overdue = true
+            return current
+        }
+        waiting?.stop()
     }
 
     /// A retry's delay, or a continuation's wait for the disk, is over: the next attempt
@@ -147,11 +189,13 @@ final class RetryingTransfer: TransferHandle, TransferOwner, @unchecked Sendable
 
     func transferDidStart() {
         state.withLock { state in
+            state.attemptStarted = true
             if state.firstStart == nil { state.firstStart = Transfer.now() }
         }
     }
 
     func transferDidReceive(response: HTTPURLResponse, expectedLength: Int64?) {
+        state.withLock { $0.answered = true }
         operation.transferDidReceive(response: response, expectedLength: expectedLength)
     }
 
@@ -162,6 +206,19 @@ final class RetryingTransfer: TransferHandle, TransferOwner, @unchecked Sendable
     func transferDidEnd(_ result: TransferResult) {
         enum Decision { case finish, retry(RetryEvent), continueTransfer(any ResponseBodySink) }
         let method = request.httpMethod ?? "GET"
+        let overdue = state.withLock { state -> Bool in
+            defer { state.overdue = false }
+            return state.overdue
+        }
+        if overdue, case .failure(let error, _) = result, error.isCancellation, let total = limits.totalTimeout {
+            // Stopped in the queue at the fetch's deadline.
+            state.withLock { state in
+                state.current = nil
+                state.sink = nil
+            }
+            finish(.failure(.timedOut(.init(kind: .total, interval: total, url: request.url)), nil))
+            return
+        }
         let sink = state.withLock { $0.sink }
         let fellBehind = sink?.stoppedForBackpressure ?? false
         let decision = state.withLock { state -> Decision in
@@ -176,6 +233,9 @@ final class RetryingTransfer: TransferHandle, TransferOwner, @unchecked Sendable
             guard !state.stopped, case .failure(let error, _) = result,
                   let delay = policy.delay(after: error, attempt: state.attempt, method: method)
             else { return .finish }
+            // Silent for the whole idle timeout without a word: the timeout the user set is
+            // how long they wait for an answer, and asking again would multiply it.
+            if case .timedOut(let timeout) = error, timeout.kind == .idle, !state.answered { return .finish }
             if let total = limits.totalTimeout, let firstStart = state.firstStart {
                 // A wait that would end past the deadline is not begun: the last error stands.
                 guard delay < Self.timeLeft(of: total, since: firstStart) else { return .finish }

@@ -31,8 +31,11 @@ struct TransferLimits: Sendable {
     /// The longest wait for the next byte. Enforced at sub-second precision by FetchKit;
     /// URLSession's own (whole-second, truncated) timeout is only a later backstop.
     var idleTimeout: TimeInterval
-    /// The most the transfer may take in all, or `nil`.
+    /// The most the whole fetch may take, every attempt and wait included, or `nil`.
     var totalTimeout: TimeInterval?
+    /// When the fetch's first attempt started (uptime ns), for a later attempt: the total
+    /// timeout counts from there. `nil` for a first attempt, whose clock starts with it.
+    var fetchStartedAt: UInt64?
     /// The largest body accepted.
     var maximumResponseSize: Int64
     /// Status codes that count as success.
@@ -117,12 +120,19 @@ final class Transfer: TransferHandle, @unchecked Sendable {
     }
 
     private func startOnQueue() {
-        guard !ended, let task = makeTask(for: request) else { return }
+        guard !ended else { return }
         let now = Self.now()
-        lastActivity = now
         if let total = limits.totalTimeout {
-            totalDeadline = now &+ Self.nanoseconds(total)
+            let deadline = (limits.fetchStartedAt ?? now) &+ Self.nanoseconds(total)
+            // A later attempt that got its slot only after the fetch's deadline sends nothing.
+            guard deadline > now else {
+                end(.failure(.timedOut(.init(kind: .total, interval: total, url: request.url)), nil))
+                return
+            }
+            totalDeadline = deadline
         }
+        guard let task = makeTask(for: request) else { return }
+        lastActivity = now
         session.router.deadlines.schedule(self, at: nextDeadline())
         if let url = request.url { chain = [url] }
         task.resume()
@@ -427,9 +437,22 @@ final class Transfer: TransferHandle, @unchecked Sendable {
         if let totalDeadline, now >= totalDeadline {
             end(.failure(.timedOut(.init(kind: .total, interval: limits.totalTimeout ?? 0, url: request.url)), response))
         } else if now >= lastActivity &+ Self.nanoseconds(limits.idleTimeout) {
-            end(.failure(.timedOut(.init(kind: .idle, interval: limits.idleTimeout, url: request.url)), response))
+            // Let what is already queued here run first: when this queue was busy past the
+            // deadline, the server's answer may be waiting behind the timer, and "no answer"
+            // decides whether the fetch is retried.
+            queue.async { self.confirmIdleTimeout() }
         } else {
             // Data arrived since: wait for the new idle deadline.
+            session.router.deadlines.schedule(self, at: nextDeadline())
+        }
+    }
+
+    /// The idle deadline passed: end the transfer, unless data that was queued meanwhile moved it.
+    private func confirmIdleTimeout() {
+        guard !ended else { return }
+        if Self.now() >= lastActivity &+ Self.nanoseconds(limits.idleTimeout) {
+            end(.failure(.timedOut(.init(kind: .idle, interval: limits.idleTimeout, url: request.url)), response))
+        } else {
             session.router.deadlines.schedule(self, at: nextDeadline())
         }
     }

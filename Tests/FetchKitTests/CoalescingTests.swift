@@ -1,0 +1,146 @@
+import Foundation
+import LoopbackServer
+import Testing
+@testable import FetchKit
+
+/// Coalescing identical GETs is opt-in, and even then limited to requests that are safe to
+/// share: a resource that answers differently each time must never hand two callers one body
+/// unless they asked for it.
+@Suite("Coalescing is opt-in and limited to shareable requests")
+struct CoalescingTests {
+    /// Routes `path` to a handler that numbers each request as it arrives, holds it until
+    /// `gate` opens, then answers with its number: a fresh body per request, like `/uuid`.
+    private func freshRoute(_ server: LoopbackServer, _ path: String, _ gate: ServerGate) {
+        let counter = Locked(0)
+        server.route(path) { _ in
+            let number = counter.withLock { count -> Int in
+                count += 1
+                return count
+            }
+            gate.wait(timeout: 120)
+            return .text("response \(number)")
+        }
+    }
+
+    /// Enqueues `operations` on `queue` and returns a countdown of their completions, and one of
+    /// their did-begin notifications (each fetch begins once it has a transfer, its own or a
+    /// shared one).
+    private func enqueue(_ operations: [FetchOperation<Data>], on queue: FetchQueue) -> (completed: Countdown, begun: Countdown, token: NSObjectProtocol) {
+        let begun = Countdown(operations.count)
+        let token = queue.notificationCenter.addObserver(forName: FetchQueue.didBeginNotification, object: queue, queue: nil) { _ in
+            begun.signal()
+        }
+        let completed = Countdown(operations.count)
+        for operation in operations { queue.enqueue(operation, on: .global) { _ in completed.signal() } }
+        return (completed, begun, token)
+    }
+
+    @Test func byDefaultTwoCallersOfAFreshResourceGetTwoResponses() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let gate = ServerGate()
+        freshRoute(server, "/uuid", gate)
+        let queue = FetchQueue(name: #function, notificationCenter: NotificationCenter())
+        #expect(!queue.coalescesIdenticalRequests, "off by default")
+        let operations = [server.operation("/uuid"), server.operation("/uuid")]
+        let (completed, begun, token) = enqueue(operations, on: queue)
+        defer { queue.notificationCenter.removeObserver(token) }
+        #expect(await begun.wait())
+        #expect(await server.waitUntil(timeout: 60) { $0.requestsInFlight == 2 }, "each caller sent its own request")
+        gate.open()
+        #expect(await completed.wait())
+        #expect(server.requestCount(path: "/uuid") == 2)
+        let bodies = Set(operations.flatMap(\.parses.current))
+        #expect(bodies == [Data("response 1".utf8), Data("response 2".utf8)], "each caller got its own response")
+        #expect(queue.statistics.requestsCoalesced == 0)
+    }
+
+    @Test func whenAskedForTwoCallersShareOneResponse() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let gate = ServerGate()
+        freshRoute(server, "/uuid", gate)
+        let queue = makeFetchQueue(coalesces: true)
+        let operations = [server.operation("/uuid"), server.operation("/uuid")]
+        let (completed, begun, token) = enqueue(operations, on: queue)
+        defer { queue.notificationCenter.removeObserver(token) }
+        #expect(await begun.wait(), "both joined the one transfer")
+        #expect(await server.waitUntil(timeout: 60) { $0.requestsInFlight == 1 })
+        gate.open()
+        #expect(await completed.wait())
+        #expect(server.requestCount(path: "/uuid") == 1)
+        #expect(operations.allSatisfy { $0.parses.current == [Data("response 1".utf8)] })
+        #expect(queue.statistics.requestsCoalesced == 1)
+    }
+
+    /// Requests that say they want a fresh answer, in each of the ways HTTP and Foundation let
+    /// them say it.
+    static let freshnessDemands: [(name: String, apply: @Sendable (inout URLRequest) -> Void)] = [
+        ("Cache-Control: no-cache", { $0.setValue("no-cache", forHTTPHeaderField: "Cache-Control") }),
+        ("Cache-Control: max-age=0, no-store", { $0.setValue("max-age=0, no-store", forHTTPHeaderField: "Cache-Control") }),
+        ("Cache-Control: max-age=0", { $0.setValue("max-age=0", forHTTPHeaderField: "Cache-Control") }),
+        ("Pragma: no-cache", { $0.setValue("no-cache", forHTTPHeaderField: "Pragma") }),
+        ("reloadIgnoringLocalCacheData", { $0.cachePolicy = .reloadIgnoringLocalCacheData }),
+        ("reloadIgnoringLocalAndRemoteCacheData", { $0.cachePolicy = .reloadIgnoringLocalAndRemoteCacheData }),
+    ]
+
+    @Test(arguments: 0..<freshnessDemands.count)
+    func aRequestThatAsksForAFreshAnswerIsNeverShared(_ index: Int) async throws {
+        let demand = Self.freshnessDemands[index]
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let gate = ServerGate()
+        freshRoute(server, "/uuid", gate)
+        let queue = makeFetchQueue(coalesces: true)
+        let operations = (0..<2).map { _ in
+            var request = URLRequest(url: server.url("/uuid"))
+            demand.apply(&request)
+            return RecordingOperation(request: request)
+        }
+        let (completed, _, token) = enqueue(operations, on: queue)
+        defer { queue.notificationCenter.removeObserver(token) }
+        #expect(await server.waitUntil(timeout: 60) { $0.requestsInFlight == 2 }, "\(demand.name): each caller sent its own request")
+        gate.open()
+        #expect(await completed.wait())
+        #expect(server.requestCount(path: "/uuid") == 2, "\(demand.name)")
+        #expect(Set(operations.flatMap(\.parses.current)).count == 2, "\(demand.name)")
+        #expect(queue.statistics.requestsCoalesced == 0, "\(demand.name)")
+    }
+
+    @Test func differentCredentialsInHeadersAreNeverShared() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let gate = ServerGate()
+        freshRoute(server, "/me", gate)
+        let queue = makeFetchQueue(coalesces: true)
+        let operations = [("Authorization", "Bearer alice"), ("Authorization", "Bearer bob"), ("Cookie", "session=carol")].map { name, value in
+            var request = URLRequest(url: server.url("/me"))
+            request.setValue(value, forHTTPHeaderField: name)
+            return RecordingOperation(request: request)
+        }
+        let (completed, _, token) = enqueue(operations, on: queue)
+        defer { queue.notificationCenter.removeObserver(token) }
+        #expect(await server.waitUntil(timeout: 60) { $0.requestsInFlight == 3 })
+        gate.open()
+        #expect(await completed.wait())
+        #expect(server.requestCount(path: "/me") == 3)
+        #expect(queue.statistics.requestsCoalesced == 0)
+    }
+
+    @Test func whichRequestsAskForAFreshAnswer() throws {
+        func request(_ headers: [String: String], cachePolicy: URLRequest.CachePolicy = .useProtocolCachePolicy) throws -> URLRequest {
+            var request = URLRequest(url: try #require(URL(string: "http://127.0.0.1/feed")))
+            request.cachePolicy = cachePolicy
+            for (name, value) in headers { request.setValue(value, forHTTPHeaderField: name) }
+            return request
+        }
+        for fresh in [["cache-control": "No-Cache"], ["Cache-Control": "private, no-cache=\"Set-Cookie\""],
+                      ["Cache-Control": "no-store"], ["Cache-Control": "max-age = 0"], ["Cache-Control": "max-age=00"], ["PRAGMA": "no-cache"]] {
+            #expect(FlightKey.asksForAFreshAnswer(try request(fresh)), "\(fresh)")
+        }
+        for shareable in [[:], ["Cache-Control": "max-age=60"], ["Cache-Control": "max-age=0600"], ["Accept": "no-cache"]] {
+            #expect(!FlightKey.asksForAFreshAnswer(try request(shareable)), "\(shareable)")
+        }
+        #expect(!FlightKey.asksForAFreshAnswer(try request([:], cachePolicy: .returnCacheDataElseLoad)))
+    }
+}

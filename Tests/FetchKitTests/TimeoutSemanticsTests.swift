@@ -1,0 +1,191 @@
+import Foundation
+import LoopbackServer
+import Testing
+@testable import FetchKit
+
+/// Which bound holds, as a user reads it: the request's `timeoutInterval` (or `idleTimeout`) is
+/// how long the server may stay silent, and a server that never answers within it is not asked
+/// again; `totalTimeout` is a deadline over the whole fetch, every attempt and every wait.
+@Suite("Timeouts across retries")
+struct TimeoutSemanticsTests {
+    /// How long a fetch that should end at `interval` may take here: from a little less (timer
+    /// leeway) to generously more. Alone it takes the interval and a few milliseconds; with the
+    /// whole suite in parallel on two busy cores the process has been seen to stall for 1.5 s,
+    /// and for 3.4 s under ThreadSanitizer. The request counts, not this bound, are what catch
+    /// a retry behind the test's back.
+    private func bound(_ interval: TimeInterval) -> ClosedRange<TimeInterval> {
+        (interval - 0.1)...(interval + (runsUnderSanitizer ? 10 : 3))
+    }
+
+    /// Runs `operation` to its end, timed from just before it starts to its completion handler
+    /// (on the thread that finishes it: the test's own task may resume late while the whole
+    /// suite runs in parallel). The operation gets a session of its own: the shared one's
+    /// queue, where FetchKit keeps its clocks, is busy with the rest of the suite.
+    private func timedOutcome(of operation: FetchOperation<Data>) async -> (FetchError?, TimeInterval) {
+        let session = FetchSession()
+        defer { session.invalidate() }
+        operation.configuration.session = session
+        let finishedAt = Locked<Date?>(nil)
+        let completed = Countdown(1)
+        operation.onCompletion(on: .immediate) { _ in
+            finishedAt.withLock { $0 = Date() }
+            completed.signal()
+        }
+        let started = Date()
+        let error = await outcome(of: operation)
+        _ = await completed.wait()
+        guard let end = finishedAt.current else {
+            Issue.record("the operation never completed")
+            return (error, .infinity)
+        }
+        return (error, end.timeIntervalSince(started))
+    }
+
+    /// Routes `path` to `response`, which gets the number of the request, from 1.
+    private func route(_ server: LoopbackServer, _ path: String, _ response: @escaping @Sendable (Int) -> HTTPResponse) {
+        let requests = Locked(0)
+        server.route(path) { _ in
+            let number = requests.withLock { count -> Int in
+                count += 1
+                return count
+            }
+            return response(number)
+        }
+    }
+
+    @Test(arguments: [1.0, 0.4])
+    func aServerThatNeverAnswersFailsAfterTheRequestTimeoutOnce(_ interval: TimeInterval) async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        route(server, "/never") { _ in .script([.stall]) }
+        var request = URLRequest(url: server.url("/never"))
+        request.timeoutInterval = interval
+        let operation = FetchOperation<Data>(request: request)   // the default retry policy
+        let retries = Locked<[RetryEvent]>([])
+        operation.onRetry(on: .immediate) { event in retries.withLock { $0.append(event) } }
+        let (error, elapsed) = await timedOutcome(of: operation)
+        guard case .timedOut(let timeout)? = error else {
+            Issue.record("expected a timeout, got \(String(describing: error))")
+            return
+        }
+        print("timeoutInterval \(interval) s against a silent server: \(timeout.kind) timeout after \(String(format: "%.3f", elapsed)) s, \(server.requestCount(path: "/never")) request(s)")
+        #expect(timeout.kind == .idle)
+        #expect(timeout.interval == interval, "the error names the bound that fired, as set")
+        #expect(bound(interval).contains(elapsed), "\(interval) s took \(elapsed) s")
+        #expect(server.requestCount(path: "/never") == 1, "a server silent for the whole timeout is not asked again")
+        #expect(retries.current.isEmpty)
+        #expect(operation.attempts == 1)
+    }
+
+    @Test func aServerThatStallsAfterAnsweringIsRetried() async throws {
+        // It answered, then went silent mid-body: another attempt may well get the rest.
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let operation = FetchOperation<Data>(url: server.url("/stall-mid-body/1000"))
+        operation.configuration.idleTimeout = 0.5   // room for the head to arrive on a loaded machine
+        operation.configuration.retryPolicy = RetryPolicy(maximumRetries: 2, baseDelay: 0.05, jitter: 0)
+        let error = await outcome(of: operation)
+        guard case .timedOut(let timeout)? = error else {
+            Issue.record("expected a timeout, got \(String(describing: error))")
+            return
+        }
+        #expect(timeout.kind == .idle)
+        #expect(timeout.interval == 0.5)
+        #expect(server.requestCount(path: "/stall-mid-body/1000") == 3)
+    }
+
+    /// Failures that come at once, with a wait before the retry that would end past the
+    /// deadline: the retry is not begun, and the failure stands.
+    @Test(arguments: [(503, nil, RetryPolicy(maximumRetries: 3, baseDelay: 2, jitter: 0)),
+                      (429, "3", RetryPolicy(maximumRetries: 3, baseDelay: 0.01, jitter: 0))] as [(Int, String?, RetryPolicy)])
+    func aRetryWhoseWaitWouldPassTheDeadlineIsNotBegun(_ status: Int, _ retryAfter: String?, _ policy: RetryPolicy) async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let path = "/busy"
+        route(server, path) { _ in
+            let busy = HTTPResponse.text("busy", status: status)
+            return retryAfter.map { busy.with(header: "Retry-After", $0) } ?? busy
+        }
+        let operation = FetchOperation<Data>(url: server.url(path))
+        operation.configuration.retryPolicy = policy
+        operation.configuration.totalTimeout = 1
+        let retries = Locked<[RetryEvent]>([])
+        operation.onRetry(on: .immediate) { event in retries.withLock { $0.append(event) } }
+        let error = await outcome(of: operation)
+        #expect(error?.statusCode == status, "got \(String(describing: error))")
+        #expect(server.requestCount(path: path) == 1)
+        #expect(retries.current.isEmpty, "no wait was begun")
+    }
+
+    @Test func anExplicitTotalDeadlineCoversEveryAttemptAndWait() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        // The first request is cut short at once (a retryable failure); the next never answers.
+        route(server, "/flaky-then-silent") { number in
+            if number == 1 {
+                return .script([.write(HTTPResponse.rawHead(status: 200, headers: ["Content-Length": "1000"])),
+                                 .writePattern(offset: 0, count: 100), .close])
+            }
+            return .script([.stall])
+        }
+        let operation = FetchOperation<Data>(url: server.url("/flaky-then-silent"))
+        operation.configuration.idleTimeout = 30
+        operation.configuration.totalTimeout = 0.8
+        operation.configuration.retryPolicy = RetryPolicy(maximumRetries: 5, baseDelay: 0.1, jitter: 0)
+        let retries = Locked<[RetryEvent]>([])
+        operation.onRetry(on: .immediate) { event in retries.withLock { $0.append(event) } }
+        let (error, elapsed) = await timedOutcome(of: operation)
+        guard case .timedOut(let timeout)? = error else {
+            Issue.record("expected a timeout, got \(String(describing: error))")
+            return
+        }
+        print("totalTimeout 0.8 s across a retry: \(timeout.kind) timeout after \(String(format: "%.3f", elapsed)) s")
+        #expect(timeout.kind == .total)
+        #expect(timeout.interval == 0.8, "the error names the deadline as set, not what was left of it")
+        #expect(bound(0.8).contains(elapsed), "a 0.8 s deadline took \(elapsed) s")
+        #expect(retries.current.map(\.attempt) == [2])
+        // The retry was sent; on a loaded machine it may not have reached the server before
+        // the deadline stopped it. Never a third.
+        #expect((1...2).contains(server.requestCount(path: "/flaky-then-silent")))
+    }
+
+    @Test func aRetryWaitingForAQueueSlotFailsAtTheDeadline() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        route(server, "/cut-short") { _ in
+            .script([.write(HTTPResponse.rawHead(status: 200, headers: ["Content-Length": "1000"])),
+                     .writePattern(offset: 0, count: 100), .close])
+        }
+        let gate = ServerGate()
+        let holding = Countdown(1)
+        server.route("/gate") { _ in
+            holding.signal()
+            gate.wait(timeout: 120)
+            return .text("open")
+        }
+        let queue = makeFetchQueue(total: 1, perHost: 1)
+        let fetch = FetchOperation<Data>(url: server.url("/cut-short"))
+        fetch.configuration.totalTimeout = 0.6
+        fetch.configuration.retryPolicy = RetryPolicy(maximumRetries: 1, baseDelay: 0.1, jitter: 0)
+        let blocker = server.operation("/gate")
+        // While the fetch waits to retry, another takes the only slot and holds it until the
+        // fetch has ended.
+        fetch.onRetry(on: .immediate) { _ in queue.enqueue(blocker) }
+        let fetchEnded = Countdown(1)
+        queue.enqueue(fetch) { _ in fetchEnded.signal() }
+        #expect(await holding.wait(), "the other fetch holds the slot")
+        #expect(await fetchEnded.wait(timeout: 10), "the fetch ended at its deadline, still waiting for the slot")
+        let blockerEnded = Countdown(1)
+        blocker.onCompletion(on: .immediate) { _ in blockerEnded.signal() }
+        gate.open()
+        #expect(await blockerEnded.wait())
+        guard case .timedOut(let timeout)? = fetch.error else {
+            Issue.record("expected a timeout, got \(String(describing: fetch.error))")
+            return
+        }
+        #expect(timeout.kind == .total)
+        #expect(timeout.interval == 0.6)
+        #expect(server.requestCount(path: "/cut-short") == 1, "the retry never got to send")
+        #expect(queue.statistics.transfersStarted == 2, "the fetch's first attempt and the other fetch")
+    }
+}
