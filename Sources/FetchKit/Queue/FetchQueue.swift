@@ -462,7 +462,7 @@ public final class FetchQueue: @unchecked Sendable {
     /// - a `GET` without a body, whose body is kept in memory (``DownloadOperation``s are never
     ///   shared: each has a file of its own);
     /// - identical URL, headers (so `Authorization` and `Cookie` included), ``FetchSession``,
-    ///   limits, timeouts and redirect policy, and no ``FetchOperation/credentials``;
+    ///   limits, timeouts and redirect policy, and no ``FetchConfiguration/credentials``;
     /// - not asking for a fresh answer: no `Cache-Control: no-cache`, `no-store` or
     ///   `max-age=0`, no `Pragma: no-cache`, and no `cachePolicy` of
     ///   `.reloadIgnoringLocalCacheData` or `.reloadIgnoringLocalAndRemoteCacheData`.
