@@ -56,8 +56,8 @@ public final class FetchQueue: @unchecked Sendable {
 
     /// The queue's name, for diagnostics.
     public let name: String
-    /// Where the queue posts its notifications.
-    public let notificationCenter: NotificationCenter
+    /// Who observes every fetch of this queue, in the order given.
+    public let monitors: [any FetchEventMonitor]
     /// How long the network-activity flag stays on after the last transfer ended.
     public let networkActivityHideDelay: TimeInterval
 
@@ -65,14 +65,21 @@ public final class FetchQueue: @unchecked Sendable {
     /// Runs the network-activity hide timer: after the delay, call the closure. Replaceable so
     /// that tests can decide when time has passed.
     let activityTimer: @Sendable (TimeInterval, @escaping @Sendable () -> Void) -> Void
-    /// Serialises notifications and activity changes, so that each fetch's did-begin,
-    /// did-progress and did-finish are posted in order.
+    /// Serialises monitor events and activity changes, so that each fetch's events are
+    /// delivered in order.
     let eventQueue: DispatchQueue
     let state: Protected<State>
 
     struct Entry {
         let operation: AnyFetchOperation
         var began = false
+        /// When it was enqueued, got its slot and its first response head (uptime ns).
+        let enqueuedAt = DispatchTime.now().uptimeNanoseconds
+        var startedAt: UInt64?
+        var firstResponseAt: UInt64?
+        var retries = 0
+        var bytesReceived: Int64 = 0
+        var bodyLength: Int64 = 0
         /// A `cancelAll` chose it: it is about to be cancelled, and gets no transfer slot.
         var swept = false
         /// The batch it belongs to, and its index there.
@@ -86,14 +93,10 @@ public final class FetchQueue: @unchecked Sendable {
         var sharedFlights: [FlightKey: Flight] = [:]
         var registry: [FetchID: Entry] = [:]
         var idsByOperation: [ObjectIdentifier: FetchID] = [:]
-        /// Notifications waiting to be posted, in order, and the latest progress of each fetch
-        /// not yet posted. One drain on the event queue posts them all: under load, many per
-        /// wake-up; a busy center gets the latest progress, not every chunk.
-        var pendingNotifications: [(name: Notification.Name, event: Event)] = []
-        var pendingProgress: [FetchID: FetchProgress] = [:]
+        /// Monitor events waiting to be delivered, in order. One drain on the event queue
+        /// delivers them all: under load, many per wake-up.
+        var pendingEvents: [(fetch: MonitoredFetch, event: MonitorEvent)] = []
         var eventDrainScheduled = false
-        /// A drain for progress alone is on its way, a little later (see `progressInterval`).
-        var progressDrainScheduled = false
         var isNetworkActive = false
         var activityGeneration = 0
         var activityHandlers = HandlerList<Callback<Bool>>()
@@ -125,7 +128,8 @@ public final class FetchQueue: @unchecked Sendable {
     ///   - name: A name for diagnostics.
     ///   - maximumConcurrentTransfers: Transfers in flight at once, overall. Default 8.
     ///   - maximumTransfersPerHost: Transfers in flight at once to one host. Default 4.
-    ///   - notificationCenter: Where notifications are posted. Default `.default`.
+    ///   - monitors: Who observes every fetch's life (see ``FetchEventMonitor``), called in
+    ///     this order for each event. Default none.
     ///   - coalescesIdenticalRequests: Whether identical GETs share a transfer. Default `true`.
     ///   - networkActivityHideDelay: How long ``isNetworkActive`` stays `true` after the last
     ///     transfer, so that it does not flicker between back-to-back requests. Default 0.25 s.
@@ -133,13 +137,13 @@ public final class FetchQueue: @unchecked Sendable {
         name: String = "FetchKit.FetchQueue",
         maximumConcurrentTransfers: Int = FetchQueue.defaultMaximumConcurrentTransfers,
         maximumTransfersPerHost: Int = FetchQueue.defaultMaximumTransfersPerHost,
-        notificationCenter: NotificationCenter = .default,
+        monitors: [any FetchEventMonitor] = [],
         coalescesIdenticalRequests: Bool = true,
         networkActivityHideDelay: TimeInterval = 0.25
     ) {
         self.init(name: name, maximumConcurrentTransfers: maximumConcurrentTransfers,
                   maximumTransfersPerHost: maximumTransfersPerHost,
-                  notificationCenter: notificationCenter, coalescesIdenticalRequests: coalescesIdenticalRequests,
+                  monitors: monitors, coalescesIdenticalRequests: coalescesIdenticalRequests,
                   networkActivityHideDelay: networkActivityHideDelay,
                   activityTimer: { delay, fire in DispatchQueue.global().asyncAfter(deadline: .now() + delay, execute: fire) })
     }
@@ -148,14 +152,14 @@ public final class FetchQueue: @unchecked Sendable {
         name: String,
         maximumConcurrentTransfers: Int,
         maximumTransfersPerHost: Int,
-        notificationCenter: NotificationCenter,
+        monitors: [any FetchEventMonitor],
         coalescesIdenticalRequests: Bool,
         networkActivityHideDelay: TimeInterval,
         activityTimer: @escaping @Sendable (TimeInterval, @escaping @Sendable () -> Void) -> Void
     ) {
         self.activityTimer = activityTimer
         self.name = name
-        self.notificationCenter = notificationCenter
+        self.monitors = monitors
         self.networkActivityHideDelay = max(0, networkActivityHideDelay)
         state = Protected(State(
             scheduler: SlotScheduler(maximumTotal: maximumConcurrentTransfers, maximumPerHost: maximumTransfersPerHost),
@@ -307,6 +311,7 @@ public final class FetchQueue: @unchecked Sendable {
         let released = state.withLock { state in
             state.registry[id] = Entry(operation: operation)
             state.idsByOperation[ObjectIdentifier(operation)] = id
+            emit(.enqueued, id, operation, &state)
             return updateKeepAlive(&state)
         }
         withExtendedLifetime(released) {}
@@ -538,11 +543,14 @@ public final class FetchQueue: @unchecked Sendable {
         state.withLock(body)
     }
 
-    /// Marks a fetch as begun and posts did-begin, once. Under the lock, so that its order
-    /// with did-finish holds.
-    func markBegan(_ operation: AnyFetchOperation, _ state: inout State) {
-        guard let id = state.idsByOperation[ObjectIdentifier(operation)], state.registry[id]?.began == false else { return }
-        state.registry[id]!.began = true
-        post(Self.didBeginNotification, Event(id: id, operation: operation, progress: nil, error: nil, retry: nil), &state)
+    /// Marks a fetch as begun and tells the monitors, once. Under the lock, so that its order
+    /// with the finish holds.
+    func markBegan(_ operation: AnyFetchOperation, request: URLRequest, _ state: inout State) {
+        guard let id = state.idsByOperation[ObjectIdentifier(operation)], var entry = state.registry[id], !entry.began else { return }
+        entry.began = true
+        entry.startedAt = DispatchTime.now().uptimeNanoseconds
+        entry.bodyLength = Int64(request.httpBody?.count ?? 0)
+        state.registry[id] = entry
+        emit(.started(request), id, operation, &state)
     }
 }
