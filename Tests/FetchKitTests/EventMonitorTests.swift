@@ -117,6 +117,26 @@ struct EventMonitorTests {
         #expect(recorder.metrics.current[id]?.timeToFirstByte == nil)
     }
 
+    @Test func aBatchMemberRefusedForACycleIsNeverReportedHalfway() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let recorder = EventRecorder()
+        let queue = makeFetchQueue(monitors: [recorder])
+        let first = server.operation("/json?n=1")
+        let second = server.operation("/json?n=2")
+        first.addDependency(second)
+        second.addDependency(first)
+        let good = server.operation("/json?n=3")
+        let done = Countdown(1)
+        queue.enqueue(batch: [first, second, good], on: .global) { _ in done.signal() }
+        #expect(await done.wait())
+        #expect(await queueIsEmpty(queue))
+        #expect(await eventsDrain(queue))
+        let byID = Dictionary(grouping: recorder.events.current, by: \.id).mapValues { $0.map(\.kind) }
+        #expect(byID.count == 1, "only the member that ran: \(byID)")
+        #expect(byID.values.allSatisfy { $0.first == .enqueue && $0.last == .finish }, "\(byID)")
+    }
+
     @Test func eachFetchsEventsStayInOrderUnderConcurrency() async throws {
         let server = try LoopbackServer()
         defer { server.stop() }

@@ -311,7 +311,6 @@ public final class FetchQueue: @unchecked Sendable {
         let released = state.withLock { state in
             state.registry[id] = Entry(operation: operation)
             state.idsByOperation[ObjectIdentifier(operation)] = id
-            emit(.enqueued, id, operation, &state)
             return updateKeepAlive(&state)
         }
         withExtendedLifetime(released) {}
@@ -322,6 +321,11 @@ public final class FetchQueue: @unchecked Sendable {
     /// notifications and batches hear of it as its coordinator: no handler per operation.)
     func activate(_ operation: AnyFetchOperation, id: FetchID, attach: () -> Void = {}) {
         attach()
+        // Here, not at `reserve`: a reserved fetch may be taken back out, and the monitors hear
+        // only of fetches that will finish.
+        withState { state in
+            if state.registry[id] != nil { emit(.enqueued, id, operation, &state) }
+        }
         operationQueue.addOperation(operation)
     }
 
