@@ -27,27 +27,46 @@ public protocol FetchEventMonitor: Sendable {
     /// monitor without its own shares.
     var queue: DispatchQueue { get }
 
-    /// The fetch was enqueued. Its request may not be built yet.
+    /// The fetch was enqueued.
+    ///
+    /// - Parameter fetch: The fetch. Its request may not be built yet.
     func fetchWasEnqueued(_ fetch: MonitoredFetch)
     /// The fetch got a transfer slot and its request goes out.
     ///
-    /// - Parameter request: The request as sent, with its real URL and headers.
+    /// - Parameters:
+    ///   - fetch: The fetch.
+    ///   - request: The request as sent, with its real URL and headers.
     func fetchDidStart(_ fetch: MonitoredFetch, request: URLRequest)
     /// The server redirected and the fetch follows.
     ///
     /// - Parameters:
+    ///   - fetch: The fetch.
     ///   - response: The 3xx response; its `url` is where it came from.
     ///   - request: The request that follows it.
     func fetch(_ fetch: MonitoredFetch, didRedirect response: HTTPURLResponse, to request: URLRequest)
-    /// An accepted response head arrived (status and headers); the body follows.
+    /// An accepted response head arrived; the body follows.
+    ///
+    /// - Parameters:
+    ///   - fetch: The fetch.
+    ///   - response: Its status and headers.
     func fetch(_ fetch: MonitoredFetch, didReceive response: HTTPURLResponse)
-    /// An attempt failed and the fetch will try again after `event.delay` seconds (see
-    /// ``RetryPolicy``).
+    /// An attempt failed and the fetch will try again after a wait (see ``RetryPolicy``).
+    ///
+    /// - Parameters:
+    ///   - fetch: The fetch.
+    ///   - event: The next attempt's number, the wait, and why the last attempt failed.
     func fetch(_ fetch: MonitoredFetch, willRetry event: RetryEvent)
     /// What the fetch measured, just before ``fetch(_:didFinishWith:)``.
+    ///
+    /// - Parameters:
+    ///   - fetch: The fetch.
+    ///   - metrics: Its timings, attempts and byte counts.
     func fetch(_ fetch: MonitoredFetch, didCollect metrics: FetchMetrics)
-    /// The fetch finished: `error` is `nil` on success. Its typed result is on
-    /// `fetch.operation`. The last call for this fetch.
+    /// The fetch finished; the last call for it.
+    ///
+    /// - Parameters:
+    ///   - fetch: The fetch; its typed result is on `fetch.operation`.
+    ///   - error: Why it failed, or `nil` on success.
     func fetch(_ fetch: MonitoredFetch, didFinishWith error: FetchError?)
 }
 
