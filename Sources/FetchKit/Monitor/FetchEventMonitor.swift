@@ -19,6 +19,10 @@ import FoundationNetworking
 /// 4. ``fetch(_:didCollect:)`` once, with the fetch's ``FetchMetrics``;
 /// 5. ``fetch(_:didFinishWith:)`` once, last.
 ///
+/// (The one exception: a suspended queue that you let go of cancels the fetches it still holds
+/// without telling its monitors, which go with it.) Only fetches of a queue are observed: put a
+/// fetch in a ``FetchQueue`` to monitor it.
+///
 /// Monitors receive the real request and URLs, secrets included; redact before you write them
 /// anywhere (``Redaction``, as ``FetchEventLogger`` does). A monitor is called after the queue
 /// released its lock, so it may call the queue; it should return quickly.

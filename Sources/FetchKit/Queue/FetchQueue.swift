@@ -14,7 +14,7 @@ public struct FetchID: Hashable, Comparable, Sendable, CustomStringConvertible {
 }
 
 /// The coordinator for many fetches: bounded overall and per host, with a registry of what is
-/// in flight, a network-activity flag, notifications, completions exactly once, batch progress
+/// in flight, a network-activity flag, event monitors, completions exactly once, batch progress
 /// and coalescing of identical requests.
 ///
 /// ```swift
@@ -178,7 +178,7 @@ public final class FetchQueue: @unchecked Sendable {
     /// a queue that is not suspended keeps itself until every fetch it holds finished, and a
     /// transfer in flight keeps its queue until it ends. So this runs with fetches still held
     /// only when the queue is suspended: those that could never start a transfer now are
-    /// cancelled and complete once, as cancelled (without notifications: the queue is gone).
+    /// cancelled and complete once, as cancelled (without monitor events: the queue is gone).
     /// One whose transfer just ended (it is parsing, the last thing that kept the queue) is
     /// left to finish with its result.
     deinit {
@@ -318,7 +318,7 @@ public final class FetchQueue: @unchecked Sendable {
     }
 
     /// Enqueues a reserved operation, after `attach` added its handlers. (The registry,
-    /// notifications and batches hear of it as its coordinator: no handler per operation.)
+    /// monitors and batches hear of it as its coordinator: no handler per operation.)
     func activate(_ operation: AnyFetchOperation, id: FetchID, attach: () -> Void = {}) {
         attach()
         // Here, not at `reserve`: a reserved fetch may be taken back out, and the monitors hear
