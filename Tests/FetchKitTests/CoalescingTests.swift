@@ -22,17 +22,23 @@ struct CoalescingTests {
         }
     }
 
-    /// Enqueues `operations` on `queue` and returns a countdown of their completions, and one of
-    /// their did-begin notifications (each fetch begins once it has a transfer, its own or a
-    /// shared one).
-    private func enqueue(_ operations: [FetchOperation<Data>], on queue: FetchQueue) -> (completed: Countdown, begun: Countdown, token: NSObjectProtocol) {
-        let begun = Countdown(operations.count)
-        let token = queue.notificationCenter.addObserver(forName: FetchQueue.didBeginNotification, object: queue, queue: nil) { _ in
-            begun.signal()
-        }
+    /// Signals `begun` as each fetch starts (once it has a transfer, its own or a shared one).
+    private struct StartSignal: FetchEventMonitor {
+        let begun: Countdown
+        func fetchDidStart(_ fetch: MonitoredFetch, request: URLRequest) { begun.signal() }
+    }
+
+    /// A queue whose monitor counts the fetches that started, and that countdown.
+    private func queueCountingStarts(_ count: Int, coalesces: Bool, name: String = #function) -> (FetchQueue, Countdown) {
+        let begun = Countdown(count)
+        return (makeFetchQueue(coalesces: coalesces, monitors: [StartSignal(begun: begun)], name: name), begun)
+    }
+
+    /// Enqueues `operations` on `queue` and returns a countdown of their completions.
+    private func enqueue(_ operations: [FetchOperation<Data>], on queue: FetchQueue) -> Countdown {
         let completed = Countdown(operations.count)
         for operation in operations { queue.enqueue(operation, on: .global) { _ in completed.signal() } }
-        return (completed, begun, token)
+        return completed
     }
 
     @Test func byDefaultTwoCallersOfAFreshResourceGetTwoResponses() async throws {
@@ -40,11 +46,11 @@ struct CoalescingTests {
         defer { server.stop() }
         let gate = ServerGate()
         freshRoute(server, "/uuid", gate)
-        let queue = FetchQueue(name: #function, notificationCenter: NotificationCenter())
+        let begun = Countdown(2)
+        let queue = FetchQueue(name: #function, monitors: [StartSignal(begun: begun)])
         #expect(!queue.coalescesIdenticalRequests, "off by default")
         let operations = [server.operation("/uuid"), server.operation("/uuid")]
-        let (completed, begun, token) = enqueue(operations, on: queue)
-        defer { queue.notificationCenter.removeObserver(token) }
+        let completed = enqueue(operations, on: queue)
         #expect(await begun.wait())
         #expect(await server.waitUntil(timeout: 60) { $0.requestsInFlight == 2 }, "each caller sent its own request")
         gate.open()
@@ -60,10 +66,9 @@ struct CoalescingTests {
         defer { server.stop() }
         let gate = ServerGate()
         freshRoute(server, "/uuid", gate)
-        let queue = makeFetchQueue(coalesces: true)
+        let (queue, begun) = queueCountingStarts(2, coalesces: true)
         let operations = [server.operation("/uuid"), server.operation("/uuid")]
-        let (completed, begun, token) = enqueue(operations, on: queue)
-        defer { queue.notificationCenter.removeObserver(token) }
+        let completed = enqueue(operations, on: queue)
         #expect(await begun.wait(), "both joined the one transfer")
         #expect(await server.waitUntil(timeout: 60) { $0.requestsInFlight == 1 })
         gate.open()
@@ -97,8 +102,7 @@ struct CoalescingTests {
             demand.apply(&request)
             return RecordingOperation(request: request)
         }
-        let (completed, _, token) = enqueue(operations, on: queue)
-        defer { queue.notificationCenter.removeObserver(token) }
+        let completed = enqueue(operations, on: queue)
         #expect(await server.waitUntil(timeout: 60) { $0.requestsInFlight == 2 }, "\(demand.name): each caller sent its own request")
         gate.open()
         #expect(await completed.wait())
@@ -118,8 +122,7 @@ struct CoalescingTests {
             request.setValue(value, forHTTPHeaderField: name)
             return RecordingOperation(request: request)
         }
-        let (completed, _, token) = enqueue(operations, on: queue)
-        defer { queue.notificationCenter.removeObserver(token) }
+        let completed = enqueue(operations, on: queue)
         #expect(await server.waitUntil(timeout: 60) { $0.requestsInFlight == 3 })
         gate.open()
         #expect(await completed.wait())

@@ -4,46 +4,49 @@ import LoopbackServer
 import Testing
 @testable import FetchKit
 
-/// Records a FetchQueue's notifications from its own notification center.
-final class NotificationRecorder: @unchecked Sendable {
-    enum Kind: Equatable { case begin, progress, finish, retry, activity(Bool) }
-    let events = Locked<[(kind: Kind, id: FetchID?)]>([])
-    private var tokens: [NSObjectProtocol] = []
-    private let center: NotificationCenter
-
-    init(_ queue: FetchQueue) {
-        center = queue.notificationCenter
-        let names: [(Notification.Name, Kind?)] = [
-            (FetchQueue.didBeginNotification, .begin), (FetchQueue.didProgressNotification, .progress),
-            (FetchQueue.didFinishNotification, .finish), (FetchQueue.willRetryNotification, .retry),
-            (FetchQueue.networkActivityDidChangeNotification, nil),
-        ]
-        for (name, kind) in names {
-            tokens.append(center.addObserver(forName: name, object: queue, queue: nil) { [events] note in
-                if let kind {
-                    events.withLock { $0.append((kind, note.fetchQueueEvent?.id)) }
-                } else if let active = note.fetchQueueNetworkActivity {
-                    events.withLock { $0.append((.activity(active), nil)) }
-                }
-            })
-        }
-    }
+/// Records every monitor event of the queues it is given to, and tells waiters of finishes.
+final class EventRecorder: FetchEventMonitor {
+    enum Kind: Equatable { case enqueue, start, redirect, response, retry, metrics, finish }
+    let events = Locked<[(kind: Kind, id: FetchID)]>([])
+    let metrics = Locked<[FetchID: FetchMetrics]>([:])
+    let finishObservers = Locked<[Int: @Sendable () -> Void]>([:])
+    let queue = DispatchQueue(label: "EventRecorder")
 
     func kinds(for id: FetchID) -> [Kind] {
         events.current.filter { $0.id == id }.map(\.kind)
     }
 
-    deinit {
-        for token in tokens { center.removeObserver(token) }
+    private func record(_ kind: Kind, _ fetch: MonitoredFetch) {
+        dispatchPrecondition(condition: .onQueue(queue))
+        events.withLock { $0.append((kind, fetch.id)) }
+    }
+
+    func fetchWasEnqueued(_ fetch: MonitoredFetch) { record(.enqueue, fetch) }
+    func fetchDidStart(_ fetch: MonitoredFetch, request: URLRequest) { record(.start, fetch) }
+    func fetch(_ fetch: MonitoredFetch, didRedirect response: HTTPURLResponse, to request: URLRequest) { record(.redirect, fetch) }
+    func fetch(_ fetch: MonitoredFetch, didReceive response: HTTPURLResponse) { record(.response, fetch) }
+    func fetch(_ fetch: MonitoredFetch, willRetry event: RetryEvent) { record(.retry, fetch) }
+    func fetch(_ fetch: MonitoredFetch, didCollect metrics: FetchMetrics) {
+        self.metrics.withLock { $0[fetch.id] = metrics }
+        record(.metrics, fetch)
+    }
+    func fetch(_ fetch: MonitoredFetch, didFinishWith error: FetchError?) {
+        record(.finish, fetch)
+        for observer in finishObservers.current.values { observer() }
     }
 }
 
-/// A queue for tests: completions on `.global`, its own notification center; coalescing only
-/// when `coalesces` (off by default, as in ``FetchQueue``).
-func makeFetchQueue(total: Int = 8, perHost: Int = 4, coalesces: Bool = false, name: String = #function) -> FetchQueue {
+/// A queue for tests: an ``EventRecorder`` among its monitors unless told otherwise; coalescing
+/// only when `coalesces` (off by default, as in ``FetchQueue``).
+func makeFetchQueue(total: Int = 8, perHost: Int = 4, coalesces: Bool = false,
+                    monitors: [any FetchEventMonitor] = [EventRecorder()], name: String = #function) -> FetchQueue {
     FetchQueue(name: name, maximumConcurrentTransfers: total, maximumTransfersPerHost: perHost,
-               notificationCenter: NotificationCenter(),
-               coalescesIdenticalRequests: coalesces, networkActivityHideDelay: 0.2)
+               monitors: monitors, coalescesIdenticalRequests: coalesces, networkActivityHideDelay: 0.2)
+}
+
+extension FetchQueue {
+    /// The test recorder `makeFetchQueue` gave it.
+    var recorder: EventRecorder? { monitors.lazy.compactMap { $0 as? EventRecorder }.first }
 }
 
 /// Waits until a queue's transfer counts satisfy `condition`.
@@ -158,8 +161,8 @@ struct FetchQueueTests {
         defer { server.stop() }
         let gate = ServerGate()
         server.route("/gate") { _ in gate.wait(timeout: 60); return .text("open") }
-        let queue = makeFetchQueue(total: 1, perHost: 1)
-        let recorder = NotificationRecorder(queue)
+        let recorder = EventRecorder()
+        let queue = makeFetchQueue(total: 1, perHost: 1, monitors: [recorder])
         queue.enqueue(server.operation("/gate"))
         #expect(await counts(of: queue) { $0.inFlight == 1 })
         var ids: [Operation.QueuePriority: FetchID] = [:]
@@ -171,7 +174,8 @@ struct FetchQueueTests {
         #expect(await counts(of: queue) { $0.waiting == 4 })
         gate.open()
         #expect(await queueIsEmpty(queue))
-        let begins = recorder.events.current.filter { $0.kind == .begin }.compactMap(\.id)
+        #expect(await eventsDrain(queue))
+        let begins = recorder.events.current.filter { $0.kind == .start }.map(\.id)
         let expected = [ids[.veryHigh]!, ids[.high]!, ids[.normal]!, ids[.low]!]
         #expect(Array(begins.suffix(4)) == expected)
     }
@@ -242,11 +246,11 @@ struct FetchQueueTests {
         print("cancelAll: \(count) queued fetches; cancelAll() returned in \(String(format: "%.3f", cancelAllTook)) s; all completed as cancelled within \(String(format: "%.3f", elapsed)) s")
     }
 
-    @Test func notificationsComeOncePerFetchInOrder() async throws {
+    @Test func monitorEventsComeOncePerFetchInOrder() async throws {
         let server = try LoopbackServer()
         defer { server.stop() }
-        let queue = makeFetchQueue(total: 4, perHost: 4)
-        let recorder = NotificationRecorder(queue)
+        let recorder = EventRecorder()
+        let queue = makeFetchQueue(total: 4, perHost: 4, monitors: [recorder])
         var ids: [FetchID] = []
         let operations = (0..<40).map { index -> RecordingOperation in
             switch index % 4 {
@@ -262,13 +266,18 @@ struct FetchQueueTests {
         #expect(await eventsDrain(queue))
         for id in ids {
             let kinds = recorder.kinds(for: id)
-            #expect(kinds.first == .begin, "\(id): \(kinds)")
-            #expect(kinds.last == .finish, "\(id): \(kinds)")
-            #expect(kinds.filter { $0 == .begin }.count == 1)
+            #expect(kinds.first == .enqueue, "\(id): \(kinds)")
+            #expect(kinds.suffix(2) == [.metrics, .finish], "\(id): \(kinds)")
+            #expect(kinds.filter { $0 == .enqueue }.count == 1)
+            #expect(kinds.filter { $0 == .start }.count <= 1)
             #expect(kinds.filter { $0 == .finish }.count == 1)
+            if let response = kinds.firstIndex(of: .response) {
+                #expect(kinds.firstIndex(of: .start).map { $0 < response } == true, "\(id): \(kinds)")
+            }
         }
-        #expect(ids.enumerated().filter { $0.offset % 4 == 0 }.allSatisfy { recorder.kinds(for: $0.element).contains(.progress) },
-                "large bodies report progress")
+        let large = ids.enumerated().filter { $0.offset % 4 == 0 }.map(\.element)
+        #expect(large.allSatisfy { recorder.kinds(for: $0) == [.enqueue, .start, .response, .metrics, .finish] })
+        #expect(large.allSatisfy { recorder.metrics.current[$0]?.bytesReceived == 200_000 }, "large bodies count their bytes")
     }
 
     @Test func networkActivityFlagDoesNotFlickerBetweenBackToBackFetches() async throws {
@@ -276,7 +285,7 @@ struct FetchQueueTests {
         defer { server.stop() }
         let timer = ManualTimer()
         let queue = FetchQueue(name: #function, maximumConcurrentTransfers: 8, maximumTransfersPerHost: 4,
-                               notificationCenter: NotificationCenter(),
+                               monitors: [EventRecorder()],
                                coalescesIdenticalRequests: true, networkActivityHideDelay: 0.25,
                                activityTimer: timer.schedule)
         let changes = Locked<[Bool]>([])
@@ -308,21 +317,24 @@ struct FetchQueueTests {
         withExtendedLifetime(token) {}
     }
 
-    @Test func networkActivityIsPostedAndTrueWhileATransferRuns() async throws {
+    @Test func networkActivityIsAnnouncedAndTrueWhileATransferRuns() async throws {
         let server = try LoopbackServer()
         defer { server.stop() }
         let queue = makeFetchQueue()
-        let recorder = NotificationRecorder(queue)
+        let changes = Locked<[Bool]>([])
+        let off = Countdown(1)
+        let token = queue.onNetworkActivityChange(on: .dispatch(DispatchQueue(label: "activity"))) { active in
+            changes.withLock { $0.append(active) }
+            if !active { off.signal() }
+        }
         let operation = server.operation("/stall-head")
         queue.enqueue(operation)
         #expect(await counts(of: queue) { $0.inFlight == 1 })
         #expect(queue.isNetworkActive)
         operation.cancel()
-        let off = Countdown(1)
-        let token = queue.onNetworkActivityChange(on: .global) { active in if !active { off.signal() } }
         #expect(await off.wait())
         #expect(await eventsDrain(queue))
-        #expect(recorder.events.current.compactMap { if case .activity(let value) = $0.kind { return value }; return nil } == [true, false])
+        #expect(changes.current == [true, false])
         withExtendedLifetime(token) {}
     }
 
@@ -556,25 +568,29 @@ struct FetchQueueTests {
     }
 }
 
-/// Waits until a FetchQueue's registry is empty, via its did-finish notifications.
+/// Waits until a FetchQueue's registry is empty, via its recorder's finish events.
 func queueIsEmpty(_ queue: FetchQueue) async -> Bool {
-    await withTaskGroup(of: Bool.self) { _ in
-        let empty = Countdown(1)
-        let token = queue.notificationCenter.addObserver(forName: FetchQueue.didFinishNotification, object: queue, queue: nil) { _ in
-            if queue.count == 0 { empty.signal() }
-        }
-        if queue.count == 0 { empty.signal() }
-        let result = await empty.wait()
-        queue.notificationCenter.removeObserver(token)
-        return result
-    }
+    guard let recorder = queue.recorder else { return false }
+    let empty = Countdown(1)
+    let key = Int.random(in: 0 ..< .max)
+    recorder.finishObservers.withLock { $0[key] = { if queue.count == 0 { empty.signal() } } }
+    if queue.count == 0 { empty.signal() }
+    let result = await empty.wait()
+    recorder.finishObservers.withLock { $0[key] = nil }
+    return result
 }
 
-/// Waits until every notification the queue posted so far has been delivered.
+/// Waits until every monitor event the queue emitted so far has been delivered.
 func eventsDrain(_ queue: FetchQueue) async -> Bool {
     await withCheckedContinuation { continuation in
-        queue.eventQueue.async { continuation.resume(returning: true) }
+        queue.eventQueue.async { continuation.resume() }
     }
+    for monitor in queue.monitors {
+        await withCheckedContinuation { continuation in
+            monitor.queue.async { continuation.resume() }
+        }
+    }
+    return true
 }
 
 final class WeakBox: @unchecked Sendable {

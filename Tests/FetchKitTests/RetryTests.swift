@@ -183,11 +183,11 @@ struct RetryTests {
         #expect(server.requests(path: "/cut-once").last?.headers["Range"] == "bytes=\(length / 2)-")
     }
 
-    @Test func aQueueFreesTheSlotDuringTheWaitAndPostsTheRetry() async throws {
+    @Test func aQueueFreesTheSlotDuringTheWaitAndReportsTheRetry() async throws {
         let server = try LoopbackServer()
         defer { server.stop() }
-        let queue = makeFetchQueue(total: 1, perHost: 1)
-        let recorder = NotificationRecorder(queue)
+        let recorder = EventRecorder()
+        let queue = makeFetchQueue(total: 1, perHost: 1, monitors: [recorder])
         let flaky = server.operation("/status/503")
         flaky.configuration.retryPolicy = RetryPolicy(maximumRetries: 1, baseDelay: 600, maximumDelay: 600)
         let waiting = Countdown(1)

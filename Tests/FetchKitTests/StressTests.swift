@@ -69,9 +69,9 @@ struct StressTests {
         let server = try LoopbackServer(recordRequests: false)
         defer { server.stop() }
         let queue = FetchQueue(name: #function, maximumConcurrentTransfers: 16, maximumTransfersPerHost: 8,
-                               notificationCenter: NotificationCenter(),
+                               monitors: [EventRecorder()],
                                coalescesIdenticalRequests: true, networkActivityHideDelay: 0)
-        let recorder = NotificationRecorder(queue)
+        let recorder = try #require(queue.recorder)
         let count = 5_000
         let completions = Locked([Int](repeating: 0, count: count))
         let done = Countdown(count)
@@ -118,9 +118,12 @@ struct StressTests {
         #expect(await counts(of: queue) { $0 == .init(inFlight: 0, waiting: 0) })
         #expect(await eventsDrain(queue))
         let events = recorder.events.current
-        let begins = Dictionary(grouping: events.filter { $0.kind == .begin }, by: { $0.id! }).mapValues(\.count)
-        let finishes = Dictionary(grouping: events.filter { $0.kind == .finish }, by: { $0.id! }).mapValues(\.count)
-        #expect(begins.count == count && begins.values.allSatisfy { $0 == 1 })
+        let enqueues = Dictionary(grouping: events.filter { $0.kind == .enqueue }, by: \.id).mapValues(\.count)
+        let starts = Dictionary(grouping: events.filter { $0.kind == .start }, by: \.id).mapValues(\.count)
+        let finishes = Dictionary(grouping: events.filter { $0.kind == .finish }, by: \.id).mapValues(\.count)
+        #expect(enqueues.count == count && enqueues.values.allSatisfy { $0 == 1 })
+        #expect(starts.values.allSatisfy { $0 == 1 })
+        #expect(Set(ids).isSuperset(of: starts.keys))
         #expect(finishes.count == count && finishes.values.allSatisfy { $0 == 1 })
         print("FetchQueue storm: \(count) fetches, \(queue.statistics.transfersStarted) transfers, \(queue.statistics.requestsCoalesced) coalesced, \(String(format: "%.2f", Date().timeIntervalSince(started))) s")
     }

@@ -191,8 +191,16 @@ extension AnyFetchOperation {
 extension AnyFetchOperation: TransferOwner {
     func transferDidReceive(response: HTTPURLResponse, expectedLength: Int64?) {
         // A 206 continues a partial download: progress counts the bytes already on disk.
-        core.withLock { $0.progressBase = response.statusCode == 206 ? $0.rangeOffset : 0 }
+        let coordinator = core.withLock { core -> (any TransferCoordinator)? in
+            core.progressBase = response.statusCode == 206 ? core.rangeOffset : 0
+            return core.coordinator
+        }
+        coordinator?.operation(self, didReceive: response)
         reportProgress(received: 0, expected: expectedLength)
+    }
+
+    func transferDidRedirect(_ response: HTTPURLResponse, to request: URLRequest) {
+        core.withLock { $0.coordinator }?.operation(self, didRedirect: response, to: request)
     }
 
     func transferDidReceive(bytes: Int64, of expectedLength: Int64?) {

@@ -10,8 +10,7 @@ extension FetchQueue: TransferCoordinator {
     func operation(_ operation: AnyFetchOperation, didProgress progress: FetchProgress) {
         let batch = state.withLock { state -> (FetchBatch, Int)? in
             guard let id = state.idsByOperation[ObjectIdentifier(operation)], let entry = state.registry[id] else { return nil }
-            state.pendingProgress[id] = progress
-            scheduleProgressDrain(&state)
+            state.registry[id]?.bytesReceived = progress.bytesReceived
             return entry.batch
         }
         if let (batch, index) = batch {
@@ -23,15 +22,8 @@ extension FetchQueue: TransferCoordinator {
         let released = state.withLock { state -> FetchQueue? in
             guard let id = state.idsByOperation.removeValue(forKey: ObjectIdentifier(operation)),
                   let entry = state.registry.removeValue(forKey: id) else { return nil }
-            if !entry.began {
-                // It finished without a transfer (cancelled while waiting, a failed dependency,
-                // an invalid request): did-begin still comes first, once.
-                post(Self.didBeginNotification, Event(id: id, operation: operation, progress: nil, error: nil, retry: nil), &state)
-            }
-            if let progress = state.pendingProgress.removeValue(forKey: id) {
-                post(Self.didProgressNotification, Event(id: id, operation: operation, progress: progress, error: nil, retry: nil), &state)
-            }
-            post(Self.didFinishNotification, Event(id: id, operation: operation, progress: nil, error: operation.error, retry: nil), &state)
+            emit(.metrics(Self.metrics(of: entry, now: DispatchTime.now().uptimeNanoseconds)), id, operation, &state)
+            emit(.finished(operation.error), id, operation, &state)
             return updateKeepAlive(&state)
         }
         withExtendedLifetime(released) {}
@@ -48,7 +40,25 @@ extension FetchQueue: TransferCoordinator {
     func operation(_ operation: AnyFetchOperation, willRetry event: RetryEvent) {
         state.withLock { state in
             guard let id = state.idsByOperation[ObjectIdentifier(operation)] else { return }
-            post(Self.willRetryNotification, Event(id: id, operation: operation, progress: nil, error: event.error, retry: event), &state)
+            state.registry[id]?.retries += 1
+            emit(.retry(event), id, operation, &state)
+        }
+    }
+
+    func operation(_ operation: AnyFetchOperation, didReceive response: HTTPURLResponse) {
+        state.withLock { state in
+            guard let id = state.idsByOperation[ObjectIdentifier(operation)] else { return }
+            if state.registry[id]?.firstResponseAt == nil {
+                state.registry[id]?.firstResponseAt = DispatchTime.now().uptimeNanoseconds
+            }
+            emit(.response(response), id, operation, &state)
+        }
+    }
+
+    func operation(_ operation: AnyFetchOperation, didRedirect response: HTTPURLResponse, to request: URLRequest) {
+        state.withLock { state in
+            guard let id = state.idsByOperation[ObjectIdentifier(operation)] else { return }
+            emit(.redirected(response, request), id, operation, &state)
         }
     }
 
@@ -67,7 +77,7 @@ extension FetchQueue: TransferCoordinator {
                 state.statistics.requestsCoalesced += 1
                 switch flight.phase {
                 case .running:
-                    markBegan(member.operation, &state)
+                    markBegan(member.operation, request: flight.request, &state)
                     replayFrom = flight
                 case .waiting:
                     // A more urgent caller moves the shared transfer up the line (never down).
@@ -227,7 +237,7 @@ extension FetchQueue: TransferCoordinator {
                 state.statistics.transfersStarted += 1
                 transferStarted(&state)
                 for member in flight.members {
-                    markBegan(member.operation, &state)
+                    markBegan(member.operation, request: flight.request, &state)
                 }
                 flights.append(flight)
             }

@@ -14,7 +14,7 @@ public struct FetchID: Hashable, Comparable, Sendable, CustomStringConvertible {
 }
 
 /// The coordinator for many fetches: bounded overall and per host, with a registry of what is
-/// in flight, a network-activity flag, notifications, completions exactly once, batch progress
+/// in flight, a network-activity flag, event monitors, completions exactly once, batch progress
 /// and coalescing of identical requests.
 ///
 /// ```swift
@@ -55,8 +55,8 @@ public final class FetchQueue: @unchecked Sendable {
 
     /// The queue's name, for diagnostics.
     public let name: String
-    /// Where the queue posts its notifications.
-    public let notificationCenter: NotificationCenter
+    /// Who observes every fetch of this queue, in the order given.
+    public let monitors: [any FetchEventMonitor]
     /// How long the network-activity flag stays on after the last transfer ended.
     public let networkActivityHideDelay: TimeInterval
 
@@ -64,14 +64,21 @@ public final class FetchQueue: @unchecked Sendable {
     /// Runs the network-activity hide timer: after the delay, call the closure. Replaceable so
     /// that tests can decide when time has passed.
     let activityTimer: @Sendable (TimeInterval, @escaping @Sendable () -> Void) -> Void
-    /// Serialises notifications and activity changes, so that each fetch's did-begin,
-    /// did-progress and did-finish are posted in order.
+    /// Serialises monitor events and activity changes, so that each fetch's events are
+    /// delivered in order.
     let eventQueue: DispatchQueue
     let state: Protected<State>
 
     struct Entry {
         let operation: AnyFetchOperation
         var began = false
+        /// When it was enqueued, got its slot and its first response head (uptime ns).
+        let enqueuedAt = DispatchTime.now().uptimeNanoseconds
+        var startedAt: UInt64?
+        var firstResponseAt: UInt64?
+        var retries = 0
+        var bytesReceived: Int64 = 0
+        var bodyLength: Int64 = 0
         /// A `cancelAll` chose it: it is about to be cancelled, and gets no transfer slot.
         var swept = false
         /// The batch it belongs to, and its index there.
@@ -85,14 +92,10 @@ public final class FetchQueue: @unchecked Sendable {
         var sharedFlights: [FlightKey: Flight] = [:]
         var registry: [FetchID: Entry] = [:]
         var idsByOperation: [ObjectIdentifier: FetchID] = [:]
-        /// Notifications waiting to be posted, in order, and the latest progress of each fetch
-        /// not yet posted. One drain on the event queue posts them all: under load, many per
-        /// wake-up; a busy center gets the latest progress, not every chunk.
-        var pendingNotifications: [(name: Notification.Name, event: Event)] = []
-        var pendingProgress: [FetchID: FetchProgress] = [:]
+        /// Monitor events waiting to be delivered, in order. One drain on the event queue
+        /// delivers them all: under load, many per wake-up.
+        var pendingEvents: [(fetch: MonitoredFetch, event: MonitorEvent)] = []
         var eventDrainScheduled = false
-        /// A drain for progress alone is on its way, a little later (see `progressInterval`).
-        var progressDrainScheduled = false
         var isNetworkActive = false
         var activityGeneration = 0
         var activityHandlers = HandlerList<Callback<Bool>>()
@@ -124,7 +127,8 @@ public final class FetchQueue: @unchecked Sendable {
     ///   - name: A name for diagnostics.
     ///   - maximumConcurrentTransfers: Transfers in flight at once, overall. Default 8.
     ///   - maximumTransfersPerHost: Transfers in flight at once to one host. Default 4.
-    ///   - notificationCenter: Where notifications are posted. Default `.default`.
+    ///   - monitors: Who observes every fetch's life (see ``FetchEventMonitor``), called in
+    ///     this order for each event. Default none.
     ///   - coalescesIdenticalRequests: Whether identical GETs in flight at once share one
     ///     transfer; see ``coalescesIdenticalRequests``. Default `false`: each fetch sends its
     ///     own request.
@@ -134,13 +138,13 @@ public final class FetchQueue: @unchecked Sendable {
         name: String = "FetchKit.FetchQueue",
         maximumConcurrentTransfers: Int = FetchQueue.defaultMaximumConcurrentTransfers,
         maximumTransfersPerHost: Int = FetchQueue.defaultMaximumTransfersPerHost,
-        notificationCenter: NotificationCenter = .default,
+        monitors: [any FetchEventMonitor] = [],
         coalescesIdenticalRequests: Bool = false,
         networkActivityHideDelay: TimeInterval = 0.25
     ) {
         self.init(name: name, maximumConcurrentTransfers: maximumConcurrentTransfers,
                   maximumTransfersPerHost: maximumTransfersPerHost,
-                  notificationCenter: notificationCenter, coalescesIdenticalRequests: coalescesIdenticalRequests,
+                  monitors: monitors, coalescesIdenticalRequests: coalescesIdenticalRequests,
                   networkActivityHideDelay: networkActivityHideDelay,
                   activityTimer: { delay, fire in DispatchQueue.global().asyncAfter(deadline: .now() + delay, execute: fire) })
     }
@@ -149,14 +153,14 @@ public final class FetchQueue: @unchecked Sendable {
         name: String,
         maximumConcurrentTransfers: Int,
         maximumTransfersPerHost: Int,
-        notificationCenter: NotificationCenter,
+        monitors: [any FetchEventMonitor],
         coalescesIdenticalRequests: Bool,
         networkActivityHideDelay: TimeInterval,
         activityTimer: @escaping @Sendable (TimeInterval, @escaping @Sendable () -> Void) -> Void
     ) {
         self.activityTimer = activityTimer
         self.name = name
-        self.notificationCenter = notificationCenter
+        self.monitors = monitors
         self.networkActivityHideDelay = max(0, networkActivityHideDelay)
         state = Protected(State(
             scheduler: SlotScheduler(maximumTotal: maximumConcurrentTransfers, maximumPerHost: maximumTransfersPerHost),
@@ -175,7 +179,7 @@ public final class FetchQueue: @unchecked Sendable {
     /// a queue that is not suspended keeps itself until every fetch it holds finished, and a
     /// transfer in flight keeps its queue until it ends. So this runs with fetches still held
     /// only when the queue is suspended: those that could never start a transfer now are
-    /// cancelled and complete once, as cancelled (without notifications: the queue is gone).
+    /// cancelled and complete once, as cancelled (without monitor events: the queue is gone).
     /// One whose transfer just ended (it is parsing, the last thing that kept the queue) is
     /// left to finish with its result.
     deinit {
@@ -315,9 +319,14 @@ public final class FetchQueue: @unchecked Sendable {
     }
 
     /// Enqueues a reserved operation, after `attach` added its handlers. (The registry,
-    /// notifications and batches hear of it as its coordinator: no handler per operation.)
+    /// monitors and batches hear of it as its coordinator: no handler per operation.)
     func activate(_ operation: AnyFetchOperation, id: FetchID, attach: () -> Void = {}) {
         attach()
+        // Here, not at `reserve`: a reserved fetch may be taken back out, and the monitors hear
+        // only of fetches that will finish.
+        withState { state in
+            if state.registry[id] != nil { emit(.enqueued, id, operation, &state) }
+        }
         operationQueue.addOperation(operation)
     }
 
@@ -559,11 +568,14 @@ public final class FetchQueue: @unchecked Sendable {
         state.withLock(body)
     }
 
-    /// Marks a fetch as begun and posts did-begin, once. Under the lock, so that its order
-    /// with did-finish holds.
-    func markBegan(_ operation: AnyFetchOperation, _ state: inout State) {
-        guard let id = state.idsByOperation[ObjectIdentifier(operation)], state.registry[id]?.began == false else { return }
-        state.registry[id]!.began = true
-        post(Self.didBeginNotification, Event(id: id, operation: operation, progress: nil, error: nil, retry: nil), &state)
+    /// Marks a fetch as begun and tells the monitors, once. Under the lock, so that its order
+    /// with the finish holds.
+    func markBegan(_ operation: AnyFetchOperation, request: URLRequest, _ state: inout State) {
+        guard let id = state.idsByOperation[ObjectIdentifier(operation)], var entry = state.registry[id], !entry.began else { return }
+        entry.began = true
+        entry.startedAt = DispatchTime.now().uptimeNanoseconds
+        entry.bodyLength = Int64(request.httpBody?.count ?? 0)
+        state.registry[id] = entry
+        emit(.started(request), id, operation, &state)
     }
 }

@@ -149,6 +149,14 @@ extension Flight: TransferOwner {
         }
     }
 
+    func transferDidRedirect(_ response: HTTPURLResponse, to request: URLRequest) {
+        guard let queue else { return }
+        let members = queue.withState { _ in self.members }
+        for member in members {
+            member.owner.transferDidRedirect(response, to: request)
+        }
+    }
+
     func transferDidStart() {
         guard let queue else { return }
         let members = queue.withState { _ in self.members }

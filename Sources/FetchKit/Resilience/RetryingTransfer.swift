@@ -199,6 +199,10 @@ final class RetryingTransfer: TransferHandle, TransferOwner, @unchecked Sendable
         operation.transferDidReceive(response: response, expectedLength: expectedLength)
     }
 
+    func transferDidRedirect(_ response: HTTPURLResponse, to request: URLRequest) {
+        operation.transferDidRedirect(response, to: request)
+    }
+
     func transferDidReceive(bytes: Int64, of expectedLength: Int64?) {
         operation.transferDidReceive(bytes: bytes, of: expectedLength)
     }

@@ -16,6 +16,9 @@ protocol TransferOwner: AnyObject, Sendable {
     func transferDidStart()
     /// The response head arrived and was accepted. Called on the router queue.
     func transferDidReceive(response: HTTPURLResponse, expectedLength: Int64?)
+    /// The transfer follows a redirect: `response` is the 3xx, `request` the next. Called on
+    /// the router queue.
+    func transferDidRedirect(_ response: HTTPURLResponse, to request: URLRequest)
     /// More of the body arrived. Called on the router queue.
     func transferDidReceive(bytes: Int64, of expectedLength: Int64?)
     /// The transfer is over and has cleaned up. Called once, on the router queue.
@@ -24,6 +27,7 @@ protocol TransferOwner: AnyObject, Sendable {
 
 extension TransferOwner {
     func transferDidStart() {}
+    func transferDidRedirect(_ response: HTTPURLResponse, to request: URLRequest) {}
 }
 
 /// The limits a transfer enforces itself.
@@ -281,6 +285,7 @@ final class Transfer: TransferHandle, @unchecked Sendable {
         defer { answeringRedirect = false }
         guard let request = decideRedirect(response, to: next) else { return .stop }
         currentRequest = request
+        owner?.transferDidRedirect(response, to: request)
         guard request.httpBody?.isEmpty == false || request.httpBodyStream != nil else {
             return .follow(request)
         }

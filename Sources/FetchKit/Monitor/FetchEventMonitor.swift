@@ -1,0 +1,159 @@
+import Dispatch
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+/// Observes the life of every fetch of a ``FetchQueue``: for logging and metrics.
+///
+/// Give monitors to a queue with `FetchQueue(monitors:)`. Every method has a default that does
+/// nothing, so a monitor implements only what it needs. For each fetch the calls come in this
+/// order, on the monitor's ``queue``:
+///
+/// 1. ``fetchWasEnqueued(_:)`` once;
+/// 2. ``fetchDidStart(_:request:)`` once, when its first transfer gets a slot (never for a fetch
+///    that finished without one: cancelled while waiting, a failed dependency);
+/// 3. for each attempt, ``fetch(_:didRedirect:to:)`` per redirect followed and
+///    ``fetch(_:didReceive:)`` when an accepted response head arrives; between attempts,
+///    ``fetch(_:willRetry:)``;
+/// 4. ``fetch(_:didCollect:)`` once, with the fetch's ``FetchMetrics``;
+/// 5. ``fetch(_:didFinishWith:)`` once, last.
+///
+/// (The one exception: a suspended queue that you let go of cancels the fetches it still holds
+/// without telling its monitors, which go with it.) Only fetches of a queue are observed: put a
+/// fetch in a ``FetchQueue`` to monitor it.
+///
+/// Monitors receive the real request and URLs, secrets included; redact before you write them
+/// anywhere (``Redaction``, as ``FetchEventLogger`` does). A monitor is called after the queue
+/// released its lock, so it may call the queue; it should return quickly.
+public protocol FetchEventMonitor: Sendable {
+    /// The serial queue the methods run on, in order. Default: one serial queue that every
+    /// monitor without its own shares.
+    var queue: DispatchQueue { get }
+
+    /// The fetch was enqueued.
+    ///
+    /// - Parameter fetch: The fetch. Its request may not be built yet.
+    func fetchWasEnqueued(_ fetch: MonitoredFetch)
+    /// The fetch got a transfer slot and its request goes out.
+    ///
+    /// - Parameters:
+    ///   - fetch: The fetch.
+    ///   - request: The request as sent, with its real URL and headers.
+    func fetchDidStart(_ fetch: MonitoredFetch, request: URLRequest)
+    /// The server redirected and the fetch follows.
+    ///
+    /// - Parameters:
+    ///   - fetch: The fetch.
+    ///   - response: The 3xx response; its `url` is where it came from.
+    ///   - request: The request that follows it.
+    func fetch(_ fetch: MonitoredFetch, didRedirect response: HTTPURLResponse, to request: URLRequest)
+    /// An accepted response head arrived; the body follows.
+    ///
+    /// - Parameters:
+    ///   - fetch: The fetch.
+    ///   - response: Its status and headers.
+    func fetch(_ fetch: MonitoredFetch, didReceive response: HTTPURLResponse)
+    /// An attempt failed and the fetch will try again after a wait (see ``RetryPolicy``).
+    ///
+    /// - Parameters:
+    ///   - fetch: The fetch.
+    ///   - event: The next attempt's number, the wait, and why the last attempt failed.
+    func fetch(_ fetch: MonitoredFetch, willRetry event: RetryEvent)
+    /// What the fetch measured, just before ``fetch(_:didFinishWith:)``.
+    ///
+    /// - Parameters:
+    ///   - fetch: The fetch.
+    ///   - metrics: Its timings, attempts and byte counts.
+    func fetch(_ fetch: MonitoredFetch, didCollect metrics: FetchMetrics)
+    /// The fetch finished; the last call for it.
+    ///
+    /// - Parameters:
+    ///   - fetch: The fetch; its typed result is on `fetch.operation`.
+    ///   - error: Why it failed, or `nil` on success.
+    func fetch(_ fetch: MonitoredFetch, didFinishWith error: FetchError?)
+}
+
+extension FetchEventMonitor {
+    public var queue: DispatchQueue { MonitorDefaults.queue }
+    public func fetchWasEnqueued(_ fetch: MonitoredFetch) {}
+    public func fetchDidStart(_ fetch: MonitoredFetch, request: URLRequest) {}
+    public func fetch(_ fetch: MonitoredFetch, didRedirect response: HTTPURLResponse, to request: URLRequest) {}
+    public func fetch(_ fetch: MonitoredFetch, didReceive response: HTTPURLResponse) {}
+    public func fetch(_ fetch: MonitoredFetch, willRetry event: RetryEvent) {}
+    public func fetch(_ fetch: MonitoredFetch, didCollect metrics: FetchMetrics) {}
+    public func fetch(_ fetch: MonitoredFetch, didFinishWith error: FetchError?) {}
+}
+
+enum MonitorDefaults {
+    static let queue = DispatchQueue(label: "FetchKit.FetchEventMonitor")
+}
+
+/// The fetch a ``FetchEventMonitor`` hears about.
+public struct MonitoredFetch: Sendable {
+    /// Its identifier in its queue.
+    public let id: FetchID
+    /// Its operation.
+    public let operation: AnyFetchOperation
+
+    /// Creates a value, for tests of your monitors.
+    public init(id: FetchID, operation: AnyFetchOperation) {
+        self.id = id
+        self.operation = operation
+    }
+}
+
+/// What FetchKit measured of one fetch, reported by ``FetchEventMonitor/fetch(_:didCollect:)``.
+///
+/// FetchKit measures these itself (FoundationNetworking on Linux never delivers
+/// `URLSessionTaskMetrics`). Durations are in seconds, from a monotonic clock.
+public struct FetchMetrics: Sendable, Equatable {
+    /// From enqueued to its first transfer getting a slot: time spent waiting for dependencies,
+    /// the queue's limits and a host's back-off. For a fetch that never started: until it finished.
+    public var queueWait: TimeInterval
+    /// From the slot to the first accepted response head (of any attempt), or `nil` if none came.
+    public var timeToFirstByte: TimeInterval?
+    /// From enqueued to finished.
+    public var totalDuration: TimeInterval
+    /// Attempts made: 0 for a fetch that never started, 1 plus its retries otherwise.
+    public var attempts: Int
+    /// Body bytes the last attempt received (for a resumed download, those of this transfer).
+    public var bytesReceived: Int64
+    /// Bytes of request body the fetch sent, summed over its attempts (a body of known length;
+    /// 0 for none or a stream).
+    public var bytesSent: Int64
+
+    /// Creates metrics, for tests of your monitors.
+    public init(queueWait: TimeInterval, timeToFirstByte: TimeInterval?, totalDuration: TimeInterval,
+                attempts: Int, bytesReceived: Int64, bytesSent: Int64) {
+        self.queueWait = queueWait
+        self.timeToFirstByte = timeToFirstByte
+        self.totalDuration = totalDuration
+        self.attempts = attempts
+        self.bytesReceived = bytesReceived
+        self.bytesSent = bytesSent
+    }
+}
+
+/// One event of a fetch, queued under the queue's lock and delivered after it.
+enum MonitorEvent: Sendable {
+    case enqueued
+    case started(URLRequest)
+    case redirected(HTTPURLResponse, URLRequest)
+    case response(HTTPURLResponse)
+    case retry(RetryEvent)
+    case metrics(FetchMetrics)
+    case finished(FetchError?)
+
+    func deliver(_ fetch: MonitoredFetch, to monitor: any FetchEventMonitor) {
+        switch self {
+        case .enqueued: monitor.fetchWasEnqueued(fetch)
+        case .started(let request): monitor.fetchDidStart(fetch, request: request)
+        case .redirected(let response, let request): monitor.fetch(fetch, didRedirect: response, to: request)
+        case .response(let response): monitor.fetch(fetch, didReceive: response)
+        case .retry(let event): monitor.fetch(fetch, willRetry: event)
+        case .metrics(let metrics): monitor.fetch(fetch, didCollect: metrics)
+        case .finished(let error): monitor.fetch(fetch, didFinishWith: error)
+        }
+    }
+}
