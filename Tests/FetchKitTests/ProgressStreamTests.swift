@@ -1,0 +1,139 @@
+import Foundation
+import LoopbackServer
+import Testing
+@testable import FetchKit
+
+/// Collects what a stream yields, in a task, until it ends.
+private func collect<S: AsyncSequence & Sendable>(_ stream: S) -> Task<[S.Element], Never> where S.Element: Sendable {
+    Task {
+        var values: [S.Element] = []
+        do {
+            for try await value in stream { values.append(value) }
+        } catch {}
+        return values
+    }
+}
+
+@Suite("Progress streams")
+struct ProgressStreamTests {
+    @Test func theStreamYieldsIncreasingValuesEndingAtTheBodyLengthThenEnds() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let operation = FetchOperation<Data>(url: server.url("/bytes/1000000"))
+        let values = collect(operation.progressUpdates)      // created before start
+        operation.start()
+        _ = try await operation.value
+        let seen = await values.value
+        #expect(!seen.isEmpty)
+        #expect(seen.map(\.bytesReceived) == seen.map(\.bytesReceived).sorted(), "never decreases")
+        #expect(seen.last == FetchProgress(bytesReceived: 1_000_000, bytesExpected: 1_000_000))
+    }
+
+    @Test func aConsumerThatStartsAfterFinishGetsTheFinalValueAndEnds() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let operation = FetchOperation<Data>(url: server.url("/bytes/5000"))
+        operation.start()
+        _ = try await operation.value
+        let seen = await collect(operation.progressUpdates).value
+        #expect(seen == [FetchProgress(bytesReceived: 5000, bytesExpected: 5000)])
+    }
+
+    @Test func aSlowConsumerGetsTheLatestValueNotABacklog() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        // 2 MiB arrives as many reports (one per 64 KiB at most).
+        let operation = FetchOperation<Data>(url: server.url("/bytes/2097152"))
+        let stream = operation.progressUpdates
+        operation.start()
+        var iterator = stream.makeAsyncIterator()
+        let first = await iterator.next()
+        // The consumer is busy until the whole body arrived: only the newest value waits.
+        _ = try await operation.value
+        var rest: [FetchProgress] = []
+        while let value = await iterator.next() { rest.append(value) }
+        #expect(first != nil)
+        #expect(rest.count <= 1, "coalesced, not a backlog: \(rest.count) values waited")
+        #expect((rest.last ?? first) == FetchProgress(bytesReceived: 2_097_152, bytesExpected: 2_097_152))
+    }
+
+    @Test func severalConsumersEachGetTheirOwnStream() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let operation = FetchOperation<Data>(url: server.url("/bytes/300000"))
+        let a = collect(operation.progressUpdates)
+        let b = collect(operation.progressUpdates)
+        operation.start()
+        _ = try await operation.value
+        let final = FetchProgress(bytesReceived: 300_000, bytesExpected: 300_000)
+        #expect(await a.value.last == final)
+        #expect(await b.value.last == final)
+    }
+
+    @Test func cancellingTheConsumingTaskEndsItsIterationButNotTheFetch() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let gate = ServerGate()
+        server.gatedRoute("/held", gate)
+        let operation = FetchOperation<Data>(url: server.url("/held"))
+        let started = Countdown(1)
+        let consumer = Task {
+            started.signal()
+            for await _ in operation.progressUpdates {}
+            return Task.isCancelled
+        }
+        operation.start()
+        #expect(await started.wait())
+        consumer.cancel()
+        #expect(await consumer.value, "the iteration ended because its task was cancelled")
+        #expect(!operation.isCancelled)
+        gate.open()
+        #expect(try await operation.value == Data("open".utf8))
+        #expect(operation.core.withLock { $0.progressStreams.count } == 0, "a finished operation keeps no stream")
+    }
+
+    @Test func aStreamOfACancelledOperationEnds() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let gate = ServerGate()
+        server.gatedRoute("/held", gate)
+        defer { gate.open() }
+        let operation = FetchOperation<Data>(url: server.url("/held"))
+        let values = collect(operation.progressUpdates)
+        operation.start()
+        operation.cancel()
+        _ = await values.value      // ends: a hang here fails the test by its time limit
+        #expect(operation.isCancelled)
+    }
+
+    @Test func aStreamOfAnOperationCancelledBeforeStartEnds() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let never = FetchOperation<Data>(url: server.url("/bytes/10"))
+        never.cancel()
+        never.start()
+        #expect(await collect(never.progressUpdates).value.isEmpty, "cancelled before it started: no value, ends")
+    }
+
+    @Test func theBatchStreamEndsWithAFinishedStatus() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let queue = makeFetchQueue()
+        let operations = (0..<3).map { FetchOperation<Data>(url: server.url("/bytes/\(10_000 * ($0 + 1))")) }
+        let batch = queue.enqueue(batch: operations, on: .global)
+        let seen = await collect(batch.statusUpdates).value
+        let last = try #require(seen.last)
+        #expect(last.isFinished)
+        #expect(last.finished == 3 && last.failed == 0)
+        #expect(last.bytesReceived == 60_000)
+        // A late consumer gets the final status and ends.
+        #expect(await collect(batch.statusUpdates).value == [last])
+    }
+
+    @Test func anEmptyBatchStreamEndsWithItsStatus() async throws {
+        let queue = makeFetchQueue()
+        let batch = queue.enqueue(batch: [], on: .global)
+        let seen = await collect(batch.statusUpdates).value
+        #expect(seen.last?.isFinished == true)
+    }
+}
