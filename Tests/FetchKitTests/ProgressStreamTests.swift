@@ -137,3 +137,80 @@ struct ProgressStreamTests {
         #expect(seen.last?.isFinished == true)
     }
 }
+
+@Suite("Upload progress")
+struct UploadProgressTests {
+    /// A 3 MB POST to a route that reads the whole body and answers with its length.
+    private func post(_ length: Int, to server: LoopbackServer) -> FetchOperation<Data> {
+        server.route("/upload") { request in .text("\(request.body.count)") }
+        var request = URLRequest(url: server.url("/upload"))
+        request.httpMethod = "POST"
+        request.httpBody = Data(repeating: 0x61, count: length)
+        return FetchOperation<Data>(request: request)
+    }
+
+    @Test func bytesSentNeverExceedTheBodyAndEndExactlyAtIt() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let length: Int64 = 3_000_000
+        let upload = post(Int(length), to: server)
+        let handled = Locked<[FetchProgress]>([])
+        let handlerDone = Countdown(1)
+        upload.onProgress(on: .global) { progress in handled.withLock { $0.append(progress) } }
+        upload.onCompletion(on: .global) { _ in handlerDone.signal() }
+        let values = collect(upload.progressUpdates)
+        upload.start()
+        #expect(try await upload.value == Data("3000000".utf8), "the server read the whole body")
+        let seen = await values.value
+        #expect(await handlerDone.wait())
+        for progress in seen + handled.withLock({ $0 }) {
+            #expect(progress.bytesSent <= length, "over-reported: \(progress.bytesSent)")
+            #expect(progress.bytesToSend == length)
+        }
+        #expect(seen.map(\.bytesSent) == seen.map(\.bytesSent).sorted(), "never decreases")
+        #expect(seen.last?.bytesSent == length)
+        #expect(seen.last?.fractionSent == 1)
+        #expect(handled.withLock { $0.last?.bytesSent } == length)
+    }
+
+    @Test func aRequestWithoutABodyReportsNothingSent() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let operation = FetchOperation<Data>(url: server.url("/bytes/1000"))
+        let values = collect(operation.progressUpdates)
+        operation.start()
+        _ = try await operation.value
+        let last = try #require(await values.value.last)
+        #expect(last.bytesSent == 0 && last.bytesToSend == nil && last.fractionSent == nil)
+    }
+}
+
+/// Records what a transfer reports of its upload.
+private final class SendRecorder: TransferOwner, @unchecked Sendable {
+    let sent = Locked<[(bytes: Int64, total: Int64?)]>([])
+    func transferDidSend(bytes: Int64, of total: Int64?) { sent.withLock { $0.append((bytes, total)) } }
+    func transferDidReceive(response: HTTPURLResponse, expectedLength: Int64?) {}
+    func transferDidReceive(bytes: Int64, of expectedLength: Int64?) {}
+    func transferDidEnd(_ result: TransferResult) {}
+}
+
+@Suite("Upload progress clamping")
+struct UploadClampTests {
+    /// URLSession's counts as FoundationNetworking has been seen to send them: past the body's
+    /// length, repeated, and (after a resend) from zero again.
+    @Test func countsAreClampedToTheBodyAndOnlyGrowthIsReported() {
+        var request = URLRequest(url: URL(string: "http://127.0.0.1:9/upload")!)
+        request.httpMethod = "POST"
+        request.httpBody = Data(count: 3_000_000)
+        let owner = SendRecorder()
+        let limits = TransferLimits(idleTimeout: 30, totalTimeout: nil, maximumResponseSize: 1 << 20,
+                                    acceptableStatusCodes: [200])
+        let transfer = Transfer(request: request, session: .shared, limits: limits, sink: MemoryBodySink(limit: 1 << 20), owner: owner)
+        for total: Int64 in [65_536, 131_072, 131_072, 3_000_021, 3_000_021, 65_536] {
+            transfer.didSendBodyData(totalBytesSent: total, totalBytesExpectedToSend: -1)
+        }
+        let sent = owner.sent.withLock { $0 }
+        #expect(sent.map(\.bytes) == [65_536, 131_072, 3_000_000])
+        #expect(sent.allSatisfy { $0.total == 3_000_000 })
+    }
+}

@@ -109,6 +109,15 @@ extension Flight: TransferOwner {
         }
     }
 
+    func transferDidSend(bytes: Int64, of total: Int64?) {
+        // A request with a body is never shared: this flight has one member.
+        guard let queue else { return }
+        let members = queue.withState { _ in self.members }
+        for member in members {
+            member.owner.transferDidSend(bytes: bytes, of: total)
+        }
+    }
+
     func transferDidStart() {
         guard let queue else { return }
         let members = queue.withState { _ in self.members }
