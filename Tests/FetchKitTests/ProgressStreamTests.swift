@@ -115,6 +115,13 @@ struct ProgressStreamTests {
         #expect(await collect(never.progressUpdates).value.isEmpty, "cancelled before it started: no value, ends")
     }
 
+    @Test func aStreamEndsWhenItsOperationIsFreedUnstarted() async {
+        var operation: FetchOperation<Data>? = FetchOperation<Data>(url: URL(fileURLWithPath: "/never"))
+        let values = collect(operation?.progressUpdates ?? AsyncStream { $0.finish() })
+        operation = nil
+        #expect(await values.value.isEmpty)
+    }
+
     @Test func theBatchStreamEndsWithAFinishedStatus() async throws {
         let server = try LoopbackServer()
         defer { server.stop() }

@@ -179,18 +179,34 @@ extension AnyFetchOperation.Core {
 ///
 /// A value is yielded under the lock, which orders it with the others; finishing happens after
 /// unlocking, because it runs the termination handlers, which take the lock to remove
-/// themselves. Each stream buffers only the newest value.
+/// themselves. Each stream buffers only the newest value. If the owner is freed before it
+/// finished (an operation never started), its consumers' sequences end then: a dropped
+/// continuation alone would leave them waiting forever.
 struct LatestValueStreams<Value: Sendable> {
     typealias Continuation = AsyncStream<Value>.Continuation
 
     /// The last value yielded.
     private(set) var latest: Value?
     private(set) var isFinished = false
-    private var continuations: [Int: Continuation] = [:]
+    private let registry = Registry()
+    private var continuations: [Int: Continuation] {
+        get { registry.continuations }
+        nonmutating set { registry.continuations = newValue }
+    }
     private var nextID = 0
 
     /// How many consumers are registered (tests).
     var count: Int { continuations.count }
+
+    /// Holds the consumers, and ends their sequences if the owner goes away with them. Used
+    /// only under the owner's lock (or in its deinit, when no one else can reach it).
+    private final class Registry {
+        var continuations: [Int: Continuation] = [:]
+        deinit {
+            // The owner is being freed: its termination handlers find it gone and take no lock.
+            for continuation in continuations.values { continuation.finish() }
+        }
+    }
 
     /// Registers a consumer and gives it the latest value.
     ///
