@@ -180,6 +180,17 @@ struct UploadProgressTests {
         #expect(handled.withLock { $0.last?.bytesSent } == length)
     }
 
+    @Test func anUploadThroughAFetchQueueReportsItsBytesSent() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let upload = post(500_000, to: server)
+        let values = collect(upload.progressUpdates)
+        #expect(try await makeFetchQueue().fetch(upload) == Data("500000".utf8))
+        let seen = await values.value
+        #expect(seen.allSatisfy { $0.bytesSent <= 500_000 })
+        #expect(seen.last?.bytesSent == 500_000 && seen.last?.bytesToSend == 500_000)
+    }
+
     @Test func aRequestWithoutABodyReportsNothingSent() async throws {
         let server = try LoopbackServer()
         defer { server.stop() }
