@@ -48,6 +48,10 @@ extension AnyFetchOperation {
         var progressBase: Int64 = 0
         var progress: Progress?
         var progressRelays: [ProgressRelay] = []
+        /// Upload: request body bytes sent, of the body's length (AnyFetchOperation+Progress.swift).
+        var bytesSent: Int64 = 0
+        var bytesToSend: Int64?
+        var progressStreams = LatestValueStreams<FetchProgress>()
         var retryHandlers: [(queue: CallbackQueue, handler: @Sendable (RetryEvent) -> Void)] = []
 
         // Ordered delivery of state changes (see AnyFetchOperation+Observation.swift).

@@ -11,6 +11,7 @@ extension AnyFetchOperation {
         // Reading isReady also reports a readiness change to observers before "executing".
         let ready = isReady
         var deliver = false
+        var streams: [AsyncStream<FetchProgress>.Continuation] = []
         let action = core.withLock { core in
             let action = core.machine.start()
             switch action {
@@ -18,12 +19,14 @@ extension AnyFetchOperation {
                 deliver = core.post(.change(StateChange(key: .executing, oldValue: false, newValue: true)))
             case .finishCancelled:
                 // Cancelled before it started: finished now, inside start() as Foundation requires.
+                streams = core.endProgressStreams(succeeded: false)
                 deliver = core.post(.change(StateChange(key: .finished, oldValue: false, newValue: true)), .releaseCompletions)
             case .ignore:
                 break
             }
             return action
         }
+        for stream in streams { stream.finish() }
         if deliver { deliverEvents() }
         guard action == .begin else { return }
         guard ready else {
@@ -165,22 +168,21 @@ extension AnyFetchOperation {
 
     /// The one terminal transition: finishing → finished, then notifications and completions.
     private func completeNow() {
-        let (deliver, progress, succeeded) = core.withLock { core -> (Bool, Progress?, Bool) in
+        let (deliver, progress, succeeded, streams) = core.withLock { core in
             let outcome = core.machine.complete()
             core.progressRelays.removeAll()
             core.retryHandlers.removeAll()
             let succeeded: Bool
             if case .success = outcome { succeeded = true } else { succeeded = false }
-            if succeeded, core.bytesExpected == nil {
-                core.bytesExpected = core.bytesReceived
-            }
+            let streams = core.endProgressStreams(succeeded: succeeded)
             let deliver = core.post(
                 .change(StateChange(key: .executing, oldValue: true, newValue: false)),
                 .change(StateChange(key: .finished, oldValue: false, newValue: true)),
                 .releaseCompletions
             )
-            return (deliver, core.progress, succeeded)
+            return (deliver, core.progress, succeeded, streams)
         }
+        for stream in streams { stream.finish() }
         if succeeded, let progress, progress.totalUnitCount < 0 {
             progress.totalUnitCount = progress.completedUnitCount
         }
@@ -205,29 +207,6 @@ extension AnyFetchOperation: TransferOwner {
 
     func transferDidReceive(bytes: Int64, of expectedLength: Int64?) {
         reportProgress(received: bytes, expected: expectedLength)
-    }
-
-    /// Records progress and hands it to the `Progress` object (if anyone asked for it), the
-    /// progress handlers and the coordinator. Only while transferring: a late report (a
-    /// replay to a caller that already left a shared transfer) changes nothing.
-    private func reportProgress(received: Int64, expected: Int64?) {
-        typealias Update = (value: FetchProgress, progress: Progress?, relays: [ProgressRelay], coordinator: (any TransferCoordinator)?)
-        let update = core.withLock { core -> Update? in
-            guard case .executing(.transferring) = core.machine.state else { return nil }
-            core.bytesReceived = core.progressBase + received
-            core.bytesExpected = expected.map { core.progressBase + $0 }
-            let value = FetchProgress(bytesReceived: core.bytesReceived, bytesExpected: core.bytesExpected)
-            return (value, core.progress, core.progressRelays, core.coordinator)
-        }
-        guard let update else { return }
-        if let progress = update.progress {
-            progress.totalUnitCount = update.value.bytesExpected ?? -1
-            progress.completedUnitCount = update.value.bytesReceived
-        }
-        for relay in update.relays {
-            relay.post(update.value)
-        }
-        update.coordinator?.operation(self, didProgress: update.value)
     }
 
     func transferDidEnd(_ result: TransferResult) {

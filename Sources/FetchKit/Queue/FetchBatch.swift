@@ -43,7 +43,8 @@ public final class FetchBatch: @unchecked Sendable {
     /// `completedUnitCount` the bytes received.
     public let byteProgress: Progress
 
-    private let state: Protected<(status: Status, perMember: [(received: Int64, expected: Int64?)], completed: Bool)>
+    private let state: Protected<(status: Status, perMember: [(received: Int64, expected: Int64?)], completed: Bool,
+                                  streams: LatestValueStreams<Status>)>
     private let relay: CoalescingRelay<Status>?
     private let completion: Callback<Status>?
     /// Where the batch's handlers run: the main queue, or the queue the caller named.
@@ -54,7 +55,7 @@ public final class FetchBatch: @unchecked Sendable {
         self.callbackQueue = callbackQueue
         self.completion = completion
         let status = Status(total: ids.count, membersWithUnknownLength: ids.count)
-        state = Protected((status, Array(repeating: (0, nil), count: ids.count), false))
+        state = Protected((status, Array(repeating: (0, nil), count: ids.count), false, LatestValueStreams()))
         self.progress = Progress(totalUnitCount: Int64(ids.count))
         byteProgress = Progress(totalUnitCount: -1)
         relay = progress.map { CoalescingRelay(queue: $0.queue, handler: $0.body) }
@@ -70,6 +71,32 @@ public final class FetchBatch: @unchecked Sendable {
         status.isFinished
     }
 
+    /// The batch's status as an asynchronous sequence: each iteration gets the latest
+    /// ``Status``, and the sequence ends after the batch completed, its last value finished.
+    ///
+    /// ```swift
+    /// let batch = queue.enqueue(batch: feeds.map { GetFeed(url: $0) })
+    /// for await status in batch.statusUpdates {
+    ///     print(status.finished, "of", status.total)
+    /// }
+    /// ```
+    ///
+    /// Values are coalesced like ``AnyFetchOperation/progressUpdates``: a slow consumer gets the
+    /// newest status, never a backlog. Each access makes a new sequence; one made after the
+    /// batch completed yields the final status and ends. Cancelling the task that iterates ends
+    /// that iteration only: it does not cancel the members.
+    public var statusUpdates: AsyncStream<Status> {
+        LatestValueStreams<Status>.makeStream(
+            add: { [state] continuation in
+                state.withLock { state in
+                    // A stream made before any event starts from the batch as it stands.
+                    if state.streams.latest == nil, !state.streams.isFinished { state.streams.yield(state.status) }
+                    return state.streams.add(continuation)
+                }
+            },
+            remove: { [weak self] id in self?.state.withLock { $0.streams.remove(id) } })
+    }
+
     // MARK: Member events
 
     func member(_ index: Int, received: Int64, expected: Int64?) {
@@ -81,19 +108,22 @@ public final class FetchBatch: @unchecked Sendable {
                 state.status.membersWithUnknownLength -= 1
             }
             state.perMember[index] = (received, before.expected ?? expected)
+            state.streams.yield(state.status)
             return state.status
         }
         publish(status)
     }
 
     func memberFinished(_ index: Int, failed: Bool) {
-        let (status, last) = state.withLock { state -> (Status, Bool) in
+        let (status, last, streams) = state.withLock { state in
             state.status.finished += 1
             if failed { state.status.failed += 1 }
             let last = state.status.isFinished && !state.completed
             if last { state.completed = true }
-            return (state.status, last)
+            state.streams.yield(state.status)
+            return (state.status, last, last ? state.streams.finish(with: nil) : [])
         }
+        for stream in streams { stream.finish() }
         publish(status)
         if last {
             completion?.post(status)
@@ -107,10 +137,11 @@ public final class FetchBatch: @unchecked Sendable {
     }
 
     private func memberFinishedEmpty() {
-        let status = state.withLock { state -> Status in
+        let (status, streams) = state.withLock { state in
             state.completed = true
-            return state.status
+            return (state.status, state.streams.finish(with: state.status))
         }
+        for stream in streams { stream.finish() }
         publish(status)
         completion?.post(status)
     }

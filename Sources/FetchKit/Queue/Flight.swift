@@ -150,18 +150,24 @@ extension Flight: TransferOwner {
     }
 
     func transferDidRedirect(_ response: HTTPURLResponse, to request: URLRequest) {
-        guard let queue else { return }
-        let members = queue.withState { _ in self.members }
-        for member in members {
-            member.owner.transferDidRedirect(response, to: request)
-        }
+        forEachMember { $0.transferDidRedirect(response, to: request) }
     }
 
     func transferDidStart() {
+        forEachMember { $0.transferDidStart() }
+    }
+
+    func transferDidSend(bytes: Int64, of total: Int64?) {
+        // A request with a body is never shared: this flight has one member.
+        forEachMember { $0.transferDidSend(bytes: bytes, of: total) }
+    }
+
+    /// Tells every member's owner, outside the queue's lock.
+    private func forEachMember(_ tell: (any TransferOwner) -> Void) {
         guard let queue else { return }
         let members = queue.withState { _ in self.members }
         for member in members {
-            member.owner.transferDidStart()
+            tell(member.owner)
         }
     }
 

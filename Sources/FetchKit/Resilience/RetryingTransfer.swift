@@ -207,6 +207,10 @@ final class RetryingTransfer: TransferHandle, TransferOwner, @unchecked Sendable
         operation.transferDidReceive(bytes: bytes, of: expectedLength)
     }
 
+    func transferDidSend(bytes: Int64, of total: Int64?) {
+        operation.transferDidSend(bytes: bytes, of: total)
+    }
+
     func transferDidEnd(_ result: TransferResult) {
         enum Decision { case finish, retry(RetryEvent), continueTransfer(any ResponseBodySink) }
         let method = request.httpMethod ?? "GET"

@@ -14,6 +14,9 @@ enum TransferResult: Sendable {
 protocol TransferOwner: AnyObject, Sendable {
     /// The URLSession task was created and resumed: the transfer's clocks run from now.
     func transferDidStart()
+    /// `bytes` of the request body were sent, of `total` if known (never more). Called on the
+    /// router queue, only when the count grew.
+    func transferDidSend(bytes: Int64, of total: Int64?)
     /// The response head arrived and was accepted. Called on the router queue.
     func transferDidReceive(response: HTTPURLResponse, expectedLength: Int64?)
     /// The transfer follows a redirect: `response` is the 3xx, `request` the next. Called on
@@ -77,6 +80,10 @@ final class Transfer: TransferHandle, @unchecked Sendable {
     private var reportedBytes: Int64 = 0
     private var progressFlushQueued = false
     private var expectedBytes: Int64?
+    /// The request body's length, if known (`httpBody`, or a stream's `Content-Length`), and
+    /// what has been reported sent of it.
+    private let bodyLength: Int64?
+    private var sentBytes: Int64 = 0
     private var totalDeadline: UInt64?
     private var lastActivity: UInt64 = 0
     private var declinedChallenge = false
@@ -99,6 +106,7 @@ final class Transfer: TransferHandle, @unchecked Sendable {
         request.timeoutInterval = (limits.idleTimeout.rounded(.up) + 1).clamped(to: 1...(7 * 24 * 3600))
         self.request = request
         currentRequest = request
+        bodyLength = Self.bodyLength(of: request)
         self.session = session
         self.limits = limits
         self.sink = sink
@@ -145,6 +153,28 @@ final class Transfer: TransferHandle, @unchecked Sendable {
 
     // MARK: URLSession callbacks (router queue)
 
+    /// URLSession sent more of the request body. On Linux its count over-reports (3,000,021
+    /// bytes for a 3,000,000-byte body): it is clamped to the body's length, and only growth
+    /// is reported.
+    func didSendBodyData(totalBytesSent: Int64, totalBytesExpectedToSend: Int64) {
+        guard !ended else { return }
+        lastActivity = Self.now()
+        let total = bodyLength ?? (totalBytesExpectedToSend > 0 ? totalBytesExpectedToSend : nil)
+        let sent = total.map { min(totalBytesSent, $0) } ?? totalBytesSent
+        guard sent > sentBytes else { return }
+        sentBytes = sent
+        owner?.transferDidSend(bytes: sent, of: total)
+    }
+
+    /// The request body's length, when known before sending.
+    private static func bodyLength(of request: URLRequest) -> Int64? {
+        if let body = request.httpBody { return body.isEmpty ? nil : Int64(body.count) }
+        guard request.httpBodyStream != nil,
+              let text = request.value(forHTTPHeaderField: "Content-Length"),
+              let length = Int64(text.trimmingCharacters(in: .whitespaces)), length >= 0 else { return nil }
+        return length
+    }
+
     func didReceive(response: URLResponse) {
         guard !ended else { return }
         lastActivity = Self.now()
@@ -178,6 +208,11 @@ final class Transfer: TransferHandle, @unchecked Sendable {
         } catch {
             end(.failure(error, http))
             return
+        }
+        // An accepted response means the server took the whole request body.
+        if let bodyLength, sentBytes < bodyLength {
+            sentBytes = bodyLength
+            owner?.transferDidSend(bytes: bodyLength, of: bodyLength)
         }
         owner?.transferDidReceive(response: http, expectedLength: expectedBytes)
     }

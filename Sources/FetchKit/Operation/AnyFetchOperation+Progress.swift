@@ -1,0 +1,290 @@
+import Dispatch
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+/// How far a transfer has got: the response body received and, for a request with a body,
+/// the request body sent.
+public struct FetchProgress: Sendable, Equatable {
+    /// Body bytes received so far.
+    public let bytesReceived: Int64
+    /// The body's length from `Content-Length`, if the server sent one. Once a fetch succeeded,
+    /// the final value's is the length received.
+    public let bytesExpected: Int64?
+    /// Request body bytes sent so far: 0 for a request without a body.
+    ///
+    /// Never more than ``bytesToSend``, and exactly it once an accepted response arrived. (On
+    /// Linux, URLSession over-reports what it sent; FetchKit clamps it to the body's length.)
+    public let bytesSent: Int64
+    /// The request body's length: `httpBody`'s size, or the `Content-Length` of an
+    /// `httpBodyStream`. `nil` for a request without a body, or a stream of unknown length.
+    public let bytesToSend: Int64?
+
+    /// Creates a progress value.
+    ///
+    /// - Parameters:
+    ///   - bytesReceived: Response body bytes received.
+    ///   - bytesExpected: The response body's length, if known.
+    ///   - bytesSent: Request body bytes sent; 0 by default.
+    ///   - bytesToSend: The request body's length, if known; `nil` by default.
+    public init(bytesReceived: Int64, bytesExpected: Int64?, bytesSent: Int64 = 0, bytesToSend: Int64? = nil) {
+        self.bytesReceived = bytesReceived
+        self.bytesExpected = bytesExpected
+        self.bytesSent = bytesSent
+        self.bytesToSend = bytesToSend
+    }
+
+    /// `bytesReceived / bytesExpected`, when the length is known.
+    public var fractionCompleted: Double? {
+        guard let bytesExpected, bytesExpected > 0 else { return nil }
+        return min(1, Double(bytesReceived) / Double(bytesExpected))
+    }
+
+    /// `bytesSent / bytesToSend`, when the request has a body of known length.
+    public var fractionSent: Double? {
+        guard let bytesToSend, bytesToSend > 0 else { return nil }
+        return min(1, Double(bytesSent) / Double(bytesToSend))
+    }
+}
+
+extension AnyFetchOperation {
+    /// The operation's progress as an asynchronous sequence: each iteration gets the latest
+    /// ``FetchProgress``, and the sequence ends when the operation finishes.
+    ///
+    /// ```swift
+    /// let upload = FetchOperation<Data>(request: request)      // a POST with a body
+    /// queue.enqueue(upload)
+    /// for await progress in upload.progressUpdates {
+    ///     print(progress.bytesSent, "of", progress.bytesToSend ?? 0, "sent")
+    /// }
+    /// ```
+    ///
+    /// - Values are coalesced: a consumer slower than the transfer gets the newest value, never
+    ///   a backlog of every chunk. The last value before the end is the final one (after a
+    ///   success, `bytesExpected` is the length received).
+    /// - Each access makes a new sequence; several consumers each get every latest value.
+    /// - A sequence made while the operation runs starts with its latest value; one made after
+    ///   it finished yields the final value (none if no transfer began) and ends.
+    /// - Cancelling the task that iterates ends that iteration only: it does **not** cancel the
+    ///   fetch. Call `cancel()` on the operation for that.
+    /// - A finished operation keeps no reference to its sequences.
+    public var progressUpdates: AsyncStream<FetchProgress> {
+        LatestValueStreams<FetchProgress>.makeStream(
+            add: { [core] continuation in core.withLock { $0.progressStreams.add(continuation) } },
+            remove: { [weak self] id in self?.core.withLock { $0.progressStreams.remove(id) } })
+    }
+
+    /// Calls `handler` on the main actor as the body arrives (and as a request body is sent).
+    ///
+    /// Updates are coalesced: if the main actor is busy, you get the latest value rather than
+    /// a backlog of every chunk. The last update before completion is always delivered
+    /// (before the completion handlers that run on the main actor). For the same values as an
+    /// asynchronous sequence, see ``progressUpdates``.
+    ///
+    /// ```swift
+    /// download.onProgress { progress in
+    ///     model.fraction = progress.fractionCompleted ?? 0     // a @MainActor view model
+    /// }
+    /// ```
+    ///
+    /// - Parameter handler: Receives each progress value, on the main actor.
+    public func onProgress(_ handler: @escaping @MainActor (FetchProgress) -> Void) {
+        addProgressRelay(ProgressRelay(queue: .main) { progress in
+            MainActor.assumeIsolated { handler(progress) }
+        })
+    }
+
+    /// Calls `handler` on `queue` as the body arrives, coalescing like ``onProgress(_:)``.
+    ///
+    /// - Parameters:
+    ///   - queue: Where it runs.
+    ///   - handler: Receives each progress value.
+    public func onProgress(on queue: CallbackQueue, _ handler: @escaping @Sendable (FetchProgress) -> Void) {
+        addProgressRelay(ProgressRelay(queue: queue, handler: handler))
+    }
+
+    private func addProgressRelay(_ relay: ProgressRelay) {
+        core.withLock { core in
+            guard !core.machine.isFinished else { return }
+            core.progressRelays.append(relay)
+        }
+    }
+
+    // MARK: Reports from the transfer (router queue)
+
+    /// Records upload progress: `bytes` of the request body sent, of `total` if known.
+    func transferDidSend(bytes: Int64, of total: Int64?) {
+        reportProgress { core in
+            core.bytesSent = bytes
+            core.bytesToSend = total
+        }
+    }
+
+    /// Records download progress: `received` body bytes of this attempt, of `expected`.
+    func reportProgress(received: Int64, expected: Int64?) {
+        reportProgress { core in
+            core.bytesReceived = core.progressBase + received
+            core.bytesExpected = expected.map { core.progressBase + $0 }
+        }
+    }
+
+    /// Applies `change` and hands the new value to the `Progress` object (if anyone asked for
+    /// it), the sequences, the progress handlers and the coordinator. Only while transferring:
+    /// a late report (a replay to a caller that already left a shared transfer) changes nothing.
+    ///
+    /// The sequences get the value under the lock, so that no older value can overtake the
+    /// final one that ``Core/endProgressStreams(succeeded:)`` yields.
+    private func reportProgress(_ change: (inout Core) -> Void) {
+        typealias Update = (value: FetchProgress, progress: Progress?, relays: [ProgressRelay], coordinator: (any TransferCoordinator)?)
+        let update = core.withLock { core -> Update? in
+            guard case .executing(.transferring) = core.machine.state else { return nil }
+            change(&core)
+            let value = core.currentProgress
+            core.progressStreams.yield(value)
+            return (value, core.progress, core.progressRelays, core.coordinator)
+        }
+        guard let update else { return }
+        if let progress = update.progress {
+            progress.totalUnitCount = update.value.bytesExpected ?? -1
+            progress.completedUnitCount = update.value.bytesReceived
+        }
+        for relay in update.relays {
+            relay.post(update.value)
+        }
+        update.coordinator?.operation(self, didProgress: update.value)
+    }
+}
+
+extension AnyFetchOperation.Core {
+    /// The progress now.
+    var currentProgress: FetchProgress {
+        FetchProgress(bytesReceived: bytesReceived, bytesExpected: bytesExpected, bytesSent: bytesSent, bytesToSend: bytesToSend)
+    }
+
+    /// In the terminal transition: yields the final value to every sequence (if a transfer
+    /// reported anything) and forgets them. The caller finishes the returned continuations
+    /// after unlocking (finishing runs their termination handlers, which take the lock).
+    mutating func endProgressStreams(succeeded: Bool) -> [AsyncStream<FetchProgress>.Continuation] {
+        if succeeded, bytesExpected == nil {
+            bytesExpected = bytesReceived
+        }
+        let final = progressStreams.latest == nil ? nil : currentProgress
+        return progressStreams.finish(with: final)
+    }
+}
+
+/// The consumers of one latest-value sequence (an operation's progress, a batch's status),
+/// kept under their owner's lock.
+///
+/// A value is yielded under the lock, which orders it with the others; finishing happens after
+/// unlocking, because it runs the termination handlers, which take the lock to remove
+/// themselves. Each stream buffers only the newest value. If the owner is freed before it
+/// finished (an operation never started), its consumers' sequences end then: a dropped
+/// continuation alone would leave them waiting forever.
+struct LatestValueStreams<Value: Sendable> {
+    typealias Continuation = AsyncStream<Value>.Continuation
+
+    /// The last value yielded.
+    private(set) var latest: Value?
+    private(set) var isFinished = false
+    private let registry = Registry()
+    private var continuations: [Int: Continuation] {
+        get { registry.continuations }
+        nonmutating set { registry.continuations = newValue }
+    }
+    private var nextID = 0
+
+    /// How many consumers are registered (tests).
+    var count: Int { continuations.count }
+
+    /// Holds the consumers, and ends their sequences if the owner goes away with them. Used
+    /// only under the owner's lock (or in its deinit, when no one else can reach it).
+    private final class Registry {
+        var continuations: [Int: Continuation] = [:]
+        deinit {
+            // The owner is being freed: its termination handlers find it gone and take no lock.
+            for continuation in continuations.values { continuation.finish() }
+        }
+    }
+
+    /// Registers a consumer and gives it the latest value.
+    ///
+    /// - Returns: Its identifier, or `nil` when finished: the caller then finishes it.
+    mutating func add(_ continuation: Continuation) -> Int? {
+        if let latest { continuation.yield(latest) }
+        guard !isFinished else { return nil }
+        let id = nextID
+        nextID += 1
+        continuations[id] = continuation
+        return id
+    }
+
+    mutating func remove(_ id: Int) {
+        continuations[id] = nil
+    }
+
+    mutating func yield(_ value: Value) {
+        guard !isFinished else { return }
+        latest = value
+        for continuation in continuations.values {
+            continuation.yield(value)
+        }
+    }
+
+    /// Yields `final` (if any), then ends: later consumers get the latest value and end.
+    ///
+    /// - Returns: The consumers, for the caller to finish after unlocking.
+    mutating func finish(with final: Value?) -> [Continuation] {
+        if let final { yield(final) }
+        isFinished = true
+        defer { continuations.removeAll() }
+        return Array(continuations.values)
+    }
+
+    /// Makes a stream that buffers only the newest value, registered through `add` (which
+    /// runs ``add(_:)`` under the owner's lock) and removed through `remove` when its consumer
+    /// stops iterating.
+    static func makeStream(add: (Continuation) -> Int?, remove: @escaping @Sendable (Int) -> Void) -> AsyncStream<Value> {
+        let (stream, continuation) = AsyncStream.makeStream(of: Value.self, bufferingPolicy: .bufferingNewest(1))
+        // The stream is not handed out yet, so nothing can end it before the handler is set.
+        guard let id = add(continuation) else {
+            continuation.finish()
+            return stream
+        }
+        continuation.onTermination = { _ in remove(id) }
+        return stream
+    }
+}
+
+/// Delivers values to one handler on its queue, coalescing while the queue is busy: the handler
+/// gets the latest value, not a backlog. Used for operation progress and batch status.
+final class CoalescingRelay<Value: Sendable>: @unchecked Sendable {
+    private let queue: CallbackQueue
+    private let handler: @Sendable (Value) -> Void
+    private let state = Protected<(latest: Value?, scheduled: Bool)>((nil, false))
+
+    init(queue: CallbackQueue, handler: @escaping @Sendable (Value) -> Void) {
+        self.queue = queue
+        self.handler = handler
+    }
+
+    func post(_ value: Value) {
+        let schedule = state.withLock { state -> Bool in
+            state.latest = value
+            guard !state.scheduled else { return false }
+            state.scheduled = true
+            return true
+        }
+        guard schedule else { return }
+        queue.perform {
+            let latest = self.state.withLock { state -> Value? in
+                state.scheduled = false
+                return state.latest
+            }
+            if let latest { self.handler(latest) }
+        }
+    }
+}
+
+typealias ProgressRelay = CoalescingRelay<FetchProgress>
