@@ -50,4 +50,38 @@ struct APIReviewTests {
         #expect(accepts["/json?own"] == "application/vnd.api+json")
         #expect(late.sentRequest?.value(forHTTPHeaderField: "Authorization") == "Bearer t")
     }
+
+    // MARK: A batch takes over a dependency the queue adopted
+
+    /// A queue that enqueued a dependency nothing ran takes it over when it is enqueued there
+    /// later: by `enqueue(_:)`, and likewise as a member of a batch. The batch waits for it and
+    /// counts its real outcome, rather than refusing it as "already enqueued" and counting a
+    /// fetch that succeeds as failed.
+    @Test func aBatchTakesOverADependencyTheQueueAdopted() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let gate = ServerGate()
+        server.gatedRoute("/held", gate)
+        let queue = makeFetchQueue()
+        let login = server.operation("/held?login")
+        let user = server.operation("/json?user")
+        user.addDependency(login)
+        let userDone = Countdown(1)
+        queue.enqueue(user, on: .global) { _ in userDone.signal() }     // adopts `login`
+        let batchDone = Countdown(1)
+        let status = Locked<FetchBatch.Status?>(nil)
+        let batch = queue.enqueue(batch: [login], on: .global, completion: { final in
+            status.withLock { $0 = final }
+            batchDone.signal()
+        })
+        #expect(batch.ids == [try #require(queue.id(of: login))])
+        #expect(!batch.isFinished, "the batch waits for its member")
+        gate.open()
+        #expect(await batchDone.wait(timeout: 60))
+        #expect(await userDone.wait(timeout: 60))
+        #expect(login.error == nil)
+        #expect(status.current?.succeeded == 1)
+        #expect(status.current?.failed == 0)
+        #expect(batchDone.overSignals == 0)
+    }
 }
