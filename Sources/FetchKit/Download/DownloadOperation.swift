@@ -13,8 +13,8 @@ import FoundationNetworking
 ///
 /// ```swift
 /// let download = DownloadOperation(url: imageURL, destination: folder.appendingPathComponent("big.iso"))
-/// download.onProgress(on: .main) { progress in bar.doubleValue = progress.fractionCompleted ?? 0 }
-/// queue.enqueue(download) { result in … }
+/// download.onProgress { progress in bar.doubleValue = progress.fractionCompleted ?? 0 }   // on the main actor
+/// queue.enqueue(download) { result in … }                 // result: Result<URL, FetchError>
 /// ```
 ///
 /// The body is written, as it arrives, to a hidden partial file beside the destination
