@@ -85,3 +85,78 @@ struct APIReviewTests {
         #expect(batchDone.overSignals == 0)
     }
 }
+
+/// An endpoint whose output is optional: `nil` is a legitimate output (an empty answer).
+final class MaybeNumber: FetchOperation<Int?>, @unchecked Sendable {
+    override func parseResponseBody(_ body: Data) throws -> Int? {
+        Int(String(decoding: body, as: UTF8.self))
+    }
+}
+
+@Suite("API review: optional outputs")
+struct APIReviewOptionalOutputTests {
+    /// An output that is itself `nil` is a success with `nil`, not a "missing parser" failure.
+    @Test func aNilOutputIsASuccess() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        server.route("/number") { request in .text(request.query["n"] ?? "") }
+        let none = MaybeNumber(url: server.url("/number"))
+        let some = MaybeNumber(url: server.url("/number?n=42"))
+        #expect(try await some.run().value == 42)
+        let value = try await none.run().value
+        #expect(value == nil)
+        guard case .success(nil)? = none.result else {
+            Issue.record("expected success(nil), got \(String(describing: none.result))")
+            return
+        }
+        let queue = makeFetchQueue()
+        #expect(try await queue.fetch(MaybeNumber(url: server.url("/number"))) == nil)
+    }
+}
+
+/// An output whose release a test can see.
+final class TrackedOutput: Sendable {}
+
+/// Parses into a ``TrackedOutput`` once `proceed` opens, telling `parsing` when it begins and
+/// keeping only a weak reference to what it returned.
+final class HeldParse: FetchOperation<TrackedOutput>, @unchecked Sendable {
+    let parsing = Countdown(1)
+    let proceed = ServerGate()
+    private let made = Locked<WeakOutputBox>(WeakOutputBox())
+
+    var outputAlive: Bool { made.current.value != nil }
+
+    override func parseResponseBody(_ body: Data) throws -> TrackedOutput {
+        parsing.signal()
+        _ = proceed.wait(timeout: 60)
+        let output = TrackedOutput()
+        made.withLock { $0.value = output }
+        return output
+    }
+}
+
+final class WeakOutputBox: @unchecked Sendable {
+    weak var value: TrackedOutput?
+}
+
+@Suite("API review: outputs of cancelled parses")
+struct APIReviewCancelledParseTests {
+    /// A cancel that arrives while the parse runs finishes the operation as cancelled: the
+    /// output that parse made is nobody's, and is released rather than kept by the finished
+    /// operation for as long as it lives.
+    @Test func aCancelledParseKeepsNoOutput() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let operation = HeldParse(url: server.url("/json"))
+        operation.start()
+        #expect(await operation.parsing.wait(timeout: 60))
+        operation.cancel()
+        operation.proceed.open()
+        #expect(await operation.awaitCompletion())
+        guard case .failure(.cancelled)? = operation.result else {
+            Issue.record("expected cancelled, got \(String(describing: operation.result))")
+            return
+        }
+        #expect(!operation.outputAlive, "the finished operation still holds the output of its cancelled parse")
+    }
+}
