@@ -158,7 +158,9 @@ open class DownloadOperation: AnyFetchOperation, OutputProducing, @unchecked Sen
     /// Called once the complete file is at ``destination``; override it to read or process it.
     ///
     /// Runs on ``FetchConfiguration/parseQueue``; a thrown error becomes
-    /// ``FetchError/parseFailed(_:)`` (the file stays in place). The default does nothing.
+    /// ``FetchError/parseFailed(_:)`` (a thrown ``FetchError`` is kept as it is), and the file
+    /// stays in place. A cancel that arrives while it runs finishes the download as
+    /// ``FetchError/cancelled(_:)``, the file also in place. The default does nothing.
     ///
     /// - Parameter url: The destination.
     open func parseDownloadedFile(at url: URL) throws {}
