@@ -21,11 +21,12 @@ import FoundationNetworking
 /// properties keep the full URL for code that needs it.
 ///
 /// ```swift
-/// switch operation.error {
-/// case nil: show(operation.user)
-/// case .unacceptableStatus(let failure) where failure.statusCode == 404: showNotFound()
-/// case .cancelled: break
-/// case let error?: report(error)
+/// switch operation.result {
+/// case .success(let user)?: show(user)
+/// case .failure(.unacceptableStatus(let failure))? where failure.statusCode == 404: showNotFound()
+/// case .failure(.cancelled)?: break
+/// case .failure(let error)?: report(error)
+/// case nil: break                                  // not finished yet
 /// }
 /// ```
 ///

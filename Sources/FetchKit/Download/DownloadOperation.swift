@@ -13,8 +13,8 @@ import FoundationNetworking
 ///
 /// ```swift
 /// let download = DownloadOperation(url: imageURL, destination: folder.appendingPathComponent("big.iso"))
-/// download.onProgress(on: .main) { progress in bar.doubleValue = progress.fractionCompleted ?? 0 }
-/// queue.enqueue(download) { result in … }
+/// download.onProgress { progress in bar.doubleValue = progress.fractionCompleted ?? 0 }   // on the main actor
+/// queue.enqueue(download) { result in … }                 // result: Result<URL, FetchError>
 /// ```
 ///
 /// The body is written, as it arrives, to a hidden partial file beside the destination
@@ -158,7 +158,9 @@ open class DownloadOperation: AnyFetchOperation, OutputProducing, @unchecked Sen
     /// Called once the complete file is at ``destination``; override it to read or process it.
     ///
     /// Runs on ``FetchConfiguration/parseQueue``; a thrown error becomes
-    /// ``FetchError/parseFailed(_:)`` (the file stays in place). The default does nothing.
+    /// ``FetchError/parseFailed(_:)`` (a thrown ``FetchError`` is kept as it is), and the file
+    /// stays in place. A cancel that arrives while it runs finishes the download as
+    /// ``FetchError/cancelled(_:)``, the file also in place. The default does nothing.
     ///
     /// - Parameter url: The destination.
     open func parseDownloadedFile(at url: URL) throws {}

@@ -162,7 +162,14 @@ extension AnyFetchOperation {
                 failure = error
             }
         }
-        core.withLock { $0.machine.parseEnded(failure) }
+        let discarded = core.withLock { core -> (any Sendable)? in
+            core.machine.parseEnded(failure)
+            // A cancel that arrived while parsing wins: the output that parse made is nobody's.
+            guard core.machine.isCancelled else { return nil }
+            defer { core.output = nil }
+            return core.output
+        }
+        withExtendedLifetime(discarded) {}      // released here, outside the lock
         completeNow()
     }
 

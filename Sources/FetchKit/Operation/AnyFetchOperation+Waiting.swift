@@ -12,8 +12,8 @@ extension AnyFetchOperation {
     /// main thread waiting for a fetch whose completion handler runs on the main queue:
     ///
     /// ```swift
-    /// operation.completionQueue = .main
-    /// queue.addOperation(operation)
+    /// operation.onCompletion { result in model.show(result) }   // on the main actor
+    /// fetchQueue.enqueue(operation)
     /// guard operation.waitUntilFinished(timeout: 10) else { throw Timeout() }
     /// ```
     ///
@@ -27,7 +27,7 @@ extension AnyFetchOperation {
     ///
     /// - Parameter timeout: The longest to wait, in seconds.
     /// - Returns: `true` if the operation finished and its handlers ran; `false` on timeout.
-    @available(*, noasync, message: "Blocks the thread; use `await finished()` in async code.")
+    @available(*, noasync, message: "Blocks the thread; use `try await operation.value` or `try await queue.fetch(operation)` in async code.")
     public func waitUntilFinished(timeout: TimeInterval) -> Bool {
         let deadline = Date(timeIntervalSinceNow: max(0, timeout))
         let onMainThread = Thread.isMainThread

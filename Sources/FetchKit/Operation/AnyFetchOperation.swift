@@ -124,7 +124,9 @@ open class AnyFetchOperation: Operation, @unchecked Sendable {
     /// Builds the request just before it is sent. Override it to use a dependency's result.
     ///
     /// Called once, after every dependency has finished and before any transfer starts, on the
-    /// thread that started the operation. The default returns ``request``.
+    /// thread that started the operation. The default returns ``request``. Return the request
+    /// you built; do not assign ``request`` (or ``configuration``) here: the operation has
+    /// started, so they are fixed, and setting them traps.
     ///
     /// ```swift
     /// override func makeRequest() throws -> URLRequest? {
@@ -294,7 +296,7 @@ open class AnyFetchOperation: Operation, @unchecked Sendable {
             return false
         }
         if started {
-            preconditionFailure("FetchKit: \(name) of \(self) set after it started; set it before the operation starts (before enqueueing it)")
+            preconditionFailure("FetchKit: \(name) of \(self) set after it started; set it before the operation starts (before enqueueing it), and in makeRequest() return the request instead of setting it")
         }
     }
 }

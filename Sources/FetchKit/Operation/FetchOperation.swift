@@ -123,8 +123,11 @@ struct MissingParser: Error, CustomStringConvertible {
 /// }
 /// ```
 ///
-/// It sends `Accept: application/json` unless the request sets another `Accept`. Subclass it
-/// to fix an endpoint's request or decoder once.
+/// It sends `Accept: application/json` unless the request sets another `Accept` — whether the
+/// request was given to the initialiser, set later, or built by ``AnyFetchOperation/makeRequest()``
+/// (the header is added as the request is sent: ``AnyFetchOperation/sentRequest`` shows it,
+/// ``AnyFetchOperation/request`` does not). Subclass it to fix an endpoint's request or
+/// decoder once.
 open class JSONFetchOperation<Output: Decodable & Sendable>: FetchOperation<Output>, @unchecked Sendable {
     /// The decoder the body is decoded with.
     public let decoder: JSONDecoder
@@ -132,14 +135,11 @@ open class JSONFetchOperation<Output: Decodable & Sendable>: FetchOperation<Outp
     /// Creates an operation that sends `request` and decodes the body as `Output`.
     ///
     /// - Parameters:
-    ///   - request: The request to send.
+    ///   - request: The request to send. It may be `nil` now and set later, or built just
+    ///     before sending by overriding ``AnyFetchOperation/makeRequest()``. Default: `nil`.
     ///   - decoder: The decoder to use. Default: a `JSONDecoder()` with its default strategies.
-    public init(request: URLRequest, decoder: JSONDecoder = JSONDecoder()) {
+    public init(request: URLRequest? = nil, decoder: JSONDecoder = JSONDecoder()) {
         self.decoder = decoder
-        var request = request
-        if request.value(forHTTPHeaderField: "Accept") == nil {
-            request.setValue("application/json", forHTTPHeaderField: "Accept")
-        }
         super.init(request: request)
     }
 
@@ -155,5 +155,14 @@ open class JSONFetchOperation<Output: Decodable & Sendable>: FetchOperation<Outp
     /// Decodes the body as `Output` with ``decoder``.
     open override func parseResponseBody(_ body: Data) throws -> Output {
         try decoder.decode(Output.self, from: body)
+    }
+
+    /// Adds `Accept: application/json` to the request being sent, unless it has an `Accept`.
+    override func prepareTransferRequest(_ request: URLRequest) throws(FetchError) -> URLRequest {
+        var request = try super.prepareTransferRequest(request)
+        if request.value(forHTTPHeaderField: "Accept") == nil {
+            request.setValue("application/json", forHTTPHeaderField: "Accept")
+        }
+        return request
     }
 }

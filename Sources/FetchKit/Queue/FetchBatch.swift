@@ -162,7 +162,9 @@ extension FetchQueue {
     ///
     /// Each member is enqueued as by ``enqueue(_:completion:)``; add a member's own completion
     /// handler to the member (``OutputProducing/onCompletion(_:)``) before enqueueing the batch.
-    /// A member the queue refuses counts as failed.
+    /// A member the queue refuses counts as failed. A member this queue already runs as another
+    /// fetch's dependency (see ``enqueue(_:completion:)``) is taken over: the batch counts it
+    /// when it completes.
     ///
     /// - Parameters:
     ///   - operations: The members.
@@ -210,7 +212,16 @@ extension FetchQueue {
         // Every member gets its identifier before any starts: the batch is built from them.
         var ids: [FetchID] = []
         var pending: [(AnyFetchOperation, FetchID, refusal: FetchError?)] = []
+        // Members this queue already runs as another fetch's dependency: taken over, as by
+        // `enqueue(_:)` (they are neither checked nor enqueued again).
+        var takenOver: Set<Int> = []
         for operation in operations {
+            if let id = operation.takeAdoption(by: self) {
+                takenOver.insert(pending.count)
+                ids.append(id)
+                pending.append((operation, id, nil))
+                continue
+            }
             let (id, accepted) = reserve(operation)
             ids.append(id)
             pending.append((operation, id, accepted ? nil : Self.alreadyEnqueued(operation)))
@@ -219,7 +230,7 @@ extension FetchQueue {
         // reserved. A member refused for a cycle is unclaimed, and one that depends on it is
         // then found to need it enqueued.
         var orphans: [AnyFetchOperation] = []
-        for index in pending.indices where pending[index].refusal == nil {
+        for index in pending.indices where pending[index].refusal == nil && !takenOver.contains(index) {
             let (operation, id, _) = pending[index]
             switch Self.checkDependencies(of: operation) {
             case .refuse(let reason):
@@ -238,11 +249,16 @@ extension FetchQueue {
                 continue
             }
             withState { state in state.registry[id]?.batch = (batch, index) }
-            activate(operation, id: id) {
-                // After the member's own completion handlers on the batch's queue.
+            // After the member's own completion handlers on the batch's queue.
+            let joinBatch = {
                 operation.addCompletionHandler(on: callbackQueue) { operation in
                     batch.memberFinished(index, failed: operation.error != nil)
                 }
+            }
+            if takenOver.contains(index) {
+                joinBatch()         // already enqueued, perhaps finished: counted when it completes
+            } else {
+                activate(operation, id: id, attach: joinBatch)
             }
         }
         batch.completeIfEmpty()

@@ -20,9 +20,9 @@ public struct FetchID: Hashable, Comparable, Sendable, CustomStringConvertible {
 /// ```swift
 /// let queue = FetchQueue(maximumConcurrentTransfers: 8, maximumTransfersPerHost: 2)
 /// for feed in feeds {
-///     queue.enqueue(GetFeed(url: feed.url)) { result in     // on the main queue by default
+///     queue.enqueue(GetFeed(url: feed.url)) { result in     // on the main actor by default
 ///         switch result {
-///         case .success(let operation): store(operation.feed)
+///         case .success(let parsed): store(parsed)
 ///         case .failure(let error): log(error)
 ///         }
 ///     }
