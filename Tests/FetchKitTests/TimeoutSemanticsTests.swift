@@ -133,7 +133,10 @@ struct TimeoutSemanticsTests {
         }
         let operation = FetchOperation<Data>(url: server.url("/flaky-then-silent"))
         operation.configuration.idleTimeout = 30
-        operation.configuration.totalTimeout = 0.8
+        // Long enough that the cut first attempt ends before it on a loaded machine (one that
+        // ended later would rightly get no retry).
+        let deadline: TimeInterval = runsUnderSanitizer ? 5 : 2
+        operation.configuration.totalTimeout = deadline
         operation.configuration.retryPolicy = RetryPolicy(maximumRetries: 5, baseDelay: 0.1, jitter: 0)
         let retries = Locked<[RetryEvent]>([])
         operation.onRetry(on: .immediate) { event in retries.withLock { $0.append(event) } }
@@ -142,10 +145,10 @@ struct TimeoutSemanticsTests {
             Issue.record("expected a timeout, got \(String(describing: error))")
             return
         }
-        print("totalTimeout 0.8 s across a retry: \(timeout.kind) timeout after \(String(format: "%.3f", elapsed)) s")
+        print("totalTimeout \(deadline) s across a retry: \(timeout.kind) timeout after \(String(format: "%.3f", elapsed)) s")
         #expect(timeout.kind == .total)
-        #expect(timeout.interval == 0.8, "the error names the deadline as set, not what was left of it")
-        #expect(bound(0.8).contains(elapsed), "a 0.8 s deadline took \(elapsed) s")
+        #expect(timeout.interval == deadline, "the error names the deadline as set, not what was left of it")
+        #expect(bound(deadline).contains(elapsed), "a \(deadline) s deadline took \(elapsed) s")
         #expect(retries.current.map(\.attempt) == [2])
         // The retry was sent; on a loaded machine it may not have reached the server before
         // the deadline stopped it. Never a third.
@@ -168,8 +171,12 @@ struct TimeoutSemanticsTests {
         }
         let queue = makeFetchQueue(total: 1, perHost: 1)
         let fetch = FetchOperation<Data>(url: server.url("/cut-short"))
-        fetch.configuration.totalTimeout = 0.6
-        fetch.configuration.retryPolicy = RetryPolicy(maximumRetries: 1, baseDelay: 0.1, jitter: 0)
+        // Generous on purpose: the first attempt must end, and the other fetch take the slot
+        // during the retry's wait, before the deadline — on a loaded machine too (a first
+        // attempt that ends too late for a retry rightly gets none).
+        let (deadline, backoff): (TimeInterval, TimeInterval) = runsUnderSanitizer ? (8, 2) : (4, 1)
+        fetch.configuration.totalTimeout = deadline
+        fetch.configuration.retryPolicy = RetryPolicy(maximumRetries: 1, baseDelay: backoff, jitter: 0)
         let blocker = server.operation("/gate")
         // While the fetch waits to retry, another takes the only slot and holds it until the
         // fetch has ended.
@@ -177,7 +184,7 @@ struct TimeoutSemanticsTests {
         let fetchEnded = Countdown(1)
         queue.enqueue(fetch) { _ in fetchEnded.signal() }
         #expect(await holding.wait(), "the other fetch holds the slot")
-        #expect(await fetchEnded.wait(timeout: 10), "the fetch ended at its deadline, still waiting for the slot")
+        #expect(await fetchEnded.wait(timeout: 30), "the fetch ended at its deadline, still waiting for the slot")
         let blockerEnded = Countdown(1)
         blocker.onCompletion(on: .immediate) { _ in blockerEnded.signal() }
         gate.open()
@@ -187,7 +194,7 @@ struct TimeoutSemanticsTests {
             return
         }
         #expect(timeout.kind == .total)
-        #expect(timeout.interval == 0.6)
+        #expect(timeout.interval == deadline)
         #expect(server.requestCount(path: "/cut-short") == 1, "the retry never got to send")
         #expect(queue.statistics.transfersStarted == 2, "the fetch's first attempt and the other fetch")
     }
