@@ -11,55 +11,24 @@ import Darwin
 
 /// The `fetchkit` tool, started as a subprocess that a test can signal while it runs.
 private final class RunningTool: Sendable {
-    let process: Process
-    /// The exit, and the end of each of the two pipes.
-    private let ended = Countdown(3)
-    private let output = Locked((stdout: Data(), stderr: Data()))
+    private let child: ChildProcess
 
     init(_ arguments: [String]) throws {
-        let directory = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
-        process = Process()
-        process.executableURL = directory.appendingPathComponent("fetchkit")
-        process.arguments = arguments
-        let out = Pipe()
-        let err = Pipe()
-        process.standardOutput = out
-        process.standardError = err
-        let (ended, output) = (self.ended, self.output)
-        process.terminationHandler = { _ in ended.signal() }
-        try process.run()
-        // Both pipes are read to the end as the tool writes (a full pipe would block it), on
-        // Dispatch threads: a blocking read on one of Swift concurrency's few threads could
-        // starve the test itself.
-        DispatchQueue.global().async {
-            let data = out.fileHandleForReading.readDataToEndOfFile()
-            output.withLock { $0.stdout = data }
-            ended.signal()
-        }
-        DispatchQueue.global().async {
-            let data = err.fileHandleForReading.readDataToEndOfFile()
-            output.withLock { $0.stderr = data }
-            ended.signal()
-        }
+        child = try ChildProcess("fetchkit", arguments)
     }
 
     func send(_ signal: Int32) {
-        kill(process.processIdentifier, signal)
+        child.send(signal)
     }
 
     /// Waits for the exit; a tool that does not exit is killed and the test fails.
-    func finish() async throws -> (reason: Process.TerminationReason, status: Int32, stdout: String, stderr: String) {
-        guard await ended.wait(timeout: 60) else {
-            process.terminate()
-            throw ParseTestError(reason: "fetchkit did not exit")
-        }
-        let (out, err) = output.current
-        return (process.terminationReason, process.terminationStatus, String(decoding: out, as: UTF8.self), String(decoding: err, as: UTF8.self))
+    func finish() async throws -> (ending: ChildProcess.Ending, stdout: String, stderr: String) {
+        try await child.finish(timeout: 60)
     }
 
     /// For a test that failed before the tool exited.
     func stop() {
-        if process.isRunning { process.terminate() }
+        child.stop()
     }
 }
 
@@ -128,7 +97,7 @@ struct CommandLineInterruptTests {
         let first = try await tool.finish()
 
         // Then it stops with 130, says so, and keeps the partial file and its record
-        #expect(first.reason == .exit && first.status == 130, "\(first.reason) \(first.status)\n\(first.stdout)\(first.stderr)")
+        #expect(first.ending == .exit(130), "\(first.ending)\n\(first.stdout)\(first.stderr)")
         #expect(first.stdout.contains("Interrupted by SIGINT"), "\(first.stdout)")
         #expect(first.stdout.contains("1 partial file kept"), "\(first.stdout)")
         #expect(!FileManager.default.fileExists(atPath: directory.file("big.bin").path))
@@ -142,7 +111,7 @@ struct CommandLineInterruptTests {
         let second = try await RunningTool(arguments).finish()
 
         // Then it asks for the rest only, and the file is whole
-        #expect(second.status == 0, "\(second.stdout)\(second.stderr)")
+        #expect(second.ending == .exit(0), "\(second.stdout)\(second.stderr)")
         let requests = server.requests(path: "/big.bin")
         #expect(requests.count == 2)
         #expect(requests.last?.headers["Range"] == "bytes=\(kept)-")
@@ -173,7 +142,7 @@ struct CommandLineInterruptTests {
         tool.send(SIGTERM)
         let result = try await tool.finish()
 
-        #expect(result.reason == .exit && result.status == 143, "\(result.reason) \(result.status)\n\(result.stdout)\(result.stderr)")
+        #expect(result.ending == .exit(143), "\(result.ending)\n\(result.stdout)\(result.stderr)")
         #expect(result.stdout.contains("Interrupted by SIGTERM"), "\(result.stdout)")
         #expect(result.stdout.contains("1 not started"), "\(result.stdout)")
         let started = partials.filter { FileManager.default.fileExists(atPath: $0.path) }

@@ -5,26 +5,12 @@ import Testing
 
 /// Runs an executable built beside the test bundle and collects its output.
 func runTool(_ name: String, _ arguments: [String]) async throws -> (status: Int32, stdout: String, stderr: String) {
-    let directory = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
-    let process = Process()
-    process.executableURL = directory.appendingPathComponent(name)
-    process.arguments = arguments
-    let out = Pipe()
-    let err = Pipe()
-    process.standardOutput = out
-    process.standardError = err
-    let exited = Countdown(1)
-    process.terminationHandler = { _ in exited.signal() }
-    try process.run()
-    // Read both pipes to the end (a full pipe would block the tool), then wait for the exit.
-    async let stdout = Task.detached { out.fileHandleForReading.readDataToEndOfFile() }.value
-    async let stderr = Task.detached { err.fileHandleForReading.readDataToEndOfFile() }.value
-    let (output, errors) = await (stdout, stderr)
-    guard await exited.wait(timeout: 120) else {
-        process.terminate()
-        throw ParseTestError(reason: "\(name) did not exit")
+    let child = try ChildProcess(name, arguments)
+    let (ending, stdout, stderr) = try await child.finish()
+    guard case .exit(let status) = ending else {
+        throw ParseTestError(reason: "\(name) ended by \(ending)\n\(stdout)\(stderr)")
     }
-    return (process.terminationStatus, String(decoding: output, as: UTF8.self), String(decoding: errors, as: UTF8.self))
+    return (status, stdout, stderr)
 }
 
 @Suite("The fetchkit command")

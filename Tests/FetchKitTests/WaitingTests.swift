@@ -6,28 +6,19 @@ import Testing
 @Suite("Waiting: the run-loop wait and async")
 struct WaitingTests {
     /// Runs the RunLoopProbe executable, built beside the test bundle.
-    private func runProbe(_ mode: String) throws -> (status: Int32, output: String) {
-        let directory = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
-        let process = Process()
-        process.executableURL = directory.appendingPathComponent("RunLoopProbe")
-        process.arguments = [mode]
-        let pipe = Pipe()
-        process.standardOutput = pipe
-        process.standardError = pipe
-        try process.run()
-        process.waitUntilExit()
-        let output = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        return (process.terminationStatus, output)
+    private func runProbe(_ mode: String) async throws -> (status: Int32, output: String) {
+        let (status, stdout, stderr) = try await runTool("RunLoopProbe", [mode])
+        return (status, stdout + stderr)
     }
 
-    @Test func mainThreadWaitWithMainQueueCompletionsReturns() throws {
-        let (status, output) = try runProbe("main")
+    @Test func mainThreadWaitWithMainQueueCompletionsReturns() async throws {
+        let (status, output) = try await runProbe("main")
         #expect(status == 0, "probe said: \(output)")
         #expect(output.contains("returned=true completionRan=true onExpectedThread=true error=none"))
     }
 
-    @Test func mainThreadWaitWithBackgroundCompletionsReturns() throws {
-        let (status, output) = try runProbe("global")
+    @Test func mainThreadWaitWithBackgroundCompletionsReturns() async throws {
+        let (status, output) = try await runProbe("global")
         #expect(status == 0, "probe said: \(output)")
     }
 

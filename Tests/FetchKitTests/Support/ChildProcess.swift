@@ -1,0 +1,154 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// An executable built beside the test bundle, run as a child process with its output collected.
+///
+/// Started with `posix_spawn` rather than Foundation's `Process`: on Linux (Swift 6.3.1),
+/// `Process.run()` over-reads `/proc/self/fd` entries and crashes now and then in a process
+/// with many descriptors open — a test process full of loopback sockets
+/// (swift-corelibs-foundation PR #5472). The child gets standard output and error on pipes of
+/// its own and no other descriptor of the test process.
+final class ChildProcess: Sendable {
+    /// How a child ended.
+    enum Ending: Equatable, CustomStringConvertible {
+        case exit(Int32)
+        case signal(Int32)
+
+        var description: String {
+            switch self {
+            case .exit(let status): return "exit \(status)"
+            case .signal(let signal): return "signal \(signal)"
+            }
+        }
+    }
+
+    struct SpawnError: Error, CustomStringConvertible {
+        let description: String
+    }
+
+    let pid: pid_t
+    /// The exit, and the end of each of the two pipes.
+    private let ended = Countdown(3)
+    private let output = Locked((stdout: Data(), stderr: Data()))
+    private let ending = Locked<Ending?>(nil)
+
+    /// Starts `name` (an executable beside the test bundle) with `arguments`.
+    init(_ name: String, _ arguments: [String]) throws {
+        let directory = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
+        let path = directory.appendingPathComponent(name).path
+        let outPipe = try Self.makePipe()
+        let errPipe = try Self.makePipe()
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_adddup2(&actions, outPipe.write, 1)
+        posix_spawn_file_actions_adddup2(&actions, errPipe.write, 2)
+        // Nothing else of the test process (sockets, other children's pipes) goes along.
+        if let closeFrom = Self.closeFrom {
+            _ = closeFrom(&actions, 3)
+        }
+        let argv = ([path] + arguments).map { strdup($0) } + [nil]
+        defer { for pointer in argv { free(pointer) } }
+        var child: pid_t = 0
+        let spawned = posix_spawn(&child, path, &actions, nil, argv, environ)
+        close(outPipe.write)
+        close(errPipe.write)
+        guard spawned == 0 else {
+            close(outPipe.read)
+            close(errPipe.read)
+            throw SpawnError(description: "posix_spawn \(path): error \(spawned)")
+        }
+        pid = child
+        let (ended, output, ending, spawnedPID) = (self.ended, self.output, self.ending, child)
+        // Both pipes are read to the end as the child writes (a full pipe would block it), and
+        // the exit is awaited, on threads of their own: a blocking call on one of Swift
+        // concurrency's few threads could starve the test itself.
+        Thread.detachNewThread {
+            let data = Self.readToEnd(outPipe.read)
+            output.withLock { $0.stdout = data }
+            ended.signal()
+        }
+        Thread.detachNewThread {
+            let data = Self.readToEnd(errPipe.read)
+            output.withLock { $0.stderr = data }
+            ended.signal()
+        }
+        Thread.detachNewThread {
+            var status: Int32 = 0
+            while waitpid(spawnedPID, &status, 0) == -1 && errno == EINTR {}
+            let signal = status & 0x7f
+            ending.withLock { $0 = signal == 0 ? .exit((status >> 8) & 0xff) : .signal(signal) }
+            ended.signal()
+        }
+    }
+
+    /// A pipe whose ends other children never inherit: close-on-exec from the start where the
+    /// C library offers `pipe2`, at once after `pipe` otherwise.
+    private static func makePipe() throws -> (read: Int32, write: Int32) {
+        var ends: [Int32] = [0, 0]
+        if let pipe2 = pipe2Function {
+            guard pipe2(&ends, O_CLOEXEC) == 0 else { throw SpawnError(description: "pipe2: errno \(errno)") }
+        } else {
+            guard pipe(&ends) == 0 else { throw SpawnError(description: "pipe: errno \(errno)") }
+            _ = fcntl(ends[0], F_SETFD, FD_CLOEXEC)
+            _ = fcntl(ends[1], F_SETFD, FD_CLOEXEC)
+        }
+        return (ends[0], ends[1])
+    }
+
+    // glibc has both (2.9 and 2.34), but its headers declare them for _GNU_SOURCE only, which
+    // Swift's Glibc module does not set: they are looked up at run time.
+    private typealias Pipe2 = @convention(c) (UnsafeMutablePointer<Int32>, Int32) -> Int32
+    private typealias CloseFrom = @convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, Int32) -> Int32
+    private static let pipe2Function: Pipe2? = symbol("pipe2")
+    private static let closeFrom: CloseFrom? = symbol("posix_spawn_file_actions_addclosefrom_np")
+
+    private static func symbol<Function>(_ name: String) -> Function? {
+        #if canImport(Darwin)
+        let everywhere = UnsafeMutableRawPointer(bitPattern: -2)   // RTLD_DEFAULT
+        #else
+        let everywhere: UnsafeMutableRawPointer? = nil             // RTLD_DEFAULT
+        #endif
+        guard let address = dlsym(everywhere, name) else { return nil }
+        return unsafeBitCast(address, to: Function.self)
+    }
+
+    private static func readToEnd(_ descriptor: Int32) -> Data {
+        defer { close(descriptor) }
+        var data = Data()
+        var buffer = [UInt8](repeating: 0, count: 64 << 10)
+        while true {
+            let count = buffer.withUnsafeMutableBytes { read(descriptor, $0.baseAddress, $0.count) }
+            if count > 0 {
+                data.append(contentsOf: buffer[0..<count])
+            } else if count == 0 || errno != EINTR {
+                return data
+            }
+        }
+    }
+
+    /// Sends `signal` to the child.
+    func send(_ signal: Int32) {
+        kill(pid, signal)
+    }
+
+    /// Waits for the child to exit and its output to end; one that does not within `timeout`
+    /// is killed, and this throws.
+    func finish(timeout: TimeInterval = 120) async throws -> (ending: Ending, stdout: String, stderr: String) {
+        guard await ended.wait(timeout: timeout), let ending = ending.current else {
+            kill(pid, SIGKILL)
+            throw SpawnError(description: "the child \(pid) did not exit within \(timeout) s")
+        }
+        let (out, err) = output.current
+        return (ending, String(decoding: out, as: UTF8.self), String(decoding: err, as: UTF8.self))
+    }
+
+    /// For a test that failed before the child exited.
+    func stop() {
+        if ending.current == nil { kill(pid, SIGKILL) }
+    }
+}
