@@ -15,18 +15,6 @@ import Darwin
 /// of up to ``batchLimit`` chunks. ``backlog`` is what has been handed over and not yet
 /// written: the memory the writer holds. A write error is kept, every later chunk dropped, and
 /// the error reported to the next ``append(_:)`` and to ``drain()``.
-///
-/// When ``append(_:)`` wakes an idle writer, it waits up to ``patience`` for that write to
-/// finish. A write to the page cache takes well under that, so while the disk keeps up the
-/// router's queue stays busy, as if it wrote itself: URLSession then queues its next chunks
-/// behind it instead of waking the queue for each one (measured: that wake-up per 16 KiB
-/// chunk, with its locking in `OperationQueue`, cost more than the writes). It waits only
-/// while the router has caught up with the network (``waitingLimit``): chunks that pile up in
-/// URLSession's queue during a wait are not counted in ``backlog``, so a disk slower than the
-/// network in writes shorter than ``patience`` must not set the pace; the router then hands
-/// over without waiting, the backlog grows, and the bound applies as without the wait. A
-/// wait therefore holds at most ``patience`` worth of chunks, once, until the router has
-/// caught up again.
 final class FileWriter: @unchecked Sendable {
     /// What the writer has done, read under its lock.
     struct Status: Sendable {
@@ -65,10 +53,9 @@ final class FileWriter: @unchecked Sendable {
         self.throttle = throttle
     }
 
-    /// Hands `chunk` to the writer. The writer is woken once a batch of ``wakeThreshold``
-    /// bytes is waiting, not for every chunk (a wake-up costs more than handing over a chunk);
-    /// ``drain()`` and ``whenDrained(_:)`` write the rest. Returns at once, except that waking
-    /// an idle writer waits up to ``patience`` for its write.
+    /// Hands `chunk` to the writer; returns at once. The writer is woken once a batch of
+    /// ``wakeThreshold`` bytes is waiting, not for every chunk (a wake-up costs more than
+    /// handing over a chunk); ``drain()`` and ``whenDrained(_:)`` write the rest.
     ///
     /// - Returns: the backlog, and the `errno` of an earlier failed write, if any (the chunk
     ///   is then dropped).
@@ -82,29 +69,8 @@ final class FileWriter: @unchecked Sendable {
         }
         if schedule {
             queue.async { self.run() }
-            if Self.callerIsCaughtUp() {
-                _ = state.wait(until: Date(timeIntervalSinceNow: Self.patience)) { $0.scheduled }
-            }
         }
         return (backlog, failure)
-    }
-
-    /// How long ``append(_:)`` waits for a writer it woke from idle: 2 ms, ten times or more
-    /// what a write of ``wakeThreshold`` bytes to the page cache takes (measured: 0.03–0.6 ms).
-    static let patience: TimeInterval = 0.002
-
-    /// The most operations URLSession's delegate queue may hold, the running one included,
-    /// for ``append(_:)`` to wait for the writer: 4 (three 16 KiB chunks waiting).
-    static let waitingLimit = 4
-
-    /// Whether the operation queue running this call (URLSession's delegate queue, on the
-    /// router's queue) holds at most ``waitingLimit`` operations: the router has caught up
-    /// with the network. Outside an operation: yes.
-    ///
-    /// (`operationCount` walks the queue under its lock: it is asked once per batch.)
-    private static func callerIsCaughtUp() -> Bool {
-        guard let current = OperationQueue.current else { return true }
-        return current.operationCount <= waitingLimit
     }
 
     /// How much waits before the writer is woken: 256 KiB.
@@ -168,11 +134,7 @@ final class FileWriter: @unchecked Sendable {
                 state.chunks.removeFirst(count)
                 return batch
             }
-            guard !batch.isEmpty else {
-                // Idle: an append waiting for this write goes on.
-                state.broadcast()
-                return
-            }
+            guard !batch.isEmpty else { return }
             let size = batch.reduce(0) { $0 + $1.count }
             throttle?(size)
             let failure = gather(batch[...], into: [])
