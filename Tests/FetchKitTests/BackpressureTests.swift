@@ -97,9 +97,41 @@ struct BackpressureTests {
         #expect(server.requestCount(path: "/big") == 1)
     }
 
-    /// A write that hangs (a stalled disk) is waited for at most ``FileWriter/patience``: the
-    /// transfer goes on receiving into the backlog meanwhile (stopped if it passes the bound),
-    /// and finishes once the write returns.
+    /// A write that hangs (a stalled disk) does not hold up the transfer: it goes on receiving
+    /// into the backlog meanwhile (stopped if it passes the bound), and finishes once the write
+    /// returns.
+    /// A download whose last bytes wait for a stalled disk does not hold up the session's other
+    /// transfers: they share URLSession's one delegate queue, and the close waits off it.
+    @Test func aDownloadWaitingForTheDiskAtItsEndHoldsUpNoOtherTransfer() async throws {
+        let server = try LoopbackServer()
+        let directory = try TemporaryDirectory()
+        defer { server.stop(); directory.remove() }
+        let destination = directory.file("small.bin")
+        let download = DownloadOperation(url: server.url("/bytes/65536"), destination: destination)
+        let release = Countdown(1)
+        download.backpressure = Backpressure(bound: 1 << 20, throttle: { _ in
+            _ = release.waitBlocking(timeout: 60)
+        })
+        let received = Countdown(1)
+        download.onProgress(on: .global) { progress in
+            if progress.bytesReceived == 65536 { received.signal() }
+        }
+        async let downloaded = download.run()
+        #expect(await received.wait(), "the body arrived; its write hangs")
+        // Meanwhile another fetch on the same (shared) session completes.
+        let other = FetchOperation<Data>(url: server.url("/json"))
+        other.configuration.retryPolicy = .none
+        let otherDone = Countdown(1)
+        other.onCompletion(on: .global) { _ in otherDone.signal() }
+        other.start()
+        let otherFinished = await otherDone.wait(timeout: 10)
+        release.signal()
+        _ = try await downloaded
+        #expect(otherFinished, "a fetch completed while the download waited for the disk")
+        #expect(other.error == nil)
+        #expect(contents(destination) == BytePattern.data(offset: 0, count: 65536))
+    }
+
     @Test func aHangingWriteDoesNotHoldUpTheTransfer() async throws {
         let server = try LoopbackServer()
         let directory = try TemporaryDirectory()

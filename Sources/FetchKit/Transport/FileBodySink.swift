@@ -315,6 +315,10 @@ final class FileBodySink: ResponseBodySink {
         Self.record(in: continuation) { $0.taskCompleted = true }
     }
 
+    func whenWritten(_ body: @escaping @Sendable () -> Void) {
+        if let writer { writer.whenDrained(body) } else { body() }
+    }
+
     func whenReadyToContinue(_ body: @escaping @Sendable () -> Void) {
         Self.record(in: continuation) { $0.body = body }
     }

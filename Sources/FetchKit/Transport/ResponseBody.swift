@@ -39,6 +39,9 @@ protocol ResponseBodySink: AnyObject {
     /// Runs `body`, on any thread, once a transfer stopped by ``shouldStopTransfer()`` can be
     /// continued: everything written is stored, and the stopped task has completed.
     func whenReadyToContinue(_ body: @escaping @Sendable () -> Void)
+    /// Runs `body`, on any thread, once every byte handed to the sink is stored — at once for
+    /// a body in memory; when the writer caught up for a file. ``close()`` then does not wait.
+    func whenWritten(_ body: @escaping @Sendable () -> Void)
 }
 
 extension ResponseBodySink {
@@ -46,6 +49,7 @@ extension ResponseBodySink {
     var stoppedForBackpressure: Bool { false }
     func stoppedTaskDidComplete() {}
     func whenReadyToContinue(_ body: @escaping @Sendable () -> Void) { body() }
+    func whenWritten(_ body: @escaping @Sendable () -> Void) { body() }
 }
 
 /// Keeps the body in memory, in one buffer whose growth it controls.

@@ -94,6 +94,8 @@ final class Transfer: TransferHandle, @unchecked Sendable {
     /// Inside the redirect callback: ending must not cancel the task.
     private var answeringRedirect = false
     private var ended = false
+    /// The task completed and the sink is writing its last bytes out: no timeout fires.
+    private var writingOut = false
     /// Stopped for the disk to catch up: the task, kept registered until it completes.
     private var stoppedTask: URLSessionDataTask?
 
@@ -292,6 +294,20 @@ final class Transfer: TransferHandle, @unchecked Sendable {
             return
         }
         reportProgress(final: true)
+        // A file's last bytes may still wait for the disk. The close waits for them off this
+        // queue — every transfer of the session shares it, so a slow disk must not hold them
+        // all up — and the transfer ends back here. No timeout runs meanwhile: every byte
+        // arrived.
+        writingOut = true
+        sink.whenWritten { [self] in
+            queue.async { self.closeSink(response) }
+        }
+    }
+
+    /// Closes the sink once every byte is written, and ends the transfer. On the router queue.
+    private func closeSink(_ response: HTTPURLResponse) {
+        writingOut = false
+        guard !ended else { return }
         do {
             let body = try sink.close()
             end(.success(response, body))
@@ -472,7 +488,7 @@ final class Transfer: TransferHandle, @unchecked Sendable {
 
     /// Called by the session's ``Deadlines`` when ``nextDeadline()`` (as it was) has come.
     func deadlineReached() {
-        guard !ended else { return }
+        guard !ended, !writingOut else { return }
         let now = Self.now()
         if let totalDeadline, now >= totalDeadline {
             end(.failure(.timedOut(.init(kind: .total, interval: limits.totalTimeout ?? 0, url: request.url)), response))
