@@ -102,7 +102,8 @@ struct BackpressureTests {
     /// returns.
     /// A download whose last bytes wait for a stalled disk does not hold up the session's other
     /// transfers: they share URLSession's one delegate queue, and the close waits off it.
-    @Test func aDownloadWaitingForTheDiskAtItsEndHoldsUpNoOtherTransfer() async throws {
+    @Test(.disabled(if: runsUnderSanitizer, "blocks a writer thread for seconds on purpose; under a sanitizer on two cores, libdispatch's pool grows too slowly around it for the suite's other timings"))
+    func aDownloadWaitingForTheDiskAtItsEndHoldsUpNoOtherTransfer() async throws {
         let server = try LoopbackServer()
         let directory = try TemporaryDirectory()
         defer { server.stop(); directory.remove() }
@@ -132,7 +133,8 @@ struct BackpressureTests {
         #expect(contents(destination) == BytePattern.data(offset: 0, count: 65536))
     }
 
-    @Test func aHangingWriteDoesNotHoldUpTheTransfer() async throws {
+    @Test(.disabled(if: runsUnderSanitizer, "blocks a writer thread for seconds on purpose; under a sanitizer on two cores, libdispatch's pool grows too slowly around it for the suite's other timings"))
+    func aHangingWriteDoesNotHoldUpTheTransfer() async throws {
         let server = try LoopbackServer()
         let directory = try TemporaryDirectory()
         defer { server.stop(); directory.remove() }
