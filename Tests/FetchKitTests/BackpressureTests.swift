@@ -100,6 +100,32 @@ struct BackpressureTests {
     /// A write that hangs (a stalled disk) does not hold up the transfer: it goes on receiving
     /// into the backlog meanwhile (stopped if it passes the bound), and finishes once the write
     /// returns.
+    /// The writer falls past the bound only with the body's last chunk: the whole body has
+    /// arrived, so the transfer is not stopped (a continuation from the end of the body would
+    /// ask for an empty range and get a 416).
+    @Test func aBacklogThatPassesTheBoundOnlyAtTheEndIsNotContinued() async throws {
+        let server = try LoopbackServer()
+        let directory = try TemporaryDirectory()
+        defer { server.stop(); directory.remove() }
+        let length = 1 << 20
+        server.resumableRoute("/big", length: length, etag: Locked("v1"), cutFull: Locked(false))
+        let destination = directory.file("big.bin")
+        let download = DownloadOperation(url: server.url("/big"), destination: destination)
+        let release = Countdown(1)
+        // Nothing is written until the whole body has arrived: the backlog is the body, and
+        // passes the bound (one byte short of it) with the last chunk only.
+        download.backpressure = Backpressure(bound: Int64(length - 1), throttle: { _ in
+            _ = release.waitBlocking(timeout: 60)
+        })
+        download.onProgress(on: .global) { progress in
+            if progress.bytesReceived >= Int64(length) { release.signal() }
+        }
+        try await download.run()
+        #expect(download.backpressureContinuations == 0)
+        #expect(server.requestCount(path: "/big") == 1)
+        #expect(contents(destination) == BytePattern.data(offset: 0, count: length))
+    }
+
     /// A download whose last bytes wait for a stalled disk does not hold up the session's other
     /// transfers: they share URLSession's one delegate queue, and the close waits off it.
     @Test(.disabled(if: runsUnderSanitizer, "blocks a writer thread for seconds on purpose; under a sanitizer on two cores, libdispatch's pool grows too slowly around it for the suite's other timings"))

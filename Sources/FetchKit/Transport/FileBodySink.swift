@@ -130,6 +130,8 @@ final class FileBodySink: ResponseBodySink {
     private let continuation = Protected(ContinuationGate())
     /// Bytes handed to the writer.
     private var writerAppended: Int64 = 0
+    /// Where the body ends in the file, when the response announced its length.
+    private var expectedEnd: Int64?
     /// The writer's backlog after the last chunk.
     private var lastBacklog: Int64 = 0
 
@@ -180,6 +182,7 @@ final class FileBodySink: ResponseBodySink {
         }
         length = offset
         acceptedLength = offset
+        expectedEnd = expectedLength.map { offset + $0 }
         let acceptsRanges = response.statusCode == 206
             || (response.value(forHTTPHeaderField: "Accept-Ranges")?.lowercased().contains("bytes") ?? false)
         let record = PartialDownloadRecord(
@@ -221,6 +224,8 @@ final class FileBodySink: ResponseBodySink {
     /// of a fast loopback body), so the router queue is kept cheap instead.
     func shouldStopTransfer() -> Bool {
         guard let backpressure, resumable, mayStop, lastBacklog > backpressure.bound else { return false }
+        // Every byte has arrived: there is nothing to continue (a Range from the end is a 416).
+        if let expectedEnd, writerBase + writerAppended >= expectedEnd { return false }
         stoppedBehind.withLock { $0 = true }
         return true
     }
