@@ -61,17 +61,19 @@ struct QuickStartTests {
         let login = LogIn(api: api, user: "alice", password: "secret")
         let getUser = GetUser(api: api, after: login)
         let printed = Locked<String?>(nil)
+        let handled = Countdown(1)
         getUser.onCompletion(on: .global) { result in
             switch result {
             case .success(let user): printed.withLock { $0 = "hello, \(user.name)" }
             case .failure(let error): printed.withLock { $0 = "failed: \(error)" }
             }
+            handled.signal()
         }
         queue.enqueue(login)
         let user = try await queue.fetch(getUser)
         #expect(user.name == "alice")
         #expect(user.id == 42)
-        #expect(await getUser.awaitCompletion())
+        #expect(await handled.wait())
         #expect(printed.current == "hello, alice")
     }
 
