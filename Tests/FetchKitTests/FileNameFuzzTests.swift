@@ -121,9 +121,9 @@ struct FileNameFuzzTests {
         return URL(string: "http://example.com/dir/\(segment)\(slash)?q=\(count)")
     }
 
-    @Test func generatedNamesAreAlwaysSafe() {
+    @Test func generatedNamesAreAlwaysSafe() async {
         var random = SplitMix64(seed: 0xF17E_5AFE)
-        for _ in 0..<fuzzRounds(4000) {
+        await forEachRound(4000) { _ in
             let input = randomName(&random)
             let name = SafeFileName.sanitize(input, source: input)
             checkSafe(name, from: input)
@@ -132,11 +132,11 @@ struct FileNameFuzzTests {
         }
     }
 
-    @Test func generatedURLsAlwaysGiveSafeNames() throws {
+    @Test func generatedURLsAlwaysGiveSafeNames() async throws {
         var random = SplitMix64(seed: 0x0DD_BA11)
         var made = 0
-        for _ in 0..<fuzzRounds(2000) {
-            guard let url = randomURL(&random) else { continue }
+        await forEachRound(2000) { _ in
+            guard let url = randomURL(&random) else { return }
             made += 1
             let name = SafeFileName.name(for: url)
             checkSafe(name, from: url.absoluteString)
@@ -145,14 +145,14 @@ struct FileNameFuzzTests {
         #expect(made > fuzzRounds(2000) * 95 / 100, "the generator makes valid URLs")
     }
 
-    @Test func generatedSetsOfURLsStayUnique() throws {
+    @Test func generatedSetsOfURLsStayUnique() async throws {
         var random = SplitMix64(seed: 0x5E7_0F_0A1)
         // Few distinct stems, so that many names collide: repeats, case variants, long names
         // that share their first 232 bytes, names that already end in -1.
         let stems = ["file", "FILE", "file-1", String(repeating: "x", count: 240), String(repeating: "x", count: 240) + "y",
                      ".hidden", "..", "", "a%2Fb", "a_b", "%E2%80%AE", "_"]
         let extensions = ["", ".txt", ".TXT", ".tar.gz"]
-        for round in 0..<fuzzRounds(150) {
+        try await forEachRound(150) { round in
             let count = Int.random(in: 2...40, using: &random)
             var urls: [URL] = []
             for index in 0..<count {

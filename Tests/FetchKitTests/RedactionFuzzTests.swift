@@ -13,10 +13,10 @@ struct RedactionFuzzTests {
     static let seeds: [UInt64] = [1, 0xFE7C_4B17, 20_261_124]
 
     @Test(arguments: seeds)
-    func generatedURLsLoseExactlyTheirSecrets(seed: UInt64) throws {
+    func generatedURLsLoseExactlyTheirSecrets(seed: UInt64) async throws {
         var random = SplitMix64(seed: seed)
         var parsedByFoundation = 0
-        for round in 0..<fuzzRounds(2500) {
+        await forEachRound(2500) { round in
             let sample = URLSample.make(&random)
             let context = Comment(rawValue: "seed \(seed) round \(round): \(sample.input)")
             let output = Redaction.redacted(sample.input)
@@ -52,12 +52,12 @@ struct RedactionFuzzTests {
 
     /// Any text at all: no crash, and a fixed point after one pass.
     @Test(arguments: seeds)
-    func arbitraryTextNeverCrashesAndSettles(seed: UInt64) {
+    func arbitraryTextNeverCrashesAndSettles(seed: UInt64) async {
         var random = SplitMix64(seed: seed)
         let alphabet: [String] = ["%", "@", ":", "/", "?", "#", "&", ";", "=", "[", "]", "+", "a", "Q", "token",
                                   "key", "http", "://", "%2", "%4", "%25", "%5F", "\u{1B}", "\n", " ", "é", "👩‍💻", "\u{0}",
                                   "REDACTED", "REDA", ".", ")", "\u{85}", "V"]
-        for round in 0..<fuzzRounds(3000) {
+        await forEachRound(3000) { round in
             let text = (0..<random.below(24)).map { _ in alphabet[random.below(alphabet.count)] }.joined()
             let context = Comment(rawValue: "seed \(seed) round \(round): \(text.debugDescription)")
             let once = Redaction.redacted(text)

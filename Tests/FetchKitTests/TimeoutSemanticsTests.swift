@@ -8,13 +8,13 @@ import Testing
 /// again; `totalTimeout` is a deadline over the whole fetch, every attempt and every wait.
 @Suite("Timeouts across retries")
 struct TimeoutSemanticsTests {
-    /// How long a fetch that should end at `interval` may take here: from a little less (timer
-    /// leeway) to generously more. Alone it takes the interval and a few milliseconds; with the
-    /// whole suite in parallel on two busy cores the process has been seen to stall for 1.5 s,
-    /// and for 3.4 s under ThreadSanitizer. The request counts, not this bound, are what catch
-    /// a retry behind the test's back.
-    private func bound(_ interval: TimeInterval) -> ClosedRange<TimeInterval> {
-        (interval - 0.1)...(interval + (runsUnderSanitizer ? 10 : 3))
+    /// Whether a fetch that should end at `interval` ended no sooner (less the timer's leeway).
+    /// Only the lower side is checked: how much later it ends depends on how loaded the machine
+    /// is (a parallel suite on two cores has delayed completions by 15 s), so an upper bound
+    /// would test the machine. The request counts are what catch a retry behind the test's
+    /// back, and the error's kind and interval which bound fired.
+    private func endedNoSooner(_ elapsed: TimeInterval, than interval: TimeInterval) -> Bool {
+        elapsed >= interval - 0.1
     }
 
     /// Runs `operation` to its end, timed from just before it starts to its completion handler
@@ -71,7 +71,7 @@ struct TimeoutSemanticsTests {
         print("timeoutInterval \(interval) s against a silent server: \(timeout.kind) timeout after \(String(format: "%.3f", elapsed)) s, \(server.requestCount(path: "/never")) request(s)")
         #expect(timeout.kind == .idle)
         #expect(timeout.interval == interval, "the error names the bound that fired, as set")
-        #expect(bound(interval).contains(elapsed), "\(interval) s took \(elapsed) s")
+        #expect(endedNoSooner(elapsed, than: interval), "\(interval) s took \(elapsed) s")
         #expect(server.requestCount(path: "/never") == 1, "a server silent for the whole timeout is not asked again")
         #expect(retries.current.isEmpty)
         #expect(operation.attempts == 1)
@@ -149,7 +149,7 @@ struct TimeoutSemanticsTests {
         print("totalTimeout \(deadline) s across a retry: \(timeout.kind) timeout after \(String(format: "%.3f", elapsed)) s")
         #expect(timeout.kind == .total)
         #expect(timeout.interval == deadline, "the error names the deadline as set, not what was left of it")
-        #expect(bound(deadline).contains(elapsed), "a \(deadline) s deadline took \(elapsed) s")
+        #expect(endedNoSooner(elapsed, than: deadline), "a \(deadline) s deadline took \(elapsed) s")
         #expect(retries.current.map(\.attempt) == [2])
         // The retry was sent; on a loaded machine it may not have reached the server before
         // the deadline stopped it. Never a third.
