@@ -582,10 +582,20 @@ func queueIsEmpty(_ queue: FetchQueue) async -> Bool {
 
 /// Waits until every monitor event the queue emitted so far has been delivered.
 func eventsDrain(_ queue: FetchQueue) async -> Bool {
+    await eventsDrain(queue.monitorChannel)
+}
+
+/// Waits until the events a session's monitors were sent so far have been delivered.
+func eventsDrain(_ session: FetchSession) async -> Bool {
+    await eventsDrain(session.monitorChannel)
+}
+
+private func eventsDrain(_ channel: MonitorChannel?) async -> Bool {
+    guard let channel else { return true }
     await withCheckedContinuation { continuation in
-        queue.eventQueue.async { continuation.resume() }
+        channel.drainQueue.async { continuation.resume() }
     }
-    for monitor in queue.monitors {
+    for monitor in channel.monitors {
         await withCheckedContinuation { continuation in
             monitor.queue.async { continuation.resume() }
         }

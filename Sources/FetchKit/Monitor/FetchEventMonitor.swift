@@ -4,15 +4,20 @@ import Foundation
 import FoundationNetworking
 #endif
 
-/// Observes the life of every fetch of a ``FetchQueue``: for logging and metrics.
+/// Observes the life of every fetch: for logging and metrics.
 ///
-/// Give monitors to a queue with `FetchQueue(monitors:)`. Every method has a default that does
-/// nothing, so a monitor implements only what it needs. For each fetch the calls come in this
-/// order, on the monitor's ``queue``:
+/// Give monitors to a queue, `FetchQueue(monitors:)`, to hear of the fetches it holds; or to a
+/// session, `FetchSession(monitors:)`, to hear of every fetch that uses it — in a
+/// ``FetchQueue``, in a plain `OperationQueue`, or started on its own. A fetch in a queue whose
+/// session has monitors is heard by both, with the same ``FetchID``. Every method has a default
+/// that does nothing, so a monitor implements only what it needs. For each fetch the calls come
+/// in this order, on the monitor's ``queue``:
 ///
-/// 1. ``fetchWasEnqueued(_:)`` once;
-/// 2. ``fetchDidStart(_:request:)`` once, when its first transfer gets a slot (never for a fetch
-///    that finished without one: cancelled while waiting, a failed dependency);
+/// 1. ``fetchWasEnqueued(_:)`` once: when a ``FetchQueue`` took it, or, outside one, when it
+///    started (its `OperationQueue` ran it, or you called `start()`);
+/// 2. ``fetchDidStart(_:request:)`` once, when its first request goes out — in a queue, when
+///    its first transfer gets a slot (never for a fetch that finished without one: cancelled
+///    while waiting, a failed dependency);
 /// 3. for each attempt, ``fetch(_:didRedirect:to:)`` per redirect followed and
 ///    ``fetch(_:didReceive:)`` when an accepted response head arrives; between attempts,
 ///    ``fetch(_:willRetry:)``;
@@ -20,12 +25,18 @@ import FoundationNetworking
 /// 5. ``fetch(_:didFinishWith:)`` once, last.
 ///
 /// (The one exception: a suspended queue that you let go of cancels the fetches it still holds
-/// without telling its monitors, which go with it.) Only fetches of a queue are observed: put a
-/// fetch in a ``FetchQueue`` to monitor it.
+/// without telling its monitors, which go with it.) A queue's fetch is reported to the
+/// monitors of the session it had when it was enqueued.
+///
+/// ```swift
+/// let logged = FetchSession(monitors: [FetchEventLogger()])    // every fetch that uses it
+/// operation.configuration.session = logged
+/// let queue = FetchQueue(monitors: [FetchEventLogger()])       // every fetch of this queue
+/// ```
 ///
 /// Monitors receive the real request and URLs, secrets included; redact before you write them
 /// anywhere (``Redaction``, as ``FetchEventLogger`` does). A monitor is called after the queue
-/// released its lock, so it may call the queue; it should return quickly.
+/// and the operation released their locks, so it may call them; it should return quickly.
 public protocol FetchEventMonitor: Sendable {
     /// The serial queue the methods run on, in order. Default: one serial queue that every
     /// monitor without its own shares.
@@ -110,6 +121,7 @@ public struct MonitoredFetch: Sendable {
 public struct FetchMetrics: Sendable, Equatable {
     /// From enqueued to its first transfer getting a slot: time spent waiting for dependencies,
     /// the queue's limits and a host's back-off. For a fetch that never started: until it finished.
+    /// Outside a queue: from its start to its first request (the time its request took to make).
     public var queueWait: TimeInterval
     /// From the slot to the first accepted response head (of any attempt), or `nil` if none came.
     public var timeToFirstByte: TimeInterval?
@@ -135,7 +147,7 @@ public struct FetchMetrics: Sendable, Equatable {
     }
 }
 
-/// One event of a fetch, queued under the queue's lock and delivered after it.
+/// One event of a fetch, queued under the queue's (or the operation's) lock and delivered after it.
 enum MonitorEvent: Sendable {
     case enqueued
     case started(URLRequest)

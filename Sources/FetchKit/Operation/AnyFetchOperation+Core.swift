@@ -34,6 +34,9 @@ extension AnyFetchOperation {
         weak var adopter: (any TransferCoordinator)?
         var adoptionID: FetchID?
 
+        /// Set at start when no FetchQueue holds the operation and its session has monitors.
+        var monitoring: SessionMonitoring?
+
         // Completion delivery.
         var completionHandlers: [CompletionEntry] = []
         /// Set once the finished event has released the handlers; later ones run at once.

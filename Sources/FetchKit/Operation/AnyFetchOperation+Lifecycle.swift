@@ -14,11 +14,16 @@ extension AnyFetchOperation {
         var streams: [AsyncStream<FetchProgress>.Continuation] = []
         let action = core.withLock { core in
             let action = core.machine.start()
+            if action != .ignore, let monitoring = SessionMonitoring.forStart(of: core) {
+                core.monitoring = monitoring
+                monitoring.send(.enqueued, self)
+            }
             switch action {
             case .begin:
                 deliver = core.post(.change(StateChange(key: .executing, oldValue: false, newValue: true)))
             case .finishCancelled:
                 // Cancelled before it started: finished now, inside start() as Foundation requires.
+                core.monitoring?.finished(core.machine.cancellation, attempts: 0, bytesReceived: 0, self)
                 streams = core.endProgressStreams(succeeded: false)
                 deliver = core.post(.change(StateChange(key: .finished, oldValue: false, newValue: true)), .releaseCompletions)
             case .ignore:
@@ -143,7 +148,10 @@ extension AnyFetchOperation {
 
     /// A retry is about to wait: tell the retry handlers and the coordinator.
     func willRetry(_ event: RetryEvent) {
-        let (handlers, coordinator) = core.withLock { ($0.retryHandlers, $0.coordinator) }
+        let (handlers, coordinator) = core.withLock { core in
+            core.monitoring?.send(.retry(event), self)
+            return (core.retryHandlers, core.coordinator)
+        }
         for entry in handlers {
             entry.queue.perform { entry.handler(event) }
         }
@@ -177,6 +185,11 @@ extension AnyFetchOperation {
     private func completeNow() {
         let (deliver, progress, succeeded, streams) = core.withLock { core in
             let outcome = core.machine.complete()
+            if let monitoring = core.monitoring {
+                var error: FetchError?
+                if case .failure(let failure) = outcome { error = failure }
+                monitoring.finished(error, attempts: core.attempts, bytesReceived: core.bytesReceived, self)
+            }
             core.progressRelays.removeAll()
             core.retryHandlers.removeAll()
             let succeeded: Bool
@@ -202,6 +215,7 @@ extension AnyFetchOperation: TransferOwner {
         // A 206 continues a partial download: progress counts the bytes already on disk.
         let coordinator = core.withLock { core -> (any TransferCoordinator)? in
             core.progressBase = response.statusCode == 206 ? core.rangeOffset : 0
+            core.monitoring?.received(response, self)
             return core.coordinator
         }
         coordinator?.operation(self, didReceive: response)
@@ -209,7 +223,10 @@ extension AnyFetchOperation: TransferOwner {
     }
 
     func transferDidRedirect(_ response: HTTPURLResponse, to request: URLRequest) {
-        core.withLock { $0.coordinator }?.operation(self, didRedirect: response, to: request)
+        core.withLock { core in
+            core.monitoring?.send(.redirected(response, request), self)
+            return core.coordinator
+        }?.operation(self, didRedirect: response, to: request)
     }
 
     func transferDidReceive(bytes: Int64, of expectedLength: Int64?) {

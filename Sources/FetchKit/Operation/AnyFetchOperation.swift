@@ -239,6 +239,7 @@ open class AnyFetchOperation: Operation, @unchecked Sendable {
     func recordAttempt(_ attempt: Int, request: URLRequest, conditional: Bool) {
         core.withLock { core in
             core.attempts = attempt
+            core.monitoring?.began(request, self)
             core.sentRequest = request
             core.sentConditionalRequest = conditional
         }

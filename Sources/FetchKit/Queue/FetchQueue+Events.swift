@@ -2,30 +2,14 @@ import Dispatch
 import Foundation
 
 extension FetchQueue {
-    /// Queues an event for the monitors, in order. Under the lock: the order of the calls is
-    /// the order of the deliveries.
+    /// Queues an event for the queue's monitors and those of the fetch's session, in order.
+    /// Under the lock: the order of the calls is the order of the deliveries.
     func emit(_ event: MonitorEvent, _ id: FetchID, _ operation: AnyFetchOperation, _ state: inout State) {
-        guard !monitors.isEmpty else { return }
-        state.pendingEvents.append((MonitoredFetch(id: id, operation: operation), event))
-        guard !state.eventDrainScheduled else { return }
-        state.eventDrainScheduled = true
-        eventQueue.async { [self] in drainEvents() }
-    }
-
-    /// Hands every pending event to each monitor's queue, in order. On the event queue, so
-    /// that two drains never interleave.
-    private func drainEvents() {
-        let events = withState { state in
-            state.eventDrainScheduled = false
-            defer { state.pendingEvents.removeAll() }
-            return state.pendingEvents
-        }
-        guard !events.isEmpty else { return }
-        for monitor in monitors {
-            monitor.queue.async {
-                for (fetch, event) in events { event.deliver(fetch, to: monitor) }
-            }
-        }
+        let sessionMonitors = state.registry[id]?.sessionMonitors
+        guard monitorChannel != nil || sessionMonitors != nil else { return }
+        let fetch = MonitoredFetch(id: id, operation: operation)
+        monitorChannel?.send(event, for: fetch)
+        sessionMonitors?.send(event, for: fetch)
     }
 
     /// A fetch's metrics so far, as it finishes. Under the lock.

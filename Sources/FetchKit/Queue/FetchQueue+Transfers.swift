@@ -21,9 +21,10 @@ extension FetchQueue: TransferCoordinator {
     func operationDidComplete(_ operation: AnyFetchOperation) {
         let released = state.withLock { state -> FetchQueue? in
             guard let id = state.idsByOperation.removeValue(forKey: ObjectIdentifier(operation)),
-                  let entry = state.registry.removeValue(forKey: id) else { return nil }
+                  let entry = state.registry[id] else { return nil }
             emit(.metrics(Self.metrics(of: entry, now: DispatchTime.now().uptimeNanoseconds)), id, operation, &state)
             emit(.finished(operation.error), id, operation, &state)
+            state.registry[id] = nil
             return updateKeepAlive(&state)
         }
         withExtendedLifetime(released) {}

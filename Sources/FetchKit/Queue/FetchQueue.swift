@@ -11,6 +11,16 @@ public struct FetchID: Hashable, Comparable, Sendable, CustomStringConvertible {
 
     public static func < (lhs: FetchID, rhs: FetchID) -> Bool { lhs.rawValue < rhs.rawValue }
     public var description: String { "fetch-\(rawValue)" }
+
+    private static let counter = Protected<UInt64>(0)
+
+    /// The next identifier of the process.
+    static func next() -> FetchID {
+        FetchID(rawValue: counter.withLock { value in
+            value += 1
+            return value
+        })
+    }
 }
 
 /// The coordinator for many fetches: bounded overall and per host, with a registry of what is
@@ -57,6 +67,8 @@ public final class FetchQueue: @unchecked Sendable {
     public let name: String
     /// Who observes every fetch of this queue, in the order given.
     public let monitors: [any FetchEventMonitor]
+    /// Delivers to ``monitors``; `nil` when there are none.
+    let monitorChannel: MonitorChannel?
     /// How long the network-activity flag stays on after the last transfer ended.
     public let networkActivityHideDelay: TimeInterval
 
@@ -71,6 +83,8 @@ public final class FetchQueue: @unchecked Sendable {
 
     struct Entry {
         let operation: AnyFetchOperation
+        /// The monitors of the operation's session when it was enqueued, which hear of it too.
+        let sessionMonitors: MonitorChannel?
         var began = false
         /// When it was enqueued, got its slot and its first response head (uptime ns).
         let enqueuedAt = DispatchTime.now().uptimeNanoseconds
@@ -92,10 +106,6 @@ public final class FetchQueue: @unchecked Sendable {
         var sharedFlights: [FlightKey: Flight] = [:]
         var registry: [FetchID: Entry] = [:]
         var idsByOperation: [ObjectIdentifier: FetchID] = [:]
-        /// Monitor events waiting to be delivered, in order. One drain on the event queue
-        /// delivers them all: under load, many per wake-up.
-        var pendingEvents: [(fetch: MonitoredFetch, event: MonitorEvent)] = []
-        var eventDrainScheduled = false
         var isNetworkActive = false
         var activityGeneration = 0
         var activityHandlers = HandlerList<Callback<Bool>>()
@@ -119,7 +129,6 @@ public final class FetchQueue: @unchecked Sendable {
         public var requestsCoalesced = 0
     }
 
-    private static let ids = Protected<UInt64>(0)
 
     /// Creates a queue.
     ///
@@ -161,6 +170,7 @@ public final class FetchQueue: @unchecked Sendable {
         self.activityTimer = activityTimer
         self.name = name
         self.monitors = monitors
+        monitorChannel = MonitorChannel(monitors, label: "\(name).monitors")
         self.networkActivityHideDelay = max(0, networkActivityHideDelay)
         state = Protected(State(
             scheduler: SlotScheduler(maximumTotal: maximumConcurrentTransfers, maximumPerHost: maximumTransfersPerHost),
@@ -304,13 +314,11 @@ public final class FetchQueue: @unchecked Sendable {
 
     /// Gives an operation an identifier and claims it; `false` if it belongs elsewhere.
     func reserve(_ operation: AnyFetchOperation) -> (id: FetchID, accepted: Bool) {
-        let id = FetchID(rawValue: Self.ids.withLock { value in
-            value += 1
-            return value
-        })
+        let id = FetchID.next()
         guard operation.claim(by: self) else { return (id, false) }
+        let sessionMonitors = operation.session.monitorChannel
         let released = state.withLock { state in
-            state.registry[id] = Entry(operation: operation)
+            state.registry[id] = Entry(operation: operation, sessionMonitors: sessionMonitors)
             state.idsByOperation[ObjectIdentifier(operation)] = id
             return updateKeepAlive(&state)
         }

@@ -21,8 +21,16 @@ import FoundationNetworking
 /// operation.configuration.session = session
 /// ```
 ///
+/// To observe every fetch of a program in one place — whether it runs in a ``FetchQueue``, in
+/// an `OperationQueue` or on its own — give the session event monitors:
+///
+/// ```swift
+/// let observed = FetchSession(monitors: [FetchEventLogger()])
+/// operation.configuration.session = observed
+/// ```
+///
 /// What belongs where: a `FetchSession` holds what URLSession shares between requests —
-/// connections, cookies, proxy, extra headers, TLS settings. ``FetchConfiguration`` holds what
+/// connections, cookies, proxy, extra headers, TLS settings, and monitors that observe them all. ``FetchConfiguration`` holds what
 /// is per fetch — limits, timeouts, policies, credentials. A ``FetchQueue`` holds what is per
 /// group of fetches — the concurrency bounds. Create few sessions and keep them: each has its
 /// own connection pool, and connections are never shared between sessions.
@@ -33,12 +41,22 @@ public final class FetchSession: @unchecked Sendable {
     let router: SessionRouter
     private let urlSession: URLSession
     private let invalidated = Protected(false)
+    /// Who observes every fetch that uses this session, in the order given.
+    public let monitors: [any FetchEventMonitor]
+    /// Delivers to ``monitors``; `nil` when there are none.
+    let monitorChannel: MonitorChannel?
 
     /// Creates a session.
     ///
-    /// - Parameter configuration: The configuration to copy. Defaults to
-    ///   ``defaultConfiguration()``.
-    public init(configuration: URLSessionConfiguration = FetchSession.defaultConfiguration()) {
+    /// - Parameters:
+    ///   - configuration: The configuration to copy. Defaults to ``defaultConfiguration()``.
+    ///   - monitors: Who observes every fetch that uses this session — started on its own, in
+    ///     an `OperationQueue` or in a ``FetchQueue`` — called in this order for each event
+    ///     (see ``FetchEventMonitor``). Default none.
+    public init(configuration: URLSessionConfiguration = FetchSession.defaultConfiguration(),
+                monitors: [any FetchEventMonitor] = []) {
+        self.monitors = monitors
+        monitorChannel = MonitorChannel(monitors, label: "FetchKit.FetchSession.monitors")
         router = SessionRouter()
         urlSession = URLSession(configuration: configuration, delegate: router, delegateQueue: router.delegateQueue)
     }

@@ -1,0 +1,64 @@
+import Dispatch
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+/// How an operation that no ``FetchQueue`` holds tells its session's monitors about its life.
+///
+/// A queue tells the monitors of the fetches it holds (FetchQueue+Events.swift). An operation
+/// started on its own or by an `OperationQueue` has no queue, so it sends the same events
+/// itself, each under its core lock at the state change it reports: the order of the sends is
+/// the order of the changes, and ``MonitorChannel`` keeps it.
+struct SessionMonitoring {
+    let channel: MonitorChannel
+    let id: FetchID
+    /// When the operation started, sent its first request, and got its first response head
+    /// (uptime ns).
+    let startedAt = DispatchTime.now().uptimeNanoseconds
+    var firstRequestAt: UInt64?
+    var firstResponseAt: UInt64?
+    var bodyLength: Int64 = 0
+
+    /// Monitoring for an operation starting now, if it is on its own and its session has
+    /// monitors.
+    static func forStart(of core: AnyFetchOperation.Core) -> SessionMonitoring? {
+        guard !core.claimed, let channel = core.settings.configuration.session.monitorChannel else { return nil }
+        return SessionMonitoring(channel: channel, id: FetchID.next())
+    }
+
+    func send(_ event: MonitorEvent, _ operation: AnyFetchOperation) {
+        channel.send(event, for: MonitoredFetch(id: id, operation: operation))
+    }
+
+    /// The first attempt's request goes out.
+    mutating func began(_ request: URLRequest, _ operation: AnyFetchOperation) {
+        guard firstRequestAt == nil else { return }
+        firstRequestAt = DispatchTime.now().uptimeNanoseconds
+        bodyLength = Int64(request.httpBody?.count ?? 0)
+        send(.started(request), operation)
+    }
+
+    /// An accepted response head arrived.
+    mutating func received(_ response: HTTPURLResponse, _ operation: AnyFetchOperation) {
+        if firstResponseAt == nil { firstResponseAt = DispatchTime.now().uptimeNanoseconds }
+        send(.response(response), operation)
+    }
+
+    /// The last two events: the metrics, then the outcome.
+    func finished(_ error: FetchError?, attempts: Int, bytesReceived: Int64, _ operation: AnyFetchOperation) {
+        let now = DispatchTime.now().uptimeNanoseconds
+        func seconds(_ from: UInt64, _ to: UInt64) -> TimeInterval { Double(to &- from) / 1e9 }
+        let began = firstRequestAt ?? now
+        let attempts = firstRequestAt == nil ? 0 : max(1, attempts)
+        send(.metrics(FetchMetrics(
+            queueWait: seconds(startedAt, began),
+            timeToFirstByte: firstResponseAt.map { seconds(began, $0) },
+            totalDuration: seconds(startedAt, now),
+            attempts: attempts,
+            bytesReceived: bytesReceived,
+            bytesSent: bodyLength * Int64(attempts)
+        )), operation)
+        send(.finished(error), operation)
+    }
+}

@@ -1,0 +1,138 @@
+import Dispatch
+import Foundation
+import LoopbackServer
+import Testing
+@testable import FetchKit
+
+/// Monitors given to a ``FetchSession`` hear every fetch that uses it: one started on its own or
+/// by a plain `OperationQueue` (which no ``FetchQueue`` reports), and one in a queue alike.
+@Suite("Event monitors of a session")
+struct SessionMonitorTests {
+    /// An operation that uses a new session with `monitors`; the session is invalidated by the
+    /// caller.
+    private func operation(_ server: LoopbackServer, _ path: String, session: FetchSession) -> FetchOperation<Data> {
+        let operation = FetchOperation<Data>(url: server.url(path))
+        operation.configuration.session = session
+        return operation
+    }
+
+    @Test func anOperationInAPlainOperationQueueIsObservedInOrder() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let detail = DetailRecorder()
+        let session = FetchSession(monitors: [detail])
+        defer { session.invalidate() }
+        let fetch = operation(server, "/redirect-to?url=/flaky/alone/1/503", session: session)
+        fetch.configuration.retryPolicy = EventMonitorTests.quick
+        OperationQueue().addOperation(fetch)
+        let body = try await fetch.value
+        #expect(await eventsDrain(session))
+        #expect(detail.lines.current == [
+            "enqueued",
+            "started /redirect-to",
+            "redirected 302 /redirect-to -> /flaky/alone/1/503",
+            "retry 2 after 503",
+            "redirected 302 /redirect-to -> /flaky/alone/1/503",
+            "response 200",
+            "metrics",
+            "finished",
+        ])
+        let metrics = try #require(detail.metrics.current.first)
+        #expect(metrics.attempts == 2)
+        #expect(metrics.bytesReceived == Int64(body.count))
+        #expect(metrics.bytesSent == 0)
+        let firstByte = try #require(metrics.timeToFirstByte)
+        #expect(firstByte >= 0.05, "the retry's wait comes before the first accepted head")
+        #expect(metrics.queueWait + firstByte <= metrics.totalDuration)
+    }
+
+    @Test func anOperationCancelledBeforeItsStartIsHeardOfOnceAndNeverStarts() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let detail = DetailRecorder()
+        let recorder = EventRecorder()
+        let session = FetchSession(monitors: [recorder, detail])
+        defer { session.invalidate() }
+        let fetch = operation(server, "/json", session: session)
+        fetch.cancel()
+        fetch.start()
+        #expect(fetch.isFinished)
+        #expect(await eventsDrain(session))
+        #expect(recorder.events.current.map(\.kind) == [.enqueue, .metrics, .finish])
+        #expect(detail.lines.current.last == "failed 0")
+        #expect(detail.metrics.current.first?.attempts == 0)
+        #expect(detail.metrics.current.first?.timeToFirstByte == nil)
+        #expect(server.requestCount(path: "/json") == 0)
+    }
+
+    @Test func aFetchWhoseDependencyFailedIsHeardOfWithoutAStart() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let recorder = EventRecorder()
+        let session = FetchSession(monitors: [recorder])
+        defer { session.invalidate() }
+        let login = operation(server, "/status/401", session: session)
+        let profile = operation(server, "/json", session: session)
+        profile.addDependency(login)
+        let runner = OperationQueue()
+        runner.addOperation(login)
+        runner.addOperation(profile)
+        await #expect(throws: FetchError.self) { try await profile.value }
+        #expect(await eventsDrain(session))
+        let byID = Dictionary(grouping: recorder.events.current, by: \.id).mapValues { $0.map(\.kind) }
+        #expect(byID.values.sorted { $0.count > $1.count } == [
+            [.enqueue, .start, .metrics, .finish],   // the login: a 401 head is not an accepted one
+            [.enqueue, .metrics, .finish],                      // the profile, never sent
+        ])
+        #expect(server.requestCount(path: "/json") == 0)
+    }
+
+    @Test func aQueuedFetchIsHeardByItsQueueAndItsSessionAlike() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let sessionRecorder = EventRecorder()
+        let session = FetchSession(monitors: [sessionRecorder])
+        defer { session.invalidate() }
+        let queue = makeFetchQueue()
+        let queueRecorder = try #require(queue.recorder)
+        let ids = ["/redirect/1", "/status/404", "/bytes/100"].map { path in
+            queue.enqueue(operation(server, path, session: session))
+        }
+        #expect(await queueIsEmpty(queue))
+        #expect(await eventsDrain(queue))
+        #expect(await eventsDrain(session))
+        for id in ids {
+            #expect(sessionRecorder.kinds(for: id) == queueRecorder.kinds(for: id), "\(id)")
+            #expect(sessionRecorder.kinds(for: id).first == .enqueue && sessionRecorder.kinds(for: id).last == .finish)
+        }
+        #expect(sessionRecorder.events.current.count == queueRecorder.events.current.count)
+    }
+
+    @Test func eachOperationsEventsStayInOrderUnderConcurrency() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let recorder = EventRecorder()
+        let session = FetchSession(monitors: [recorder])
+        defer { session.invalidate() }
+        let runner = OperationQueue()
+        runner.maxConcurrentOperationCount = 8
+        let count = 120
+        let operations = (0..<count).map { index in
+            operation(server, index % 3 == 0 ? "/redirect/1?n=\(index)" : "/bytes/\(index * 10)?n=\(index)", session: session)
+        }
+        for fetch in operations { runner.addOperation(fetch) }
+        for fetch in operations { _ = try await fetch.value }
+        #expect(await eventsDrain(session))
+        let byID = Dictionary(grouping: recorder.events.current, by: \.id).mapValues { $0.map(\.kind) }
+        #expect(byID.count == count, "one identifier per operation")
+        let redirected: [EventRecorder.Kind] = [.enqueue, .start, .redirect, .response, .metrics, .finish]
+        let direct: [EventRecorder.Kind] = [.enqueue, .start, .response, .metrics, .finish]
+        #expect(byID.values.filter { $0 == redirected }.count == count / 3)
+        #expect(byID.values.filter { $0 == direct }.count == count - count / 3)
+    }
+
+    @Test func aSessionWithoutMonitorsQueuesNothing() {
+        #expect(FetchSession().monitorChannel == nil)
+        #expect(FetchSession.shared.monitors.isEmpty)
+    }
+}
