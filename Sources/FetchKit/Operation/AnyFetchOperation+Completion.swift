@@ -44,16 +44,21 @@ extension AnyFetchOperation {
     /// Runs every registered completion handler, once. Called from ordered delivery, right
     /// after Foundation heard `isFinished`.
     func releaseCompletions() {
-        let (entries, coordinator) = core.withLock { core -> ([CompletionEntry], (any TransferCoordinator)?) in
+        var coordinator: (any TransferCoordinator)?
+        let entries = core.withLock { core -> [CompletionEntry] in
             core.completionsReleased = true
+            coordinator = core.coordinator
             defer {
                 core.completionHandlers.removeAll()
                 core.coordinator = nil      // a finished operation keeps no queue alive
             }
             core.outstandingDeliveries += core.completionHandlers.count
-            return (core.completionHandlers, core.coordinator)
+            return core.completionHandlers
         }
         coordinator?.operationDidComplete(self)
+        // Let go of the queue before any handler runs: a handler may be the last thing its owner
+        // waits for before dropping it, and expects it freed.
+        coordinator = nil
         for entry in entries {
             run(entry)
         }

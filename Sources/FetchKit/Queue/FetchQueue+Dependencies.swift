@@ -97,12 +97,7 @@ extension FetchQueue {
     /// Takes a reserved operation back out: out of the registry, unclaimed. For a refusal before
     /// it was activated.
     func unreserve(_ operation: AnyFetchOperation, id: FetchID) {
-        let released = state.withLock { state in
-            state.registry[id] = nil
-            state.idsByOperation[ObjectIdentifier(operation)] = nil
-            return updateKeepAlive(&state)
-        }
-        withExtendedLifetime(released) {}
+        transition { $0.unregister(operation, id: id) }
         operation.unclaim(by: self)
     }
 }

@@ -76,50 +76,10 @@ public final class FetchQueue: @unchecked Sendable {
     /// Runs the network-activity hide timer: after the delay, call the closure. Replaceable so
     /// that tests can decide when time has passed.
     let activityTimer: @Sendable (TimeInterval, @escaping @Sendable () -> Void) -> Void
-    /// Serialises monitor events and activity changes, so that each fetch's events are
-    /// delivered in order.
+    /// Serialises announcements of counts and activity, so that they are delivered in order.
     let eventQueue: DispatchQueue
-    let state: Protected<State>
-
-    struct Entry {
-        let operation: AnyFetchOperation
-        /// The monitors of the operation's session when it was enqueued, which hear of it too.
-        let sessionMonitors: MonitorChannel?
-        var began = false
-        /// When it was enqueued, got its slot and its first response head (uptime ns).
-        let enqueuedAt = DispatchTime.now().uptimeNanoseconds
-        var startedAt: UInt64?
-        var firstResponseAt: UInt64?
-        var retries = 0
-        var bytesReceived: Int64 = 0
-        var bodyLength: Int64 = 0
-        /// A `cancelAll` chose it: it is about to be cancelled, and gets no transfer slot.
-        var swept = false
-        /// The batch it belongs to, and its index there.
-        var batch: (FetchBatch, Int)?
-    }
-
-    struct State {
-        var scheduler: SlotScheduler<ObjectIdentifier>
-        var coalesces: Bool
-        var waitingFlights: [ObjectIdentifier: Flight] = [:]
-        var sharedFlights: [FlightKey: Flight] = [:]
-        var registry: [FetchID: Entry] = [:]
-        var idsByOperation: [ObjectIdentifier: FetchID] = [:]
-        var isNetworkActive = false
-        var activityGeneration = 0
-        var activityHandlers = HandlerList<Callback<Bool>>()
-        var countHandlers = HandlerList<Callback<TransferCounts>>()
-        var statistics = Statistics()
-        /// The wake-up scheduled for when a host's back-off ends, if any (uptime ns), and its token.
-        var wakeAt: UInt64?
-        var wakeToken = 0
-        /// `cancelAll(where:)` calls whose predicate is running: no slot is granted meanwhile.
-        var sweepsUnderWay = 0
-        /// The queue itself, while it holds fetches and is not suspended: work under way keeps
-        /// its queue, so that a queue its owner dropped still finishes it.
-        var keepAlive: FetchQueue?
-    }
+    /// Everything mutable, changed only through ``transition(_:)`` (and read under the lock).
+    let state: Protected<QueueState>
 
     /// Counters for diagnostics.
     public struct Statistics: Sendable, Equatable {
@@ -172,10 +132,8 @@ public final class FetchQueue: @unchecked Sendable {
         self.monitors = monitors
         monitorChannel = MonitorChannel(monitors, label: "\(name).monitors")
         self.networkActivityHideDelay = max(0, networkActivityHideDelay)
-        state = Protected(State(
-            scheduler: SlotScheduler(maximumTotal: maximumConcurrentTransfers, maximumPerHost: maximumTransfersPerHost),
-            coalesces: coalescesIdenticalRequests
-        ))
+        state = Protected(QueueState(maximumTotal: maximumConcurrentTransfers, maximumPerHost: maximumTransfersPerHost,
+                                     coalesces: coalescesIdenticalRequests, hasMonitors: !monitors.isEmpty))
         eventQueue = DispatchQueue(label: "\(name).events")
         operationQueue = OperationQueue()
         operationQueue.name = name
@@ -190,11 +148,11 @@ public final class FetchQueue: @unchecked Sendable {
     /// transfer in flight keeps its queue until it ends. So this runs with fetches still held
     /// only when the queue is suspended: those that could never start a transfer now are
     /// cancelled and complete once, as cancelled (without monitor events: the queue is gone).
-    /// One whose transfer just ended (it is parsing, the last thing that kept the queue) is
-    /// left to finish with its result.
+    /// One whose transfer just ended (it is being told, or parsing: the last thing that kept
+    /// the queue) is left to finish with its result.
     deinit {
         let operations = state.withLock { state in
-            state.registry.sorted { $0.key < $1.key }.map(\.value.operation)
+            state.registry.sorted { $0.key < $1.key }.filter { !$0.value.transferEnded }.map(\.value.operation)
         }
         for operation in operations where operation.core.withLock({ $0.machine.phase != .finishing }) {
             operation.cancel()
@@ -317,12 +275,7 @@ public final class FetchQueue: @unchecked Sendable {
         let id = FetchID.next()
         guard operation.claim(by: self) else { return (id, false) }
         let sessionMonitors = operation.session.monitorChannel
-        let released = state.withLock { state in
-            state.registry[id] = Entry(operation: operation, sessionMonitors: sessionMonitors)
-            state.idsByOperation[ObjectIdentifier(operation)] = id
-            return updateKeepAlive(&state)
-        }
-        withExtendedLifetime(released) {}
+        transition { $0.register(operation, id: id, sessionMonitors: sessionMonitors) }
         return (id, true)
     }
 
@@ -332,9 +285,7 @@ public final class FetchQueue: @unchecked Sendable {
         attach()
         // Here, not at `reserve`: a reserved fetch may be taken back out, and the monitors hear
         // only of fetches that will finish.
-        withState { state in
-            if state.registry[id] != nil { emit(.enqueued, id, operation, &state) }
-        }
+        transition { $0.activated(id) }
         operationQueue.addOperation(operation)
     }
 
@@ -382,12 +333,9 @@ public final class FetchQueue: @unchecked Sendable {
     /// - Returns: How many were cancelled.
     @discardableResult
     public func cancelAll(where predicate: (FetchID, AnyFetchOperation) -> Bool) -> Int {
-        let entries = state.withLock { state in
-            state.sweepsUnderWay += 1
-            return state.registry.map { ($0.key, $0.value.operation) }
-        }
+        let entries = transition { $0.beginSweep() }
         let chosen = entries.filter { predicate($0.0, $0.1) }
-        let operations = sweep(chosen.map(\.0))
+        let operations = transition { $0.endSweep(choosing: chosen.map(\.0)) }
         for operation in operations {
             operation.cancel()
         }
@@ -398,43 +346,6 @@ public final class FetchQueue: @unchecked Sendable {
     /// called. Each completes once, as cancelled; this returns promptly.
     public func cancelAll() {
         cancelAll { _, _ in true }
-    }
-
-    /// Marks the fetches that a `cancelAll` chose, so that no slot goes to them, withdraws their
-    /// waiting transfers, and ends the hold on grants. Starts what may start now (outside the
-    /// lock).
-    ///
-    /// - Returns: The operations to cancel, in enqueue order.
-    private func sweep(_ ids: [FetchID]) -> [AnyFetchOperation] {
-        var operations: [AnyFetchOperation] = []
-        let grants = state.withLock { state -> [Flight] in
-            state.sweepsUnderWay -= 1
-            for id in ids.sorted() where state.registry[id] != nil {
-                state.registry[id]?.swept = true
-                if let operation = state.registry[id]?.operation { operations.append(operation) }
-            }
-            for (ticket, flight) in state.waitingFlights where flight.members.allSatisfy({ isSwept($0.operation, state) }) {
-                state.scheduler.withdraw(ticket)
-                state.waitingFlights[ticket] = nil
-                flight.phase = .ended
-                if let key = flight.key, state.sharedFlights[key] === flight {
-                    state.sharedFlights[key] = nil
-                }
-                // Its members stay joined to the ended flight: each leaves when its operation
-                // is cancelled, and hears of it then.
-            }
-            let grants = takeGrants(&state)
-            announceCounts(state)
-            return grants
-        }
-        start(grants)
-        return operations
-    }
-
-    /// Whether a `cancelAll` chose this operation. Under the lock.
-    func isSwept(_ operation: AnyFetchOperation, _ state: State) -> Bool {
-        guard let id = state.idsByOperation[ObjectIdentifier(operation)] else { return false }
-        return state.registry[id]?.swept ?? false
     }
 
     // MARK: Limits
@@ -487,7 +398,7 @@ public final class FetchQueue: @unchecked Sendable {
     /// A fetch never joins a transfer that has already ended.
     public var coalescesIdenticalRequests: Bool {
         get { state.withLock { $0.coalesces } }
-        set { state.withLock { $0.coalesces = newValue } }
+        set { transition { $0.coalesces = newValue } }
     }
 
     /// Counters for diagnostics.
@@ -505,7 +416,7 @@ public final class FetchQueue: @unchecked Sendable {
 
     /// Transfers in flight now, and transfers waiting for a slot.
     public var transferCounts: TransferCounts {
-        state.withLock { TransferCounts(inFlight: $0.scheduler.running, waiting: $0.scheduler.waitingCount) }
+        state.withLock { $0.transferCounts }
     }
 
     /// Calls `handler` with the new ``transferCounts`` each time they change ("3 downloading,
@@ -528,62 +439,15 @@ public final class FetchQueue: @unchecked Sendable {
     }
 
     /// Adds a handler to one of the queue's lists; the token removes it.
-    func observe<Value>(_ list: WritableKeyPath<State, HandlerList<Callback<Value>>> & Sendable,
+    func observe<Value>(_ list: WritableKeyPath<QueueState, HandlerList<Callback<Value>>> & Sendable,
                         _ handler: Callback<Value>) -> FetchObservation {
-        let id = state.withLock { $0[keyPath: list].add(handler) }
+        let id = transition { $0[keyPath: list].add(handler) }
         return FetchObservation { [weak self] in
-            self?.state.withLock { state in state[keyPath: list].remove(id) }
+            self?.transition { state in state[keyPath: list].remove(id) }
         }
-    }
-
-    /// Announces the transfer counts, if anyone listens. Under the lock, so that the order of
-    /// announcements is the order of changes.
-    func announceCounts(_ state: State) {
-        guard !state.countHandlers.isEmpty else { return }
-        let counts = TransferCounts(inFlight: state.scheduler.running, waiting: state.scheduler.waitingCount)
-        let handlers = state.countHandlers.handlers
-        eventQueue.async { handlers.deliver(counts) }
     }
 
     func changeScheduler(_ change: (inout SlotScheduler<ObjectIdentifier>) -> Void) {
-        let (grants, released) = state.withLock { state -> ([Flight], FetchQueue?) in
-            change(&state.scheduler)
-            let grants = takeGrants(&state)
-            announceCounts(state)
-            return (grants, updateKeepAlive(&state))
-        }
-        withExtendedLifetime(released) {}
-        start(grants)
-    }
-
-    /// Holds the queue while it has fetches and is not suspended; lets go otherwise. Under the
-    /// lock.
-    ///
-    /// - Returns: The reference let go of, for the caller to drop after unlocking (dropping the
-    ///   last one frees the queue, whose `deinit` takes the lock).
-    func updateKeepAlive(_ state: inout State) -> FetchQueue? {
-        if !state.registry.isEmpty && !state.scheduler.isPaused {
-            if state.keepAlive == nil { state.keepAlive = self }
-            return nil
-        }
-        defer { state.keepAlive = nil }
-        return state.keepAlive
-    }
-
-    // MARK: Internal plumbing
-
-    func withState<Result>(_ body: (inout State) -> Result) -> Result {
-        state.withLock(body)
-    }
-
-    /// Marks a fetch as begun and tells the monitors, once. Under the lock, so that its order
-    /// with the finish holds.
-    func markBegan(_ operation: AnyFetchOperation, request: URLRequest, _ state: inout State) {
-        guard let id = state.idsByOperation[ObjectIdentifier(operation)], var entry = state.registry[id], !entry.began else { return }
-        entry.began = true
-        entry.startedAt = DispatchTime.now().uptimeNanoseconds
-        entry.bodyLength = Int64(request.httpBody?.count ?? 0)
-        state.registry[id] = entry
-        emit(.started(request), id, operation, &state)
+        transition { $0.changeScheduler(change) }
     }
 }

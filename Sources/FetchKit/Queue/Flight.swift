@@ -84,33 +84,19 @@ struct FlightKey: Hashable, Sendable {
 ///
 /// The flight waits for a slot in its queue's ``SlotScheduler``, then owns the real
 /// ``Transfer`` and fans its events out to every member. A member that leaves (its operation
-/// was cancelled) stops the transfer only if it was the last one. Everything mutable here is
-/// guarded by the owning ``FetchQueue``'s lock.
-final class Flight: @unchecked Sendable {
-    enum Phase {
-        case waiting, running, ended
-    }
-
+/// was cancelled) stops the transfer only if it was the last one. What changes about a flight
+/// — whether it runs, its members, its transfer — is in its queue's ``QueueState``
+/// (``QueueState/FlightRecord``); this object is its identity and what it sends.
+final class Flight: @unchecked Sendable {   // immutable; its sink is used by its one transfer
     let key: FlightKey?
     let host: String
     let request: URLRequest
     let limits: TransferLimits
     let session: FetchSession
     let sink: any ResponseBodySink
-    // Weak while the flight waits, so that a queue its owner dropped is freed; strong through
-    // `keepsQueue` while the transfer runs, because it reports to the queue when it ends. (That
-    // cycle, queue → flight → queue, ends with the transfer.)
-    private weak var queue: FetchQueue?
-
-    // Guarded by the queue's lock.
-    var phase = Phase.waiting
-    /// The queue, held while the transfer runs (set when granted, cleared when it ends).
-    var keepsQueue: FetchQueue?
-    var members: [FlightMember] = []
-    var transfer: Transfer?
-    /// The latest events, replayed to a member that joins a running flight.
-    var response: (HTTPURLResponse, Int64?)?
-    var received: (bytes: Int64, expected: Int64?)?
+    // Weak, so that a queue its owner dropped is freed; a queue with a transfer in flight keeps
+    // itself until the transfer ends (``QueueState/wantsKeepAlive``).
+    private weak let queue: FetchQueue?
 
     var ticket: ObjectIdentifier { ObjectIdentifier(self) }
 
@@ -122,28 +108,19 @@ final class Flight: @unchecked Sendable {
         session = member.session
         sink = member.sink
         self.queue = queue
-        members = [member]
     }
 }
 
 extension Flight: TransferOwner {
     func transferDidReceive(response: HTTPURLResponse, expectedLength: Int64?) {
-        guard let queue else { return }
-        let members = queue.withState { _ in
-            self.response = (response, expectedLength)
-            return self.members
-        }
+        let members = queue?.transition { $0.flightHeard(self, response: (response, expectedLength)) } ?? []
         for member in members {
             member.owner.transferDidReceive(response: response, expectedLength: expectedLength)
         }
     }
 
     func transferDidReceive(bytes: Int64, of expectedLength: Int64?) {
-        guard let queue else { return }
-        let members = queue.withState { _ in
-            self.received = (bytes, expectedLength)
-            return self.members
-        }
+        let members = queue?.transition { $0.flightHeard(self, received: (bytes, expectedLength)) } ?? []
         for member in members {
             member.owner.transferDidReceive(bytes: bytes, of: expectedLength)
         }
@@ -164,27 +141,26 @@ extension Flight: TransferOwner {
 
     /// Tells every member's owner, outside the queue's lock.
     private func forEachMember(_ tell: (any TransferOwner) -> Void) {
-        guard let queue else { return }
-        let members = queue.withState { _ in self.members }
+        let members = queue?.transition { $0.flightHeard(self) } ?? []
         for member in members {
             tell(member.owner)
         }
     }
 
     func transferDidEnd(_ result: TransferResult) {
-        // Running, so `keepsQueue` holds the queue until this returns.
-        queue?.flightDidEnd(self, result: result)
+        // The members hear of the end after this flight let go of its queue: one of them may be
+        // the last work that keeps the queue, which its owner may have dropped.
+        var queue = self.queue
+        let members = queue?.transition { $0.flightEnded(self, result: result) } ?? []
+        queue = nil
+        for member in members {
+            member.report(result)
+        }
     }
 }
 
 /// One operation's place in a ``Flight``: the transfer handle a ``FetchQueue`` gives it.
 final class FlightMember: TransferHandle, @unchecked Sendable {
-    enum State {
-        case new
-        case joined(Flight)
-        case ended
-    }
-
     let operation: AnyFetchOperation
     /// Who hears of the transfer: the operation's ``RetryingTransfer``.
     let owner: any TransferOwner
@@ -200,8 +176,8 @@ final class FlightMember: TransferHandle, @unchecked Sendable {
     // the cancel itself.
     private weak var queue: FetchQueue?
 
-    /// Guarded by the queue's lock.
-    var state = State.new
+    /// Where it is. Guarded by the queue's lock; changed only by ``QueueState`` transitions.
+    var membership = QueueState.Membership.new
     /// Whether ``owner`` heard of the end: once, whichever path tells it.
     private let reported = Protected(false)
 
@@ -224,7 +200,7 @@ final class FlightMember: TransferHandle, @unchecked Sendable {
             report(.failure(.cancelled(.init(url: request.url)), nil))
             return
         }
-        queue.join(self)
+        queue.transition { $0.join(self, newFlight: Flight(first: self, queue: queue)) }
     }
 
     func stop() {
@@ -232,7 +208,7 @@ final class FlightMember: TransferHandle, @unchecked Sendable {
             report(.failure(.cancelled(.init(url: request.url)), nil))
             return
         }
-        queue.leave(self)
+        queue.transition { $0.leave(self) }
     }
 
     /// Tells the owner the transfer ended, the first time only. Outside the queue's lock.

@@ -1,0 +1,486 @@
+import Dispatch
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+/// Everything mutable about a ``FetchQueue``, and every change to it: a value, like the
+/// operation's ``LifecycleStateMachine``.
+///
+/// Each transition changes the value and records what must happen because of it as
+/// ``QueueAction``s; it calls nothing. The queue applies one transition under its lock, then
+/// runs the actions (``FetchQueue/transition(_:)``):
+///
+/// - **ordered** actions — monitor events and announcements of counts and activity — are
+///   appended, before the lock is released, to FetchKit's own serial queues (a
+///   ``MonitorChannel``, the queue's event queue), so that they are delivered in the order of
+///   the changes;
+/// - every other action runs after the lock is released: creating, starting and stopping
+///   transfers, telling an attempt how its transfer ended, timers.
+///
+/// So no user code, no URLSession call, no timer and no other object's lock runs under the
+/// queue's lock. The lock order, where two locks meet: the queue's lock, then a
+/// ``MonitorChannel``'s (a leaf: nothing is taken under it). An operation's lock and the
+/// queue's are never held together.
+struct QueueState {
+    /// A fetch in the queue, from enqueue to finish.
+    struct Entry {
+        let operation: AnyFetchOperation
+        /// The monitors of the operation's session when it was enqueued, which hear of it too.
+        let sessionMonitors: MonitorChannel?
+        var began = false
+        /// When it was enqueued, got its slot and its first response head (uptime ns).
+        let enqueuedAt = DispatchTime.now().uptimeNanoseconds
+        var startedAt: UInt64?
+        var firstResponseAt: UInt64?
+        var retries = 0
+        var bytesReceived: Int64 = 0
+        var bodyLength: Int64 = 0
+        /// A `cancelAll` chose it: it is about to be cancelled, and gets no transfer slot.
+        var swept = false
+        /// Its last transfer ended and it is being told so: a queue freed now leaves it to
+        /// finish with that result (``FetchQueue``'s `deinit`).
+        var transferEnded = false
+        /// The batch it belongs to, and its index there.
+        var batch: (FetchBatch, Int)?
+    }
+
+    /// A transfer that waits for its slot or runs, and the attempts that share it.
+    struct FlightRecord {
+        let flight: Flight
+        var running = false
+        var members: [FlightMember]
+        var transfer: Transfer?
+        /// The latest events, replayed to a member that joins a running flight.
+        var response: (HTTPURLResponse, Int64?)?
+        var received: (bytes: Int64, expected: Int64?)?
+    }
+
+    /// Where an attempt's handle is: new, in a flight (by ticket), or ended. Kept on the
+    /// ``FlightMember`` itself (``FlightMember/membership``), because it lives exactly as long
+    /// as the handle; like everything here, it is guarded by the queue's lock and changed only
+    /// by these transitions.
+    enum Membership {
+        case new
+        case joined(ObjectIdentifier)
+        case ended
+    }
+
+    var scheduler: SlotScheduler<ObjectIdentifier>
+    var coalesces: Bool
+    /// Whether the queue has monitors of its own (a fetch's session may have some too).
+    let hasMonitors: Bool
+    var registry: [FetchID: Entry] = [:]
+    var idsByOperation: [ObjectIdentifier: FetchID] = [:]
+    /// Flights waiting for a slot or running, by ticket.
+    var flights: [ObjectIdentifier: FlightRecord] = [:]
+    /// The flight each shareable request joins, while it waits or runs.
+    var sharedFlights: [FlightKey: ObjectIdentifier] = [:]
+    var isNetworkActive = false
+    var activityGeneration = 0
+    var activityHandlers = HandlerList<Callback<Bool>>()
+    var countHandlers = HandlerList<Callback<FetchQueue.TransferCounts>>()
+    var statistics = FetchQueue.Statistics()
+    /// The wake-up scheduled for when a host's back-off ends, if any (uptime ns), and its token.
+    var wakeAt: UInt64?
+    var wakeToken = 0
+    /// `cancelAll(where:)` calls whose predicate is running: no slot is granted meanwhile.
+    var sweepsUnderWay = 0
+    /// The queue itself, while ``wantsKeepAlive``. Set by ``FetchQueue/transition(_:)`` after
+    /// each transition, never by one.
+    var keepAlive: FetchQueue?
+
+    /// What the transitions since the last ``takeActions()`` asked for, in order.
+    private(set) var actions: [QueueAction] = []
+
+    init(maximumTotal: Int, maximumPerHost: Int, coalesces: Bool, hasMonitors: Bool) {
+        scheduler = SlotScheduler(maximumTotal: maximumTotal, maximumPerHost: maximumPerHost)
+        self.coalesces = coalesces
+        self.hasMonitors = hasMonitors
+    }
+
+    mutating func takeActions() -> [QueueAction] {
+        defer { actions.removeAll(keepingCapacity: true) }
+        return actions
+    }
+
+    /// Work under way keeps its queue: a queue that holds fetches and is not suspended, and a
+    /// transfer in flight, which reports its end to the queue.
+    var wantsKeepAlive: Bool {
+        (!registry.isEmpty && !scheduler.isPaused) || scheduler.running > 0
+    }
+
+    var transferCounts: FetchQueue.TransferCounts {
+        FetchQueue.TransferCounts(inFlight: scheduler.running, waiting: scheduler.waitingCount)
+    }
+
+    // MARK: The registry
+
+    mutating func register(_ operation: AnyFetchOperation, id: FetchID, sessionMonitors: MonitorChannel?) {
+        registry[id] = Entry(operation: operation, sessionMonitors: sessionMonitors)
+        idsByOperation[ObjectIdentifier(operation)] = id
+    }
+
+    /// Takes a fetch back out before it was activated.
+    mutating func unregister(_ operation: AnyFetchOperation, id: FetchID) {
+        registry[id] = nil
+        idsByOperation[ObjectIdentifier(operation)] = nil
+    }
+
+    /// A registered fetch goes into the operation queue: its monitors hear of it.
+    mutating func activated(_ id: FetchID) {
+        guard let entry = registry[id] else { return }
+        emit(.enqueued, id, entry)
+    }
+
+    /// The operation finished: its metrics and its end go to the monitors, and it leaves the
+    /// registry.
+    mutating func completed(_ operation: AnyFetchOperation, error: FetchError?, now: UInt64) {
+        guard let id = idsByOperation.removeValue(forKey: ObjectIdentifier(operation)),
+              let entry = registry.removeValue(forKey: id) else { return }
+        emit(.metrics(Self.metrics(of: entry, now: now)), id, entry)
+        emit(.finished(error), id, entry)
+    }
+
+    mutating func willRetry(_ operation: AnyFetchOperation, _ event: RetryEvent) {
+        guard let id = idsByOperation[ObjectIdentifier(operation)], registry[id] != nil else { return }
+        registry[id]?.retries += 1
+        registry[id]?.transferEnded = false     // it waits now: a queue freed meanwhile cancels it
+        emit(.retry(event), id)
+    }
+
+    mutating func received(_ response: HTTPURLResponse, for operation: AnyFetchOperation, now: UInt64) {
+        guard let id = idsByOperation[ObjectIdentifier(operation)], registry[id] != nil else { return }
+        if registry[id]?.firstResponseAt == nil { registry[id]?.firstResponseAt = now }
+        emit(.response(response), id)
+    }
+
+    mutating func redirected(_ response: HTTPURLResponse, to request: URLRequest, for operation: AnyFetchOperation) {
+        guard let id = idsByOperation[ObjectIdentifier(operation)] else { return }
+        emit(.redirected(response, request), id)
+    }
+
+    /// Records the body bytes received. Returns the batch to tell, if the fetch is in one.
+    mutating func progressed(_ operation: AnyFetchOperation, received: Int64) -> (FetchBatch, Int)? {
+        guard let id = idsByOperation[ObjectIdentifier(operation)], registry[id] != nil else { return nil }
+        registry[id]?.bytesReceived = received
+        return registry[id]?.batch
+    }
+
+    /// Whether a `cancelAll` chose this operation.
+    func isSwept(_ operation: AnyFetchOperation) -> Bool {
+        guard let id = idsByOperation[ObjectIdentifier(operation)] else { return false }
+        return registry[id]?.swept ?? false
+    }
+
+    // MARK: Flights
+
+    /// An attempt wants its transfer: it joins an identical flight, or `flight` (made for it)
+    /// waits for a slot.
+    mutating func join(_ member: FlightMember, newFlight flight: @autoclosure () -> Flight) {
+        guard case .new = member.membership else { return }   // stopped before it started
+        if let id = idsByOperation[ObjectIdentifier(member.operation)] { registry[id]?.transferEnded = false }
+        // A `cancelAll` chose it and is about to cancel it: no slot, no shared transfer. The
+        // member stays new; the cancel stops it.
+        guard !isSwept(member.operation) else { return }
+        if let key = member.key, let ticket = sharedFlights[key], var record = flights[ticket] {
+            record.members.append(member)
+            member.membership = .joined(ticket)
+            statistics.requestsCoalesced += 1
+            if record.running {
+                markBegan(member.operation, request: record.flight.request)
+                actions.append(.replay(member, response: record.response, received: record.received))
+            } else {
+                // A more urgent caller moves the shared transfer up the line (never down).
+                scheduler.raise(ticket, to: member.priority)
+            }
+            flights[ticket] = record
+            return
+        }
+        let flight = flight()
+        let ticket = flight.ticket
+        flights[ticket] = FlightRecord(flight: flight, members: [member])
+        member.membership = .joined(ticket)
+        if let key = member.key { sharedFlights[key] = ticket }
+        scheduler.enqueue(ticket, host: flight.host, priority: member.priority)
+        takeGrants()
+        announceCounts()
+    }
+
+    /// An attempt's operation was cancelled: it leaves its flight, which stops only when empty.
+    /// The member hears of its cancel (``QueueAction/confirmCancel(_:)``) unless it already
+    /// ended.
+    mutating func leave(_ member: FlightMember) {
+        switch member.membership {
+        case .ended:
+            return
+        case .new:
+            member.membership = .ended
+        case .joined(let ticket):
+            member.membership = .ended
+            guard var record = flights[ticket] else { break }
+            record.members.removeAll { $0 === member }
+            flights[ticket] = record
+            guard record.members.isEmpty else { break }
+            forgetShared(record.flight)
+            if record.running {
+                // None yet: `transferCreated` finds no members and ends the flight.
+                if let transfer = record.transfer { actions.append(.stopTransfer(transfer)) }
+            } else {
+                scheduler.withdraw(ticket)
+                flights[ticket] = nil
+                announceCounts()
+            }
+        }
+        actions.append(.confirmCancel(member))
+    }
+
+    /// The transfer of a granted flight exists. Returns whether to start it: `false` if every
+    /// member left before it existed (the caller then ends the flight as cancelled).
+    mutating func transferCreated(_ transfer: Transfer, for flight: Flight) -> Bool {
+        guard var record = flights[flight.ticket], !record.members.isEmpty else { return false }
+        record.transfer = transfer
+        flights[flight.ticket] = record
+        return true
+    }
+
+    /// A flight's transfer ended: its slot is freed and the next granted. Returns the members
+    /// to tell how it ended.
+    @discardableResult
+    mutating func flightEnded(_ flight: Flight, result: TransferResult) -> [FlightMember] {
+        guard let record = flights.removeValue(forKey: flight.ticket), record.running else { return [] }
+        forgetShared(flight)
+        scheduler.release(host: flight.host)
+        backOffIfAsked(flight.host, result: result)
+        transferEnded()
+        for member in record.members {
+            member.membership = .ended
+            if let id = idsByOperation[ObjectIdentifier(member.operation)] { registry[id]?.transferEnded = true }
+        }
+        takeGrants()
+        announceCounts()
+        return record.members
+    }
+
+    /// The members of a running flight, to tell of its events, and what to remember for a late
+    /// joiner.
+    mutating func flightHeard(_ flight: Flight, response: (HTTPURLResponse, Int64?)? = nil,
+                              received: (bytes: Int64, expected: Int64?)? = nil) -> [FlightMember] {
+        guard var record = flights[flight.ticket] else { return [] }
+        if let response { record.response = response }
+        if let received { record.received = received }
+        flights[flight.ticket] = record
+        return record.members
+    }
+
+    private mutating func forgetShared(_ flight: Flight) {
+        if let key = flight.key, sharedFlights[key] == flight.ticket {
+            sharedFlights[key] = nil
+        }
+    }
+
+    // MARK: cancelAll
+
+    /// A `cancelAll(where:)` begins: no slot is granted until it ends. Returns the fetches for
+    /// its predicate.
+    mutating func beginSweep() -> [(FetchID, AnyFetchOperation)] {
+        sweepsUnderWay += 1
+        return registry.map { ($0.key, $0.value.operation) }
+    }
+
+    /// A `cancelAll` chose `ids`: no slot goes to them, and their waiting transfers are
+    /// withdrawn. Returns the operations to cancel, in enqueue order.
+    mutating func endSweep(choosing ids: [FetchID]) -> [AnyFetchOperation] {
+        sweepsUnderWay -= 1
+        var operations: [AnyFetchOperation] = []
+        for id in ids.sorted() where registry[id] != nil {
+            registry[id]?.swept = true
+            if let operation = registry[id]?.operation { operations.append(operation) }
+        }
+        for (ticket, record) in flights where !record.running && record.members.allSatisfy({ isSwept($0.operation) }) {
+            scheduler.withdraw(ticket)
+            flights[ticket] = nil
+            forgetShared(record.flight)
+            // Its members stay joined to the ended flight: each leaves when its operation is
+            // cancelled, and hears of it then.
+        }
+        takeGrants()
+        announceCounts()
+        return operations
+    }
+
+    // MARK: Limits, pauses and wake-ups
+
+    /// Limits changed, the queue was suspended or resumed, a host's pause ended: grant what may
+    /// start now.
+    mutating func changeScheduler(_ change: (inout SlotScheduler<ObjectIdentifier>) -> Void) {
+        change(&scheduler)
+        takeGrants()
+        announceCounts()
+    }
+
+    /// The wake-up `token` fired. Returns whether it is still the current one (then the caller
+    /// looks again with ``changeScheduler(_:)``).
+    mutating func wakeFired(_ token: Int) -> Bool {
+        guard wakeToken == token, wakeAt != nil else { return false }
+        wakeAt = nil
+        return true
+    }
+
+    /// A host answered 429 or 503 with `Retry-After`: hold its transfers until then.
+    private mutating func backOffIfAsked(_ host: String, result: TransferResult) {
+        guard case .failure(.unacceptableStatus(let failure), _) = result, [429, 503].contains(failure.statusCode),
+              let seconds = RetryAfter.seconds(in: failure), seconds > 0
+        else { return }
+        let pause = min(seconds, FetchQueue.maximumHostBackOff)
+        scheduler.block(host, until: DispatchTime.now().uptimeNanoseconds &+ UInt64(pause * 1e9))
+    }
+
+    /// Moves granted flights to running, and asks for their transfers.
+    ///
+    /// Nothing is granted while a `cancelAll(where:)` predicate runs; a flight whose callers a
+    /// `cancelAll` has all chosen is not started: its slot goes back and the next is granted.
+    private mutating func takeGrants() {
+        defer { scheduleWake() }
+        guard sweepsUnderWay == 0 else { return }
+        var declined = true
+        while declined {
+            declined = false
+            for grant in scheduler.takeGrants() {
+                guard var record = flights[grant.ticket], !record.running else { continue }
+                if record.members.allSatisfy({ isSwept($0.operation) }) {
+                    scheduler.release(host: grant.host)
+                    flights[grant.ticket] = nil
+                    forgetShared(record.flight)
+                    declined = true
+                    continue
+                }
+                record.running = true
+                flights[grant.ticket] = record
+                statistics.transfersStarted += 1
+                transferStarted()
+                for member in record.members {
+                    markBegan(member.operation, request: record.flight.request)
+                }
+                actions.append(.startTransfer(record.flight))
+            }
+        }
+    }
+
+    /// Makes sure the queue looks again when the first paused host with waiting transfers opens.
+    private mutating func scheduleWake() {
+        guard let unblock = scheduler.nextUnblock else { return }
+        if let wakeAt, wakeAt <= unblock { return }
+        wakeAt = unblock
+        wakeToken += 1
+        actions.append(.wake(at: unblock, token: wakeToken))
+    }
+
+    /// Marks a fetch as begun and tells the monitors, once: its order with the finish holds.
+    private mutating func markBegan(_ operation: AnyFetchOperation, request: URLRequest) {
+        guard let id = idsByOperation[ObjectIdentifier(operation)], var entry = registry[id], !entry.began else { return }
+        entry.began = true
+        entry.startedAt = DispatchTime.now().uptimeNanoseconds
+        entry.bodyLength = Int64(request.httpBody?.count ?? 0)
+        registry[id] = entry
+        emit(.started(request), id, entry)
+    }
+
+    // MARK: Network activity
+
+    /// A transfer started (the scheduler counts it running).
+    private mutating func transferStarted() {
+        activityGeneration += 1      // cancels a pending hide
+        if !isNetworkActive {
+            isNetworkActive = true
+            announceActivity(true)
+        }
+    }
+
+    /// A transfer ended, after the scheduler released its slot. The flag goes off only after
+    /// the hide delay, and only if nothing started meanwhile.
+    private mutating func transferEnded() {
+        guard scheduler.running == 0 else { return }
+        activityGeneration += 1
+        actions.append(.hideActivityLater(generation: activityGeneration))
+    }
+
+    /// The hide delay after generation `generation` passed.
+    mutating func hideActivity(generation: Int) {
+        guard activityGeneration == generation, scheduler.running == 0, isNetworkActive else { return }
+        isNetworkActive = false
+        announceActivity(false)
+    }
+
+    private mutating func announceActivity(_ active: Bool) {
+        guard !activityHandlers.isEmpty else { return }
+        actions.append(.announceActivity(active, activityHandlers.handlers))
+    }
+
+    /// Announces the transfer counts, if anyone listens.
+    private mutating func announceCounts() {
+        guard !countHandlers.isEmpty else { return }
+        actions.append(.announceCounts(transferCounts, countHandlers.handlers))
+    }
+
+    // MARK: Monitors
+
+    private mutating func emit(_ event: MonitorEvent, _ id: FetchID) {
+        guard let entry = registry[id] else { return }
+        emit(event, id, entry)
+    }
+
+    private mutating func emit(_ event: MonitorEvent, _ id: FetchID, _ entry: Entry) {
+        guard hasMonitors || entry.sessionMonitors != nil else { return }
+        actions.append(.monitor(event, MonitoredFetch(id: id, operation: entry.operation), entry.sessionMonitors))
+    }
+
+    /// A fetch's metrics so far, as it finishes.
+    static func metrics(of entry: Entry, now: UInt64) -> FetchMetrics {
+        func seconds(_ from: UInt64, _ to: UInt64) -> TimeInterval { Double(to &- from) / 1e9 }
+        let started = entry.startedAt ?? now
+        return FetchMetrics(
+            queueWait: seconds(entry.enqueuedAt, started),
+            timeToFirstByte: entry.firstResponseAt.map { seconds(started, $0) },
+            totalDuration: seconds(entry.enqueuedAt, now),
+            attempts: entry.startedAt == nil ? 0 : entry.retries + 1,
+            bytesReceived: entry.bytesReceived,
+            bytesSent: entry.startedAt == nil ? 0 : entry.bodyLength * Int64(entry.retries + 1)
+        )
+    }
+}
+
+/// What a ``QueueState`` transition asks the queue to do.
+enum QueueAction {
+    // Ordered: appended to FetchKit's own serial queues before the lock is released.
+
+    /// Tell the queue's monitors, and those of the fetch's session.
+    case monitor(MonitorEvent, MonitoredFetch, MonitorChannel?)
+    /// Tell the transfer-count handlers.
+    case announceCounts(FetchQueue.TransferCounts, [Callback<FetchQueue.TransferCounts>])
+    /// Tell the network-activity handlers.
+    case announceActivity(Bool, [Callback<Bool>])
+
+    // After the lock is released.
+
+    /// Create the flight's transfer and start it.
+    case startTransfer(Flight)
+    /// Stop a transfer whose every member left.
+    case stopTransfer(Transfer)
+    /// Tell a member's attempt that it was cancelled.
+    case confirmCancel(FlightMember)
+    /// Bring a member that joined a running flight to where the transfer is.
+    case replay(FlightMember, response: (HTTPURLResponse, Int64?)?, received: (bytes: Int64, expected: Int64?)?)
+    /// After the hide delay, call ``QueueState/hideActivity(generation:)``.
+    case hideActivityLater(generation: Int)
+    /// At `at` (uptime ns), call ``QueueState/wakeFired(_:)`` with `token`.
+    case wake(at: UInt64, token: Int)
+
+    /// Whether it is appended to an ordered queue while the lock is held.
+    var isOrdered: Bool {
+        switch self {
+        case .monitor, .announceCounts, .announceActivity: return true
+        default: return false
+        }
+    }
+}
