@@ -23,7 +23,27 @@ import FoundationNetworking
 open class AnyFetchOperation: Operation, @unchecked Sendable {
     struct Settings {
         var request: URLRequest?
-        var configuration = FetchConfiguration()
+        /// Shared with every operation that keeps the default configuration (most of them):
+        /// an operation stores a reference, not the whole value.
+        private var storedConfiguration = ConfigurationBox.default
+        var configuration: FetchConfiguration {
+            get { storedConfiguration.value }
+            set { storedConfiguration = ConfigurationBox(newValue) }
+        }
+
+        init(request: URLRequest?) {
+            self.request = request
+        }
+    }
+
+    /// An immutable configuration behind one reference.
+    final class ConfigurationBox: Sendable {
+        let value: FetchConfiguration
+        static let `default` = ConfigurationBox(FetchConfiguration())
+
+        init(_ value: FetchConfiguration) {
+            self.value = value
+        }
     }
 
     let core: Protected<Core>
