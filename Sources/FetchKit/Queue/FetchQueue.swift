@@ -81,22 +81,51 @@ public final class FetchQueue: @unchecked Sendable {
     let eventQueue: DispatchQueue
     let state: Protected<State>
 
+    /// Packed, because the registry holds one per fetch (tens of thousands may wait): the
+    /// optional times are stored as 0 for none (an uptime is never 0), the batch index and
+    /// retry count in 32 bits.
     struct Entry {
         let operation: AnyFetchOperation
         /// The monitors of the operation's session when it was enqueued, which hear of it too.
         let sessionMonitors: MonitorChannel?
-        var began = false
         /// When it was enqueued, got its slot and its first response head (uptime ns).
         let enqueuedAt = DispatchTime.now().uptimeNanoseconds
-        var startedAt: UInt64?
-        var firstResponseAt: UInt64?
-        var retries = 0
+        private var storedStartedAt: UInt64 = 0
+        private var storedFirstResponseAt: UInt64 = 0
         var bytesReceived: Int64 = 0
         var bodyLength: Int64 = 0
+        private var batchMembership: FetchBatch?
+        private var batchIndex: Int32 = 0
+        private var storedRetries: Int32 = 0
+        var began = false
         /// A `cancelAll` chose it: it is about to be cancelled, and gets no transfer slot.
         var swept = false
+
+        init(operation: AnyFetchOperation, sessionMonitors: MonitorChannel?) {
+            self.operation = operation
+            self.sessionMonitors = sessionMonitors
+        }
+
+        var startedAt: UInt64? {
+            get { storedStartedAt == 0 ? nil : storedStartedAt }
+            set { storedStartedAt = newValue ?? 0 }
+        }
+        var firstResponseAt: UInt64? {
+            get { storedFirstResponseAt == 0 ? nil : storedFirstResponseAt }
+            set { storedFirstResponseAt = newValue ?? 0 }
+        }
+        var retries: Int {
+            get { Int(storedRetries) }
+            set { storedRetries = Int32(clamping: newValue) }
+        }
         /// The batch it belongs to, and its index there.
-        var batch: (FetchBatch, Int)?
+        var batch: (FetchBatch, Int)? {
+            get { batchMembership.map { ($0, Int(batchIndex)) } }
+            set {
+                batchMembership = newValue?.0
+                batchIndex = Int32(clamping: newValue?.1 ?? 0)
+            }
+        }
     }
 
     struct State {
