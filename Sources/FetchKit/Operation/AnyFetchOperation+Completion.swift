@@ -27,34 +27,38 @@ extension AnyFetchOperation {
     // MARK: Completion delivery
 
     func addCompletionHandler(on queue: CallbackQueue, _ handler: @escaping @Sendable (AnyFetchOperation) -> Void) {
-        let runNow = core.withLock { core -> CompletionEntry? in
-            let entry = CompletionEntry(queue: queue, handler: handler)
+        addCompletionEntry(CompletionEntry(queue: queue, handler: OperationCompletion(body: handler)))
+    }
+
+    func addCompletionEntry(_ entry: CompletionEntry) {
+        let runNow = core.withLock { core -> Bool in
             guard core.completionsReleased else {
-                core.completionHandlers.append(entry)
-                return nil
+                core.appendCompletion(entry)
+                return false
             }
             core.outstandingDeliveries += 1
-            return entry
+            return true
         }
-        if let runNow {
-            run(runNow)
+        if runNow {
+            run(entry)
         }
     }
 
     /// Runs every registered completion handler, once. Called from ordered delivery, right
     /// after Foundation heard `isFinished`.
     func releaseCompletions() {
-        let (entries, coordinator) = core.withLock { core -> ([CompletionEntry], (any TransferCoordinator)?) in
+        let (entries, coordinator) = core.withLock { core -> ((first: CompletionEntry?, later: [CompletionEntry]), (any TransferCoordinator)?) in
             core.completionsReleased = true
-            defer {
-                core.completionHandlers.removeAll()
-                core.coordinator = nil      // a finished operation keeps no queue alive
-            }
-            core.outstandingDeliveries += core.completionHandlers.count
-            return (core.completionHandlers, core.coordinator)
+            defer { core.coordinator = nil }     // a finished operation keeps no queue alive
+            let entries = core.takeCompletions()
+            core.outstandingDeliveries += (entries.first == nil ? 0 : 1) + entries.later.count
+            return (entries, core.coordinator)
         }
         coordinator?.operationDidComplete(self)
-        for entry in entries {
+        if let first = entries.first {
+            run(first)
+        }
+        for entry in entries.later {
             run(entry)
         }
         wakeWaiters()
@@ -62,7 +66,7 @@ extension AnyFetchOperation {
 
     private func run(_ entry: CompletionEntry) {
         entry.queue.perform {
-            entry.handler(self)
+            entry.handler.run(self)
             self.core.withLock { $0.outstandingDeliveries -= 1 }
             self.wakeWaiters()
         }

@@ -15,14 +15,8 @@ extension AnyFetchOperation {
     /// names and defaults whether or not their box exists; setting one to its default does not
     /// make the box.
     struct Core {
-        var machine = LifecycleStateMachine()
-        var settings: Settings
-
-        // Results.
-        var attempts = 0
-        var sentConditionalRequest = false
-        var isNotModified = false
-        var sentRequest: URLRequest?
+        // The fields are ordered to pack: words first, then the odd-sized ones, each followed
+        // by one-byte flags that fill its tail.
 
         // The transfer in flight, and the coordinator (a FetchQueue) that provides it, if any.
         // Weak: the queue holds its operations, not the other way round, so that a queue its
@@ -30,30 +24,40 @@ extension AnyFetchOperation {
         // queue is gone from one that never had one.
         var transfer: (any TransferHandle)?
         weak var coordinator: (any TransferCoordinator)?
-        var claimed = false
-        /// Someone asked `isReady` — as an `OperationQueue` does when it takes an operation. A
-        /// pending operation that no FetchQueue holds and no one asked is run by nothing.
-        var readinessAsked = false
 
-        // Completion delivery.
-        var completionHandlers: [CompletionEntry] = []
-        /// Set once the finished event has released the handlers; later ones run at once.
-        var completionsReleased = false
+        // Completion delivery. The first handler is stored inline (most operations have one
+        // at most: a queue's completion, or an `await`); later ones in an array.
+        private var firstCompletion: CompletionEntry?
+        private var laterCompletions: [CompletionEntry] = []
         var outstandingDeliveries = 0
 
         // Ordered delivery of state changes (see AnyFetchOperation+Observation.swift).
         var pendingEvents: [Event] = []
+
+        // Results.
+        var attempts = 0
+
+        private var record: Record?
+        private var extras: Extras?
+
+        var machine = LifecycleStateMachine()
         var isDeliveringEvents = false
         var lastReportedReady = true
-
+        var settings: Settings
+        var claimed = false
+        /// Someone asked `isReady` — as an `OperationQueue` does when it takes an operation. A
+        /// pending operation that no FetchQueue holds and no one asked is run by nothing.
+        var readinessAsked = false
+        /// Set once the finished event has released the handlers; later ones run at once.
+        var completionsReleased = false
+        var sentRequest: URLRequest?
+        var sentConditionalRequest = false
+        var isNotModified = false
         /// Progress was reported while transferring: a progress sequence made later starts
         /// with the current value (it is what the last report yielded).
         var progressReported = false
         /// The progress sequences ended (the terminal transition): one made later ends at once.
         var progressStreamsEnded = false
-
-        private var record: Record?
-        private var extras: Extras?
 
         init(settings: Settings) {
             self.settings = settings
@@ -62,6 +66,24 @@ extension AnyFetchOperation {
         /// Whether waiters may return: finished, and every completion handler has run.
         var isSettled: Bool {
             machine.isFinished && completionsReleased && outstandingDeliveries == 0
+        }
+
+        /// Keeps a completion handler until the operation finishes.
+        mutating func appendCompletion(_ entry: CompletionEntry) {
+            if firstCompletion == nil && laterCompletions.isEmpty {
+                firstCompletion = entry
+            } else {
+                laterCompletions.append(entry)
+            }
+        }
+
+        /// Takes the completion handlers, in the order they were added.
+        mutating func takeCompletions() -> (first: CompletionEntry?, later: [CompletionEntry]) {
+            defer {
+                firstCompletion = nil
+                laterCompletions = []
+            }
+            return (firstCompletion, laterCompletions)
         }
 
         /// Appends state changes for ordered delivery.
@@ -247,7 +269,9 @@ extension AnyFetchOperation {
     /// A completion handler and the queue it runs on.
     struct CompletionEntry {
         let queue: CallbackQueue
-        let handler: @Sendable (AnyFetchOperation) -> Void
+        /// A value, not a closure wrapping one: a typed handler's closure fits in the
+        /// existential's inline buffer, so that keeping it allocates nothing more.
+        let handler: any CompletionHandler
     }
 }
 
@@ -345,4 +369,27 @@ protocol TransferCoordinator: AnyObject, Sendable {
     /// The operation finished: called once, in the terminal transition, before any completion
     /// handler runs.
     func operationDidComplete(_ operation: AnyFetchOperation)
+}
+
+/// What runs when an operation finishes (see ``AnyFetchOperation/CompletionEntry``).
+protocol CompletionHandler: Sendable {
+    func run(_ operation: AnyFetchOperation)
+}
+
+/// A handler of the operation itself.
+struct OperationCompletion: CompletionHandler {
+    let body: @Sendable (AnyFetchOperation) -> Void
+
+    func run(_ operation: AnyFetchOperation) {
+        body(operation)
+    }
+}
+
+/// A handler of the typed outcome (``OutputProducing/onCompletion(on:_:)``).
+struct TypedCompletion<Output: Sendable>: CompletionHandler {
+    let body: @Sendable (Result<Output, FetchError>) -> Void
+
+    func run(_ operation: AnyFetchOperation) {
+        body(operation.outcome(as: Output.self) ?? .failure(.cancelled(.init(url: operation.request?.url))))
+    }
 }

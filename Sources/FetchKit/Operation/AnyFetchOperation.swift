@@ -22,10 +22,10 @@ import FoundationNetworking
 /// ``OutputProducing/result``) are set when it finishes.
 open class AnyFetchOperation: Operation, @unchecked Sendable {
     struct Settings {
-        var request: URLRequest?
         /// Shared with every operation that keeps the default configuration (most of them):
         /// an operation stores a reference, not the whole value.
         private var storedConfiguration = ConfigurationBox.default
+        var request: URLRequest?
         var configuration: FetchConfiguration {
             get { storedConfiguration.value }
             set { storedConfiguration = ConfigurationBox(newValue) }
