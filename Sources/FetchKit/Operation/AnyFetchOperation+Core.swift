@@ -97,6 +97,11 @@ extension AnyFetchOperation {
             return true
         }
 
+        /// Which boxes exist (tests: a waiting operation nobody watches has made neither).
+        var madeBoxes: (record: Bool, extras: Bool) {
+            (record != nil, extras != nil)
+        }
+
         // MARK: The record of the transfer (made at its first use)
 
         private mutating func writableRecord() -> Record {
