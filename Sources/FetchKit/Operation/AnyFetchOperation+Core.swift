@@ -29,13 +29,13 @@ extension AnyFetchOperation {
         // at most: a queue's completion, or an `await`); later ones in an array.
         private var firstCompletion: CompletionEntry?
         private var laterCompletions: [CompletionEntry] = []
-        var outstandingDeliveries = 0
+        /// Completion handlers dispatched and not yet returned; and how many attempts were
+        /// made. Two 32-bit counts in one word (see the accessors below).
+        private var storedOutstandingDeliveries: Int32 = 0
+        private var storedAttempts: Int32 = 0
 
         // Ordered delivery of state changes (see AnyFetchOperation+Observation.swift).
         var pendingEvents: [Event] = []
-
-        // Results.
-        var attempts = 0
 
         private var record: Record?
         private var extras: Extras?
@@ -61,6 +61,16 @@ extension AnyFetchOperation {
 
         init(settings: Settings) {
             self.settings = settings
+        }
+
+        var outstandingDeliveries: Int {
+            get { Int(storedOutstandingDeliveries) }
+            set { storedOutstandingDeliveries = Int32(newValue) }
+        }
+        /// How many attempts were made (results).
+        var attempts: Int {
+            get { Int(storedAttempts) }
+            set { storedAttempts = Int32(clamping: newValue) }
         }
 
         /// Whether waiters may return: finished, and every completion handler has run.
