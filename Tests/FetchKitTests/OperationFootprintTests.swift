@@ -10,7 +10,7 @@ struct OperationFootprintTests {
         // Everything rarely used lives in boxes made at first use (768 bytes inline before).
         #expect(MemoryLayout<AnyFetchOperation.Core>.size <= 192)
         #expect(MemoryLayout<LifecycleStateMachine>.size <= 24)
-        #expect(MemoryLayout<FetchQueue.Entry>.size <= 80)
+        #expect(MemoryLayout<FetchQueue.Entry>.size <= 56)
     }
 
     @Test func aWaitingOperationNobodyWatchesMakesNoBoxes() async throws {
