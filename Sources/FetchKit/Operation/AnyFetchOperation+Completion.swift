@@ -27,17 +27,20 @@ extension AnyFetchOperation {
     // MARK: Completion delivery
 
     func addCompletionHandler(on queue: CallbackQueue, _ handler: @escaping @Sendable (AnyFetchOperation) -> Void) {
-        let runNow = core.withLock { core -> CompletionEntry? in
-            let entry = CompletionEntry(queue: queue, handler: handler)
+        addCompletionEntry(CompletionEntry(queue: queue, handler: OperationCompletion(body: handler)))
+    }
+
+    func addCompletionEntry(_ entry: CompletionEntry) {
+        let runNow = core.withLock { core -> Bool in
             guard core.completionsReleased else {
-                core.completionHandlers.append(entry)
-                return nil
+                core.appendCompletion(entry)
+                return false
             }
             core.outstandingDeliveries += 1
-            return entry
+            return true
         }
-        if let runNow {
-            run(runNow)
+        if runNow {
+            run(entry)
         }
     }
 
@@ -45,21 +48,22 @@ extension AnyFetchOperation {
     /// after Foundation heard `isFinished`.
     func releaseCompletions() {
         var coordinator: (any TransferCoordinator)?
-        let entries = core.withLock { core -> [CompletionEntry] in
+        let entries = core.withLock { core -> (first: CompletionEntry?, later: [CompletionEntry]) in
             core.completionsReleased = true
             coordinator = core.coordinator
-            defer {
-                core.completionHandlers.removeAll()
-                core.coordinator = nil      // a finished operation keeps no queue alive
-            }
-            core.outstandingDeliveries += core.completionHandlers.count
-            return core.completionHandlers
+            defer { core.coordinator = nil }     // a finished operation keeps no queue alive
+            let entries = core.takeCompletions()
+            core.outstandingDeliveries += (entries.first == nil ? 0 : 1) + entries.later.count
+            return entries
         }
         coordinator?.operationDidComplete(self)
         // Let go of the queue before any handler runs: a handler may be the last thing its owner
         // waits for before dropping it, and expects it freed.
         coordinator = nil
-        for entry in entries {
+        if let first = entries.first {
+            run(first)
+        }
+        for entry in entries.later {
             run(entry)
         }
         wakeWaiters()
@@ -67,7 +71,7 @@ extension AnyFetchOperation {
 
     private func run(_ entry: CompletionEntry) {
         entry.queue.perform {
-            entry.handler(self)
+            entry.handler.run(self)
             self.core.withLock { $0.outstandingDeliveries -= 1 }
             self.wakeWaiters()
         }

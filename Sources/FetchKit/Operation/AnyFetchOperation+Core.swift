@@ -5,19 +5,18 @@ import FoundationNetworking
 
 extension AnyFetchOperation {
     /// Everything mutable about an operation, guarded by one lock (`AnyFetchOperation.core`).
+    ///
+    /// Kept small, because tens of thousands of operations may wait in a queue: what every
+    /// operation uses is stored inline; what only a transfer in progress needs (the response,
+    /// the body, progress counts) lives in a ``Record`` made at its first use, and what only
+    /// some callers ask for (progress handlers and sequences, retry handlers, state observers,
+    /// session monitoring, adoption, run-loop waiters) in an ``Extras`` box made at its first
+    /// use. Both are classes reached only under the lock. The properties below keep their
+    /// names and defaults whether or not their box exists; setting one to its default does not
+    /// make the box.
     struct Core {
-        var machine = LifecycleStateMachine()
-        var settings: Settings
-
-        // Results.
-        var attempts = 0
-        var sentConditionalRequest = false
-        var isNotModified = false
-        var sentRequest: URLRequest?
-        var response: HTTPURLResponse?
-        var body: ResponseBody?
-        /// What the parse made of the body (a ``FetchOperation``'s `Output`, a download's file).
-        var output: (any Sendable)?
+        // The fields are ordered to pack: words first, then the odd-sized ones, each followed
+        // by one-byte flags that fill its tail.
 
         // The transfer in flight, and the coordinator (a FetchQueue) that provides it, if any.
         // Weak: the queue holds its operations, not the other way round, so that a queue its
@@ -25,54 +24,76 @@ extension AnyFetchOperation {
         // queue is gone from one that never had one.
         var transfer: (any TransferHandle)?
         weak var coordinator: (any TransferCoordinator)?
+
+        // Completion delivery. The first handler is stored inline (most operations have one
+        // at most: a queue's completion, or an `await`); later ones in an array.
+        private var firstCompletion: CompletionEntry?
+        private var laterCompletions: [CompletionEntry] = []
+        /// Completion handlers dispatched and not yet returned; and how many attempts were
+        /// made. Two 32-bit counts in one word (see the accessors below).
+        private var storedOutstandingDeliveries: Int32 = 0
+        private var storedAttempts: Int32 = 0
+
+        // Ordered delivery of state changes (see AnyFetchOperation+Observation.swift).
+        var pendingEvents: [Event] = []
+
+        private var record: Record?
+        private var extras: Extras?
+
+        var machine = LifecycleStateMachine()
+        var isDeliveringEvents = false
+        var lastReportedReady = true
+        var settings: Settings
         var claimed = false
         /// Someone asked `isReady` — as an `OperationQueue` does when it takes an operation. A
         /// pending operation that no FetchQueue holds and no one asked is run by nothing.
         var readinessAsked = false
-        /// The FetchQueue that enqueued this operation as a dependency of another fetch, and
-        /// the identifier it got there, until someone enqueues it there explicitly.
-        weak var adopter: (any TransferCoordinator)?
-        var adoptionID: FetchID?
-
-        /// Set at start when no FetchQueue holds the operation and its session has monitors.
-        var monitoring: SessionMonitoring?
-
-        // Completion delivery.
-        var completionHandlers: [CompletionEntry] = []
         /// Set once the finished event has released the handlers; later ones run at once.
         var completionsReleased = false
-        var outstandingDeliveries = 0
-
-        // Progress: the counts, the Foundation object once someone asked for it, and handlers.
-        var bytesReceived: Int64 = 0
-        var bytesExpected: Int64?
-        /// The offset a range request resumes from; progress counts from there on a 206.
-        var rangeOffset: Int64 = 0
-        var progressBase: Int64 = 0
-        var progress: Progress?
-        var progressRelays: [ProgressRelay] = []
-        /// Upload: request body bytes sent, of the body's length (AnyFetchOperation+Progress.swift).
-        var bytesSent: Int64 = 0
-        var bytesToSend: Int64?
-        var progressStreams = LatestValueStreams<FetchProgress>()
-        var retryHandlers: [(queue: CallbackQueue, handler: @Sendable (RetryEvent) -> Void)] = []
-
-        // Ordered delivery of state changes (see AnyFetchOperation+Observation.swift).
-        var pendingEvents: [Event] = []
-        var isDeliveringEvents = false
-        var observers = HandlerList<@Sendable (StateChange) -> Void>()
-        var lastReportedReady = true
-
-        // Run-loop waiters on the main thread, which need a nudge to wake.
-        var mainThreadWaiters = 0
+        var sentRequest: URLRequest?
+        var sentConditionalRequest = false
+        var isNotModified = false
+        /// Progress was reported while transferring: a progress sequence made later starts
+        /// with the current value (it is what the last report yielded).
+        var progressReported = false
+        /// The progress sequences ended (the terminal transition): one made later ends at once.
+        var progressStreamsEnded = false
 
         init(settings: Settings) {
             self.settings = settings
         }
 
+        var outstandingDeliveries: Int {
+            get { Int(storedOutstandingDeliveries) }
+            set { storedOutstandingDeliveries = Int32(newValue) }
+        }
+        /// How many attempts were made (results).
+        var attempts: Int {
+            get { Int(storedAttempts) }
+            set { storedAttempts = Int32(clamping: newValue) }
+        }
+
         /// Whether waiters may return: finished, and every completion handler has run.
         var isSettled: Bool {
             machine.isFinished && completionsReleased && outstandingDeliveries == 0
+        }
+
+        /// Keeps a completion handler until the operation finishes.
+        mutating func appendCompletion(_ entry: CompletionEntry) {
+            if firstCompletion == nil && laterCompletions.isEmpty {
+                firstCompletion = entry
+            } else {
+                laterCompletions.append(entry)
+            }
+        }
+
+        /// Takes the completion handlers, in the order they were added.
+        mutating func takeCompletions() -> (first: CompletionEntry?, later: [CompletionEntry]) {
+            defer {
+                firstCompletion = nil
+                laterCompletions = []
+            }
+            return (firstCompletion, laterCompletions)
         }
 
         /// Appends state changes for ordered delivery.
@@ -85,6 +106,171 @@ extension AnyFetchOperation {
             isDeliveringEvents = true
             return true
         }
+
+        /// Which boxes exist (tests: a waiting operation nobody watches has made neither).
+        var madeBoxes: (record: Bool, extras: Bool) {
+            (record != nil, extras != nil)
+        }
+
+        // MARK: The record of the transfer (made at its first use)
+
+        private mutating func writableRecord() -> Record {
+            if let record { return record }
+            let made = Record()
+            record = made
+            return made
+        }
+
+        var response: HTTPURLResponse? {
+            get { record?.response }
+            set { if newValue != nil || record != nil { writableRecord().response = newValue } }
+        }
+        var body: ResponseBody? {
+            get { record?.body }
+            set { if newValue != nil || record != nil { writableRecord().body = newValue } }
+        }
+        /// What the parse made of the body (a ``FetchOperation``'s `Output`, a download's file).
+        var output: (any Sendable)? {
+            get { record?.output }
+            set { if newValue != nil || record != nil { writableRecord().output = newValue } }
+        }
+        var bytesReceived: Int64 {
+            get { record?.bytesReceived ?? 0 }
+            set { if newValue != 0 || record != nil { writableRecord().bytesReceived = newValue } }
+        }
+        var bytesExpected: Int64? {
+            get { record?.bytesExpected }
+            set { if newValue != nil || record != nil { writableRecord().bytesExpected = newValue } }
+        }
+        /// The offset a range request resumes from; progress counts from there on a 206.
+        var rangeOffset: Int64 {
+            get { record?.rangeOffset ?? 0 }
+            set { if newValue != 0 || record != nil { writableRecord().rangeOffset = newValue } }
+        }
+        var progressBase: Int64 {
+            get { record?.progressBase ?? 0 }
+            set { if newValue != 0 || record != nil { writableRecord().progressBase = newValue } }
+        }
+        /// Upload: request body bytes sent, of the body's length (AnyFetchOperation+Progress.swift).
+        var bytesSent: Int64 {
+            get { record?.bytesSent ?? 0 }
+            set { if newValue != 0 || record != nil { writableRecord().bytesSent = newValue } }
+        }
+        var bytesToSend: Int64? {
+            get { record?.bytesToSend }
+            set { if newValue != nil || record != nil { writableRecord().bytesToSend = newValue } }
+        }
+
+        // MARK: Rarely used state (made at its first use)
+
+        private mutating func writableExtras() -> Extras {
+            if let extras { return extras }
+            let made = Extras()
+            extras = made
+            return made
+        }
+
+        /// The FetchQueue that enqueued this operation as a dependency of another fetch, and
+        /// the identifier it got there, until someone enqueues it there explicitly.
+        var adopter: (any TransferCoordinator)? {
+            get { extras?.adopter }
+            set { if newValue != nil || extras != nil { writableExtras().adopter = newValue } }
+        }
+        var adoptionID: FetchID? {
+            get { extras?.adoptionID }
+            set { if newValue != nil || extras != nil { writableExtras().adoptionID = newValue } }
+        }
+        /// Set at start when no FetchQueue holds the operation and its session has monitors.
+        var monitoring: SessionMonitoring? {
+            get { extras?.monitoring }
+            set { if newValue != nil || extras != nil { writableExtras().monitoring = newValue } }
+        }
+        /// The Foundation progress object, once someone asked for it.
+        var progress: Progress? {
+            get { extras?.progress }
+            set { if newValue != nil || extras != nil { writableExtras().progress = newValue } }
+        }
+        var progressRelays: [ProgressRelay] {
+            get { extras?.progressRelays ?? [] }
+            set { if !newValue.isEmpty || extras != nil { writableExtras().progressRelays = newValue } }
+        }
+        var retryHandlers: [RetryHandler] {
+            get { extras?.retryHandlers ?? [] }
+            set { if !newValue.isEmpty || extras != nil { writableExtras().retryHandlers = newValue } }
+        }
+        var observers: HandlerList<@Sendable (StateChange) -> Void> {
+            get { extras?.observers ?? HandlerList() }
+            set { if !newValue.isEmpty || extras != nil { writableExtras().observers = newValue } }
+        }
+        /// Run-loop waiters on the main thread, which need a nudge to wake.
+        var mainThreadWaiters: Int {
+            get { extras?.mainThreadWaiters ?? 0 }
+            set { if newValue != 0 || extras != nil { writableExtras().mainThreadWaiters = newValue } }
+        }
+
+        /// The progress sequences' consumers (tests read their count).
+        var progressStreams: LatestValueStreams<FetchProgress> {
+            extras?.progressStreams ?? LatestValueStreams(latest: progressReported ? currentProgress : nil, finished: progressStreamsEnded)
+        }
+
+        /// Registers a progress sequence's consumer (see ``LatestValueStreams/add(_:)``).
+        mutating func addProgressStream(_ continuation: AsyncStream<FetchProgress>.Continuation) -> Int? {
+            let extras = writableExtras()
+            if extras.progressStreams == nil {
+                extras.progressStreams = LatestValueStreams(latest: progressReported ? currentProgress : nil,
+                                                            finished: progressStreamsEnded)
+            }
+            return extras.progressStreams?.add(continuation)
+        }
+
+        mutating func removeProgressStream(_ id: Int) {
+            extras?.progressStreams?.remove(id)
+        }
+
+        /// Records a progress report and yields it to the sequences, if any.
+        mutating func yieldProgress(_ value: FetchProgress) {
+            progressReported = true
+            extras?.progressStreams?.yield(value)
+        }
+
+        /// Ends the sequences, after yielding `final` (if any) to them.
+        mutating func finishProgressStreams(with final: FetchProgress?) -> [AsyncStream<FetchProgress>.Continuation] {
+            progressStreamsEnded = true
+            return extras?.progressStreams?.finish(with: final) ?? []
+        }
+    }
+
+    /// A retry handler and the queue it runs on.
+    typealias RetryHandler = (queue: CallbackQueue, handler: @Sendable (RetryEvent) -> Void)
+
+    /// What a transfer brought, made when the first response, progress or result arrives (see
+    /// ``Core``). Reached only under the operation's lock.
+    final class Record {
+        var response: HTTPURLResponse?
+        var body: ResponseBody?
+        var output: (any Sendable)?
+        var bytesReceived: Int64 = 0
+        var bytesExpected: Int64?
+        var rangeOffset: Int64 = 0
+        var progressBase: Int64 = 0
+        var bytesSent: Int64 = 0
+        var bytesToSend: Int64?
+    }
+
+    /// State that only some callers ask for, made at first use (see ``Core``). Reached only
+    /// under the operation's lock.
+    final class Extras {
+        weak var adopter: (any TransferCoordinator)?
+        var adoptionID: FetchID?
+        var monitoring: SessionMonitoring?
+        var progress: Progress?
+        var progressRelays: [ProgressRelay] = []
+        /// Made when the first sequence is: its registry ends the sequences if the operation
+        /// is freed unfinished.
+        var progressStreams: LatestValueStreams<FetchProgress>?
+        var retryHandlers: [RetryHandler] = []
+        var observers = HandlerList<@Sendable (StateChange) -> Void>()
+        var mainThreadWaiters = 0
     }
 
     /// An entry in the ordered delivery list.
@@ -98,7 +284,9 @@ extension AnyFetchOperation {
     /// A completion handler and the queue it runs on.
     struct CompletionEntry {
         let queue: CallbackQueue
-        let handler: @Sendable (AnyFetchOperation) -> Void
+        /// A value, not a closure wrapping one: a typed handler's closure fits in the
+        /// existential's inline buffer, so that keeping it allocates nothing more.
+        let handler: any CompletionHandler
     }
 }
 
@@ -196,4 +384,27 @@ protocol TransferCoordinator: AnyObject, Sendable {
     /// The operation finished: called once, in the terminal transition, before any completion
     /// handler runs.
     func operationDidComplete(_ operation: AnyFetchOperation)
+}
+
+/// What runs when an operation finishes (see ``AnyFetchOperation/CompletionEntry``).
+protocol CompletionHandler: Sendable {
+    func run(_ operation: AnyFetchOperation)
+}
+
+/// A handler of the operation itself.
+struct OperationCompletion: CompletionHandler {
+    let body: @Sendable (AnyFetchOperation) -> Void
+
+    func run(_ operation: AnyFetchOperation) {
+        body(operation)
+    }
+}
+
+/// A handler of the typed outcome (``OutputProducing/onCompletion(on:_:)``).
+struct TypedCompletion<Output: Sendable>: CompletionHandler {
+    let body: @Sendable (Result<Output, FetchError>) -> Void
+
+    func run(_ operation: AnyFetchOperation) {
+        body(operation.outcome(as: Output.self) ?? .failure(.cancelled(.init(url: operation.request?.url))))
+    }
 }

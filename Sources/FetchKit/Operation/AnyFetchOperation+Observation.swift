@@ -95,7 +95,8 @@ extension AnyFetchOperation {
                     core.isDeliveringEvents = false
                     return []
                 }
-                defer { core.pendingEvents.removeAll(keepingCapacity: true) }
+                // Taken whole: an operation keeps no event buffer between deliveries.
+                defer { core.pendingEvents = [] }
                 return core.pendingEvents
             }
             if batch.isEmpty { return }

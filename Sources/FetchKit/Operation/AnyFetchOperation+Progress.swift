@@ -71,8 +71,8 @@ extension AnyFetchOperation {
     /// - A finished operation keeps no reference to its sequences.
     public var progressUpdates: AsyncStream<FetchProgress> {
         LatestValueStreams<FetchProgress>.makeStream(
-            add: { [core] continuation in core.withLock { $0.progressStreams.add(continuation) } },
-            remove: { [weak self] id in self?.core.withLock { $0.progressStreams.remove(id) } })
+            add: { [core] continuation in core.withLock { $0.addProgressStream(continuation) } },
+            remove: { [weak self] id in self?.core.withLock { $0.removeProgressStream(id) } })
     }
 
     /// Calls `handler` on the main actor as the body arrives (and as a request body is sent).
@@ -141,7 +141,7 @@ extension AnyFetchOperation {
             guard case .executing(.transferring) = core.machine.state else { return nil }
             change(&core)
             let value = core.currentProgress
-            core.progressStreams.yield(value)
+            core.yieldProgress(value)
             return (value, core.progress, core.progressRelays, core.coordinator)
         }
         guard let update else { return }
@@ -169,8 +169,9 @@ extension AnyFetchOperation.Core {
         if succeeded, bytesExpected == nil {
             bytesExpected = bytesReceived
         }
-        let final = progressStreams.latest == nil ? nil : currentProgress
-        return progressStreams.finish(with: final)
+        // The sequences' latest value is the last report's, if any (``yieldProgress(_:)``).
+        let final = progressReported ? currentProgress : nil
+        return finishProgressStreams(with: final)
     }
 }
 
@@ -189,6 +190,13 @@ struct LatestValueStreams<Value: Sendable> {
     private(set) var latest: Value?
     private(set) var isFinished = false
     private let registry = Registry()
+
+    /// Consumers to come, of a sequence whose latest value is `latest` (if any), and that
+    /// ended already if `finished`.
+    init(latest: Value? = nil, finished: Bool = false) {
+        self.latest = latest
+        isFinished = finished
+    }
     private var continuations: [Int: Continuation] {
         get { registry.continuations }
         nonmutating set { registry.continuations = newValue }

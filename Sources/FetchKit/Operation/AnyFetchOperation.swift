@@ -22,8 +22,46 @@ import FoundationNetworking
 /// ``OutputProducing/result``) are set when it finishes.
 open class AnyFetchOperation: Operation, @unchecked Sendable {
     struct Settings {
+        /// Shared with every operation that keeps the default configuration (most of them):
+        /// an operation stores a reference, not the whole value.
+        private var storedConfiguration = ConfigurationBox.default
         var request: URLRequest?
-        var configuration = FetchConfiguration()
+        var configuration: FetchConfiguration {
+            get { storedConfiguration.value }
+            set { storedConfiguration = ConfigurationBox.interned(newValue) }
+        }
+
+        /// Which box holds the configuration (tests).
+        var configurationIdentity: ObjectIdentifier { ObjectIdentifier(storedConfiguration) }
+
+        init(request: URLRequest?) {
+            self.request = request
+        }
+    }
+
+    /// An immutable configuration behind one reference.
+    final class ConfigurationBox: Sendable {
+        let value: FetchConfiguration
+        static let `default` = ConfigurationBox(FetchConfiguration())
+        /// The box last made: operations configured alike one after another (the usual
+        /// loop: make, configure, enqueue) share it.
+        private static let recent = Protected<ConfigurationBox?>(nil)
+
+        init(_ value: FetchConfiguration) {
+            self.value = value
+        }
+
+        /// A box holding `value`: the default one or the last one made, if either holds the
+        /// same settings; otherwise a new one.
+        static func interned(_ value: FetchConfiguration) -> ConfigurationBox {
+            if value.isIdentical(to: Self.default.value) { return .default }
+            return recent.withLock { recent in
+                if let recent, recent.value.isIdentical(to: value) { return recent }
+                let made = ConfigurationBox(value)
+                recent = made
+                return made
+            }
+        }
     }
 
     let core: Protected<Core>

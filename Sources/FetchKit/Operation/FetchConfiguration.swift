@@ -127,3 +127,33 @@ public struct FetchConfiguration: Sendable {
         self.validatorStore = validatorStore
     }
 }
+
+extension FetchConfiguration {
+    /// Whether `other` holds the same settings: equal values, and the same session, queue and
+    /// store objects. Compared without calling anything, so `false` whenever a setting holds
+    /// a closure (a redirect policy that asks, credentials). Operations configured alike share
+    /// one stored copy (``AnyFetchOperation/ConfigurationBox``).
+    func isIdentical(to other: FetchConfiguration) -> Bool {
+        guard session === other.session,
+              maximumResponseSize == other.maximumResponseSize,
+              idleTimeout == other.idleTimeout,
+              totalTimeout == other.totalTimeout,
+              requiresSuccessfulDependencies == other.requiresSuccessfulDependencies,
+              validatorStore === other.validatorStore,
+              credentials == nil, other.credentials == nil,
+              retryPolicy == other.retryPolicy,
+              acceptableStatusCodes == other.acceptableStatusCodes
+        else { return false }
+        switch (parseQueue.target, other.parseQueue.target) {
+        case (.dispatch(let a), .dispatch(let b)) where a === b: break
+        case (.operation(let a), .operation(let b)) where a === b: break
+        case (.immediate, .immediate): break
+        default: return false
+        }
+        switch (redirectPolicy, other.redirectPolicy) {
+        case (.follow(let a), .follow(let b)): return a == b
+        case (.doNotFollow, .doNotFollow): return true
+        default: return false
+        }
+    }
+}

@@ -17,9 +17,12 @@ import Foundation
 /// bug in FetchKit and traps here, in one place.
 struct LifecycleStateMachine: Sendable {
     /// How an operation ended.
+    ///
+    /// A failure's error is boxed (`indirect`), so that the machine is a few words wide until
+    /// something fails: every waiting operation holds one.
     enum Outcome: Sendable {
         case success
-        case failure(FetchError)
+        indirect case failure(FetchError)
     }
 
     /// What the operation is doing while it executes.
@@ -53,9 +56,15 @@ struct LifecycleStateMachine: Sendable {
         case pending, executing, finishing, finished
     }
 
-    private(set) var state: State = .pending
     /// Set by the first ``cancel(url:)``: the error a cancelled operation finishes with.
-    private(set) var cancellation: FetchError?
+    var cancellation: FetchError? {
+        if case .failure(let error)? = storedCancellation { return error }
+        return nil
+    }
+    /// The cancellation, boxed (see ``Outcome``).
+    private var storedCancellation: Outcome?
+    // After the cancellation, so that the machine is 17 bytes and the next flags fill its tail.
+    private(set) var state: State = .pending
 
     var isCancelled: Bool { cancellation != nil }
 
@@ -93,8 +102,8 @@ struct LifecycleStateMachine: Sendable {
 
     mutating func start() -> StartAction {
         guard case .pending = state else { return .ignore }
-        if let cancellation {
-            state = .finished(.failure(cancellation))
+        if let storedCancellation {
+            state = .finished(storedCancellation)
             return .finishCancelled
         }
         state = .executing(.preparing)
@@ -115,16 +124,17 @@ struct LifecycleStateMachine: Sendable {
     /// - Parameter url: The URL being fetched, for ``FetchError/Cancellation``.
     mutating func cancel(url: URL?) -> CancelAction {
         if isCancelled || isFinished { return .none }
-        let cancelled = FetchError.cancelled(.init(url: url))
-        cancellation = cancelled
+        // One box, shared by the flag and the outcome.
+        let cancelled = Outcome.failure(.cancelled(.init(url: url)))
+        storedCancellation = cancelled
         switch state {
         case .pending, .finishing:
             return .flagOnly
         case .executing(.preparing):
-            state = .finishing(.completing(.failure(cancelled)))
+            state = .finishing(.completing(cancelled))
             return .stopPreparing
         case .executing(.transferring):
-            state = .finishing(.stoppingTransfer(.failure(cancelled)))
+            state = .finishing(.stoppingTransfer(cancelled))
             return .stopTransfer
         case .finished:
             preconditionFailure("unreachable: finished was handled above")
@@ -185,8 +195,8 @@ struct LifecycleStateMachine: Sendable {
         guard case .finishing(.parsing) = state else {
             preconditionFailure("FetchKit bug: parse ended in state \(phase)")
         }
-        if let cancellation {
-            state = .finishing(.completing(.failure(cancellation)))
+        if let storedCancellation {
+            state = .finishing(.completing(storedCancellation))
         } else if let error {
             state = .finishing(.completing(.failure(error)))
         } else {

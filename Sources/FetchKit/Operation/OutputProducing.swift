@@ -74,9 +74,7 @@ extension OutputProducing {
 
     /// Adds a completion handler for the typed outcome.
     func addCompletion(_ callback: Callback<Result<Output, FetchError>>) {
-        addCompletionHandler(on: callback.queue) { operation in
-            callback.body(operation.outcome(as: Output.self) ?? .failure(.cancelled(.init(url: operation.request?.url))))
-        }
+        addCompletionEntry(CompletionEntry(queue: callback.queue, handler: TypedCompletion(body: callback.body)))
     }
 }
 

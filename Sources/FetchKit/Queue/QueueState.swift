@@ -24,25 +24,77 @@ import FoundationNetworking
 /// queue's are never held together.
 struct QueueState {
     /// A fetch in the queue, from enqueue to finish.
+    ///
+    /// Packed, because the registry holds one per fetch (tens of thousands may wait, and a
+    /// dictionary keeps up to twice as many slots): the optional times are stored as 0 for
+    /// none (an uptime is never 0), the retry count in 32 bits, and what few fetches have (a
+    /// batch, session monitors, a request body) in an immutable box made only for those.
     struct Entry {
         let operation: AnyFetchOperation
-        /// The monitors of the operation's session when it was enqueued, which hear of it too.
-        let sessionMonitors: MonitorChannel?
-        var began = false
+        private var attachments: Attachments?
         /// When it was enqueued, got its slot and its first response head (uptime ns).
         let enqueuedAt = DispatchTime.now().uptimeNanoseconds
-        var startedAt: UInt64?
-        var firstResponseAt: UInt64?
-        var retries = 0
+        private var storedStartedAt: UInt64 = 0
+        private var storedFirstResponseAt: UInt64 = 0
         var bytesReceived: Int64 = 0
-        var bodyLength: Int64 = 0
+        private var storedRetries: Int32 = 0
+        var began = false
         /// A `cancelAll` chose it: it is about to be cancelled, and gets no transfer slot.
         var swept = false
         /// Its last transfer ended and it is being told so: a queue freed now leaves it to
         /// finish with that result (``FetchQueue``'s `deinit`).
         var transferEnded = false
+
+        /// Immutable, so that copies of an entry stay independent: a change makes a new one.
+        final class Attachments: Sendable {
+            let sessionMonitors: MonitorChannel?
+            let batch: (FetchBatch, Int)?
+            let bodyLength: Int64
+
+            init(sessionMonitors: MonitorChannel?, batch: (FetchBatch, Int)?, bodyLength: Int64) {
+                self.sessionMonitors = sessionMonitors
+                self.batch = batch
+                self.bodyLength = bodyLength
+            }
+        }
+
+        init(operation: AnyFetchOperation, sessionMonitors: MonitorChannel?) {
+            self.operation = operation
+            if sessionMonitors != nil {
+                attachments = Attachments(sessionMonitors: sessionMonitors, batch: nil, bodyLength: 0)
+            }
+        }
+
+        /// The monitors of the operation's session when it was enqueued, which hear of it too.
+        var sessionMonitors: MonitorChannel? { attachments?.sessionMonitors }
         /// The batch it belongs to, and its index there.
-        var batch: (FetchBatch, Int)?
+        var batch: (FetchBatch, Int)? {
+            get { attachments?.batch }
+            set {
+                guard newValue != nil || attachments != nil else { return }
+                attachments = Attachments(sessionMonitors: sessionMonitors, batch: newValue, bodyLength: bodyLength)
+            }
+        }
+        /// The request body's length, for the metrics.
+        var bodyLength: Int64 {
+            get { attachments?.bodyLength ?? 0 }
+            set {
+                guard newValue != 0 || attachments != nil else { return }
+                attachments = Attachments(sessionMonitors: sessionMonitors, batch: batch, bodyLength: newValue)
+            }
+        }
+        var startedAt: UInt64? {
+            get { storedStartedAt == 0 ? nil : storedStartedAt }
+            set { storedStartedAt = newValue ?? 0 }
+        }
+        var firstResponseAt: UInt64? {
+            get { storedFirstResponseAt == 0 ? nil : storedFirstResponseAt }
+            set { storedFirstResponseAt = newValue ?? 0 }
+        }
+        var retries: Int {
+            get { Int(storedRetries) }
+            set { storedRetries = Int32(clamping: newValue) }
+        }
     }
 
     /// A transfer that waits for its slot or runs, and the attempts that share it.

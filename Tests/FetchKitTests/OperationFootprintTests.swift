@@ -1,0 +1,101 @@
+import Foundation
+import LoopbackServer
+import Testing
+@testable import FetchKit
+
+/// What one operation costs while it waits: tens of thousands may sit in a queue.
+@Suite("Operation footprint")
+struct OperationFootprintTests {
+    @Test func theCoreIsAFewWordsNotAPage() {
+        // Everything rarely used lives in boxes made at first use (768 bytes inline before).
+        #expect(MemoryLayout<AnyFetchOperation.Core>.size <= 192)
+        #expect(MemoryLayout<LifecycleStateMachine>.size <= 24)
+        #expect(MemoryLayout<QueueState.Entry>.size <= 56)
+    }
+
+    @Test func aWaitingOperationNobodyWatchesMakesNoBoxes() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let queue = makeFetchQueue(total: 1, perHost: 1, monitors: [])
+        let blocker = server.operation("/stall-head")
+        queue.enqueue(blocker)
+        #expect(await counts(of: queue, reach: { $0.inFlight == 1 }))
+        let waiting = server.operation("/json")
+        let done = Countdown(1)
+        queue.enqueue(waiting) { _ in done.signal() }
+        #expect(await counts(of: queue, reach: { $0.waiting == 1 }))
+        let boxes = waiting.core.withLock { $0.madeBoxes }
+        #expect(!boxes.record && !boxes.extras, "no transfer record, no handlers, observers or sequences")
+
+        // Watching it makes them, and it behaves as before.
+        let stream = waiting.progressUpdates
+        #expect(waiting.core.withLock { $0.madeBoxes.extras })
+        blocker.cancel()
+        #expect(await done.wait())
+        var last: FetchProgress?
+        for await progress in stream { last = progress }
+        #expect(last?.bytesReceived == Int64(waiting.responseBody?.count ?? -1))
+        #expect(waiting.core.withLock { $0.madeBoxes.record })
+        queue.cancelAll()
+    }
+
+    @Test func aSequenceMadeAfterTheFetchFinishedStartsFromItsFinalValue() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let operation = FetchOperation<Data>(url: server.url("/bytes/3000"))
+        operation.start()
+        _ = try await operation.value
+        #expect(!operation.core.withLock { $0.madeBoxes.extras }, "nobody asked for progress")
+        var seen: [FetchProgress] = []
+        for await progress in operation.progressUpdates { seen.append(progress) }
+        #expect(seen == [FetchProgress(bytesReceived: 3000, bytesExpected: 3000)])
+    }
+
+    @Test func operationsConfiguredAlikeShareOneStoredConfiguration() {
+        let url = URL(string: "http://127.0.0.1:9/")!
+        func identity(_ operation: AnyFetchOperation) -> ObjectIdentifier {
+            operation.core.withLock { $0.settings.configurationIdentity }
+        }
+        let plain = [FetchOperation<Data>(url: url), FetchOperation<Data>(url: url)]
+        #expect(identity(plain[0]) == identity(plain[1]), "the default is shared")
+
+        let limited = (0..<3).map { _ in
+            let operation = FetchOperation<Data>(url: url)
+            operation.configuration.maximumResponseSize = 1234
+            return operation
+        }
+        #expect(Set(limited.map(identity)).count == 1, "configured alike, one after another")
+        #expect(identity(limited[0]) != identity(plain[0]))
+
+        // Changing one changes that one only.
+        limited[1].configuration.retryPolicy = .none
+        #expect(identity(limited[1]) != identity(limited[0]))
+        #expect(limited[0].configuration.retryPolicy == .default)
+        #expect(limited[2].configuration.maximumResponseSize == 1234)
+        #expect(limited[1].configuration.maximumResponseSize == 1234)
+        #expect(limited[1].configuration.retryPolicy == .none)
+        #expect(plain[0].configuration.maximumResponseSize == FetchConfiguration.defaultMaximumResponseSize)
+    }
+
+    @Test func configurationsHoldingClosuresAreNeverTakenForEachOther() {
+        var asking = FetchConfiguration()
+        asking.redirectPolicy = .ask { _ in nil }
+        #expect(!asking.isIdentical(to: asking), "a closure cannot be compared")
+
+        let base = FetchConfiguration(parseQueue: .immediate)
+        #expect(base.isIdentical(to: base))
+        var other = base
+        other.parseQueue = .dispatch(DispatchQueue(label: "other"))
+        #expect(!base.isIdentical(to: other))
+        other = base
+        other.redirectPolicy = .follow(maximum: 3)
+        #expect(!base.isIdentical(to: other))
+        other = base
+        other.acceptableStatusCodes = [200]
+        #expect(!base.isIdentical(to: other))
+        other = base
+        other.session = FetchSession(configuration: .ephemeral)
+        #expect(!base.isIdentical(to: other))
+        other.session.invalidate()
+    }
+}
