@@ -34,6 +34,12 @@ benchmarks:
       (default 1024 MiB, R = 3; --no-ranges: a server that refuses ranges)
   serve
       runs the loopback server until interrupted and prints its URL, for other clients
+
+profiling one client alone (the server in another process, so that perf counts only the client):
+  fetchkit-bench serve &                                   prints BASE
+  perf stat -e task-clock,context-switches,cpu-migrations \
+      fetchkit-bench throughput-child fetchkit|raw 1k-serial BASE 5000
+  perf record -g … the same child; perf probe -x …/libdispatch.so dispatch_async counts the hops
 """
 
 func option(_ name: String, in arguments: [String], default value: Int) throws -> Int {
