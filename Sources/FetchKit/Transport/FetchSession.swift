@@ -65,7 +65,8 @@ public final class FetchSession: @unchecked Sendable {
         router = SessionRouter()
         urlSession = URLSession(configuration: configuration, delegate: router, delegateQueue: router.delegateQueue)
         // Before any task exists, so that nothing else touches libcurl's handle yet.
-        Self.fixConnectionPoolSize(of: urlSession, to: Self.connectionPoolSize)
+        Self.fixConnectionPoolSize(of: urlSession,
+                                   to: max(Self.connectionPoolSize, configuration.httpMaximumConnectionsPerHost))
     }
 
     /// How many connections a session keeps, in use and idle, over all hosts (on Linux).
@@ -76,7 +77,10 @@ public final class FetchSession: @unchecked Sendable {
     /// few transfers in flight — one at a time, or a queue whose next transfers are a few
     /// microseconds late — closed all but a few connections, and the next burst opened new
     /// ones: hundreds or thousands of connections for a run that needs as many as its
-    /// concurrency. A fixed bound keeps them.
+    /// concurrency. A fixed bound keeps them: this one, or the configuration's
+    /// `httpMaximumConnectionsPerHost` if that is higher. (libcurl's own bound grows with the
+    /// transfers in flight; a session with more than this many in flight to several hosts at
+    /// once closes the excess as they end.)
     static let connectionPoolSize = 64
 
     /// Sets the size of the libcurl connection cache behind `session`, where FoundationNetworking
