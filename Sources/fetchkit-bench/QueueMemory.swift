@@ -53,6 +53,10 @@ enum QueueMemoryBenchmark {
             print(String(format: "ratio to a URLSession task not resumed: %.2f× suspended, %.2f× waiting for a slot",
                          Double(suspended) / Double(base), Double(waiting) / Double(base)))
         }
+        if let waiting = perOperation[.fetchQueueWaiting], let block = perOperation[.baselineOperations], block > 0 {
+            print(String(format: "waiting FetchOperation: %d B, BlockOperation + URLRequest: %d B (%.2f×)",
+                         waiting, block, Double(waiting) / Double(block)))
+        }
         if let note = notes.last {
             print("cancel: \(note)")
         }

@@ -6,7 +6,7 @@ struct Scenario: Sendable {
 
     let name: String
     let bodySize: Int
-    let count: Int
+    var count: Int
     let concurrency: Int
     let destination: Destination
     /// The server's route: `bytes` (with ranges and an `ETag`) or `bytes-norange`.
@@ -21,6 +21,7 @@ struct Scenario: Sendable {
     }
 
     static let all: [Scenario] = [
+        Scenario(name: "1k-serial", bodySize: 1 << 10, count: 5_000, concurrency: 1, destination: .memory),
         Scenario(name: "1k", bodySize: 1 << 10, count: 20_000, concurrency: 16, destination: .memory),
         Scenario(name: "64k", bodySize: 64 << 10, count: 5_000, concurrency: 8, destination: .memory),
         Scenario(name: "16m", bodySize: 16 << 20, count: 64, concurrency: 4, destination: .memory),
@@ -30,6 +31,7 @@ struct Scenario: Sendable {
 
     /// A smaller set for a quick look (`--quick`).
     static let quick: [Scenario] = [
+        Scenario(name: "1k-serial", bodySize: 1 << 10, count: 1_000, concurrency: 1, destination: .memory),
         Scenario(name: "1k", bodySize: 1 << 10, count: 4_000, concurrency: 16, destination: .memory),
         Scenario(name: "64k", bodySize: 64 << 10, count: 1_000, concurrency: 8, destination: .memory),
         Scenario(name: "16m", bodySize: 16 << 20, count: 16, concurrency: 4, destination: .memory),

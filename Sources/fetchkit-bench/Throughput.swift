@@ -14,7 +14,9 @@ enum ThroughputBenchmark {
         let connections: Int?
     }
 
-    static func run(runs: Int, quick: Bool, base externalBase: URL?, only: Set<String>) throws {
+    /// Runs the table and returns the samples by workload name and client.
+    @discardableResult
+    static func run(runs: Int, quick: Bool, base externalBase: URL?, only: Set<String>) throws -> [String: [String: [Sample]]] {
         let server = externalBase == nil ? try LoopbackServer(recordRequests: false) : nil
         defer { server?.stop() }
         let base = externalBase ?? server!.baseURL
@@ -27,7 +29,7 @@ enum ThroughputBenchmark {
             for scenario in scenarios {
                 for client in run.isMultiple(of: 2) ? clients : clients.reversed() {
                     server?.resetCounters()
-                    let output = try runSelf(["throughput-child", client, scenario.name, base.absoluteString])
+                    let output = try runSelf(["throughput-child", client, scenario.name, base.absoluteString, String(scenario.count)])
                     guard let measurement = Measurement(parsing: output) else {
                         throw BenchError("no measurement from \(client) \(scenario.name): \(output)")
                     }
@@ -38,10 +40,11 @@ enum ThroughputBenchmark {
             FileHandle.standardError.write(Data("run \(run + 1) of \(runs) done\n".utf8))
         }
         printTable(scenarios, samples)
+        return samples
     }
 
     private static func printTable(_ scenarios: [Scenario], _ samples: [String: [String: [Sample]]]) {
-        let columns = [28, 14, 14, 7, 11, 11, 8, 8, 7]
+        let columns = [28, 14, 14, 7, 11, 11, 12, 12, 7]
         let header = ["workload", "raw", "FetchKit", "ratio", "raw RSS", "FK RSS", "raw conn", "FK conn", "errors"]
         print(zip(header, columns).map { pad($0, $1) }.joined())
         var verdicts: [String] = []
@@ -57,8 +60,13 @@ enum ThroughputBenchmark {
             let ratio = fkRate / rawRate
             let rawRSS = median(raw.map(\.measurement.peakRSS))
             let fkRSS = median(fetchKit.map(\.measurement.peakRSS))
-            let rawConnections = raw.compactMap(\.connections).isEmpty ? "–" : String(median(raw.compactMap(\.connections)))
-            let fkConnections = fetchKit.compactMap(\.connections).isEmpty ? "–" : String(median(fetchKit.compactMap(\.connections)))
+            // Connections the loopback server accepted (median; max in brackets); "n/a" for --url.
+            func connections(_ samples: [Sample]) -> String {
+                let counts = samples.compactMap(\.connections)
+                return counts.isEmpty ? "n/a" : "\(median(counts)) (\(counts.max() ?? 0))"
+            }
+            let rawConnections = connections(raw)
+            let fkConnections = connections(fetchKit)
             let errors = raw.map(\.measurement.errors).reduce(0, +) + fetchKit.map(\.measurement.errors).reduce(0, +)
             let row = [scenario.title, String(format: "%.0f %@", rawRate, unit), String(format: "%.0f %@", fkRate, unit),
                        String(format: "%.2f×", ratio), Memory.format(bytes: rawRSS), Memory.format(bytes: fkRSS),
@@ -78,10 +86,11 @@ enum ThroughputBenchmark {
     }
 
     /// One client, one workload, in this (child) process.
-    static func child(client: String, scenario name: String, base: String) throws {
-        guard let scenario = Scenario.named(name), let base = URL(string: base) else {
+    static func child(client: String, scenario name: String, base: String, count: Int? = nil) throws {
+        guard var scenario = Scenario.named(name), let base = URL(string: base) else {
             throw BenchError("bad child arguments")
         }
+        if let count { scenario.count = count }   // --quick runs fewer requests under the same name
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("fetchkit-bench-\(ProcessInfo.processInfo.processIdentifier)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: directory) }

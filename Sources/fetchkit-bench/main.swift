@@ -2,6 +2,7 @@
 // baseline measured in the same run and prints the table.
 //
 //   swift run -c release fetchkit-bench                 the throughput table (alias: throughput)
+//   swift run -c release fetchkit-bench report [--runs R] [--count N]   everything issue 11 asks, in one run
 //   swift run -c release fetchkit-bench queue-memory [--count N] [--runs R]
 //   swift run -c release fetchkit-bench endless-body [--limit MiB]
 //   swift run -c release fetchkit-bench disk-memory [--size MiB] [--runs R] [--no-ranges]
@@ -15,8 +16,14 @@ usage: fetchkit-bench <benchmark> [options]
 benchmarks:
   throughput [--runs R] [--quick] [--url BASE] [--only NAME,...]
       FetchKit vs raw URLSession on the loopback server (or BASE, a server that serves
-      /bytes/{n}): 1 KiB × 20000 at C=16, 64 KiB × 5000 at C=8, 16 MiB × 64 at C=4,
-      256 MiB × 1 into memory and to disk (default R = 5; names: 1k 64k 16m 256m-memory 256m-disk)
+      /bytes/{n}): 1 KiB × 5000 at C=1, 1 KiB × 20000 at C=16, 64 KiB × 5000 at C=8,
+      16 MiB × 64 at C=4, 256 MiB × 1 into memory and to disk (default R = 5; names:
+      1k-serial 1k 64k 16m 256m-memory 256m-disk), with the TCP connections the loopback
+      server accepted per run (median, max in brackets; n/a with --url)
+  report [--runs R] [--quick] [--count N]
+      in one run: the throughput table (default R = 3), peak RSS with 20000 fetches queued
+      beside raw URLSession, and bytes per waiting operation beside a BlockOperation
+      (queue-memory with N operations, default 100000)
   queue-memory [--count N] [--runs R]
       memory per queued operation (default N = 100000, R = 3)
   endless-body [--limit MiB]
@@ -27,6 +34,12 @@ benchmarks:
       (default 1024 MiB, R = 3; --no-ranges: a server that refuses ranges)
   serve
       runs the loopback server until interrupted and prints its URL, for other clients
+
+profiling one client alone (the server in another process, so that perf counts only the client):
+  fetchkit-bench serve &                                   prints BASE
+  perf stat -e task-clock,context-switches,cpu-migrations \
+      fetchkit-bench throughput-child fetchkit|raw 1k-serial BASE 5000
+  perf record -g … the same child; perf probe -x …/libdispatch.so dispatch_async counts the hops
 """
 
 func option(_ name: String, in arguments: [String], default value: Int) throws -> Int {
@@ -55,9 +68,14 @@ do {
         } ?? []
         try ThroughputBenchmark.run(runs: try option("--runs", in: arguments, default: 5),
                                     quick: arguments.contains("--quick"), base: base, only: only)
+    case "report":
+        try ReportBenchmark.run(runs: try option("--runs", in: arguments, default: 3),
+                                quick: arguments.contains("--quick"),
+                                queuedCount: try option("--count", in: arguments, default: 100_000))
     case "throughput-child":
-        guard arguments.count == 4 else { throw BenchError("bad child arguments") }
-        try ThroughputBenchmark.child(client: arguments[1], scenario: arguments[2], base: arguments[3])
+        guard arguments.count == 4 || arguments.count == 5 else { throw BenchError("bad child arguments") }
+        try ThroughputBenchmark.child(client: arguments[1], scenario: arguments[2], base: arguments[3],
+                                      count: arguments.count == 5 ? Int(arguments[4]) : nil)
     case "serve":
         let server = try LoopbackServer(recordRequests: false)
         print(server.baseURL.absoluteString)

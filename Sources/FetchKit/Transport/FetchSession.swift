@@ -2,6 +2,11 @@ import Foundation
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
 
 /// One long-lived `URLSession` and its routing delegate, shared by every operation that uses it.
 ///
@@ -59,6 +64,49 @@ public final class FetchSession: @unchecked Sendable {
         monitorChannel = MonitorChannel(monitors, label: "FetchKit.FetchSession.monitors")
         router = SessionRouter()
         urlSession = URLSession(configuration: configuration, delegate: router, delegateQueue: router.delegateQueue)
+        // Before any task exists, so that nothing else touches libcurl's handle yet.
+        Self.fixConnectionPoolSize(of: urlSession,
+                                   to: max(Self.connectionPoolSize, configuration.httpMaximumConnectionsPerHost))
+    }
+
+    /// How many connections a session keeps, in use and idle, over all hosts (on Linux).
+    ///
+    /// FoundationNetworking never sets libcurl's `CURLMOPT_MAXCONNECTS`, and libcurl's default
+    /// is four connections per transfer in flight (`conncache.c`: `num_easy * 4`), counted each
+    /// time a transfer ends. Every task's handle leaves libcurl when it ends, so a moment with
+    /// few transfers in flight — one at a time, or a queue whose next transfers are a few
+    /// microseconds late — closed all but a few connections, and the next burst opened new
+    /// ones: hundreds or thousands of connections for a run that needs as many as its
+    /// concurrency. A fixed bound keeps them: this one, or the configuration's
+    /// `httpMaximumConnectionsPerHost` if that is higher. (libcurl's own bound grows with the
+    /// transfers in flight; a session with more than this many in flight to several hosts at
+    /// once closes the excess as they end.)
+    static let connectionPoolSize = 64
+
+    /// Sets the size of the libcurl connection cache behind `session`, where FoundationNetworking
+    /// has one (Linux); does nothing elsewhere, or if its layout is not the expected one.
+    ///
+    /// FoundationNetworking offers no setting for it, so the multi handle is found by
+    /// reflection (`URLSession.multiHandle.rawHandle`) and the option set with
+    /// `curl_multi_setopt`, looked up at run time. Call it before the session has a task.
+    ///
+    /// - Returns: Whether the option was set.
+    @discardableResult
+    static func fixConnectionPoolSize(of session: URLSession, to size: Int) -> Bool {
+        #if canImport(FoundationNetworking) && (canImport(Glibc) || canImport(Musl))
+        guard let multiHandle = Mirror(reflecting: session).descendant("multiHandle"),
+              let rawHandle = Mirror(reflecting: multiHandle).descendant("rawHandle") as? UnsafeMutableRawPointer,
+              let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "curl_multi_setopt")
+        else { return false }
+        // CURLMcode curl_multi_setopt(CURLM *, CURLMoption, ...) with a `long`: on the Linux
+        // ABIs Swift supports, a variadic integer argument travels like a fixed one.
+        typealias SetLongOption = @convention(c) (UnsafeMutableRawPointer, Int32, Int) -> Int32
+        let setOption = unsafeBitCast(symbol, to: SetLongOption.self)
+        let maximumConnections: Int32 = 6   // CURLMOPT_MAXCONNECTS (CURLOPTTYPE_LONG + 6)
+        return setOption(rawHandle, maximumConnections, size) == 0   // CURLM_OK
+        #else
+        return false
+        #endif
     }
 
     /// The configuration FetchKit uses by default: `URLSessionConfiguration.default` with
