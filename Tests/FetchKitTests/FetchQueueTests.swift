@@ -18,7 +18,28 @@ final class EventRecorder: FetchEventMonitor {
 
     private func record(_ kind: Kind, _ fetch: MonitoredFetch) {
         dispatchPrecondition(condition: .onQueue(queue))
-        events.withLock { $0.append((kind, fetch.id)) }
+        let recorded = events.withLock { events in
+            events.append((kind, fetch.id))
+            return events
+        }
+        for waiter in waiters.current.values { waiter(recorded) }
+    }
+
+    private let waiters = Locked<[Int: @Sendable ([(kind: Kind, id: FetchID)]) -> Void]>([:])
+
+    /// Waits until the events recorded satisfy `condition` (checked after each event).
+    func waitUntil(timeout: TimeInterval = 60,
+                   _ condition: @escaping @Sendable ([(kind: Kind, id: FetchID)]) -> Bool) async -> Bool {
+        let met = Countdown(1)
+        let once = Locked(false)
+        let key = Int.random(in: 0 ..< .max)
+        let check: @Sendable ([(kind: Kind, id: FetchID)]) -> Void = { events in
+            if condition(events), once.withLock({ fired in defer { fired = true }; return !fired }) { met.signal() }
+        }
+        waiters.withLock { $0[key] = check }
+        queue.async { check(self.events.current) }   // what was recorded before
+        defer { waiters.withLock { $0[key] = nil } }
+        return await met.wait(timeout: timeout)
     }
 
     func fetchWasEnqueued(_ fetch: MonitoredFetch) { record(.enqueue, fetch) }
@@ -414,6 +435,10 @@ struct FetchQueueTests {
             queue.enqueue(operation)
         }
         #expect(await counts(of: queue) { $0.inFlight == 1 })
+        // Both have joined the transfer (each "started"): a caller cancelled before the other
+        // joined would rightly stop it, and the other start its own.
+        let recorder = try #require(queue.recorder)
+        #expect(await recorder.waitUntil { $0.filter { $0.kind == .start }.count == 2 })
         operations[0].cancel()
         #expect(queue.transferCounts.inFlight == 1, "one caller is left")
         operations[1].cancel()

@@ -304,12 +304,14 @@ struct QueueState {
         forgetShared(flight)
         scheduler.release(host: flight.host)
         backOffIfAsked(flight.host, result: result)
+        // The next flight first: when one takes the slot, nothing went idle and no hide timer
+        // is needed.
+        takeGrants()
         transferEnded()
         for member in record.members {
             member.membership = .ended
             if let id = idsByOperation[ObjectIdentifier(member.operation)] { registry[id]?.transferEnded = true }
         }
-        takeGrants()
         announceCounts()
         return record.members
     }

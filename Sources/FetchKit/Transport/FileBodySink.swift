@@ -324,6 +324,8 @@ final class FileBodySink: ResponseBodySink {
         if let writer { writer.whenDrained(body) } else { body() }
     }
 
+    var storesLater: Bool { writer != nil }
+
     func whenReadyToContinue(_ body: @escaping @Sendable () -> Void) {
         Self.record(in: continuation) { $0.body = body }
     }

@@ -42,6 +42,9 @@ protocol ResponseBodySink: AnyObject {
     /// Runs `body`, on any thread, once every byte handed to the sink is stored — at once for
     /// a body in memory; when the writer caught up for a file. ``close()`` then does not wait.
     func whenWritten(_ body: @escaping @Sendable () -> Void)
+    /// Whether bytes handed to the sink may still wait to be stored (a writer of its own), so
+    /// that ``close()`` must wait for ``whenWritten(_:)``. `false` for a body in memory.
+    var storesLater: Bool { get }
 }
 
 extension ResponseBodySink {
@@ -50,6 +53,7 @@ extension ResponseBodySink {
     func stoppedTaskDidComplete() {}
     func whenReadyToContinue(_ body: @escaping @Sendable () -> Void) { body() }
     func whenWritten(_ body: @escaping @Sendable () -> Void) { body() }
+    var storesLater: Bool { false }
 }
 
 /// Keeps the body in memory, in one buffer whose growth it controls.

@@ -294,6 +294,10 @@ final class Transfer: TransferHandle, @unchecked Sendable {
             return
         }
         reportProgress(final: true)
+        guard sink.storesLater else {
+            closeSink(response)     // a body in memory is all there: no hop
+            return
+        }
         // A file's last bytes may still wait for the disk. The close waits for them off this
         // queue — every transfer of the session shares it, so a slow disk must not hold them
         // all up — and the transfer ends back here. No timeout runs meanwhile: every byte
