@@ -192,10 +192,9 @@ struct BackpressureTests {
         #expect(download.peakBacklog <= (1 << 20) + (64 << 10), "peak backlog \(download.peakBacklog)")
     }
 
-    /// A disk slower than the network whose every write is shorter than
-    /// ``FileWriter/patience``: the router must not wait out each write (that would hold
-    /// URLSession's chunks in its queue, uncounted), so the backlog passes the bound and the
-    /// transfer is stopped and continued.
+    /// A disk slower than the network in short writes (a millisecond each): the router never
+    /// waits for a write, however short (that would hold URLSession's chunks in its queue,
+    /// uncounted), so the backlog passes the bound and the transfer is stopped and continued.
     @Test func aDiskSlowerThanTheNetworkInShortWritesIsStillBounded() async throws {
         let server = try LoopbackServer()
         let directory = try TemporaryDirectory()
@@ -205,7 +204,7 @@ struct BackpressureTests {
         let destination = directory.file("big.bin")
         let download = DownloadOperation(url: server.url("/big"), destination: destination)
         let bound: Int64 = 1 << 20
-        // 256 KiB (a batch) in 1 ms: well within the patience, and slower than the network.
+        // 256 KiB (a batch) in 1 ms: a short write, and slower than the network.
         download.backpressure = Backpressure(bound: bound, throttle: slowDisk(bytesPerMicrosecond: 256))
 
         try await download.run()
