@@ -34,6 +34,11 @@ import Musl
 /// operation.configuration.session = observed
 /// ```
 ///
+/// One session is one connection pool. On Linux, where FoundationNetworking leaves libcurl's pool
+/// at four connections per transfer in flight (so that a lull closes the rest), a `FetchSession`
+/// keeps up to max(64, `httpMaximumConnectionsPerHost`) connections over all hosts; more
+/// transfers than that in flight to several hosts close the excess as they end.
+///
 /// What belongs where: a `FetchSession` holds what URLSession shares between requests —
 /// connections, cookies, proxy, extra headers, TLS settings, and monitors that observe them all. ``FetchConfiguration`` holds what
 /// is per fetch — limits, timeouts, policies, credentials. A ``FetchQueue`` holds what is per
@@ -135,7 +140,7 @@ public final class FetchSession: @unchecked Sendable {
     /// for example `FetchKit/0.1.0 (Linux)`.
     ///
     /// A request's own `User-Agent` wins over it, and so does one in the
-    /// `httpAdditionalHeaders` of a configuration you pass to ``init(configuration:)``. A
+    /// `httpAdditionalHeaders` of a configuration you pass to ``init(configuration:monitors:)``. A
     /// configuration that does not start from ``defaultConfiguration()`` sends URLSession's
     /// default instead (on Linux `<process name> (unknown version) curl/<version>`).
     public static let defaultUserAgent = "FetchKit/\(version) (\(operatingSystem))"
