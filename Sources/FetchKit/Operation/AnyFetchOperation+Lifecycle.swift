@@ -239,15 +239,7 @@ extension AnyFetchOperation: TransferOwner {
         case .success: outcome = .success
         case .failure(let error, _): outcome = .failure(error)
         }
-        // After a 304, the body the validator store kept: read outside the operation's lock, which
-        // never has the store's taken under it.
-        var stored: Data?
-        if case .success(let response, _) = result, response.statusCode == 304 {
-            let (conditional, url, store) = core.withLock {
-                ($0.sentConditionalRequest, $0.sentRequest?.url, $0.settings.configuration.validatorStore)
-            }
-            if conditional, let url, let store { stored = store.validators(for: url)?.body }
-        }
+        let stored = storedBodyIfNotModified(result)
         let (action, parseQueue) = core.withLock { core in
             core.transfer = nil
             let action = core.machine.transferEnded(outcome)

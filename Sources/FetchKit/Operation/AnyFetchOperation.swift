@@ -260,18 +260,9 @@ open class AnyFetchOperation: Operation, @unchecked Sendable {
     /// The request of one attempt: the prepared one, plus the validators of a conditional GET.
     /// Called before every attempt (a download adds `Range` to continue its partial file).
     func prepareAttempt(_ request: URLRequest, attempt: Int) -> AttemptSetup {
-        var request = request
-        var conditional = false
-        if let store = validatorStore, request.isGET, let url = request.url,
-           request.value(forHTTPHeaderField: "If-None-Match") == nil,
-           request.value(forHTTPHeaderField: "If-Modified-Since") == nil,
-           let validators = store.validators(for: url) {
-            if let tag = validators.entityTag { request.setValue(tag, forHTTPHeaderField: "If-None-Match") }
-            if let date = validators.lastModified { request.setValue(date, forHTTPHeaderField: "If-Modified-Since") }
-            conditional = true
-        }
-        recordAttempt(attempt, request: request, conditional: conditional)
-        return AttemptSetup(request: request, acceptsNotModified: conditional)
+        let setup = conditionalRequest(for: request)
+        recordAttempt(attempt, request: setup.request, conditional: setup.acceptsNotModified)
+        return setup
     }
 
     func recordAttempt(_ attempt: Int, request: URLRequest, conditional: Bool) {
@@ -295,7 +286,8 @@ open class AnyFetchOperation: Operation, @unchecked Sendable {
         body?.data ?? Data()
     }
 
-    /// Makes the output and keeps it, and records the validators of a conditional GET.
+    /// Makes the output and keeps it, and records the validators of a conditional GET (see
+    /// AnyFetchOperation+ConditionalGET.swift).
     func process(_ body: ResponseBody?) throws(FetchError) {
         let notModified = core.withLock { $0.isNotModified }
         let output: any Sendable
@@ -307,12 +299,7 @@ open class AnyFetchOperation: Operation, @unchecked Sendable {
             throw parseFailure(error)
         }
         core.withLock { $0.output = output }
-        // Validators are recorded only once the body parsed: a body that failed is fetched
-        // whole next time.
-        if !notModified, let store = validatorStore, let response, response.statusCode == 200,
-           let sent = sentRequest, sent.isGET, let url = sent.url {
-            store.record(response, body: body?.data, for: url)
-        }
+        if !notModified { recordValidators(body: body) }
     }
 
     /// A parse hook's error, as the operation reports it.

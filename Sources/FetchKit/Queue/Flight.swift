@@ -87,26 +87,24 @@ struct FlightKey: Hashable, Sendable {
 /// was cancelled) stops the transfer only if it was the last one. What changes about a flight
 /// — whether it runs, its members, its transfer — is in its queue's ``QueueState``
 /// (``QueueState/FlightRecord``); this object is its identity and what it sends.
-final class Flight: @unchecked Sendable {   // immutable; its sink is used by its one transfer
-    let key: FlightKey?
-    let host: String
-    let request: URLRequest
-    let limits: TransferLimits
-    let session: FetchSession
-    let sink: any ResponseBodySink
+final class Flight: Sendable {
+    /// The attempt that made the flight: its request, limits, session and sink are the
+    /// flight's (identical for every member that joins). Immutable, and kept even if it leaves.
+    let first: FlightMember
     // Weak, so that a queue its owner dropped is freed; a queue with a transfer in flight keeps
     // itself until the transfer ends (``QueueState/wantsKeepAlive``).
     private weak let queue: FetchQueue?
 
+    var key: FlightKey? { first.key }
+    var host: String { first.host }
+    var request: URLRequest { first.request }
+    var limits: TransferLimits { first.limits }
+    var session: FetchSession { first.session }
+    var sink: any ResponseBodySink { first.sink }
     var ticket: ObjectIdentifier { ObjectIdentifier(self) }
 
     init(first member: FlightMember, queue: FetchQueue) {
-        key = member.key
-        host = member.host
-        request = member.request
-        limits = member.limits
-        session = member.session
-        sink = member.sink
+        first = member
         self.queue = queue
     }
 }
