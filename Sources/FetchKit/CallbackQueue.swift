@@ -22,13 +22,16 @@ public struct CallbackQueue: Sendable {
     }
 
     let target: Target
+    /// Whether this is ``global``: a callback for it may run on any thread of that pool,
+    /// including one FetchKit is already on.
+    var isGlobal = false
 
     /// The main queue: where main-actor handlers are dispatched. Internal: a handler for the
     /// main thread is a `@MainActor` closure, given without a queue.
     static var main: CallbackQueue { CallbackQueue(target: .dispatch(.main)) }
 
     /// The global concurrent dispatch queue at the default quality of service.
-    public static var global: CallbackQueue { CallbackQueue(target: .dispatch(.global())) }
+    public static var global: CallbackQueue { CallbackQueue(target: .dispatch(.global()), isGlobal: true) }
 
     /// A dispatch queue of yours. A serial queue runs the callbacks one at a time, in order.
     public static func dispatch(_ queue: DispatchQueue) -> CallbackQueue {

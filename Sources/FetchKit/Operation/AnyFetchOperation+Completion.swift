@@ -46,7 +46,11 @@ extension AnyFetchOperation {
 
     /// Runs every registered completion handler, once. Called from ordered delivery, right
     /// after Foundation heard `isFinished`.
-    func releaseCompletions() {
+    ///
+    /// - Parameter onGlobal: This runs on a thread of ``CallbackQueue/global`` (the parse's):
+    ///   one handler for that queue then runs right here, last, instead of being handed to
+    ///   another of its threads — the same pool, one wake-up fewer per fetch.
+    func releaseCompletions(onGlobal: Bool = false) {
         var coordinator: (any TransferCoordinator)?
         let entries = core.withLock { core -> (first: CompletionEntry?, later: [CompletionEntry]) in
             core.completionsReleased = true
@@ -60,13 +64,22 @@ extension AnyFetchOperation {
         // Let go of the queue before any handler runs: a handler may be the last thing its owner
         // waits for before dropping it, and expects it freed.
         coordinator = nil
-        if let first = entries.first {
-            run(first)
+        var here: CompletionEntry?
+        func hand(_ entry: CompletionEntry) {
+            if onGlobal, here == nil, entry.queue.isGlobal {
+                here = entry
+            } else {
+                run(entry)
+            }
         }
-        for entry in entries.later {
-            run(entry)
-        }
+        if let first = entries.first { hand(first) }
+        for entry in entries.later { hand(entry) }
         wakeWaiters()
+        if let here {
+            here.handler.run(self)
+            core.withLock { $0.outstandingDeliveries -= 1 }
+            wakeWaiters()
+        }
     }
 
     private func run(_ entry: CompletionEntry) {

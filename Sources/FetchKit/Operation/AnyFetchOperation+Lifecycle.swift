@@ -160,7 +160,8 @@ extension AnyFetchOperation {
 
     // MARK: Parsing and finishing
 
-    private func runParse() {
+    /// - Parameter onGlobal: It runs on a thread of ``CallbackQueue/global``.
+    private func runParse(onGlobal: Bool) {
         var failure: FetchError?
         if !isCancelled {
             let body = core.withLock { $0.body }
@@ -178,11 +179,14 @@ extension AnyFetchOperation {
             return core.output
         }
         withExtendedLifetime(discarded) {}      // released here, outside the lock
-        completeNow()
+        completeNow(onGlobal: onGlobal)
     }
 
     /// The one terminal transition: finishing → finished, then notifications and completions.
-    private func completeNow() {
+    ///
+    /// - Parameter onGlobal: It runs on a thread of ``CallbackQueue/global``, where a completion
+    ///   handler for that queue may then run without another hand-off.
+    private func completeNow(onGlobal: Bool = false) {
         let (deliver, progress, succeeded, streams) = core.withLock { core in
             let outcome = core.machine.complete()
             if let monitoring = core.monitoring {
@@ -206,7 +210,7 @@ extension AnyFetchOperation {
         if succeeded, let progress, progress.totalUnitCount < 0 {
             progress.totalUnitCount = progress.completedUnitCount
         }
-        if deliver { deliverEvents() }
+        if deliver { deliverEvents(onGlobal: onGlobal) }
     }
 }
 
@@ -262,11 +266,11 @@ extension AnyFetchOperation: TransferOwner {
         }
         switch action {
         case .parse:
-            parseQueue.perform { self.runParse() }
+            parseQueue.perform { self.runParse(onGlobal: parseQueue.isGlobal) }
         case .complete:
             // Off the router queue: observers and Foundation's bookkeeping must not hold up
             // other transfers' callbacks.
-            DispatchQueue.global().async { self.completeNow() }
+            DispatchQueue.global().async { self.completeNow(onGlobal: true) }
         case .ignore:
             break
         }

@@ -88,7 +88,9 @@ extension AnyFetchOperation {
     /// `Core.post`), so changes reach Foundation and observers in the order they were made,
     /// and a handler that changes the operation again (cancel from an observer) does not
     /// deadlock: its events are appended and delivered next.
-    func deliverEvents() {
+    ///
+    /// - Parameter onGlobal: The caller runs on a thread of ``CallbackQueue/global``.
+    func deliverEvents(onGlobal: Bool = false) {
         while true {
             let batch = core.withLock { core -> [Event] in
                 guard !core.pendingEvents.isEmpty else {
@@ -101,12 +103,12 @@ extension AnyFetchOperation {
             }
             if batch.isEmpty { return }
             for event in batch {
-                deliver(event)
+                deliver(event, onGlobal: onGlobal)
             }
         }
     }
 
-    private func deliver(_ event: Event) {
+    private func deliver(_ event: Event, onGlobal: Bool) {
         switch event {
         case .change(let change):
             // Foundation learns of executing and finished from us; it originates ready and
@@ -130,7 +132,7 @@ extension AnyFetchOperation {
                 observer(change)
             }
         case .releaseCompletions:
-            releaseCompletions()
+            releaseCompletions(onGlobal: onGlobal)
         }
     }
 }
