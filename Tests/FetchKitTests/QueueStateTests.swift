@@ -115,9 +115,11 @@ struct QueueStateTests {
         join(second, &state)
         let joined = state.takeActions()
         #expect(started(joined).isEmpty, "an identical request joins the running transfer")
-        #expect(joined.contains { if case .replay(let member, _, _) = $0 { member === second } else { false } })
+        #expect(joined.contains { if case .replay(let member, _) = $0 { member === second } else { false } })
         #expect(state.statistics.requestsCoalesced == 1)
 
+        _ = state.flightHeard(flight, received: (bytes: 500, expected: 1000))
+        #expect(state.latest(of: flight).received?.bytes == 500, "a late joiner is brought to where the transfer is now")
         state.leave(first)
         #expect(stopped(state.takeActions()) == 0, "another caller still wants it")
         state.leave(second)
@@ -168,6 +170,12 @@ struct QueueStateTests {
         #expect(toCancel.map { $0 === chosen.operation } == [true])
         #expect(started(state.takeActions()).map(\.request.url) == [spared.request.url], "the slot skips the chosen fetch")
         #expect(state.transferCounts == .init(inFlight: 1, waiting: 0))
+        // The chosen fetch's cancel stops its attempt, which hears of it once: its withdrawn
+        // flight is no ticket to look up (another flight may have its address by then).
+        state.leave(chosen)
+        #expect(confirmed(state.takeActions()).map { $0 === chosen } == [true])
+        state.leave(chosen)
+        #expect(state.takeActions().isEmpty)
     }
 
     @Test func keepAliveFollowsWorkAndSuspension() throws {

@@ -131,6 +131,27 @@ struct SessionMonitorTests {
         #expect(byID.values.filter { $0 == direct }.count == count - count / 3)
     }
 
+    /// A suspended queue that its owner lets go of cancels what it holds without its own
+    /// monitors (they go with it); the session's monitors, which do not, still hear the end.
+    @Test func aSessionsMonitorsHearTheEndOfAFetchItsDroppedQueueCancelled() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let recorder = EventRecorder()
+        let session = FetchSession(monitors: [recorder])
+        defer { session.invalidate() }
+        let fetch = operation(server, "/json", session: session)
+        do {
+            let queue = FetchQueue()
+            queue.isSuspended = true
+            queue.enqueue(fetch, on: .global) { _ in }
+        }
+        _ = try? await fetch.value
+        #expect(fetch.isCancelled)
+        #expect(await eventsDrain(session))
+        #expect(recorder.events.current.map(\.kind) == [.enqueue, .metrics, .finish])
+        #expect(recorder.metrics.current.values.first?.attempts == 0)
+    }
+
     @Test func aSessionWithoutMonitorsQueuesNothing() {
         #expect(FetchSession().monitorChannel == nil)
         #expect(FetchSession.shared.monitors.isEmpty)

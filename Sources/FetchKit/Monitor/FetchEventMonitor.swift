@@ -25,7 +25,8 @@ import FoundationNetworking
 /// 5. ``fetch(_:didFinishWith:)`` once, last.
 ///
 /// (The one exception: a suspended queue that you let go of cancels the fetches it still holds
-/// without telling its monitors, which go with it.) A queue's fetch is reported to the
+/// without telling its own monitors, which go with it; the monitors of their session still hear
+/// their end.) A queue's fetch is reported to the
 /// monitors of the session it had when it was enqueued.
 ///
 /// ```swift

@@ -15,10 +15,20 @@ struct SessionMonitoring {
     let id: FetchID
     /// When the operation started, sent its first request, and got its first response head
     /// (uptime ns).
-    let startedAt = DispatchTime.now().uptimeNanoseconds
+    let startedAt: UInt64
     var firstRequestAt: UInt64?
     var firstResponseAt: UInt64?
     var bodyLength: Int64 = 0
+
+    init(channel: MonitorChannel, id: FetchID, startedAt: UInt64 = DispatchTime.now().uptimeNanoseconds,
+         firstRequestAt: UInt64? = nil, firstResponseAt: UInt64? = nil, bodyLength: Int64 = 0) {
+        self.channel = channel
+        self.id = id
+        self.startedAt = startedAt
+        self.firstRequestAt = firstRequestAt
+        self.firstResponseAt = firstResponseAt
+        self.bodyLength = bodyLength
+    }
 
     /// Monitoring for an operation starting now, if it is on its own and its session has
     /// monitors.
@@ -60,5 +70,20 @@ struct SessionMonitoring {
             bytesSent: bodyLength * Int64(attempts)
         )), operation)
         send(.finished(error), operation)
+    }
+}
+
+extension AnyFetchOperation {
+    /// Its queue is being freed while it has not finished: from now on it tells its session's
+    /// monitors itself, as the fetch the queue announced (same identifier, same clocks), so that
+    /// they still hear its end. Does nothing once it has finished.
+    func takeOverSessionMonitoring(from entry: QueueState.Entry, id: FetchID) {
+        guard let channel = entry.sessionMonitors else { return }
+        core.withLock { core in
+            guard !core.machine.isFinished else { return }
+            core.monitoring = SessionMonitoring(channel: channel, id: id, startedAt: entry.enqueuedAt,
+                                                firstRequestAt: entry.startedAt, firstResponseAt: entry.firstResponseAt,
+                                                bodyLength: entry.bodyLength)
+        }
     }
 }

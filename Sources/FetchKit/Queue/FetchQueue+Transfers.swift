@@ -100,10 +100,12 @@ extension FetchQueue: TransferCoordinator {
             transfer.stop()
         case .confirmCancel(let member):
             member.report(.failure(.cancelled(.init(url: member.request.url)), nil))
-        case .replay(let member, let response, let received):
+        case .replay(let member, let flight):
             // On the router queue, in order with the flight's own events: the latest head and
-            // progress, so a late joiner starts where the transfer is.
-            member.session.router.queue.async {
+            // progress, read now (not when it joined: events queued before this one reached it
+            // already), so a late joiner starts where the transfer is and never goes back.
+            member.session.router.queue.async { [weak self] in
+                let (response, received) = self?.state.withLock { $0.latest(of: flight) } ?? (nil, nil)
                 member.owner.transferDidStart()
                 if let (head, expected) = response {
                     member.owner.transferDidReceive(response: head, expectedLength: expected)

@@ -147,13 +147,18 @@ public final class FetchQueue: @unchecked Sendable {
     /// a queue that is not suspended keeps itself until every fetch it holds finished, and a
     /// transfer in flight keeps its queue until it ends. So this runs with fetches still held
     /// only when the queue is suspended: those that could never start a transfer now are
-    /// cancelled and complete once, as cancelled (without monitor events: the queue is gone).
+    /// cancelled and complete once, as cancelled (the queue's monitors hear nothing more: they go
+    /// with it; the monitors of a fetch's session hear its end from the fetch).
     /// One whose transfer just ended (it is being told, or parsing: the last thing that kept
     /// the queue) is left to finish with its result.
     deinit {
-        let operations = state.withLock { state in
-            state.registry.sorted { $0.key < $1.key }.filter { !$0.value.transferEnded }.map(\.value.operation)
+        let entries = state.withLock { state in state.registry.sorted { $0.key < $1.key } }
+        // Its own monitors go with it; the sessions' stay, and hear each fetch's end from the
+        // fetch itself.
+        for (id, entry) in entries {
+            entry.operation.takeOverSessionMonitoring(from: entry, id: id)
         }
+        let operations = entries.filter { !$0.value.transferEnded }.map(\.value.operation)
         for operation in operations where operation.core.withLock({ $0.machine.phase != .finishing }) {
             operation.cancel()
         }

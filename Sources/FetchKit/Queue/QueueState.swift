@@ -115,6 +115,9 @@ struct QueueState {
     enum Membership {
         case new
         case joined(ObjectIdentifier)
+        /// Its flight was withdrawn before it got a slot (a `cancelAll` chose every member):
+        /// it hears of its end when its operation's cancel stops it.
+        case withdrawn
         case ended
     }
 
@@ -235,18 +238,18 @@ struct QueueState {
         // A `cancelAll` chose it and is about to cancel it: no slot, no shared transfer. The
         // member stays new; the cancel stops it.
         guard !isSwept(member.operation) else { return }
-        if let key = member.key, let ticket = sharedFlights[key], var record = flights[ticket] {
-            record.members.append(member)
+        if let key = member.key, let ticket = sharedFlights[key], let joined = flights[ticket].map({ ($0.flight, $0.running) }) {
+            flights[ticket]?.members.append(member)      // in place: no copy of the list per joiner
             member.membership = .joined(ticket)
             statistics.requestsCoalesced += 1
-            if record.running {
-                markBegan(member.operation, request: record.flight.request)
-                actions.append(.replay(member, response: record.response, received: record.received))
+            let (flight, running) = joined
+            if running {
+                markBegan(member.operation, request: flight.request)
+                actions.append(.replay(member, flight))
             } else {
                 // A more urgent caller moves the shared transfer up the line (never down).
                 scheduler.raise(ticket, to: member.priority)
             }
-            flights[ticket] = record
             return
         }
         let flight = flight()
@@ -266,7 +269,7 @@ struct QueueState {
         switch member.membership {
         case .ended:
             return
-        case .new:
+        case .new, .withdrawn:
             member.membership = .ended
         case .joined(let ticket):
             member.membership = .ended
@@ -327,6 +330,12 @@ struct QueueState {
         return record.members
     }
 
+    /// The latest head and progress of a running flight, for a member that joined it.
+    func latest(of flight: Flight) -> (response: (HTTPURLResponse, Int64?)?, received: (bytes: Int64, expected: Int64?)?) {
+        guard let record = flights[flight.ticket] else { return (nil, nil) }
+        return (record.response, record.received)
+    }
+
     private mutating func forgetShared(_ flight: Flight) {
         if let key = flight.key, sharedFlights[key] == flight.ticket {
             sharedFlights[key] = nil
@@ -355,8 +364,8 @@ struct QueueState {
             scheduler.withdraw(ticket)
             flights[ticket] = nil
             forgetShared(record.flight)
-            // Its members stay joined to the ended flight: each leaves when its operation is
-            // cancelled, and hears of it then.
+            // Each member hears of its end when its operation is cancelled and stops it.
+            for member in record.members { member.membership = .withdrawn }
         }
         takeGrants()
         announceCounts()
@@ -406,6 +415,7 @@ struct QueueState {
                     scheduler.release(host: grant.host)
                     flights[grant.ticket] = nil
                     forgetShared(record.flight)
+                    for member in record.members { member.membership = .withdrawn }
                     declined = true
                     continue
                 }
@@ -523,8 +533,9 @@ enum QueueAction {
     case stopTransfer(Transfer)
     /// Tell a member's attempt that it was cancelled.
     case confirmCancel(FlightMember)
-    /// Bring a member that joined a running flight to where the transfer is.
-    case replay(FlightMember, response: (HTTPURLResponse, Int64?)?, received: (bytes: Int64, expected: Int64?)?)
+    /// Bring a member that joined a running flight to where the transfer is (its latest head
+    /// and progress, read when the replay runs).
+    case replay(FlightMember, Flight)
     /// After the hide delay, call ``QueueState/hideActivity(generation:)``.
     case hideActivityLater(generation: Int)
     /// At `at` (uptime ns), call ``QueueState/wakeFired(_:)`` with `token`.
