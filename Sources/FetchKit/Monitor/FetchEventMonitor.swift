@@ -148,6 +148,23 @@ public struct FetchMetrics: Sendable, Equatable {
     }
 }
 
+extension FetchMetrics {
+    /// The metrics of a fetch from its clocks (uptime ns): enqueued (or started, outside a queue)
+    /// at `enqueuedAt`, first request at `startedAt` (`nil` if none went out), first accepted
+    /// head at `firstResponseAt`, finished `now`; `attempts` made if it started, each sending
+    /// `bodyLength` bytes of body.
+    init(enqueuedAt: UInt64, startedAt: UInt64?, firstResponseAt: UInt64?, now: UInt64,
+         attempts: Int, bytesReceived: Int64, bodyLength: Int64) {
+        func seconds(_ from: UInt64, _ to: UInt64) -> TimeInterval { Double(to &- from) / 1e9 }
+        let began = startedAt ?? now
+        let attempts = startedAt == nil ? 0 : max(1, attempts)
+        self.init(queueWait: seconds(enqueuedAt, began),
+                  timeToFirstByte: firstResponseAt.map { seconds(began, $0) },
+                  totalDuration: seconds(enqueuedAt, now),
+                  attempts: attempts, bytesReceived: bytesReceived, bytesSent: bodyLength * Int64(attempts))
+    }
+}
+
 /// One event of a fetch, queued under the queue's (or the operation's) lock and delivered after it.
 enum MonitorEvent: Sendable {
     case enqueued

@@ -57,18 +57,9 @@ struct SessionMonitoring {
 
     /// The last two events: the metrics, then the outcome.
     func finished(_ error: FetchError?, attempts: Int, bytesReceived: Int64, _ operation: AnyFetchOperation) {
-        let now = DispatchTime.now().uptimeNanoseconds
-        func seconds(_ from: UInt64, _ to: UInt64) -> TimeInterval { Double(to &- from) / 1e9 }
-        let began = firstRequestAt ?? now
-        let attempts = firstRequestAt == nil ? 0 : max(1, attempts)
-        send(.metrics(FetchMetrics(
-            queueWait: seconds(startedAt, began),
-            timeToFirstByte: firstResponseAt.map { seconds(began, $0) },
-            totalDuration: seconds(startedAt, now),
-            attempts: attempts,
-            bytesReceived: bytesReceived,
-            bytesSent: bodyLength * Int64(attempts)
-        )), operation)
+        send(.metrics(FetchMetrics(enqueuedAt: startedAt, startedAt: firstRequestAt, firstResponseAt: firstResponseAt,
+                                   now: DispatchTime.now().uptimeNanoseconds, attempts: attempts,
+                                   bytesReceived: bytesReceived, bodyLength: bodyLength)), operation)
         send(.finished(error), operation)
     }
 }

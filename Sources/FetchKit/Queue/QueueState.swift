@@ -155,7 +155,7 @@ struct QueueState {
     }
 
     mutating func takeActions() -> [QueueAction] {
-        defer { actions.removeAll(keepingCapacity: true) }
+        defer { actions = [] }      // hands the buffer over: no copy, no allocation when empty
         return actions
     }
 
@@ -193,7 +193,10 @@ struct QueueState {
     mutating func completed(_ operation: AnyFetchOperation, error: FetchError?, now: UInt64) {
         guard let id = idsByOperation.removeValue(forKey: ObjectIdentifier(operation)),
               let entry = registry.removeValue(forKey: id) else { return }
-        emit(.metrics(Self.metrics(of: entry, now: now)), id, entry)
+        let metrics = FetchMetrics(enqueuedAt: entry.enqueuedAt, startedAt: entry.startedAt, firstResponseAt: entry.firstResponseAt,
+                                   now: now, attempts: entry.retries + 1, bytesReceived: entry.bytesReceived,
+                                   bodyLength: entry.bodyLength)
+        emit(.metrics(metrics), id, entry)
         emit(.finished(error), id, entry)
     }
 
@@ -497,20 +500,6 @@ struct QueueState {
     private mutating func emit(_ event: MonitorEvent, _ id: FetchID, _ entry: Entry) {
         guard hasMonitors || entry.sessionMonitors != nil else { return }
         actions.append(.monitor(event, MonitoredFetch(id: id, operation: entry.operation), entry.sessionMonitors))
-    }
-
-    /// A fetch's metrics so far, as it finishes.
-    static func metrics(of entry: Entry, now: UInt64) -> FetchMetrics {
-        func seconds(_ from: UInt64, _ to: UInt64) -> TimeInterval { Double(to &- from) / 1e9 }
-        let started = entry.startedAt ?? now
-        return FetchMetrics(
-            queueWait: seconds(entry.enqueuedAt, started),
-            timeToFirstByte: entry.firstResponseAt.map { seconds(started, $0) },
-            totalDuration: seconds(entry.enqueuedAt, now),
-            attempts: entry.startedAt == nil ? 0 : entry.retries + 1,
-            bytesReceived: entry.bytesReceived,
-            bytesSent: entry.startedAt == nil ? 0 : entry.bodyLength * Int64(entry.retries + 1)
-        )
     }
 }
 
