@@ -14,6 +14,7 @@ extension AnyFetchOperation {
     /// use. Both are classes reached only under the lock. The properties below keep their
     /// names and defaults whether or not their box exists; setting one to its default does not
     /// make the box.
+    @dynamicMemberLookup
     struct Core {
         // The fields are ordered to pack: words first, then the odd-sized ones, each followed
         // by one-byte flags that fill its tail.
@@ -37,8 +38,8 @@ extension AnyFetchOperation {
         // Ordered delivery of state changes (see AnyFetchOperation+Observation.swift).
         var pendingEvents: [Event] = []
 
-        private var record: Record?
-        private var extras: Extras?
+        private var record = LazyFields<Record>()
+        private var extras = LazyFields<Extras>()
 
         var machine = LifecycleStateMachine()
         var isDeliveringEvents = false
@@ -109,143 +110,75 @@ extension AnyFetchOperation {
 
         /// Which boxes exist (tests: a waiting operation nobody watches has made neither).
         var madeBoxes: (record: Bool, extras: Bool) {
-            (record != nil, extras != nil)
+            (record.isMade, extras.isMade)
         }
 
-        // MARK: The record of the transfer (made at its first use)
-
-        private mutating func writableRecord() -> Record {
-            if let record { return record }
-            let made = Record()
-            record = made
-            return made
+        /// A field of the transfer's ``Record`` (`core.response`, `core.bytesReceived`, …),
+        /// which is made at the first write of a value other than the default.
+        subscript<T>(dynamicMember field: WritableKeyPath<Record, T>) -> T {
+            get { record[field] }
+            set { record[field] = newValue }
         }
 
-        var response: HTTPURLResponse? {
-            get { record?.response }
-            set { if newValue != nil || record != nil { writableRecord().response = newValue } }
-        }
-        var body: ResponseBody? {
-            get { record?.body }
-            set { if newValue != nil || record != nil { writableRecord().body = newValue } }
-        }
-        /// What the parse made of the body (a ``FetchOperation``'s `Output`, a download's file).
-        var output: (any Sendable)? {
-            get { record?.output }
-            set { if newValue != nil || record != nil { writableRecord().output = newValue } }
-        }
-        var bytesReceived: Int64 {
-            get { record?.bytesReceived ?? 0 }
-            set { if newValue != 0 || record != nil { writableRecord().bytesReceived = newValue } }
-        }
-        var bytesExpected: Int64? {
-            get { record?.bytesExpected }
-            set { if newValue != nil || record != nil { writableRecord().bytesExpected = newValue } }
-        }
-        /// The offset a range request resumes from; progress counts from there on a 206.
-        var rangeOffset: Int64 {
-            get { record?.rangeOffset ?? 0 }
-            set { if newValue != 0 || record != nil { writableRecord().rangeOffset = newValue } }
-        }
-        var progressBase: Int64 {
-            get { record?.progressBase ?? 0 }
-            set { if newValue != 0 || record != nil { writableRecord().progressBase = newValue } }
-        }
-        /// Upload: request body bytes sent, of the body's length (AnyFetchOperation+Progress.swift).
-        var bytesSent: Int64 {
-            get { record?.bytesSent ?? 0 }
-            set { if newValue != 0 || record != nil { writableRecord().bytesSent = newValue } }
-        }
-        var bytesToSend: Int64? {
-            get { record?.bytesToSend }
-            set { if newValue != nil || record != nil { writableRecord().bytesToSend = newValue } }
+        /// A field of the rarely used ``Extras`` (`core.progress`, `core.observers`, …), made
+        /// at the first write of a value other than the default.
+        subscript<T>(dynamicMember field: WritableKeyPath<Extras, T>) -> T {
+            get { extras[field] }
+            set { extras[field] = newValue }
         }
 
-        // MARK: Rarely used state (made at its first use)
-
-        private mutating func writableExtras() -> Extras {
-            if let extras { return extras }
-            let made = Extras()
-            extras = made
-            return made
-        }
-
-        /// The FetchQueue that enqueued this operation as a dependency of another fetch, and
-        /// the identifier it got there, until someone enqueues it there explicitly.
-        var adopter: (any TransferCoordinator)? {
-            get { extras?.adopter }
-            set { if newValue != nil || extras != nil { writableExtras().adopter = newValue } }
-        }
-        var adoptionID: FetchID? {
-            get { extras?.adoptionID }
-            set { if newValue != nil || extras != nil { writableExtras().adoptionID = newValue } }
-        }
-        /// Set at start when no FetchQueue holds the operation and its session has monitors.
-        var monitoring: SessionMonitoring? {
-            get { extras?.monitoring }
-            set { if newValue != nil || extras != nil { writableExtras().monitoring = newValue } }
-        }
-        /// The Foundation progress object, once someone asked for it.
-        var progress: Progress? {
-            get { extras?.progress }
-            set { if newValue != nil || extras != nil { writableExtras().progress = newValue } }
-        }
-        var progressRelays: [ProgressRelay] {
-            get { extras?.progressRelays ?? [] }
-            set { if !newValue.isEmpty || extras != nil { writableExtras().progressRelays = newValue } }
-        }
-        var retryHandlers: [RetryHandler] {
-            get { extras?.retryHandlers ?? [] }
-            set { if !newValue.isEmpty || extras != nil { writableExtras().retryHandlers = newValue } }
-        }
-        var observers: HandlerList<@Sendable (StateChange) -> Void> {
-            get { extras?.observers ?? HandlerList() }
-            set { if !newValue.isEmpty || extras != nil { writableExtras().observers = newValue } }
-        }
-        /// Run-loop waiters on the main thread, which need a nudge to wake.
-        var mainThreadWaiters: Int {
-            get { extras?.mainThreadWaiters ?? 0 }
-            set { if newValue != 0 || extras != nil { writableExtras().mainThreadWaiters = newValue } }
+        /// Drops the progress relays and retry handlers, and the observers too if asked (the
+        /// operation finished), without making a box.
+        func dropHandlers(observers dropObservers: Bool) {
+            extras.ifMade { extras in
+                extras.progressRelays = []
+                extras.retryHandlers = []
+                if dropObservers { extras.observers = HandlerList() }
+            }
         }
 
         /// The progress sequences' consumers (tests read their count).
         var progressStreams: LatestValueStreams<FetchProgress> {
-            extras?.progressStreams ?? LatestValueStreams(latest: progressReported ? currentProgress : nil, finished: progressStreamsEnded)
+            extras[\.progressStreams] ?? LatestValueStreams(latest: progressReported ? currentProgress : nil, finished: progressStreamsEnded)
         }
 
         /// Registers a progress sequence's consumer (see ``LatestValueStreams/add(_:)``).
         mutating func addProgressStream(_ continuation: AsyncStream<FetchProgress>.Continuation) -> Int? {
-            let extras = writableExtras()
-            if extras.progressStreams == nil {
-                extras.progressStreams = LatestValueStreams(latest: progressReported ? currentProgress : nil,
-                                                            finished: progressStreamsEnded)
+            let initial = progressReported ? currentProgress : nil
+            let ended = progressStreamsEnded
+            return extras.withMade { extras in
+                if extras.progressStreams == nil {
+                    extras.progressStreams = LatestValueStreams(latest: initial, finished: ended)
+                }
+                return extras.progressStreams?.add(continuation)
             }
-            return extras.progressStreams?.add(continuation)
         }
 
         mutating func removeProgressStream(_ id: Int) {
-            extras?.progressStreams?.remove(id)
+            extras.ifMade { $0.progressStreams?.remove(id) }
         }
 
         /// Records a progress report and yields it to the sequences, if any.
         mutating func yieldProgress(_ value: FetchProgress) {
             progressReported = true
-            extras?.progressStreams?.yield(value)
+            extras.ifMade { $0.progressStreams?.yield(value) }
         }
 
         /// Ends the sequences, after yielding `final` (if any) to them.
         mutating func finishProgressStreams(with final: FetchProgress?) -> [AsyncStream<FetchProgress>.Continuation] {
             progressStreamsEnded = true
-            return extras?.progressStreams?.finish(with: final) ?? []
+            var ended: [AsyncStream<FetchProgress>.Continuation] = []
+            extras.ifMade { ended = $0.progressStreams?.finish(with: final) ?? [] }
+            return ended
         }
     }
 
     /// A retry handler and the queue it runs on.
     typealias RetryHandler = (queue: CallbackQueue, handler: @Sendable (RetryEvent) -> Void)
 
-    /// What a transfer brought, made when the first response, progress or result arrives (see
+    /// What a transfer brought, boxed when the first response, progress or result arrives (see
     /// ``Core``). Reached only under the operation's lock.
-    final class Record {
+    struct Record: DefaultConstructible {
         var response: HTTPURLResponse?
         var body: ResponseBody?
         var output: (any Sendable)?
@@ -257,9 +190,9 @@ extension AnyFetchOperation {
         var bytesToSend: Int64?
     }
 
-    /// State that only some callers ask for, made at first use (see ``Core``). Reached only
+    /// State that only some callers ask for, boxed at first use (see ``Core``). Reached only
     /// under the operation's lock.
-    final class Extras {
+    struct Extras: DefaultConstructible {
         weak var adopter: (any TransferCoordinator)?
         var adoptionID: FetchID?
         var monitoring: SessionMonitoring?

@@ -194,8 +194,7 @@ extension AnyFetchOperation {
                 if case .failure(let failure) = outcome { error = failure }
                 monitoring.finished(error, attempts: core.attempts, bytesReceived: core.bytesReceived, self)
             }
-            core.progressRelays.removeAll()
-            core.retryHandlers.removeAll()
+            core.dropHandlers(observers: false)
             let succeeded: Bool
             if case .success = outcome { succeeded = true } else { succeeded = false }
             let streams = core.endProgressStreams(succeeded: succeeded)

@@ -125,7 +125,7 @@ extension AnyFetchOperation {
                 break
             }
             let observers = core.withLock { core in
-                defer { if change.key == .finished { core.observers.removeAll() } }
+                defer { if change.key == .finished { core.dropHandlers(observers: true) } }
                 return core.observers.handlers
             }
             for observer in observers {

@@ -159,15 +159,16 @@ extension AnyFetchOperation {
 extension AnyFetchOperation.Core {
     /// The progress now.
     var currentProgress: FetchProgress {
-        FetchProgress(bytesReceived: bytesReceived, bytesExpected: bytesExpected, bytesSent: bytesSent, bytesToSend: bytesToSend)
+        FetchProgress(bytesReceived: self.bytesReceived, bytesExpected: self.bytesExpected,
+                      bytesSent: self.bytesSent, bytesToSend: self.bytesToSend)
     }
 
     /// In the terminal transition: yields the final value to every sequence (if a transfer
     /// reported anything) and forgets them. The caller finishes the returned continuations
     /// after unlocking (finishing runs their termination handlers, which take the lock).
     mutating func endProgressStreams(succeeded: Bool) -> [AsyncStream<FetchProgress>.Continuation] {
-        if succeeded, bytesExpected == nil {
-            bytesExpected = bytesReceived
+        if succeeded, self.bytesExpected == nil {
+            self.bytesExpected = self.bytesReceived
         }
         // The sequences' latest value is the last report's, if any (``yieldProgress(_:)``).
         let final = progressReported ? currentProgress : nil
