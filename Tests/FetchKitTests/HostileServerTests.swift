@@ -182,6 +182,15 @@ struct HostileServerTests {
         }
     }
 
+    @Test func aPlainNumberIsReadAlikeOnTheFastPathAndAtItsEdges() {
+        #expect(ResponseFraming.parseContentLength("999999999999999999") == .success(999_999_999_999_999_999))
+        #expect(ResponseFraming.parseContentLength("9223372036854775807") == .success(Int64.max))
+        #expect(ResponseFraming.parseContentLength("0000000000000000000001") == .success(1))
+        for bad in ["9223372036854775808", "1 2", "١٢"] {
+            #expect(ResponseFraming.parseContentLength(bad) == .failure(.invalidContentLength(bad)), "\(bad)")
+        }
+    }
+
     // MARK: Truncated encoded bodies
 
     private static func response(_ url: String, _ headers: [String: String], status: Int = 200) -> HTTPURLResponse {

@@ -61,6 +61,9 @@ struct ResponseFraming {
     /// One length from a `Content-Length` field value: `"10"`, or `"10, 10"` (fields joined by
     /// Foundation, or a list the server sent) when all values agree.
     static func parseContentLength(_ field: String) -> Result<Int64, Problem> {
+        // The usual field, one number, read without splitting or trimming (which build
+        // Foundation character sets: 1.4 % of a small request's CPU).
+        if let number = plainNumber(field) { return .success(number) }
         let values = field.split(separator: ",", omittingEmptySubsequences: false)
             .map { $0.trimmingCharacters(in: CharacterSet(charactersIn: " \t")) }
         var lengths: [Int64] = []
@@ -73,6 +76,19 @@ struct ResponseFraming {
         guard let first = lengths.first else { return .failure(.invalidContentLength(field)) }
         guard lengths.allSatisfy({ $0 == first }) else { return .failure(.conflictingContentLength(field)) }
         return .success(first)
+    }
+
+    /// `field` read as one decimal number of 1 to 18 digits (no sign, no spaces, no overflow),
+    /// or `nil` if it is anything else.
+    private static func plainNumber(_ field: String) -> Int64? {
+        var number: Int64 = 0
+        var digits = 0
+        for byte in field.utf8 {
+            guard byte >= 0x30, byte <= 0x39, digits < 18 else { return nil }
+            number = number * 10 + Int64(byte - 0x30)
+            digits += 1
+        }
+        return digits > 0 ? number : nil
     }
 
     /// Whether the response may carry a body at all.
