@@ -33,6 +33,8 @@ open class AnyFetchOperation: Operation, @unchecked Sendable {
 
         /// Which box holds the configuration (tests).
         var configurationIdentity: ObjectIdentifier { ObjectIdentifier(storedConfiguration) }
+        /// The box itself: what the attempt loop keeps instead of copies of its values.
+        var configurationBox: ConfigurationBox { storedConfiguration }
 
         init(request: URLRequest?) {
             self.request = request

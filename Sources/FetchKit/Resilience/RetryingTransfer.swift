@@ -22,9 +22,9 @@ import FoundationNetworking
 final class RetryingTransfer: TransferHandle, TransferOwner, @unchecked Sendable {
     private let operation: AnyFetchOperation
     private let request: URLRequest
-    private let policy: RetryPolicy
-    private let limits: TransferLimits
-    private let session: FetchSession
+    /// The operation's configuration, shared (its retry policy, session and limits are read
+    /// from it when needed): a waiting fetch keeps one reference, not copies of them.
+    private let configuration: AnyFetchOperation.ConfigurationBox
     /// Weak, as the operation's own reference: a queue is not kept alive by what it holds.
     private weak var coordinator: (any TransferCoordinator)?
     /// Whether attempts go through a coordinator (then none goes around it once it is gone).
@@ -59,15 +59,18 @@ final class RetryingTransfer: TransferHandle, TransferOwner, @unchecked Sendable
 
     private let state = Protected(State())
 
-    init(operation: AnyFetchOperation, request: URLRequest, policy: RetryPolicy, limits: TransferLimits,
-         session: FetchSession, coordinator: (any TransferCoordinator)?) {
+    init(operation: AnyFetchOperation, request: URLRequest, configuration: AnyFetchOperation.ConfigurationBox,
+         coordinator: (any TransferCoordinator)?) {
         self.operation = operation
         self.request = request
-        self.policy = policy
-        self.limits = limits
-        self.session = session
+        self.configuration = configuration
         self.coordinator = coordinator
         coordinated = coordinator != nil
+    }
+
+    /// The limits every attempt starts from.
+    private var limits: TransferLimits {
+        TransferLimits(configuration: configuration.value, request: request)
     }
 
     func start() {
@@ -126,7 +129,7 @@ final class RetryingTransfer: TransferHandle, TransferOwner, @unchecked Sendable
             finish(.failure(.cancelled(.init(url: request.url)), nil))
             return
         } else {
-            handle = Transfer(request: setup.request, session: session, limits: limits, sink: sink, owner: self)
+            handle = Transfer(request: setup.request, session: configuration.value.session, limits: limits, sink: sink, owner: self)
         }
         let go = state.withLock { state -> Bool in
             guard !state.stopped else { return false }
@@ -214,6 +217,7 @@ final class RetryingTransfer: TransferHandle, TransferOwner, @unchecked Sendable
     func transferDidEnd(_ result: TransferResult) {
         enum Decision { case finish, retry(RetryEvent), continueTransfer(any ResponseBodySink) }
         let method = request.httpMethod ?? "GET"
+        let (policy, limits) = (configuration.value.retryPolicy, self.limits)
         let overdue = state.withLock { state -> Bool in
             defer { state.overdue = false }
             return state.overdue
@@ -263,5 +267,20 @@ final class RetryingTransfer: TransferHandle, TransferOwner, @unchecked Sendable
                 self?.waitEnded(continuing: false)
             }
         }
+    }
+}
+
+extension TransferLimits {
+    /// The limits of a fetch of `request` under `configuration`, before any attempt adds its own.
+    init(configuration: FetchConfiguration, request: URLRequest) {
+        let idle = configuration.idleTimeout ?? (request.timeoutInterval > 0 ? request.timeoutInterval : 60)
+        self.init(
+            idleTimeout: max(0.001, idle),
+            totalTimeout: configuration.totalTimeout.map { max(0.001, $0) },
+            maximumResponseSize: configuration.maximumResponseSize,
+            acceptableStatusCodes: configuration.acceptableStatusCodes,
+            redirectPolicy: configuration.redirectPolicy,
+            credentials: configuration.credentials
+        )
     }
 }
