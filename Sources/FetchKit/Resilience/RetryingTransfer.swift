@@ -57,7 +57,14 @@ final class RetryingTransfer: TransferHandle, TransferOwner, @unchecked Sendable
         var overdue = false
     }
 
-    private let state = Protected(State())
+    /// Guarded by the operation's lock (``AnyFetchOperation/core``), so that the loop needs no
+    /// lock of its own: a waiting fetch holds one lock, not two. Nothing calls out while holding
+    /// it, and the operation never calls into the loop while holding it.
+    private var state = State()
+
+    private func withState<Result>(_ body: (inout State) -> Result) -> Result {
+        operation.core.withLock { _ in body(&state) }
+    }
 
     init(operation: AnyFetchOperation, request: URLRequest, configuration: AnyFetchOperation.ConfigurationBox,
          coordinator: (any TransferCoordinator)?) {
@@ -79,7 +86,7 @@ final class RetryingTransfer: TransferHandle, TransferOwner, @unchecked Sendable
 
     func stop() {
         enum Action { case none, stopCurrent(any TransferHandle), finishCancelled }
-        let action = state.withLock { state -> Action in
+        let action = withState { state -> Action in
             state.stopped = true
             if state.waiting {
                 state.waiting = false
@@ -101,7 +108,7 @@ final class RetryingTransfer: TransferHandle, TransferOwner, @unchecked Sendable
     /// - Parameter continuing: The last attempt was stopped because the disk fell behind; this
     ///   one continues it (with `Range`, from what is on disk) and is not a retry.
     private func beginAttempt(continuing: Bool) {
-        let (attempt, firstStart, generation) = state.withLock { state -> (Int, UInt64?, Int) in
+        let (attempt, firstStart, generation) = withState { state -> (Int, UInt64?, Int) in
             if !continuing { state.attempt += 1 }
             state.answered = false
             state.attemptStarted = false
@@ -131,7 +138,7 @@ final class RetryingTransfer: TransferHandle, TransferOwner, @unchecked Sendable
         } else {
             handle = Transfer(request: setup.request, session: configuration.value.session, limits: limits, sink: sink, owner: self)
         }
-        let go = state.withLock { state -> Bool in
+        let go = withState { state -> Bool in
             guard !state.stopped else { return false }
             state.current = handle
             state.sink = sink
@@ -155,7 +162,7 @@ final class RetryingTransfer: TransferHandle, TransferOwner, @unchecked Sendable
     /// The fetch's deadline came: stop the attempt `generation` if it is still waiting for its
     /// slot (one that started is stopped by its own transfer's clock).
     private func deadlinePassedWhileWaiting(generation: Int) {
-        let waiting = state.withLock { state -> (any TransferHandle)? in
+        let waiting = withState { state -> (any TransferHandle)? in
             guard state.generation == generation, !state.attemptStarted, !state.stopped, let current = state.current else { return nil }
             state.overdue = true
             return current
@@ -166,7 +173,7 @@ final class RetryingTransfer: TransferHandle, TransferOwner, @unchecked Sendable
     /// A retry's delay, or a continuation's wait for the disk, is over: the next attempt
     /// begins, unless a stop ended the wait first.
     private func waitEnded(continuing: Bool) {
-        let go = state.withLock { state -> Bool in
+        let go = withState { state -> Bool in
             guard state.waiting, !state.stopped else { return false }
             state.waiting = false
             return true
@@ -180,7 +187,7 @@ final class RetryingTransfer: TransferHandle, TransferOwner, @unchecked Sendable
     }
 
     private func finish(_ result: TransferResult) {
-        let first = state.withLock { state -> Bool in
+        let first = withState { state -> Bool in
             defer { state.finished = true }
             return !state.finished
         }
@@ -191,14 +198,14 @@ final class RetryingTransfer: TransferHandle, TransferOwner, @unchecked Sendable
     // MARK: TransferOwner (the current attempt)
 
     func transferDidStart() {
-        state.withLock { state in
+        withState { state in
             state.attemptStarted = true
             if state.firstStart == nil { state.firstStart = Transfer.now() }
         }
     }
 
     func transferDidReceive(response: HTTPURLResponse, expectedLength: Int64?) {
-        state.withLock { $0.answered = true }
+        withState { $0.answered = true }
         operation.transferDidReceive(response: response, expectedLength: expectedLength)
     }
 
@@ -218,22 +225,22 @@ final class RetryingTransfer: TransferHandle, TransferOwner, @unchecked Sendable
         enum Decision { case finish, retry(RetryEvent), continueTransfer(any ResponseBodySink) }
         let method = request.httpMethod ?? "GET"
         let (policy, limits) = (configuration.value.retryPolicy, self.limits)
-        let overdue = state.withLock { state -> Bool in
+        let overdue = withState { state -> Bool in
             defer { state.overdue = false }
             return state.overdue
         }
         if overdue, case .failure(let error, _) = result, error.isCancellation, let total = limits.totalTimeout {
             // Stopped in the queue at the fetch's deadline.
-            state.withLock { state in
+            withState { state in
                 state.current = nil
                 state.sink = nil
             }
             finish(.failure(.timedOut(.init(kind: .total, interval: total, url: request.url)), nil))
             return
         }
-        let sink = state.withLock { $0.sink }
+        let sink = withState { $0.sink }
         let fellBehind = sink?.stoppedForBackpressure ?? false
-        let decision = state.withLock { state -> Decision in
+        let decision = withState { state -> Decision in
             state.current = nil
             state.sink = nil
             // Stopped for the disk to catch up: continue as the same attempt once it has. A stop
