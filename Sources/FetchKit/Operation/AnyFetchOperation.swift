@@ -253,6 +253,14 @@ open class AnyFetchOperation: Operation, @unchecked Sendable {
         MemoryBodySink(limit: maximumResponseSize)
     }
 
+    /// The body sink of an attempt that a ``FetchQueue`` runs, made before it waits for its
+    /// slot; or `nil` for a body kept in memory, whose sink the queue makes when it grants the
+    /// slot (``Flight/sink``): a waiting fetch holds none. A download's sink is made now (it
+    /// checks its destination, and the attempt loop asks it whether the disk fell behind).
+    func makeBodySinkBeforeGrant() -> (any ResponseBodySink)? {
+        self is DownloadOperation ? makeBodySink() : nil
+    }
+
     /// Last checks of a prepared, valid request, once, before the first attempt (a download
     /// checks and claims its destination).
     func prepareTransferRequest(_ request: URLRequest) throws(FetchError) -> URLRequest {

@@ -53,10 +53,10 @@ struct FlightKey: Hashable, Sendable {
     ///   identical headers, `Authorization` and `Cookie` included;
     /// - that do not ask for a fresh answer: no `Cache-Control` with `no-cache`, `no-store` or
     ///   `max-age=0`, no `Pragma: no-cache`, and no cache policy that ignores local data.
-    init?(request: URLRequest, limits: TransferLimits, session: FetchSession, sink: any ResponseBodySink) {
+    init?(request: URLRequest, limits: TransferLimits, session: FetchSession, sink: (any ResponseBodySink)?) {
         guard request.isGET,
               request.httpBody == nil, request.httpBodyStream == nil,
-              sink is MemoryBodySink,
+              sink == nil || sink is MemoryBodySink,      // nil: a memory sink, made at grant
               limits.credentials == nil,
               !Self.asksForAFreshAnswer(request),
               let url = request.url?.absoluteString
@@ -129,7 +129,9 @@ final class Flight: Sendable {
     var request: URLRequest { first.request }
     var limits: TransferLimits { first.limits }
     var session: FetchSession { first.session }
-    var sink: any ResponseBodySink { first.sink }
+    /// The first attempt's sink; or, for a body kept in memory, a new one, made when the slot
+    /// is granted (the queue asks once per flight, as it creates the transfer).
+    var sink: any ResponseBodySink { first.sink ?? first.operation.makeBodySink() }
     var ticket: ObjectIdentifier { ObjectIdentifier(self) }
 
     init(first member: FlightMember, queue: FetchQueue) {
@@ -239,7 +241,8 @@ final class FlightMember: TransferHandle, @unchecked Sendable {
     let request: URLRequest
     let limits: TransferLimits
     let session: FetchSession
-    let sink: any ResponseBodySink
+    /// `nil` for a body kept in memory: the flight makes its sink at grant (``Flight/sink``).
+    let sink: (any ResponseBodySink)?
     let key: FlightKey?
     /// The origin its per-host limit applies to. Guarded by the queue's lock: the join swaps
     /// it for the equal string the scheduler already holds, so that waiting fetches to one host
@@ -259,7 +262,7 @@ final class FlightMember: TransferHandle, @unchecked Sendable {
     private static let orphans = Protected(())
 
     init(operation: AnyFetchOperation, owner: any TransferOwner, request: URLRequest, limits: TransferLimits, session: FetchSession,
-         sink: any ResponseBodySink, key: FlightKey?, queue: FetchQueue) {
+         sink: (any ResponseBodySink)?, key: FlightKey?, queue: FetchQueue) {
         self.operation = operation
         self.owner = owner
         self.request = request

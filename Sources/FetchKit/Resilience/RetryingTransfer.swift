@@ -33,8 +33,8 @@ final class RetryingTransfer: TransferHandle, TransferOwner, @unchecked Sendable
     private struct State {
         var attempt = 0
         var current: (any TransferHandle)?
-        /// The current attempt's body sink: it says whether it stopped the transfer to let
-        /// the disk catch up.
+        /// The current attempt's body sink, if it writes a file: it says whether it stopped the
+        /// transfer to let the disk catch up. (A memory sink never does.)
         var sink: (any ResponseBodySink)?
         /// A retry's wait, or a continuation's wait for the disk, is under way. Only one can be:
         /// the next begins after the attempt this one starts; a stop ends it for good.
@@ -127,16 +127,20 @@ final class RetryingTransfer: TransferHandle, TransferOwner, @unchecked Sendable
         }
         let setup = operation.prepareAttempt(request, attempt: attempt)
         limits.acceptsNotModified = setup.acceptsNotModified
-        let sink = operation.makeBodySink()
         let handle: any TransferHandle
+        let sink: (any ResponseBodySink)?
         if let coordinator {
+            // A body kept in memory gets its sink when the queue grants the slot.
+            sink = operation.makeBodySinkBeforeGrant()
             handle = coordinator.makeTransfer(for: operation, request: setup.request, limits: limits, sink: sink, owner: self)
         } else if coordinated {
             // Its queue was freed, cancelling what it held.
             finish(.failure(.cancelled(.init(url: request.url)), nil))
             return
         } else {
-            handle = Transfer(request: setup.request, session: configuration.value.session, limits: limits, sink: sink, owner: self)
+            let made = operation.makeBodySink()
+            sink = made
+            handle = Transfer(request: setup.request, session: configuration.value.session, limits: limits, sink: made, owner: self)
         }
         let go = withState { state -> Bool in
             guard !state.stopped else { return false }
