@@ -120,9 +120,9 @@ final class Flight: Sendable {
     /// The attempt that made the flight: its request, limits, session and sink are the
     /// flight's (identical for every member that joins). Immutable, and kept even if it leaves.
     let first: FlightMember
-    // Weak, so that a queue its owner dropped is freed; a queue with a transfer in flight keeps
-    // itself until the transfer ends (``QueueState/wantsKeepAlive``).
-    private weak let queue: FetchQueue?
+    /// Its first member's, held weakly there: a queue its owner dropped is freed; a queue with
+    /// a transfer in flight keeps itself until the transfer ends (``QueueState/wantsKeepAlive``).
+    private var queue: FetchQueue? { first.queue }
 
     var key: FlightKey? { first.key }
     var host: String { first.host }
@@ -134,9 +134,12 @@ final class Flight: Sendable {
     var sink: any ResponseBodySink { first.sink ?? first.operation.makeBodySink() }
     var ticket: ObjectIdentifier { ObjectIdentifier(self) }
 
+    /// - Parameters:
+    ///   - member: The attempt that makes it.
+    ///   - queue: The queue it waits in: `member`'s (the flight reaches it through `member`).
     init(first member: FlightMember, queue: FetchQueue) {
+        assert(member.queue === queue, "a flight waits in its first member's queue")
         first = member
-        self.queue = queue
     }
 }
 
@@ -238,8 +241,8 @@ final class FlightMember: TransferHandle, @unchecked Sendable {
     let operation: AnyFetchOperation
     /// Who hears of the transfer: the operation's ``RetryingTransfer``.
     let owner: any TransferOwner
+    // The fields are ordered to pack: words first, the odd-sized ones last.
     let request: URLRequest
-    let limits: TransferLimits
     let session: FetchSession
     /// `nil` for a body kept in memory: the flight makes its sink at grant (``Flight/sink``).
     let sink: (any ResponseBodySink)?
@@ -248,11 +251,12 @@ final class FlightMember: TransferHandle, @unchecked Sendable {
     /// it for the equal string the scheduler already holds, so that waiting fetches to one host
     /// share one.
     var host: String
-    let priority: Operation.QueuePriority
     // Weak: the operation holds its member, and must not keep a queue its owner dropped. A
     // queue that is freed cancels its operations; a member whose queue is gone then reports
     // the cancel itself.
-    private weak var queue: FetchQueue?
+    private(set) weak var queue: FetchQueue?
+    let limits: TransferLimits
+    let priority: Operation.QueuePriority
 
     /// Where it is. Guarded by the queue's lock and changed only by ``QueueState`` transitions,
     /// which hand the member's end to one caller (it becomes ``QueueState/Membership/ended``

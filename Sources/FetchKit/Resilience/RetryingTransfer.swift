@@ -290,8 +290,8 @@ extension TransferLimits {
             totalTimeout: configuration.totalTimeout.map { max(0.001, $0) },
             maximumResponseSize: configuration.maximumResponseSize,
             acceptableStatusCodes: configuration.acceptableStatusCodes,
-            redirectPolicy: configuration.redirectPolicy,
-            credentials: configuration.credentials
+            credentials: configuration.credentials,
+            redirectPolicy: configuration.redirectPolicy
         )
     }
 }
