@@ -27,29 +27,29 @@ final class RetryingTransfer: TransferHandle, TransferOwner, @unchecked Sendable
     private let configuration: AnyFetchOperation.ConfigurationBox
     /// Weak, as the operation's own reference: a queue is not kept alive by what it holds.
     private weak var coordinator: (any TransferCoordinator)?
-    /// Whether attempts go through a coordinator (then none goes around it once it is gone).
-    private let coordinated: Bool
 
+    // The fields are ordered to pack (a waiting fetch holds this): words first, then the
+    // odd-sized ones, the flags last.
     private struct State {
         var attempt = 0
+        /// Counts attempts begun (continuations included), so that a deadline timer knows
+        /// whether the attempt it watches is still the current one.
+        var generation = 0
         var current: (any TransferHandle)?
         /// The current attempt's body sink, if it writes a file: it says whether it stopped the
         /// transfer to let the disk catch up. (A memory sink never does.)
         var sink: (any ResponseBodySink)?
+        /// When the first attempt's transfer started: the total timeout counts from there.
+        var firstStart: UInt64?
         /// A retry's wait, or a continuation's wait for the disk, is under way. Only one can be:
         /// the next begins after the attempt this one starts; a stop ends it for good.
         var waiting = false
         var stopped = false
         var finished = false
-        /// When the first attempt's transfer started: the total timeout counts from there.
-        var firstStart: UInt64?
         /// Whether the current attempt got a response head: a server that answered and then
         /// stalled is worth another attempt; one that stayed silent for the whole idle timeout
         /// is not.
         var answered = false
-        /// Counts attempts begun (continuations included), so that a deadline timer knows
-        /// whether the attempt it watches is still the current one.
-        var generation = 0
         /// Whether the current attempt's transfer has started (it may wait for a queue slot).
         var attemptStarted = false
         /// The fetch's deadline passed while the current attempt waited for a slot: it was
@@ -61,6 +61,8 @@ final class RetryingTransfer: TransferHandle, TransferOwner, @unchecked Sendable
     /// lock of its own: a waiting fetch holds one lock, not two. Nothing calls out while holding
     /// it, and the operation never calls into the loop while holding it.
     private var state = State()
+    /// Whether attempts go through a coordinator (then none goes around it once it is gone).
+    private let coordinated: Bool
 
     private func withState<Result>(_ body: (inout State) -> Result) -> Result {
         operation.core.withLock { _ in body(&state) }
