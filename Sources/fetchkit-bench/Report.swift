@@ -20,19 +20,23 @@ enum ReportBenchmark {
             let allRSS = median(allAtOnce.map(\.measurement.peakRSS))
             let floorRSS = median(floor.map(\.peakRSS))
             func versus(_ rss: Int) -> String {
-                String(format: "%.2f×, %@ more, %d B per queued fetch", Double(fkRSS) / Double(rss),
-                       Memory.format(bytes: fkRSS - rss), (fkRSS - rss) / scenario.count)
+                let difference = fkRSS - rss
+                return String(format: "FetchKit %.2f× (%@ %@, %d B per queued fetch)", Double(fkRSS) / Double(rss),
+                              Memory.format(bytes: abs(difference)), difference >= 0 ? "more" : "less", abs(difference) / scenario.count)
             }
             let rate = median(allAtOnce.map { Double($0.measurement.requests) / $0.measurement.seconds })
             let connections = allAtOnce.compactMap(\.connections)
             let errors = allAtOnce.map(\.measurement.errors).reduce(0, +)
+            func line(_ label: String, _ rss: Int, _ comparison: String = "") {
+                print("  " + pad(label, 62) + pad(Memory.format(bytes: rss), 12) + comparison)
+            }
             print("\(scenario.title), all \(scenario.count) enqueued at once; peak RSS of each child process, medians of \(fetchKit.count) runs:")
-            print("  FetchKit, all enqueued at once                         \(Memory.format(bytes: fkRSS))")
-            print("  raw URLSession, \(scenario.concurrency) tasks alive at a time                 \(Memory.format(bytes: rawRSS))   FetchKit: \(versus(rawRSS))")
-            print("  raw URLSession, all \(scenario.count) tasks created and resumed at once  \(Memory.format(bytes: allRSS))   FetchKit: \(versus(allRSS))")
-            print("    (the session's httpMaximumConnectionsPerHost = \(scenario.concurrency) bounds it: "
+            line("FetchKit, all \(scenario.count) enqueued at once", fkRSS)
+            line("raw URLSession, \(scenario.concurrency) tasks alive at a time", rawRSS, versus(rawRSS))
+            line("raw URLSession, all \(scenario.count) tasks created and resumed at once", allRSS, versus(allRSS))
+            print("    (its session's httpMaximumConnectionsPerHost = \(scenario.concurrency) bounds it: "
                   + String(format: "%.0f req/s", rate) + ", connections \(connections.isEmpty ? "n/a" : "\(median(connections)) (max \(connections.max() ?? 0))"), errors \(errors))")
-            print("  floor: \(scenario.count) BlockOperations in an OperationQueue   \(Memory.format(bytes: floorRSS))   FetchKit: \(versus(floorRSS))")
+            line("floor: \(scenario.count) BlockOperations in an OperationQueue", floorRSS, versus(floorRSS))
         }
 
         print("\n== 3. Bytes per waiting operation ==\n")
