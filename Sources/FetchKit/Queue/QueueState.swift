@@ -250,6 +250,7 @@ struct QueueState {
         // A `cancelAll` chose it and is about to cancel it: no slot, no shared transfer. The
         // member stays new; the cancel stops it.
         guard !isSwept(member.operation) else { return }
+        member.host = scheduler.interned(member.host)
         if let key = member.key, let ticket = sharedFlights[key], let joined = flights[ticket].map({ ($0.flight, $0.running) }) {
             flights[ticket]?.members.append(member)      // in place: no copy of the list per joiner
             member.membership = .joined(ticket)
@@ -264,7 +265,6 @@ struct QueueState {
             }
             return
         }
-        member.host = scheduler.interned(member.host)
         let flight = flight()
         let ticket = flight.ticket
         flights[ticket] = FlightRecord(flight: flight, members: FlightMembers(member))
