@@ -12,8 +12,13 @@ import Darwin
 /// The baseline: plain URLSession used as well as it can be. One session with a delegate on a
 /// serial queue, exactly C tasks in flight (the next starts as one completes), bodies appended
 /// to buffers reserved from Content-Length, or written with POSIX writes for the disk case.
+///
+/// With `allAtOnce`, every task is created and resumed at the start instead — the raw analogue
+/// of enqueueing every fetch at once; the session's `httpMaximumConnectionsPerHost` (C) bounds
+/// how many run.
 final class RawClient: NSObject, URLSessionDataDelegate, @unchecked Sendable {
     private let scenario: Scenario
+    private let allAtOnce: Bool
     private let base: URL
     private let directory: URL
     private let delegateQueue = OperationQueue()
@@ -27,8 +32,9 @@ final class RawClient: NSObject, URLSessionDataDelegate, @unchecked Sendable {
     private var files: [Int: Int32] = [:]
     private var measurement = Measurement()
 
-    init(scenario: Scenario, base: URL, directory: URL) {
+    init(scenario: Scenario, base: URL, directory: URL, allAtOnce: Bool = false) {
         self.scenario = scenario
+        self.allAtOnce = allAtOnce
         self.base = base
         self.directory = directory
         super.init()
@@ -42,7 +48,7 @@ final class RawClient: NSObject, URLSessionDataDelegate, @unchecked Sendable {
     func run() -> Measurement {
         let started = Date()
         delegateQueue.addOperation { [self] in
-            for _ in 0..<min(scenario.concurrency, scenario.count) { startNext() }
+            for _ in 0..<(allAtOnce ? scenario.count : min(scenario.concurrency, scenario.count)) { startNext() }
         }
         done.wait()
         measurement.seconds = Date().timeIntervalSince(started)
@@ -106,8 +112,37 @@ final class RawClient: NSObject, URLSessionDataDelegate, @unchecked Sendable {
         completed += 1
         if completed == scenario.count {
             done.signal()
-        } else {
+        } else if !allAtOnce {
             startNext()
         }
+    }
+}
+
+/// The floor under any client built on `Operation`: one `BlockOperation` per request, each
+/// holding its `URLRequest`, in a suspended `OperationQueue`. Nothing is sent; the measurement
+/// is the process's peak RSS with all of them queued (and a URLSession made, so that the same
+/// libraries are loaded as in the clients).
+enum OperationsFloor {
+    static func run(scenario: Scenario, base: URL) -> Measurement {
+        let started = Date()
+        let session = URLSession(configuration: .default)
+        defer { session.finishTasksAndInvalidate() }
+        let queue = OperationQueue()
+        queue.isSuspended = true
+        var operations: [Operation] = []
+        operations.reserveCapacity(scenario.count)
+        for index in 0..<scenario.count {
+            let request = URLRequest(url: scenario.url(base: base, index: index))
+            operations.append(BlockOperation { _ = request })
+        }
+        queue.addOperations(operations, waitUntilFinished: false)
+        operations = []
+        var measurement = Measurement()
+        measurement.peakRSS = Memory.peakResidentBytes()
+        queue.cancelAllOperations()
+        queue.isSuspended = false
+        queue.waitUntilAllOperationsAreFinished()
+        measurement.seconds = Date().timeIntervalSince(started)
+        return measurement
     }
 }

@@ -97,7 +97,13 @@ enum ThroughputBenchmark {
         var measurement: Measurement
         switch client {
         case "raw": measurement = RawClient(scenario: scenario, base: base, directory: directory).run()
+        case "raw-all": measurement = RawClient(scenario: scenario, base: base, directory: directory, allAtOnce: true).run()
         case "fetchkit": measurement = FetchKitClient(scenario: scenario, base: base, directory: directory).run()
+        case "operations-floor":
+            // Its peak is read while the operations are queued (they are freed before it returns).
+            print(OperationsFloor.run(scenario: scenario, base: base).line)
+            fflush(nil)
+            return
         default: throw BenchError("unknown client \(client)")
         }
         measurement.peakRSS = Memory.peakResidentBytes()

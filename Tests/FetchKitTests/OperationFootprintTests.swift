@@ -39,6 +39,41 @@ struct OperationFootprintTests {
         queue.cancelAll()
     }
 
+    @Test func aWaitingFlightIsAFewWordsInItsQueuesTables() {
+        // A queue keeps one record per waiting flight, and a key per shareable one (80 and
+        // 104 bytes before): what only a running flight has is kept apart, a key is boxed.
+        #expect(MemoryLayout<QueueState.FlightRecord>.stride <= 32)
+        #expect(MemoryLayout<FlightKey?>.size == MemoryLayout<Int>.size, "a key is one reference")
+        #expect(MemoryLayout<TransferLimits>.size <= 89, "packed (97 bytes before)")
+    }
+
+    @Test func aFetchWaitingForASlotHoldsNoBodySinkUntilItIsGranted() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let queue = makeFetchQueue(total: 1, perHost: 1, monitors: [])
+        let blocker = server.operation("/stall-head")
+        queue.enqueue(blocker)
+        #expect(await counts(of: queue, reach: { $0.inFlight == 1 }))
+        let waiting = server.operation("/bytes/3000")
+        let done = Countdown(1)
+        queue.enqueue(waiting) { _ in done.signal() }
+        #expect(await counts(of: queue, reach: { $0.waiting == 1 }))
+
+        let (member, blockerHost) = queue.state.withLock { state in
+            let members = state.flights.values.flatMap { Array($0.members) }
+            return (members.first { $0.operation === waiting }, members.first { $0.operation === blocker }?.host)
+        }
+        let waitingMember = try #require(member)
+        #expect(waitingMember.sink == nil, "a body kept in memory gets its sink when the slot is granted")
+        #expect(waitingMember.host == blockerHost)
+
+        // Granted, it gets one and fetches as before.
+        blocker.cancel()
+        #expect(await done.wait())
+        #expect(waiting.responseBody?.count == 3000)
+        #expect(waiting.error == nil)
+    }
+
     @Test func aSequenceMadeAfterTheFetchFinishedStartsFromItsFinalValue() async throws {
         let server = try LoopbackServer()
         defer { server.stop() }

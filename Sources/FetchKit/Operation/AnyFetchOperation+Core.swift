@@ -298,7 +298,7 @@ protocol TransferCoordinator: AnyObject, Sendable {
         for operation: AnyFetchOperation,
         request: URLRequest,
         limits: TransferLimits,
-        sink: any ResponseBodySink,
+        sink: (any ResponseBodySink)?,
         owner: any TransferOwner
     ) -> any TransferHandle
 

@@ -125,17 +125,8 @@ extension AnyFetchOperation {
             failBeforeTransfer(.cancelled(.init(url: request.url)))
             return
         }
-        let idle = settings.configuration.idleTimeout ?? (request.timeoutInterval > 0 ? request.timeoutInterval : 60)
-        let limits = TransferLimits(
-            idleTimeout: max(0.001, idle),
-            totalTimeout: settings.configuration.totalTimeout.map { max(0.001, $0) },
-            maximumResponseSize: settings.configuration.maximumResponseSize,
-            acceptableStatusCodes: settings.configuration.acceptableStatusCodes,
-            redirectPolicy: settings.configuration.redirectPolicy,
-            credentials: settings.configuration.credentials
-        )
-        let transfer = RetryingTransfer(operation: self, request: request, policy: settings.configuration.retryPolicy,
-                                        limits: limits, session: settings.configuration.session, coordinator: coordinator)
+        let transfer = RetryingTransfer(operation: self, request: request, configuration: settings.configurationBox,
+                                        coordinator: coordinator)
         let attached = core.withLock { core in
             guard core.machine.attachTransfer() else { return false }
             core.transfer = transfer

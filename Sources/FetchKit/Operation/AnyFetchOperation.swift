@@ -33,6 +33,8 @@ open class AnyFetchOperation: Operation, @unchecked Sendable {
 
         /// Which box holds the configuration (tests).
         var configurationIdentity: ObjectIdentifier { ObjectIdentifier(storedConfiguration) }
+        /// The box itself: what the attempt loop keeps instead of copies of its values.
+        var configurationBox: ConfigurationBox { storedConfiguration }
 
         init(request: URLRequest?) {
             self.request = request
@@ -249,6 +251,14 @@ open class AnyFetchOperation: Operation, @unchecked Sendable {
     /// Where the body goes: memory here; a download writes a file. Called once per transfer.
     func makeBodySink() -> any ResponseBodySink {
         MemoryBodySink(limit: maximumResponseSize)
+    }
+
+    /// The body sink of an attempt that a ``FetchQueue`` runs, made before it waits for its
+    /// slot; or `nil` for a body kept in memory, whose sink the queue makes when it grants the
+    /// slot (``Flight/sink``): a waiting fetch holds none. A download's sink is made now (it
+    /// checks its destination, and the attempt loop asks it whether the disk fell behind).
+    func makeBodySinkBeforeGrant() -> (any ResponseBodySink)? {
+        self is DownloadOperation ? makeBodySink() : nil
     }
 
     /// Last checks of a prepared, valid request, once, before the first attempt (a download

@@ -19,7 +19,7 @@ extension FetchQueue: TransferCoordinator {
     }
 
     func makeTransfer(for operation: AnyFetchOperation, request: URLRequest, limits: TransferLimits,
-                      sink: any ResponseBodySink, owner: any TransferOwner) -> any TransferHandle {
+                      sink: (any ResponseBodySink)?, owner: any TransferOwner) -> any TransferHandle {
         let session = operation.session
         let key = coalescesIdenticalRequests ? FlightKey(request: request, limits: limits, session: session, sink: sink) : nil
         return FlightMember(operation: operation, owner: owner, request: request, limits: limits, session: session,

@@ -4,18 +4,43 @@ import FoundationNetworking
 #endif
 
 /// What makes two requests the same fetch: identical GETs with identical limits, on one session.
+///
+/// One reference: the fields are in an immutable box made only for a request that may share,
+/// so that a handle or a dictionary slot holds 8 bytes, not the fields.
 struct FlightKey: Hashable, Sendable {
-    let url: String
-    let headers: [String]
-    let session: ObjectIdentifier
-    let maximumResponseSize: Int64
-    let acceptableStatusCodes: Set<Int>
-    let idleTimeout: TimeInterval
-    let totalTimeout: TimeInterval?
-    /// A later attempt's deadline counts from its fetch's start: only the same deadline shares.
-    let fetchStartedAt: UInt64?
-    let redirects: Int?
-    let acceptsNotModified: Bool
+    private struct Fields: Hashable, Sendable {
+        let url: String
+        let headers: [String]
+        let session: ObjectIdentifier
+        let maximumResponseSize: Int64
+        let acceptableStatusCodes: Set<Int>
+        let idleTimeout: TimeInterval
+        let totalTimeout: TimeInterval?
+        /// A later attempt's deadline counts from its fetch's start: only the same deadline shares.
+        let fetchStartedAt: UInt64?
+        let redirects: Int?
+        let acceptsNotModified: Bool
+    }
+
+    private final class Box: Sendable {
+        let fields: Fields
+        let hash: Int
+
+        init(_ fields: Fields) {
+            self.fields = fields
+            hash = fields.hashValue
+        }
+    }
+
+    private let box: Box
+
+    static func == (lhs: FlightKey, rhs: FlightKey) -> Bool {
+        lhs.box === rhs.box || (lhs.box.hash == rhs.box.hash && lhs.box.fields == rhs.box.fields)
+    }
+
+    func hash(into hasher: inout Hasher) {
+        hasher.combine(box.hash)
+    }
 
     /// The key of a request that may share a transfer, or `nil` when it must have its own.
     ///
@@ -28,28 +53,32 @@ struct FlightKey: Hashable, Sendable {
     ///   identical headers, `Authorization` and `Cookie` included;
     /// - that do not ask for a fresh answer: no `Cache-Control` with `no-cache`, `no-store` or
     ///   `max-age=0`, no `Pragma: no-cache`, and no cache policy that ignores local data.
-    init?(request: URLRequest, limits: TransferLimits, session: FetchSession, sink: any ResponseBodySink) {
+    init?(request: URLRequest, limits: TransferLimits, session: FetchSession, sink: (any ResponseBodySink)?) {
         guard request.isGET,
               request.httpBody == nil, request.httpBodyStream == nil,
-              sink is MemoryBodySink,
+              sink == nil || sink is MemoryBodySink,      // nil: a memory sink, made at grant
               limits.credentials == nil,
               !Self.asksForAFreshAnswer(request),
               let url = request.url?.absoluteString
         else { return nil }
+        let redirects: Int?
         switch limits.redirectPolicy {
         case .follow(let maximum): redirects = maximum
         case .doNotFollow: redirects = nil
         case .ask: return nil   // a closure cannot be compared: such requests are not shared
         }
-        acceptsNotModified = limits.acceptsNotModified
-        self.url = url
-        headers = (request.allHTTPHeaderFields ?? [:]).map { "\($0.key.lowercased()):\($0.value)" }.sorted()
-        self.session = ObjectIdentifier(session)
-        maximumResponseSize = limits.maximumResponseSize
-        acceptableStatusCodes = limits.acceptableStatusCodes
-        idleTimeout = limits.idleTimeout
-        totalTimeout = limits.totalTimeout
-        fetchStartedAt = limits.fetchStartedAt
+        box = Box(Fields(
+            url: url,
+            headers: (request.allHTTPHeaderFields ?? [:]).map { "\($0.key.lowercased()):\($0.value)" }.sorted(),
+            session: ObjectIdentifier(session),
+            maximumResponseSize: limits.maximumResponseSize,
+            acceptableStatusCodes: limits.acceptableStatusCodes,
+            idleTimeout: limits.idleTimeout,
+            totalTimeout: limits.totalTimeout,
+            fetchStartedAt: limits.fetchStartedAt,
+            redirects: redirects,
+            acceptsNotModified: limits.acceptsNotModified
+        ))
     }
 
     /// Whether `request` says that a response made for someone else will not do: `Cache-Control`
@@ -91,21 +120,26 @@ final class Flight: Sendable {
     /// The attempt that made the flight: its request, limits, session and sink are the
     /// flight's (identical for every member that joins). Immutable, and kept even if it leaves.
     let first: FlightMember
-    // Weak, so that a queue its owner dropped is freed; a queue with a transfer in flight keeps
-    // itself until the transfer ends (``QueueState/wantsKeepAlive``).
-    private weak let queue: FetchQueue?
+    /// Its first member's, held weakly there: a queue its owner dropped is freed; a queue with
+    /// a transfer in flight keeps itself until the transfer ends (``QueueState/wantsKeepAlive``).
+    private var queue: FetchQueue? { first.queue }
 
     var key: FlightKey? { first.key }
     var host: String { first.host }
     var request: URLRequest { first.request }
     var limits: TransferLimits { first.limits }
     var session: FetchSession { first.session }
-    var sink: any ResponseBodySink { first.sink }
+    /// The first attempt's sink; or, for a body kept in memory, a new one, made when the slot
+    /// is granted (the queue asks once per flight, as it creates the transfer).
+    var sink: any ResponseBodySink { first.sink ?? first.operation.makeBodySink() }
     var ticket: ObjectIdentifier { ObjectIdentifier(self) }
 
+    /// - Parameters:
+    ///   - member: The attempt that makes it.
+    ///   - queue: The queue it waits in: `member`'s (the flight reaches it through `member`).
     init(first member: FlightMember, queue: FetchQueue) {
+        assert(member.queue === queue, "a flight waits in its first member's queue")
         first = member
-        self.queue = queue
     }
 }
 
@@ -157,30 +191,82 @@ extension Flight: TransferOwner {
     }
 }
 
+/// The members of a flight, in the order they joined: the first inline, the others in an array
+/// made only when a second joins (most flights have one member).
+struct FlightMembers: Sequence, ExpressibleByArrayLiteral {
+    private var first: FlightMember?
+    private var others: [FlightMember] = []
+
+    init(_ member: FlightMember) {
+        first = member
+    }
+
+    init(arrayLiteral members: FlightMember...) {
+        for member in members { append(member) }
+    }
+
+    var isEmpty: Bool { first == nil }
+
+    mutating func append(_ member: FlightMember) {
+        if first == nil {
+            first = member
+        } else {
+            others.append(member)
+        }
+    }
+
+    mutating func remove(_ member: FlightMember) {
+        if first === member {
+            first = others.isEmpty ? nil : others.removeFirst()
+        } else {
+            others.removeAll { $0 === member }
+        }
+    }
+
+    func makeIterator() -> some IteratorProtocol<FlightMember> {
+        var rest = others.makeIterator()
+        var head = first
+        return AnyIterator {
+            if let member = head {
+                head = nil
+                return member
+            }
+            return rest.next()
+        }
+    }
+}
+
 /// One operation's place in a ``Flight``: the transfer handle a ``FetchQueue`` gives it.
 final class FlightMember: TransferHandle, @unchecked Sendable {
     let operation: AnyFetchOperation
     /// Who hears of the transfer: the operation's ``RetryingTransfer``.
     let owner: any TransferOwner
+    // The fields are ordered to pack: words first, the odd-sized ones last.
     let request: URLRequest
-    let limits: TransferLimits
     let session: FetchSession
-    let sink: any ResponseBodySink
+    /// `nil` for a body kept in memory: the flight makes its sink at grant (``Flight/sink``).
+    let sink: (any ResponseBodySink)?
     let key: FlightKey?
-    let host: String
-    let priority: Operation.QueuePriority
+    /// The origin its per-host limit applies to. Guarded by the queue's lock: the join swaps
+    /// it for the equal string the scheduler already holds, so that waiting fetches to one host
+    /// share one.
+    var host: String
     // Weak: the operation holds its member, and must not keep a queue its owner dropped. A
     // queue that is freed cancels its operations; a member whose queue is gone then reports
     // the cancel itself.
-    private weak var queue: FetchQueue?
+    private(set) weak var queue: FetchQueue?
+    let limits: TransferLimits
+    let priority: Operation.QueuePriority
 
-    /// Where it is. Guarded by the queue's lock; changed only by ``QueueState`` transitions.
+    /// Where it is. Guarded by the queue's lock and changed only by ``QueueState`` transitions,
+    /// which hand the member's end to one caller (it becomes ``QueueState/Membership/ended``
+    /// once); or, once its queue is gone, under ``orphans``.
     var membership = QueueState.Membership.new
-    /// Whether ``owner`` heard of the end: once, whichever path tells it.
-    private let reported = Protected(false)
+    /// Guards ``membership`` of members whose queue is gone (nothing else touches it then).
+    private static let orphans = Protected(())
 
     init(operation: AnyFetchOperation, owner: any TransferOwner, request: URLRequest, limits: TransferLimits, session: FetchSession,
-         sink: any ResponseBodySink, key: FlightKey?, queue: FetchQueue) {
+         sink: (any ResponseBodySink)?, key: FlightKey?, queue: FetchQueue) {
         self.operation = operation
         self.owner = owner
         self.request = request
@@ -195,7 +281,7 @@ final class FlightMember: TransferHandle, @unchecked Sendable {
 
     func start() {
         guard let queue else {
-            report(.failure(.cancelled(.init(url: request.url)), nil))
+            endOrphaned()
             return
         }
         queue.transition { $0.join(self, newFlight: Flight(first: self, queue: queue)) }
@@ -203,19 +289,27 @@ final class FlightMember: TransferHandle, @unchecked Sendable {
 
     func stop() {
         guard let queue else {
-            report(.failure(.cancelled(.init(url: request.url)), nil))
+            endOrphaned()
             return
         }
         queue.transition { $0.leave(self) }
     }
 
-    /// Tells the owner the transfer ended, the first time only. Outside the queue's lock.
-    func report(_ result: TransferResult) {
-        let first = reported.withLock { reported in
-            defer { reported = true }
-            return !reported
+    /// Its queue is gone (it was freed, cancelling what it held): the member ends as cancelled,
+    /// once.
+    private func endOrphaned() {
+        let first = Self.orphans.withLock { _ -> Bool in
+            if case .ended = membership { return false }
+            membership = .ended
+            return true
         }
-        if first { owner.transferDidEnd(result) }
+        if first { report(.failure(.cancelled(.init(url: request.url)), nil)) }
+    }
+
+    /// Tells the owner the transfer ended. Outside the queue's lock, by the one caller that
+    /// ended the membership.
+    func report(_ result: TransferResult) {
+        owner.transferDidEnd(result)
     }
 
     /// The origin a per-host limit applies to: scheme, host and port.

@@ -98,12 +98,19 @@ struct QueueState {
     }
 
     /// A transfer that waits for its slot or runs, and the attempts that share it.
+    ///
+    /// Small, because tens of thousands may wait: what only a running flight has is in
+    /// ``QueueState/runs``.
     struct FlightRecord {
         let flight: Flight
         var running = false
-        var members: [FlightMember]
+        var members: FlightMembers
+    }
+
+    /// What a running flight has: its transfer, once created, and the latest events, replayed to
+    /// a member that joins it.
+    struct Run {
         var transfer: Transfer?
-        /// The latest events, replayed to a member that joins a running flight.
         var response: (HTTPURLResponse, Int64?)?
         var received: (bytes: Int64, expected: Int64?)?
     }
@@ -129,6 +136,8 @@ struct QueueState {
     var idsByOperation: [ObjectIdentifier: FetchID] = [:]
     /// Flights waiting for a slot or running, by ticket.
     var flights: [ObjectIdentifier: FlightRecord] = [:]
+    /// What the running flights have, by ticket.
+    var runs: [ObjectIdentifier: Run] = [:]
     /// The flight each shareable request joins, while it waits or runs.
     var sharedFlights: [FlightKey: ObjectIdentifier] = [:]
     var isNetworkActive = false
@@ -241,6 +250,7 @@ struct QueueState {
         // A `cancelAll` chose it and is about to cancel it: no slot, no shared transfer. The
         // member stays new; the cancel stops it.
         guard !isSwept(member.operation) else { return }
+        member.host = scheduler.interned(member.host)
         if let key = member.key, let ticket = sharedFlights[key], let joined = flights[ticket].map({ ($0.flight, $0.running) }) {
             flights[ticket]?.members.append(member)      // in place: no copy of the list per joiner
             member.membership = .joined(ticket)
@@ -257,7 +267,7 @@ struct QueueState {
         }
         let flight = flight()
         let ticket = flight.ticket
-        flights[ticket] = FlightRecord(flight: flight, members: [member])
+        flights[ticket] = FlightRecord(flight: flight, members: FlightMembers(member))
         member.membership = .joined(ticket)
         if let key = member.key { sharedFlights[key] = ticket }
         scheduler.enqueue(ticket, host: flight.host, priority: member.priority)
@@ -277,13 +287,13 @@ struct QueueState {
         case .joined(let ticket):
             member.membership = .ended
             guard var record = flights[ticket] else { break }
-            record.members.removeAll { $0 === member }
+            record.members.remove(member)
             flights[ticket] = record
             guard record.members.isEmpty else { break }
             forgetShared(record.flight)
             if record.running {
                 // None yet: `transferCreated` finds no members and ends the flight.
-                if let transfer = record.transfer { actions.append(.stopTransfer(transfer)) }
+                if let transfer = runs[ticket]?.transfer { actions.append(.stopTransfer(transfer)) }
             } else {
                 scheduler.withdraw(ticket)
                 flights[ticket] = nil
@@ -296,9 +306,8 @@ struct QueueState {
     /// The transfer of a granted flight exists. Returns whether to start it: `false` if every
     /// member left before it existed (the caller then ends the flight as cancelled).
     mutating func transferCreated(_ transfer: Transfer, for flight: Flight) -> Bool {
-        guard var record = flights[flight.ticket], !record.members.isEmpty else { return false }
-        record.transfer = transfer
-        flights[flight.ticket] = record
+        guard let record = flights[flight.ticket], !record.members.isEmpty else { return false }
+        runs[flight.ticket, default: Run()].transfer = transfer
         return true
     }
 
@@ -307,6 +316,7 @@ struct QueueState {
     @discardableResult
     mutating func flightEnded(_ flight: Flight, result: TransferResult) -> [FlightMember] {
         guard let record = flights.removeValue(forKey: flight.ticket), record.running else { return [] }
+        runs[flight.ticket] = nil
         forgetShared(flight)
         scheduler.release(host: flight.host)
         backOffIfAsked(flight.host, result: result)
@@ -319,24 +329,23 @@ struct QueueState {
             if let id = idsByOperation[ObjectIdentifier(member.operation)] { registry[id]?.transferEnded = true }
         }
         announceCounts()
-        return record.members
+        return Array(record.members)
     }
 
     /// The members of a running flight, to tell of its events, and what to remember for a late
     /// joiner.
     mutating func flightHeard(_ flight: Flight, response: (HTTPURLResponse, Int64?)? = nil,
-                              received: (bytes: Int64, expected: Int64?)? = nil) -> [FlightMember] {
-        guard var record = flights[flight.ticket] else { return [] }
-        if let response { record.response = response }
-        if let received { record.received = received }
-        flights[flight.ticket] = record
+                              received: (bytes: Int64, expected: Int64?)? = nil) -> FlightMembers {
+        guard let record = flights[flight.ticket] else { return [] }
+        if let response { runs[flight.ticket, default: Run()].response = response }
+        if let received { runs[flight.ticket, default: Run()].received = received }
         return record.members
     }
 
     /// The latest head and progress of a running flight, for a member that joined it.
     func latest(of flight: Flight) -> (response: (HTTPURLResponse, Int64?)?, received: (bytes: Int64, expected: Int64?)?) {
-        guard let record = flights[flight.ticket] else { return (nil, nil) }
-        return (record.response, record.received)
+        guard let run = runs[flight.ticket] else { return (nil, nil) }
+        return (run.response, run.received)
     }
 
     private mutating func forgetShared(_ flight: Flight) {
@@ -363,7 +372,9 @@ struct QueueState {
             registry[id]?.swept = true
             if let operation = registry[id]?.operation { operations.append(operation) }
         }
-        for (ticket, record) in flights where !record.running && record.members.allSatisfy({ isSwept($0.operation) }) {
+        // Chosen first, removed after: removing while iterating would copy the whole table.
+        let chosen = flights.filter { !$0.value.running && $0.value.members.allSatisfy({ isSwept($0.operation) }) }
+        for (ticket, record) in chosen {
             scheduler.withdraw(ticket)
             flights[ticket] = nil
             forgetShared(record.flight)

@@ -66,6 +66,14 @@ struct SlotScheduler<Ticket: Hashable & Sendable>: Sendable {
         maximumPerHost = max(1, perHost)
     }
 
+    /// `host` as the equal string the scheduler already holds, if it holds one: the tickets of
+    /// one host then share its storage.
+    func interned(_ host: String) -> String {
+        if let index = hosts.index(forKey: host) { return hosts[index].key }
+        if let index = runningPerHost.index(forKey: host) { return runningPerHost[index].key }
+        return host
+    }
+
     /// Puts a ticket in line. A ticket already waiting is moved to the new priority.
     mutating func enqueue(_ ticket: Ticket, host: String, priority: Operation.QueuePriority) {
         if waiting[ticket] != nil { _ = withdraw(ticket) }

@@ -22,34 +22,34 @@ import FoundationNetworking
 final class RetryingTransfer: TransferHandle, TransferOwner, @unchecked Sendable {
     private let operation: AnyFetchOperation
     private let request: URLRequest
-    private let policy: RetryPolicy
-    private let limits: TransferLimits
-    private let session: FetchSession
+    /// The operation's configuration, shared (its retry policy, session and limits are read
+    /// from it when needed): a waiting fetch keeps one reference, not copies of them.
+    private let configuration: AnyFetchOperation.ConfigurationBox
     /// Weak, as the operation's own reference: a queue is not kept alive by what it holds.
     private weak var coordinator: (any TransferCoordinator)?
-    /// Whether attempts go through a coordinator (then none goes around it once it is gone).
-    private let coordinated: Bool
 
+    // The fields are ordered to pack (a waiting fetch holds this): words first, then the
+    // odd-sized ones, the flags last.
     private struct State {
         var attempt = 0
+        /// Counts attempts begun (continuations included), so that a deadline timer knows
+        /// whether the attempt it watches is still the current one.
+        var generation = 0
         var current: (any TransferHandle)?
-        /// The current attempt's body sink: it says whether it stopped the transfer to let
-        /// the disk catch up.
+        /// The current attempt's body sink, if it writes a file: it says whether it stopped the
+        /// transfer to let the disk catch up. (A memory sink never does.)
         var sink: (any ResponseBodySink)?
+        /// When the first attempt's transfer started: the total timeout counts from there.
+        var firstStart: UInt64?
         /// A retry's wait, or a continuation's wait for the disk, is under way. Only one can be:
         /// the next begins after the attempt this one starts; a stop ends it for good.
         var waiting = false
         var stopped = false
         var finished = false
-        /// When the first attempt's transfer started: the total timeout counts from there.
-        var firstStart: UInt64?
         /// Whether the current attempt got a response head: a server that answered and then
         /// stalled is worth another attempt; one that stayed silent for the whole idle timeout
         /// is not.
         var answered = false
-        /// Counts attempts begun (continuations included), so that a deadline timer knows
-        /// whether the attempt it watches is still the current one.
-        var generation = 0
         /// Whether the current attempt's transfer has started (it may wait for a queue slot).
         var attemptStarted = false
         /// The fetch's deadline passed while the current attempt waited for a slot: it was
@@ -57,17 +57,29 @@ final class RetryingTransfer: TransferHandle, TransferOwner, @unchecked Sendable
         var overdue = false
     }
 
-    private let state = Protected(State())
+    /// Guarded by the operation's lock (``AnyFetchOperation/core``), so that the loop needs no
+    /// lock of its own: a waiting fetch holds one lock, not two. Nothing calls out while holding
+    /// it, and the operation never calls into the loop while holding it.
+    private var state = State()
+    /// Whether attempts go through a coordinator (then none goes around it once it is gone).
+    private let coordinated: Bool
 
-    init(operation: AnyFetchOperation, request: URLRequest, policy: RetryPolicy, limits: TransferLimits,
-         session: FetchSession, coordinator: (any TransferCoordinator)?) {
+    private func withState<Result>(_ body: (inout State) -> Result) -> Result {
+        operation.core.withLock { _ in body(&state) }
+    }
+
+    init(operation: AnyFetchOperation, request: URLRequest, configuration: AnyFetchOperation.ConfigurationBox,
+         coordinator: (any TransferCoordinator)?) {
         self.operation = operation
         self.request = request
-        self.policy = policy
-        self.limits = limits
-        self.session = session
+        self.configuration = configuration
         self.coordinator = coordinator
         coordinated = coordinator != nil
+    }
+
+    /// The limits every attempt starts from.
+    private var limits: TransferLimits {
+        TransferLimits(configuration: configuration.value, request: request)
     }
 
     func start() {
@@ -76,7 +88,7 @@ final class RetryingTransfer: TransferHandle, TransferOwner, @unchecked Sendable
 
     func stop() {
         enum Action { case none, stopCurrent(any TransferHandle), finishCancelled }
-        let action = state.withLock { state -> Action in
+        let action = withState { state -> Action in
             state.stopped = true
             if state.waiting {
                 state.waiting = false
@@ -98,7 +110,7 @@ final class RetryingTransfer: TransferHandle, TransferOwner, @unchecked Sendable
     /// - Parameter continuing: The last attempt was stopped because the disk fell behind; this
     ///   one continues it (with `Range`, from what is on disk) and is not a retry.
     private func beginAttempt(continuing: Bool) {
-        let (attempt, firstStart, generation) = state.withLock { state -> (Int, UInt64?, Int) in
+        let (attempt, firstStart, generation) = withState { state -> (Int, UInt64?, Int) in
             if !continuing { state.attempt += 1 }
             state.answered = false
             state.attemptStarted = false
@@ -117,18 +129,22 @@ final class RetryingTransfer: TransferHandle, TransferOwner, @unchecked Sendable
         }
         let setup = operation.prepareAttempt(request, attempt: attempt)
         limits.acceptsNotModified = setup.acceptsNotModified
-        let sink = operation.makeBodySink()
         let handle: any TransferHandle
+        let sink: (any ResponseBodySink)?
         if let coordinator {
+            // A body kept in memory gets its sink when the queue grants the slot.
+            sink = operation.makeBodySinkBeforeGrant()
             handle = coordinator.makeTransfer(for: operation, request: setup.request, limits: limits, sink: sink, owner: self)
         } else if coordinated {
             // Its queue was freed, cancelling what it held.
             finish(.failure(.cancelled(.init(url: request.url)), nil))
             return
         } else {
-            handle = Transfer(request: setup.request, session: session, limits: limits, sink: sink, owner: self)
+            let made = operation.makeBodySink()
+            sink = made
+            handle = Transfer(request: setup.request, session: configuration.value.session, limits: limits, sink: made, owner: self)
         }
-        let go = state.withLock { state -> Bool in
+        let go = withState { state -> Bool in
             guard !state.stopped else { return false }
             state.current = handle
             state.sink = sink
@@ -152,7 +168,7 @@ final class RetryingTransfer: TransferHandle, TransferOwner, @unchecked Sendable
     /// The fetch's deadline came: stop the attempt `generation` if it is still waiting for its
     /// slot (one that started is stopped by its own transfer's clock).
     private func deadlinePassedWhileWaiting(generation: Int) {
-        let waiting = state.withLock { state -> (any TransferHandle)? in
+        let waiting = withState { state -> (any TransferHandle)? in
             guard state.generation == generation, !state.attemptStarted, !state.stopped, let current = state.current else { return nil }
             state.overdue = true
             return current
@@ -163,7 +179,7 @@ final class RetryingTransfer: TransferHandle, TransferOwner, @unchecked Sendable
     /// A retry's delay, or a continuation's wait for the disk, is over: the next attempt
     /// begins, unless a stop ended the wait first.
     private func waitEnded(continuing: Bool) {
-        let go = state.withLock { state -> Bool in
+        let go = withState { state -> Bool in
             guard state.waiting, !state.stopped else { return false }
             state.waiting = false
             return true
@@ -177,7 +193,7 @@ final class RetryingTransfer: TransferHandle, TransferOwner, @unchecked Sendable
     }
 
     private func finish(_ result: TransferResult) {
-        let first = state.withLock { state -> Bool in
+        let first = withState { state -> Bool in
             defer { state.finished = true }
             return !state.finished
         }
@@ -188,14 +204,14 @@ final class RetryingTransfer: TransferHandle, TransferOwner, @unchecked Sendable
     // MARK: TransferOwner (the current attempt)
 
     func transferDidStart() {
-        state.withLock { state in
+        withState { state in
             state.attemptStarted = true
             if state.firstStart == nil { state.firstStart = Transfer.now() }
         }
     }
 
     func transferDidReceive(response: HTTPURLResponse, expectedLength: Int64?) {
-        state.withLock { $0.answered = true }
+        withState { $0.answered = true }
         operation.transferDidReceive(response: response, expectedLength: expectedLength)
     }
 
@@ -214,22 +230,23 @@ final class RetryingTransfer: TransferHandle, TransferOwner, @unchecked Sendable
     func transferDidEnd(_ result: TransferResult) {
         enum Decision { case finish, retry(RetryEvent), continueTransfer(any ResponseBodySink) }
         let method = request.httpMethod ?? "GET"
-        let overdue = state.withLock { state -> Bool in
+        let (policy, limits) = (configuration.value.retryPolicy, self.limits)
+        let overdue = withState { state -> Bool in
             defer { state.overdue = false }
             return state.overdue
         }
         if overdue, case .failure(let error, _) = result, error.isCancellation, let total = limits.totalTimeout {
             // Stopped in the queue at the fetch's deadline.
-            state.withLock { state in
+            withState { state in
                 state.current = nil
                 state.sink = nil
             }
             finish(.failure(.timedOut(.init(kind: .total, interval: total, url: request.url)), nil))
             return
         }
-        let sink = state.withLock { $0.sink }
+        let sink = withState { $0.sink }
         let fellBehind = sink?.stoppedForBackpressure ?? false
-        let decision = state.withLock { state -> Decision in
+        let decision = withState { state -> Decision in
             state.current = nil
             state.sink = nil
             // Stopped for the disk to catch up: continue as the same attempt once it has. A stop
@@ -263,5 +280,20 @@ final class RetryingTransfer: TransferHandle, TransferOwner, @unchecked Sendable
                 self?.waitEnded(continuing: false)
             }
         }
+    }
+}
+
+extension TransferLimits {
+    /// The limits of a fetch of `request` under `configuration`, before any attempt adds its own.
+    init(configuration: FetchConfiguration, request: URLRequest) {
+        let idle = configuration.idleTimeout ?? (request.timeoutInterval > 0 ? request.timeoutInterval : 60)
+        self.init(
+            idleTimeout: max(0.001, idle),
+            totalTimeout: configuration.totalTimeout.map { max(0.001, $0) },
+            maximumResponseSize: configuration.maximumResponseSize,
+            acceptableStatusCodes: configuration.acceptableStatusCodes,
+            credentials: configuration.credentials,
+            redirectPolicy: configuration.redirectPolicy
+        )
     }
 }

@@ -34,25 +34,28 @@ extension TransferOwner {
 }
 
 /// The limits a transfer enforces itself.
+///
+/// The fields are ordered to pack (a waiting fetch's flight member holds one): the one-byte
+/// flag fills the optional's tail, the odd-sized ones come last.
 struct TransferLimits: Sendable {
     /// The longest wait for the next byte. Enforced at sub-second precision by FetchKit;
     /// URLSession's own (whole-second, truncated) timeout is only a later backstop.
     var idleTimeout: TimeInterval
     /// The most the whole fetch may take, every attempt and wait included, or `nil`.
     var totalTimeout: TimeInterval?
-    /// When the fetch's first attempt started (uptime ns), for a later attempt: the total
-    /// timeout counts from there. `nil` for a first attempt, whose clock starts with it.
-    var fetchStartedAt: UInt64?
+    /// Whether a `304 Not Modified` is a success (the request carried validators).
+    var acceptsNotModified = false
     /// The largest body accepted.
     var maximumResponseSize: Int64
     /// Status codes that count as success.
     var acceptableStatusCodes: Set<Int>
-    /// What to do with redirects.
-    var redirectPolicy: RedirectPolicy = .default
     /// Who answers authentication challenges, if anyone.
     var credentials: CredentialProvider?
-    /// Whether a `304 Not Modified` is a success (the request carried validators).
-    var acceptsNotModified = false
+    /// What to do with redirects.
+    var redirectPolicy: RedirectPolicy = .default
+    /// When the fetch's first attempt started (uptime ns), for a later attempt: the total
+    /// timeout counts from there. `nil` for a first attempt, whose clock starts with it.
+    var fetchStartedAt: UInt64?
 
     func accepts(_ statusCode: Int) -> Bool {
         acceptableStatusCodes.contains(statusCode) || (statusCode == 304 && acceptsNotModified)
