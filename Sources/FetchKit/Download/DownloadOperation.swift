@@ -244,6 +244,10 @@ open class DownloadOperation: AnyFetchOperation, OutputProducing, @unchecked Sen
         return .resume(size: partial.size, validator: validator)
     }
 
+    override func makeBodySinkBeforeGrant() -> (any ResponseBodySink)? {
+        makeBodySink()
+    }
+
     override func makeBodySink() -> any ResponseBodySink {
         let (offset, source, isGET) = core.withLock { ($0.rangeOffset, $0.sentRequest?.url, $0.sentRequest?.isGET ?? false) }
         let sink = FileBodySink(

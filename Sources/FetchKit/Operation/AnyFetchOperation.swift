@@ -255,10 +255,10 @@ open class AnyFetchOperation: Operation, @unchecked Sendable {
 
     /// The body sink of an attempt that a ``FetchQueue`` runs, made before it waits for its
     /// slot; or `nil` for a body kept in memory, whose sink the queue makes when it grants the
-    /// slot (``Flight/sink``): a waiting fetch holds none. A download's sink is made now (it
-    /// checks its destination, and the attempt loop asks it whether the disk fell behind).
+    /// slot (``Flight/makeSink()``): a waiting fetch holds none. A download makes its sink now
+    /// (it checks its destination, and the attempt loop asks it whether the disk fell behind).
     func makeBodySinkBeforeGrant() -> (any ResponseBodySink)? {
-        self is DownloadOperation ? makeBodySink() : nil
+        nil
     }
 
     /// Last checks of a prepared, valid request, once, before the first attempt (a download

@@ -89,7 +89,7 @@ extension FetchQueue: TransferCoordinator {
         switch action {
         case .startTransfer(let flight):
             let transfer = Transfer(request: flight.request, session: flight.session, limits: flight.limits,
-                                    sink: flight.sink, owner: flight)
+                                    sink: flight.makeSink(), owner: flight)
             if transition({ $0.transferCreated(transfer, for: flight) }) {
                 transfer.start()
             } else {

@@ -129,9 +129,11 @@ final class Flight: Sendable {
     var request: URLRequest { first.request }
     var limits: TransferLimits { first.limits }
     var session: FetchSession { first.session }
-    /// The first attempt's sink; or, for a body kept in memory, a new one, made when the slot
-    /// is granted (the queue asks once per flight, as it creates the transfer).
-    var sink: any ResponseBodySink { first.sink ?? first.operation.makeBodySink() }
+    /// The transfer's sink: the first attempt's; or, for a body kept in memory, a new one, made
+    /// when the slot is granted (the queue calls this once per flight, as it creates the transfer).
+    func makeSink() -> any ResponseBodySink {
+        first.sink ?? first.operation.makeBodySink()
+    }
     var ticket: ObjectIdentifier { ObjectIdentifier(self) }
 
     /// - Parameters:
@@ -244,7 +246,7 @@ final class FlightMember: TransferHandle, @unchecked Sendable {
     // The fields are ordered to pack: words first, the odd-sized ones last.
     let request: URLRequest
     let session: FetchSession
-    /// `nil` for a body kept in memory: the flight makes its sink at grant (``Flight/sink``).
+    /// `nil` for a body kept in memory: the flight makes its sink at grant (``Flight/makeSink()``).
     let sink: (any ResponseBodySink)?
     let key: FlightKey?
     /// The origin its per-host limit applies to. Guarded by the queue's lock: the join swaps
