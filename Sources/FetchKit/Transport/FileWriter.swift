@@ -78,13 +78,30 @@ final class FileWriter: @unchecked Sendable {
 
     /// How much waits before the writer is woken: 256 KiB.
     ///
-    /// Measured (`fetchkit-bench throughput --only 256m-disk`, interleaved runs, two loaded
-    /// cores): 64 and 128 KiB were slower (more wake-ups), and so were 512 KiB to 4 MiB (2 and
-    /// 4 MiB also used the most CPU; probably the chunks wait longer, out of cache). Writing
-    /// each batch on the router queue while the writer is idle used as much CPU or up to a
-    /// fifth less, but a write that blocks (a stalled disk) would then hold up every transfer
-    /// of the session; the non-blocking buffered write that could make it safe (`pwritev2`
-    /// with `RWF_NOWAIT`) fails with `EOPNOTSUPP` on ext4 (Linux 6.18).
+    /// Measured on two cores (KVM, Linux 6.18), release build, FetchKit to disk, medians of
+    /// runs interleaved and taken only while the machine was otherwise idle:
+    /// `fetchkit-bench throughput-child fetchkit 256m-disk` against a separate `serve`:
+    /// 256 KiB 692 MB/s; 128 KiB 601, 512 KiB 643, 1 MiB 563 (8 runs each); in another series
+    /// 256 KiB 767, 2 MiB 670, 4 MiB 602, 8 MiB 565 (10 each; 8 MiB also took 660 ms of CPU
+    /// against 540, with 43 k context switches against 26 k).
+    ///
+    /// Where the rest goes (`perf record -a -g`, `perf record -e sched:sched_switch`): the
+    /// router's own work is 1–3 % of the samples. Each 16 KiB chunk reaches the router queue
+    /// through `OperationQueue.addOperation` on URLSession's thread, and when the router has
+    /// run dry that wakes a thread for it (`_dispatch_root_queue_poke_slow`, about twice as
+    /// many samples as when the router wrote the file itself); the writer's own park and wake
+    /// per batch come on top (3.4 k worker parks per 256 MiB against 0.6 k, one traced run
+    /// each). Writing each batch on the router queue while the writer is idle keeps the
+    /// router busy, so that URLSession's next chunks queue behind it instead:
+    /// `fetchkit-bench throughput --runs 1 --only 256m-disk`, 6 runs each, 714 MB/s against
+    /// 582 with this writer and 691 for FetchKit before the writer, which wrote on the router
+    /// (two more series, this writer against the one before: 641 against 720, 622 against
+    /// 724; one run varies by ±20 %). But a write that blocks (a stalled disk) would then hold
+    /// up every transfer of the session, and the non-blocking buffered write that could make
+    /// it safe (`pwritev2` with `RWF_NOWAIT`) fails with `EOPNOTSUPP` on ext4 and tmpfs
+    /// (Linux 6.18). Waiting on the router queue for the write it woke, at most 0.5 ms and
+    /// only while the router has caught up, did not help (654 and 602 against 582 and 622):
+    /// the wait parks the router, and the writer must wake it.
     static let wakeThreshold: Int64 = 256 << 10
 
     /// Whether to queue a drain now (none is queued, and at least `threshold` waits).
