@@ -60,7 +60,7 @@ struct OperationFootprintTests {
         #expect(await counts(of: queue, reach: { $0.waiting == 1 }))
 
         let (member, blockerHost) = queue.state.withLock { state in
-            let members = state.flights.values.flatMap { Array($0.members) }
+            let members = state.flights.values.flatMap { Array($0.members) } + state.scheduler.waitingTickets.map(\.member)
             return (members.first { $0.operation === waiting }, members.first { $0.operation === blocker }?.host)
         }
         let waitingMember = try #require(member)

@@ -40,7 +40,7 @@ struct QueueStateTests {
     }
 
     func join(_ member: FlightMember, _ state: inout QueueState) {
-        state.join(member, newFlight: Flight(first: member, queue: queue))
+        state.join(member)
     }
 
     func started(_ actions: [QueueAction]) -> [Flight] {

@@ -111,11 +111,12 @@ struct FlightKey: Hashable, Sendable {
 
 /// One transfer and the operations that share it (one, unless identical GETs coalesced).
 ///
-/// The flight waits for a slot in its queue's ``SlotScheduler``, then owns the real
-/// ``Transfer`` and fans its events out to every member. A member that leaves (its operation
-/// was cancelled) stops the transfer only if it was the last one. What changes about a flight
-/// — whether it runs, its members, its transfer — is in its queue's ``QueueState``
-/// (``QueueState/FlightRecord``); this object is its identity and what it sends.
+/// Its first member waits for a slot in its queue's ``SlotScheduler``; the flight is made when
+/// the slot is granted (or when that member joins, if identical requests may join it while it
+/// waits), then owns the real ``Transfer`` and fans its events out to every member. A member
+/// that leaves (its operation was cancelled) stops the transfer only if it was the last one.
+/// What changes about a flight — whether it runs, its members, its transfer — is in its queue's
+/// ``QueueState`` (``QueueState/FlightRecord``); this object is what it sends.
 final class Flight: Sendable {
     /// The attempt that made the flight: its request, limits, session and sink are the
     /// flight's (identical for every member that joins). Immutable, and kept even if it leaves.
@@ -134,13 +135,11 @@ final class Flight: Sendable {
     func makeSink() -> any ResponseBodySink {
         first.sink ?? first.operation.makeBodySink()
     }
-    var ticket: ObjectIdentifier { ObjectIdentifier(self) }
+    /// Its identity in its queue: its first member's, which waited for its slot.
+    var ticket: ObjectIdentifier { ObjectIdentifier(first) }
 
-    /// - Parameters:
-    ///   - member: The attempt that makes it.
-    ///   - queue: The queue it waits in: `member`'s (the flight reaches it through `member`).
-    init(first member: FlightMember, queue: FetchQueue) {
-        assert(member.queue === queue, "a flight waits in its first member's queue")
+    /// - Parameter member: The attempt that makes it; the flight reaches its queue through it.
+    init(first member: FlightMember) {
         first = member
     }
 }
@@ -286,7 +285,7 @@ final class FlightMember: TransferHandle, @unchecked Sendable {
             endOrphaned()
             return
         }
-        queue.transition { $0.join(self, newFlight: Flight(first: self, queue: queue)) }
+        queue.transition { $0.join(self) }
     }
 
     func stop() {

@@ -49,6 +49,9 @@ struct SlotScheduler<Ticket: Hashable & Sendable>: Sendable {
     /// How many tickets wait for a slot.
     var waitingCount: Int { waiting.count }
 
+    /// The tickets that wait for a slot, in no particular order.
+    var waitingTickets: [Ticket] { Array(waiting.keys) }
+
     /// Level 0 is `.veryHigh`, 4 is `.veryLow`.
     private static func level(of priority: Operation.QueuePriority) -> Int {
         switch priority {
