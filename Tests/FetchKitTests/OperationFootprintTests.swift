@@ -47,6 +47,12 @@ struct OperationFootprintTests {
         #expect(MemoryLayout<TransferLimits>.size <= 89, "packed (97 bytes before)")
     }
 
+    @Test func anAttemptsLimitsAreAFewWords() {
+        // What the configuration sets is shared through one box; an attempt adds its idle
+        // timeout, its fetch's start and whether it accepts a 304 (89 bytes inline before).
+        #expect(MemoryLayout<TransferLimits>.size <= 32)
+    }
+
     @Test func aFetchWaitingForASlotHoldsNoBodySinkUntilItIsGranted() async throws {
         let server = try LoopbackServer()
         defer { server.stop() }

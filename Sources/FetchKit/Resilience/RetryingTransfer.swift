@@ -79,7 +79,7 @@ final class RetryingTransfer: TransferHandle, TransferOwner, @unchecked Sendable
 
     /// The limits every attempt starts from.
     private var limits: TransferLimits {
-        TransferLimits(configuration: configuration.value, request: request)
+        TransferLimits(configuration: configuration, request: request)
     }
 
     func start() {
@@ -285,10 +285,16 @@ final class RetryingTransfer: TransferHandle, TransferOwner, @unchecked Sendable
 
 extension TransferLimits {
     /// The limits of a fetch of `request` under `configuration`, before any attempt adds its own.
-    init(configuration: FetchConfiguration, request: URLRequest) {
-        let idle = configuration.idleTimeout ?? (request.timeoutInterval > 0 ? request.timeoutInterval : 60)
+    init(configuration: AnyFetchOperation.ConfigurationBox, request: URLRequest) {
+        let idle = configuration.value.idleTimeout ?? (request.timeoutInterval > 0 ? request.timeoutInterval : 60)
+        self.init(settings: configuration.transferSettings, idleTimeout: max(0.001, idle))
+    }
+}
+
+extension TransferLimits.Settings {
+    /// What `configuration` sets for every transfer.
+    convenience init(configuration: FetchConfiguration) {
         self.init(
-            idleTimeout: max(0.001, idle),
             totalTimeout: configuration.totalTimeout.map { max(0.001, $0) },
             maximumResponseSize: configuration.maximumResponseSize,
             acceptableStatusCodes: configuration.acceptableStatusCodes,
