@@ -22,8 +22,7 @@ extension FetchQueue: TransferCoordinator {
                       sink: (any ResponseBodySink)?, owner: any TransferOwner) -> any TransferHandle {
         let session = operation.session
         let key = coalescesIdenticalRequests ? FlightKey(request: request, limits: limits, session: session, sink: sink) : nil
-        return FlightMember(operation: operation, owner: owner, request: request, limits: limits, session: session,
-                            sink: sink, key: key, queue: self)
+        return FlightMember(operation: operation, owner: owner, request: request, limits: limits, sink: sink, key: key, queue: self)
     }
 
     func operation(_ operation: AnyFetchOperation, willRetry event: RetryEvent) {

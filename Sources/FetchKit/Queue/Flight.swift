@@ -129,6 +129,7 @@ final class Flight: Sendable {
     var host: String { first.host }
     var request: URLRequest { first.request }
     var limits: TransferLimits { first.limits }
+    /// Its first member's operation's. Reads that operation's lock: never under the queue's.
     var session: FetchSession { first.session }
     /// The transfer's sink: the first attempt's; or, for a body kept in memory, a new one, made
     /// when the slot is granted (the queue calls this once per flight, as it creates the transfer).
@@ -242,12 +243,11 @@ final class FlightMember: TransferHandle, @unchecked Sendable {
     let operation: AnyFetchOperation
     /// Who hears of the transfer: the operation's ``RetryingTransfer``.
     let owner: any TransferOwner
-    // The fields are ordered to pack: words first, the odd-sized ones last.
+    // The fields are ordered to pack (tens of thousands may wait): words first, the odd-sized
+    // ones last.
     let request: URLRequest
-    let session: FetchSession
-    /// `nil` for a body kept in memory: the flight makes its sink at grant (``Flight/makeSink()``).
-    let sink: (any ResponseBodySink)?
-    let key: FlightKey?
+    /// What few attempts have, in a box made only for those (`nil` for most).
+    private let attachments: Attachments?
     /// The origin its per-host limit applies to. Guarded by the queue's lock: the join swaps
     /// it for the equal string the scheduler already holds, so that waiting fetches to one host
     /// share one.
@@ -257,7 +257,6 @@ final class FlightMember: TransferHandle, @unchecked Sendable {
     // the cancel itself.
     private(set) weak var queue: FetchQueue?
     let limits: TransferLimits
-    let priority: Operation.QueuePriority
 
     /// Where it is. Guarded by the queue's lock and changed only by ``QueueState`` transitions,
     /// which hand the member's end to one caller (it becomes ``QueueState/Membership/ended``
@@ -266,18 +265,33 @@ final class FlightMember: TransferHandle, @unchecked Sendable {
     /// Guards ``membership`` of members whose queue is gone (nothing else touches it then).
     private static let orphans = Protected(())
 
-    init(operation: AnyFetchOperation, owner: any TransferOwner, request: URLRequest, limits: TransferLimits, session: FetchSession,
+    /// A sink made before the grant (a download's) and a key to share a transfer by.
+    private final class Attachments {
+        let sink: (any ResponseBodySink)?
+        let key: FlightKey?
+
+        init(sink: (any ResponseBodySink)?, key: FlightKey?) {
+            self.sink = sink
+            self.key = key
+        }
+    }
+
+    /// `nil` for a body kept in memory: the flight makes its sink at grant (``Flight/makeSink()``).
+    var sink: (any ResponseBodySink)? { attachments?.sink }
+    /// What makes it the same fetch as others, if it may share a transfer.
+    var key: FlightKey? { attachments?.key }
+    /// Its operation's session. Reads the operation's lock: never under the queue's.
+    var session: FetchSession { operation.session }
+
+    init(operation: AnyFetchOperation, owner: any TransferOwner, request: URLRequest, limits: TransferLimits,
          sink: (any ResponseBodySink)?, key: FlightKey?, queue: FetchQueue) {
         self.operation = operation
         self.owner = owner
         self.request = request
         self.limits = limits
-        self.session = session
-        self.sink = sink
-        self.key = key
+        attachments = sink == nil && key == nil ? nil : Attachments(sink: sink, key: key)
         self.queue = queue
         host = Self.hostKey(of: request.url)
-        priority = operation.queuePriority
     }
 
     func start() {
@@ -285,7 +299,8 @@ final class FlightMember: TransferHandle, @unchecked Sendable {
             endOrphaned()
             return
         }
-        queue.transition { $0.join(self) }
+        let priority = operation.queuePriority      // outside the queue's lock: Foundation's
+        queue.transition { $0.join(self, priority: priority) }
     }
 
     func stop() {

@@ -262,7 +262,9 @@ struct QueueState {
     /// An attempt wants its transfer: it joins an identical flight, or waits for a slot as the
     /// first of a flight of its own, which is made when the slot is granted (or now, if identical
     /// requests may join it meanwhile).
-    mutating func join(_ member: FlightMember) {
+    ///
+    /// - Parameter priority: Its operation's `queuePriority` (read before the lock is taken).
+    mutating func join(_ member: FlightMember, priority: Operation.QueuePriority) {
         guard case .new = member.membership else { return }   // stopped before it started
         if let id = idsByOperation[ObjectIdentifier(member.operation)] { registry[id]?.transferEnded = false }
         // A `cancelAll` chose it and is about to cancel it: no slot, no shared transfer. The
@@ -279,7 +281,7 @@ struct QueueState {
                 actions.append(.replay(member, flight))
             } else {
                 // A more urgent caller moves the shared transfer up the line (never down).
-                scheduler.raise(Waiter(member: flight.first), to: member.priority)
+                scheduler.raise(Waiter(member: flight.first), to: priority)
             }
             return
         }
@@ -289,7 +291,7 @@ struct QueueState {
             flights[waiter.ticket] = FlightRecord(flight: Flight(first: member), members: FlightMembers(member))
             sharedFlights[key] = waiter.ticket
         }
-        scheduler.enqueue(waiter, host: member.host, priority: member.priority)
+        scheduler.enqueue(waiter, host: member.host, priority: priority)
         takeGrants()
         announceCounts()
     }
