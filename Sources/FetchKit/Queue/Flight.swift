@@ -147,7 +147,8 @@ final class Flight: Sendable {
 
 extension Flight: TransferOwner {
     func transferDidReceive(response: HTTPURLResponse, expectedLength: Int64?) {
-        let members = queue?.transition { $0.flightHeard(self, response: (response, expectedLength)) } ?? []
+        let now = DispatchTime.now().uptimeNanoseconds
+        let members = queue?.transition { $0.flightReceived(self, response: response, expectedLength: expectedLength, now: now) } ?? []
         for member in members {
             member.owner.transferDidReceive(response: response, expectedLength: expectedLength)
         }
@@ -161,7 +162,10 @@ extension Flight: TransferOwner {
     }
 
     func transferDidRedirect(_ response: HTTPURLResponse, to request: URLRequest) {
-        forEachMember { $0.transferDidRedirect(response, to: request) }
+        let members = queue?.transition { $0.flightRedirected(self, response: response, to: request) } ?? []
+        for member in members {
+            member.owner.transferDidRedirect(response, to: request)
+        }
     }
 
     func transferDidStart() {

@@ -359,11 +359,31 @@ struct QueueState {
 
     /// The members of a running flight, to tell of its events, and what to remember for a late
     /// joiner.
-    mutating func flightHeard(_ flight: Flight, response: (HTTPURLResponse, Int64?)? = nil,
-                              received: (bytes: Int64, expected: Int64?)? = nil) -> FlightMembers {
+    mutating func flightHeard(_ flight: Flight, received: (bytes: Int64, expected: Int64?)? = nil) -> FlightMembers {
         guard let record = flights[flight.ticket] else { return [] }
-        if let response { runs[flight.ticket, default: Run()].response = response }
         if let received { runs[flight.ticket, default: Run()].received = received }
+        return record.members
+    }
+
+    /// A running flight's response head arrived: each member's fetch records it and its
+    /// monitors hear of it, here, from the flight (the members' operations do not report it
+    /// back). Returns the members to tell.
+    mutating func flightReceived(_ flight: Flight, response: HTTPURLResponse, expectedLength: Int64?, now: UInt64) -> FlightMembers {
+        guard let record = flights[flight.ticket] else { return [] }
+        runs[flight.ticket, default: Run()].response = (response, expectedLength)
+        for member in record.members {
+            received(response, for: member.operation, now: now)
+        }
+        return record.members
+    }
+
+    /// A running flight follows a redirect: each member's monitors hear of it. Returns the
+    /// members to tell.
+    mutating func flightRedirected(_ flight: Flight, response: HTTPURLResponse, to request: URLRequest) -> FlightMembers {
+        guard let record = flights[flight.ticket] else { return [] }
+        for member in record.members {
+            redirected(response, to: request, for: member.operation)
+        }
         return record.members
     }
 
@@ -371,6 +391,17 @@ struct QueueState {
     func latest(of flight: Flight) -> (response: (HTTPURLResponse, Int64?)?, received: (bytes: Int64, expected: Int64?)?) {
         guard let run = runs[flight.ticket] else { return (nil, nil) }
         return (run.response, run.received)
+    }
+
+    /// A member that joined a running flight is brought to where it is: its latest head and
+    /// progress, and the head goes to the member's monitors as it goes to the member.
+    mutating func replay(to member: FlightMember, of flight: Flight, now: UInt64)
+        -> (response: (HTTPURLResponse, Int64?)?, received: (bytes: Int64, expected: Int64?)?) {
+        let latest = latest(of: flight)
+        if let (head, _) = latest.response {
+            received(head, for: member.operation, now: now)
+        }
+        return latest
     }
 
     private mutating func forgetShared(_ flight: Flight) {
