@@ -78,6 +78,35 @@ struct CoalescingTests {
         #expect(queue.statistics.requestsCoalesced == 1)
     }
 
+    @Test func aCallerThatJoinsAfterTheHeadArrivedHearsOfItOnceInOrder() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let gate = ServerGate()
+        server.route("/held") { _ in
+            .script([.write(HTTPResponse.rawHead(status: 200, headers: ["Content-Length": "2"])),
+                     .wait(gate), .write(Data("ok".utf8))])
+        }
+        let queue = makeFetchQueue(coalesces: true)
+        let recorder = try #require(queue.recorder)
+        // Given a transfer whose head has arrived,
+        let first = server.operation("/held")
+        let firstID = queue.enqueue(first, on: .global) { _ in }
+        #expect(await recorder.waitUntil { $0.contains { $0 == (.response, firstID) } })
+        // when an identical fetch joins it,
+        let late = server.operation("/held")
+        let lateID = queue.enqueue(late, on: .global) { _ in }
+        #expect(await recorder.waitUntil { $0.contains { $0 == (.response, lateID) } })
+        gate.open()
+        #expect(await recorder.waitUntil { events in [firstID, lateID].allSatisfy { id in events.contains { $0 == (.finish, id) } } })
+        // then each caller's monitors hear its whole life once, in order, and one request was sent.
+        for id in [firstID, lateID] {
+            #expect(recorder.kinds(for: id) == [.enqueue, .start, .response, .metrics, .finish])
+        }
+        #expect(late.responseBody == Data("ok".utf8))
+        #expect(server.requestCount(path: "/held") == 1)
+        #expect(queue.statistics.requestsCoalesced == 1)
+    }
+
     /// Requests that say they want a fresh answer, in each of the ways HTTP and Foundation let
     /// them say it.
     static let freshnessDemands: [(name: String, apply: @Sendable (inout URLRequest) -> Void)] = [

@@ -47,6 +47,12 @@ struct OperationFootprintTests {
         #expect(MemoryLayout<TransferLimits>.size <= 89, "packed (97 bytes before)")
     }
 
+    @Test func anAttemptsLimitsAreAFewWords() {
+        // What the configuration sets is shared through one box; an attempt adds its idle
+        // timeout, its fetch's start and whether it accepts a 304 (89 bytes inline before).
+        #expect(MemoryLayout<TransferLimits>.size <= 32)
+    }
+
     @Test func aFetchWaitingForASlotHoldsNoBodySinkUntilItIsGranted() async throws {
         let server = try LoopbackServer()
         defer { server.stop() }
@@ -60,7 +66,7 @@ struct OperationFootprintTests {
         #expect(await counts(of: queue, reach: { $0.waiting == 1 }))
 
         let (member, blockerHost) = queue.state.withLock { state in
-            let members = state.flights.values.flatMap { Array($0.members) }
+            let members = state.flights.values.flatMap { Array($0.members) } + state.scheduler.waitingTickets.map(\.member)
             return (members.first { $0.operation === waiting }, members.first { $0.operation === blocker }?.host)
         }
         let waitingMember = try #require(member)

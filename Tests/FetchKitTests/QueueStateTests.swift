@@ -31,7 +31,7 @@ struct QueueStateTests {
         let sink = MemoryBodySink()
         let key = shareable ? FlightKey(request: request, limits: Self.limits, session: .shared, sink: sink) : nil
         let member = FlightMember(operation: operation, owner: owner, request: request, limits: Self.limits,
-                                  session: .shared, sink: sink, key: key, queue: queue)
+                                  sink: sink, key: key, queue: queue)
         return (id, member)
     }
 
@@ -40,7 +40,7 @@ struct QueueStateTests {
     }
 
     func join(_ member: FlightMember, _ state: inout QueueState) {
-        state.join(member, newFlight: Flight(first: member, queue: queue))
+        state.join(member, priority: member.operation.queuePriority)
     }
 
     func started(_ actions: [QueueAction]) -> [Flight] {

@@ -305,12 +305,6 @@ protocol TransferCoordinator: AnyObject, Sendable {
     /// The operation will try again after a wait.
     func operation(_ operation: AnyFetchOperation, willRetry event: RetryEvent)
 
-    /// An accepted response head arrived. Called on the router queue, in order.
-    func operation(_ operation: AnyFetchOperation, didReceive response: HTTPURLResponse)
-
-    /// The transfer follows a redirect. Called on the router queue, in order.
-    func operation(_ operation: AnyFetchOperation, didRedirect response: HTTPURLResponse, to request: URLRequest)
-
     /// The operation's body progressed. Called on the router queue, in order.
     func operation(_ operation: AnyFetchOperation, didProgress progress: FetchProgress)
 

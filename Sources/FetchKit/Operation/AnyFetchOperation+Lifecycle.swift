@@ -206,21 +206,19 @@ extension AnyFetchOperation {
 
 extension AnyFetchOperation: TransferOwner {
     func transferDidReceive(response: HTTPURLResponse, expectedLength: Int64?) {
-        // A 206 continues a partial download: progress counts the bytes already on disk.
-        let coordinator = core.withLock { core -> (any TransferCoordinator)? in
+        // A 206 continues a partial download: progress counts the bytes already on disk. (A
+        // queue heard of the head from its flight, before this.)
+        core.withLock { core in
             core.progressBase = response.statusCode == 206 ? core.rangeOffset : 0
             core.monitoring?.received(response, self)
-            return core.coordinator
         }
-        coordinator?.operation(self, didReceive: response)
         reportProgress(received: 0, expected: expectedLength)
     }
 
     func transferDidRedirect(_ response: HTTPURLResponse, to request: URLRequest) {
         core.withLock { core in
             core.monitoring?.send(.redirected(response, request), self)
-            return core.coordinator
-        }?.operation(self, didRedirect: response, to: request)
+        }
     }
 
     func transferDidReceive(bytes: Int64, of expectedLength: Int64?) {

@@ -44,6 +44,9 @@ open class AnyFetchOperation: Operation, @unchecked Sendable {
     /// An immutable configuration behind one reference.
     final class ConfigurationBox: Sendable {
         let value: FetchConfiguration
+        /// What it sets for every transfer, made once for all the attempts of the operations
+        /// that share this box.
+        let transferSettings: TransferLimits.Settings
         static let `default` = ConfigurationBox(FetchConfiguration())
         /// The box last made: operations configured alike one after another (the usual
         /// loop: make, configure, enqueue) share it.
@@ -51,6 +54,7 @@ open class AnyFetchOperation: Operation, @unchecked Sendable {
 
         init(_ value: FetchConfiguration) {
             self.value = value
+            transferSettings = TransferLimits.Settings(configuration: value)
         }
 
         /// A box holding `value`: the default one or the last one made, if either holds the

@@ -22,20 +22,11 @@ extension FetchQueue: TransferCoordinator {
                       sink: (any ResponseBodySink)?, owner: any TransferOwner) -> any TransferHandle {
         let session = operation.session
         let key = coalescesIdenticalRequests ? FlightKey(request: request, limits: limits, session: session, sink: sink) : nil
-        return FlightMember(operation: operation, owner: owner, request: request, limits: limits, session: session,
-                            sink: sink, key: key, queue: self)
+        return FlightMember(operation: operation, owner: owner, request: request, limits: limits, sink: sink, key: key, queue: self)
     }
 
     func operation(_ operation: AnyFetchOperation, willRetry event: RetryEvent) {
         transition { $0.willRetry(operation, event) }
-    }
-
-    func operation(_ operation: AnyFetchOperation, didReceive response: HTTPURLResponse) {
-        transition { $0.received(response, for: operation, now: DispatchTime.now().uptimeNanoseconds) }
-    }
-
-    func operation(_ operation: AnyFetchOperation, didRedirect response: HTTPURLResponse, to request: URLRequest) {
-        transition { $0.redirected(response, to: request, for: operation) }
     }
 
     /// Applies one transition under the lock; appends its ordered actions (monitor events,
@@ -105,7 +96,8 @@ extension FetchQueue: TransferCoordinator {
             // progress, read now (not when it joined: events queued before this one reached it
             // already), so a late joiner starts where the transfer is and never goes back.
             member.session.router.queue.async { [weak self] in
-                let (response, received) = self?.state.withLock { $0.latest(of: flight) } ?? (nil, nil)
+                let now = DispatchTime.now().uptimeNanoseconds
+                let (response, received) = self?.transition { $0.replay(to: member, of: flight, now: now) } ?? (nil, nil)
                 member.owner.transferDidStart()
                 if let (head, expected) = response {
                     member.owner.transferDidReceive(response: head, expectedLength: expected)

@@ -452,7 +452,7 @@ public final class FetchQueue: @unchecked Sendable {
         }
     }
 
-    func changeScheduler(_ change: (inout SlotScheduler<ObjectIdentifier>) -> Void) {
+    func changeScheduler(_ change: (inout SlotScheduler<QueueState.Waiter>) -> Void) {
         transition { $0.changeScheduler(change) }
     }
 }

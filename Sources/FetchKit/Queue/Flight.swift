@@ -111,11 +111,12 @@ struct FlightKey: Hashable, Sendable {
 
 /// One transfer and the operations that share it (one, unless identical GETs coalesced).
 ///
-/// The flight waits for a slot in its queue's ``SlotScheduler``, then owns the real
-/// ``Transfer`` and fans its events out to every member. A member that leaves (its operation
-/// was cancelled) stops the transfer only if it was the last one. What changes about a flight
-/// — whether it runs, its members, its transfer — is in its queue's ``QueueState``
-/// (``QueueState/FlightRecord``); this object is its identity and what it sends.
+/// Its first member waits for a slot in its queue's ``SlotScheduler``; the flight is made when
+/// the slot is granted (or when that member joins, if identical requests may join it while it
+/// waits), then owns the real ``Transfer`` and fans its events out to every member. A member
+/// that leaves (its operation was cancelled) stops the transfer only if it was the last one.
+/// What changes about a flight — whether it runs, its members, its transfer — is in its queue's
+/// ``QueueState`` (``QueueState/FlightRecord``); this object is what it sends.
 final class Flight: Sendable {
     /// The attempt that made the flight: its request, limits, session and sink are the
     /// flight's (identical for every member that joins). Immutable, and kept even if it leaves.
@@ -128,26 +129,26 @@ final class Flight: Sendable {
     var host: String { first.host }
     var request: URLRequest { first.request }
     var limits: TransferLimits { first.limits }
+    /// Its first member's operation's. Reads that operation's lock: never under the queue's.
     var session: FetchSession { first.session }
     /// The transfer's sink: the first attempt's; or, for a body kept in memory, a new one, made
     /// when the slot is granted (the queue calls this once per flight, as it creates the transfer).
     func makeSink() -> any ResponseBodySink {
         first.sink ?? first.operation.makeBodySink()
     }
-    var ticket: ObjectIdentifier { ObjectIdentifier(self) }
+    /// Its identity in its queue: its first member's, which waited for its slot.
+    var ticket: ObjectIdentifier { ObjectIdentifier(first) }
 
-    /// - Parameters:
-    ///   - member: The attempt that makes it.
-    ///   - queue: The queue it waits in: `member`'s (the flight reaches it through `member`).
-    init(first member: FlightMember, queue: FetchQueue) {
-        assert(member.queue === queue, "a flight waits in its first member's queue")
+    /// - Parameter member: The attempt that makes it; the flight reaches its queue through it.
+    init(first member: FlightMember) {
         first = member
     }
 }
 
 extension Flight: TransferOwner {
     func transferDidReceive(response: HTTPURLResponse, expectedLength: Int64?) {
-        let members = queue?.transition { $0.flightHeard(self, response: (response, expectedLength)) } ?? []
+        let now = DispatchTime.now().uptimeNanoseconds
+        let members = queue?.transition { $0.flightReceived(self, response: response, expectedLength: expectedLength, now: now) } ?? []
         for member in members {
             member.owner.transferDidReceive(response: response, expectedLength: expectedLength)
         }
@@ -161,7 +162,10 @@ extension Flight: TransferOwner {
     }
 
     func transferDidRedirect(_ response: HTTPURLResponse, to request: URLRequest) {
-        forEachMember { $0.transferDidRedirect(response, to: request) }
+        let members = queue?.transition { $0.flightRedirected(self, response: response, to: request) } ?? []
+        for member in members {
+            member.owner.transferDidRedirect(response, to: request)
+        }
     }
 
     func transferDidStart() {
@@ -243,12 +247,11 @@ final class FlightMember: TransferHandle, @unchecked Sendable {
     let operation: AnyFetchOperation
     /// Who hears of the transfer: the operation's ``RetryingTransfer``.
     let owner: any TransferOwner
-    // The fields are ordered to pack: words first, the odd-sized ones last.
+    // The fields are ordered to pack (tens of thousands may wait): words first, the odd-sized
+    // ones last.
     let request: URLRequest
-    let session: FetchSession
-    /// `nil` for a body kept in memory: the flight makes its sink at grant (``Flight/makeSink()``).
-    let sink: (any ResponseBodySink)?
-    let key: FlightKey?
+    /// What few attempts have, in a box made only for those (`nil` for most).
+    private let attachments: Attachments?
     /// The origin its per-host limit applies to. Guarded by the queue's lock: the join swaps
     /// it for the equal string the scheduler already holds, so that waiting fetches to one host
     /// share one.
@@ -258,7 +261,6 @@ final class FlightMember: TransferHandle, @unchecked Sendable {
     // the cancel itself.
     private(set) weak var queue: FetchQueue?
     let limits: TransferLimits
-    let priority: Operation.QueuePriority
 
     /// Where it is. Guarded by the queue's lock and changed only by ``QueueState`` transitions,
     /// which hand the member's end to one caller (it becomes ``QueueState/Membership/ended``
@@ -267,18 +269,33 @@ final class FlightMember: TransferHandle, @unchecked Sendable {
     /// Guards ``membership`` of members whose queue is gone (nothing else touches it then).
     private static let orphans = Protected(())
 
-    init(operation: AnyFetchOperation, owner: any TransferOwner, request: URLRequest, limits: TransferLimits, session: FetchSession,
+    /// A sink made before the grant (a download's) and a key to share a transfer by.
+    private final class Attachments {
+        let sink: (any ResponseBodySink)?
+        let key: FlightKey?
+
+        init(sink: (any ResponseBodySink)?, key: FlightKey?) {
+            self.sink = sink
+            self.key = key
+        }
+    }
+
+    /// `nil` for a body kept in memory: the flight makes its sink at grant (``Flight/makeSink()``).
+    var sink: (any ResponseBodySink)? { attachments?.sink }
+    /// What makes it the same fetch as others, if it may share a transfer.
+    var key: FlightKey? { attachments?.key }
+    /// Its operation's session. Reads the operation's lock: never under the queue's.
+    var session: FetchSession { operation.session }
+
+    init(operation: AnyFetchOperation, owner: any TransferOwner, request: URLRequest, limits: TransferLimits,
          sink: (any ResponseBodySink)?, key: FlightKey?, queue: FetchQueue) {
         self.operation = operation
         self.owner = owner
         self.request = request
         self.limits = limits
-        self.session = session
-        self.sink = sink
-        self.key = key
+        attachments = sink == nil && key == nil ? nil : Attachments(sink: sink, key: key)
         self.queue = queue
         host = Self.hostKey(of: request.url)
-        priority = operation.queuePriority
     }
 
     func start() {
@@ -286,7 +303,8 @@ final class FlightMember: TransferHandle, @unchecked Sendable {
             endOrphaned()
             return
         }
-        queue.transition { $0.join(self, newFlight: Flight(first: self, queue: queue)) }
+        let priority = operation.queuePriority      // outside the queue's lock: Foundation's
+        queue.transition { $0.join(self, priority: priority) }
     }
 
     func stop() {

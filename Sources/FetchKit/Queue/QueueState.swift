@@ -97,10 +97,12 @@ struct QueueState {
         }
     }
 
-    /// A transfer that waits for its slot or runs, and the attempts that share it.
+    /// A running transfer, or one that waits for its slot and may be shared, and the attempts
+    /// that share it.
     ///
-    /// Small, because tens of thousands may wait: what only a running flight has is in
-    /// ``QueueState/runs``.
+    /// An attempt that waits and may not be shared has none: it is only its ``Waiter`` in the
+    /// scheduler until its slot is granted (tens of thousands may wait). What only a running
+    /// flight has is in ``QueueState/runs``.
     struct FlightRecord {
         let flight: Flight
         var running = false
@@ -113,6 +115,20 @@ struct QueueState {
         var transfer: Transfer?
         var response: (HTTPURLResponse, Int64?)?
         var received: (bytes: Int64, expected: Int64?)?
+    }
+
+    /// What waits in the scheduler for a slot: the first attempt of a flight, held by the
+    /// scheduler's entry, and by its identity (its flight's ticket).
+    struct Waiter: Hashable, Sendable {
+        let member: FlightMember
+
+        var ticket: ObjectIdentifier { ObjectIdentifier(member) }
+
+        static func == (lhs: Waiter, rhs: Waiter) -> Bool { lhs.member === rhs.member }
+
+        func hash(into hasher: inout Hasher) {
+            hasher.combine(ticket)
+        }
     }
 
     /// Where an attempt's handle is: new, in a flight (by ticket), or ended. Kept on the
@@ -128,13 +144,14 @@ struct QueueState {
         case ended
     }
 
-    var scheduler: SlotScheduler<ObjectIdentifier>
+    var scheduler: SlotScheduler<Waiter>
     var coalesces: Bool
     /// Whether the queue has monitors of its own (a fetch's session may have some too).
     let hasMonitors: Bool
     var registry: [FetchID: Entry] = [:]
     var idsByOperation: [ObjectIdentifier: FetchID] = [:]
-    /// Flights waiting for a slot or running, by ticket.
+    /// Flights running, or waiting for a slot and shareable, by ticket (their first member's
+    /// identity): a waiting attempt that may not be shared is only in ``scheduler``.
     var flights: [ObjectIdentifier: FlightRecord] = [:]
     /// What the running flights have, by ticket.
     var runs: [ObjectIdentifier: Run] = [:]
@@ -242,9 +259,12 @@ struct QueueState {
 
     // MARK: Flights
 
-    /// An attempt wants its transfer: it joins an identical flight, or `flight` (made for it)
-    /// waits for a slot.
-    mutating func join(_ member: FlightMember, newFlight flight: @autoclosure () -> Flight) {
+    /// An attempt wants its transfer: it joins an identical flight, or waits for a slot as the
+    /// first of a flight of its own, which is made when the slot is granted (or now, if identical
+    /// requests may join it meanwhile).
+    ///
+    /// - Parameter priority: Its operation's `queuePriority` (read before the lock is taken).
+    mutating func join(_ member: FlightMember, priority: Operation.QueuePriority) {
         guard case .new = member.membership else { return }   // stopped before it started
         if let id = idsByOperation[ObjectIdentifier(member.operation)] { registry[id]?.transferEnded = false }
         // A `cancelAll` chose it and is about to cancel it: no slot, no shared transfer. The
@@ -261,16 +281,17 @@ struct QueueState {
                 actions.append(.replay(member, flight))
             } else {
                 // A more urgent caller moves the shared transfer up the line (never down).
-                scheduler.raise(ticket, to: member.priority)
+                scheduler.raise(Waiter(member: flight.first), to: priority)
             }
             return
         }
-        let flight = flight()
-        let ticket = flight.ticket
-        flights[ticket] = FlightRecord(flight: flight, members: FlightMembers(member))
-        member.membership = .joined(ticket)
-        if let key = member.key { sharedFlights[key] = ticket }
-        scheduler.enqueue(ticket, host: flight.host, priority: member.priority)
+        let waiter = Waiter(member: member)
+        member.membership = .joined(waiter.ticket)
+        if let key = member.key {
+            flights[waiter.ticket] = FlightRecord(flight: Flight(first: member), members: FlightMembers(member))
+            sharedFlights[key] = waiter.ticket
+        }
+        scheduler.enqueue(waiter, host: member.host, priority: priority)
         takeGrants()
         announceCounts()
     }
@@ -286,7 +307,11 @@ struct QueueState {
             member.membership = .ended
         case .joined(let ticket):
             member.membership = .ended
-            guard var record = flights[ticket] else { break }
+            guard var record = flights[ticket] else {
+                // The first of a flight not made yet: it waits alone.
+                if scheduler.withdraw(Waiter(member: member)) { announceCounts() }
+                break
+            }
             record.members.remove(member)
             flights[ticket] = record
             guard record.members.isEmpty else { break }
@@ -295,7 +320,7 @@ struct QueueState {
                 // None yet: `transferCreated` finds no members and ends the flight.
                 if let transfer = runs[ticket]?.transfer { actions.append(.stopTransfer(transfer)) }
             } else {
-                scheduler.withdraw(ticket)
+                scheduler.withdraw(Waiter(member: record.flight.first))
                 flights[ticket] = nil
                 announceCounts()
             }
@@ -334,11 +359,31 @@ struct QueueState {
 
     /// The members of a running flight, to tell of its events, and what to remember for a late
     /// joiner.
-    mutating func flightHeard(_ flight: Flight, response: (HTTPURLResponse, Int64?)? = nil,
-                              received: (bytes: Int64, expected: Int64?)? = nil) -> FlightMembers {
+    mutating func flightHeard(_ flight: Flight, received: (bytes: Int64, expected: Int64?)? = nil) -> FlightMembers {
         guard let record = flights[flight.ticket] else { return [] }
-        if let response { runs[flight.ticket, default: Run()].response = response }
         if let received { runs[flight.ticket, default: Run()].received = received }
+        return record.members
+    }
+
+    /// A running flight's response head arrived: each member's fetch records it and its
+    /// monitors hear of it, here, from the flight (the members' operations do not report it
+    /// back). Returns the members to tell.
+    mutating func flightReceived(_ flight: Flight, response: HTTPURLResponse, expectedLength: Int64?, now: UInt64) -> FlightMembers {
+        guard let record = flights[flight.ticket] else { return [] }
+        runs[flight.ticket, default: Run()].response = (response, expectedLength)
+        for member in record.members {
+            received(response, for: member.operation, now: now)
+        }
+        return record.members
+    }
+
+    /// A running flight follows a redirect: each member's monitors hear of it. Returns the
+    /// members to tell.
+    mutating func flightRedirected(_ flight: Flight, response: HTTPURLResponse, to request: URLRequest) -> FlightMembers {
+        guard let record = flights[flight.ticket] else { return [] }
+        for member in record.members {
+            redirected(response, to: request, for: member.operation)
+        }
         return record.members
     }
 
@@ -346,6 +391,17 @@ struct QueueState {
     func latest(of flight: Flight) -> (response: (HTTPURLResponse, Int64?)?, received: (bytes: Int64, expected: Int64?)?) {
         guard let run = runs[flight.ticket] else { return (nil, nil) }
         return (run.response, run.received)
+    }
+
+    /// A member that joined a running flight is brought to where it is: its latest head and
+    /// progress, and the head goes to the member's monitors as it goes to the member.
+    mutating func replay(to member: FlightMember, of flight: Flight, now: UInt64)
+        -> (response: (HTTPURLResponse, Int64?)?, received: (bytes: Int64, expected: Int64?)?) {
+        let latest = latest(of: flight)
+        if let (head, _) = latest.response {
+            received(head, for: member.operation, now: now)
+        }
+        return latest
     }
 
     private mutating func forgetShared(_ flight: Flight) {
@@ -372,14 +428,9 @@ struct QueueState {
             registry[id]?.swept = true
             if let operation = registry[id]?.operation { operations.append(operation) }
         }
-        // Chosen first, removed after: removing while iterating would copy the whole table.
-        let chosen = flights.filter { !$0.value.running && $0.value.members.allSatisfy({ isSwept($0.operation) }) }
-        for (ticket, record) in chosen {
-            scheduler.withdraw(ticket)
-            flights[ticket] = nil
-            forgetShared(record.flight)
-            // Each member hears of its end when its operation is cancelled and stops it.
-            for member in record.members { member.membership = .withdrawn }
+        for waiter in scheduler.waitingTickets where allSwept(waiting: waiter) {
+            scheduler.withdraw(waiter)
+            withdrawFlight(of: waiter)
         }
         takeGrants()
         announceCounts()
@@ -390,7 +441,7 @@ struct QueueState {
 
     /// Limits changed, the queue was suspended or resumed, a host's pause ended: grant what may
     /// start now.
-    mutating func changeScheduler(_ change: (inout SlotScheduler<ObjectIdentifier>) -> Void) {
+    mutating func changeScheduler(_ change: (inout SlotScheduler<Waiter>) -> Void) {
         change(&scheduler)
         takeGrants()
         announceCounts()
@@ -424,17 +475,19 @@ struct QueueState {
         while declined {
             declined = false
             for grant in scheduler.takeGrants() {
-                guard var record = flights[grant.ticket], !record.running else { continue }
-                if record.members.allSatisfy({ isSwept($0.operation) }) {
+                if allSwept(waiting: grant.ticket) {
                     scheduler.release(host: grant.host)
-                    flights[grant.ticket] = nil
-                    forgetShared(record.flight)
-                    for member in record.members { member.membership = .withdrawn }
+                    withdrawFlight(of: grant.ticket)
                     declined = true
                     continue
                 }
+                let ticket = grant.ticket.ticket
+                // A flight that may not be shared is made now, as its slot is granted.
+                var record = flights[ticket]
+                    ?? FlightRecord(flight: Flight(first: grant.ticket.member), members: FlightMembers(grant.ticket.member))
+                guard !record.running else { continue }
                 record.running = true
-                flights[grant.ticket] = record
+                flights[ticket] = record
                 statistics.transfersStarted += 1
                 transferStarted()
                 for member in record.members {
@@ -443,6 +496,24 @@ struct QueueState {
                 actions.append(.startTransfer(record.flight))
             }
         }
+    }
+
+    /// Whether a `cancelAll` chose every member of the flight that `waiter` heads, which waits
+    /// (or was just granted).
+    private func allSwept(waiting waiter: Waiter) -> Bool {
+        guard let record = flights[waiter.ticket] else { return isSwept(waiter.member.operation) }
+        return record.members.allSatisfy { isSwept($0.operation) }
+    }
+
+    /// Forgets the flight that `waiter` heads, out of the scheduler now: none of its members
+    /// gets a transfer. Each hears of its end when its operation is cancelled and stops it.
+    private mutating func withdrawFlight(of waiter: Waiter) {
+        guard let record = flights.removeValue(forKey: waiter.ticket) else {
+            waiter.member.membership = .withdrawn
+            return
+        }
+        forgetShared(record.flight)
+        for member in record.members { member.membership = .withdrawn }
     }
 
     /// Makes sure the queue looks again when the first paused host with waiting transfers opens.

@@ -19,10 +19,22 @@ struct SlotScheduler<Ticket: Hashable & Sendable>: Sendable {
     /// While paused, nothing is granted; releases still count.
     var isPaused = false
 
+    /// A waiting ticket's host, level and place in line: three words, not four (tens of
+    /// thousands may wait), the level in the top byte of the sequence's word.
     private struct Waiting {
         let host: String
-        let level: Int
-        let sequence: UInt64
+        private let packed: UInt64
+
+        init(host: String, level: Int, sequence: UInt64) {
+            self.host = host
+            packed = UInt64(level) << 56 | (sequence & Self.sequenceMask)
+        }
+
+        var level: Int { Int(packed >> 56) }
+        /// Its place in line; unique (2⁵⁶ tickets would take centuries to enqueue).
+        var sequence: UInt64 { packed & Self.sequenceMask }
+
+        private static var sequenceMask: UInt64 { (1 << 56) - 1 }
     }
 
     /// One host's waiting tickets: a FIFO per priority level, with stale entries left behind
@@ -48,6 +60,9 @@ struct SlotScheduler<Ticket: Hashable & Sendable>: Sendable {
 
     /// How many tickets wait for a slot.
     var waitingCount: Int { waiting.count }
+
+    /// The tickets that wait for a slot, in no particular order.
+    var waitingTickets: [Ticket] { Array(waiting.keys) }
 
     /// Level 0 is `.veryHigh`, 4 is `.veryLow`.
     private static func level(of priority: Operation.QueuePriority) -> Int {

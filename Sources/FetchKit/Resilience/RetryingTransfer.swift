@@ -25,16 +25,14 @@ final class RetryingTransfer: TransferHandle, TransferOwner, @unchecked Sendable
     /// The operation's configuration, shared (its retry policy, session and limits are read
     /// from it when needed): a waiting fetch keeps one reference, not copies of them.
     private let configuration: AnyFetchOperation.ConfigurationBox
-    /// Weak, as the operation's own reference: a queue is not kept alive by what it holds.
-    private weak var coordinator: (any TransferCoordinator)?
 
     // The fields are ordered to pack (a waiting fetch holds this): words first, then the
     // odd-sized ones, the flags last.
     private struct State {
-        var attempt = 0
+        var attempt: Int32 = 0
         /// Counts attempts begun (continuations included), so that a deadline timer knows
         /// whether the attempt it watches is still the current one.
-        var generation = 0
+        var generation: Int32 = 0
         var current: (any TransferHandle)?
         /// The current attempt's body sink, if it writes a file: it says whether it stopped the
         /// transfer to let the disk catch up. (A memory sink never does.)
@@ -62,6 +60,8 @@ final class RetryingTransfer: TransferHandle, TransferOwner, @unchecked Sendable
     /// it, and the operation never calls into the loop while holding it.
     private var state = State()
     /// Whether attempts go through a coordinator (then none goes around it once it is gone).
+    /// The coordinator itself is the operation's (``AnyFetchOperation/Core/coordinator``, weak:
+    /// a queue is not kept alive by what it holds), read for each attempt.
     private let coordinated: Bool
 
     private func withState<Result>(_ body: (inout State) -> Result) -> Result {
@@ -73,13 +73,12 @@ final class RetryingTransfer: TransferHandle, TransferOwner, @unchecked Sendable
         self.operation = operation
         self.request = request
         self.configuration = configuration
-        self.coordinator = coordinator
         coordinated = coordinator != nil
     }
 
     /// The limits every attempt starts from.
     private var limits: TransferLimits {
-        TransferLimits(configuration: configuration.value, request: request)
+        TransferLimits(configuration: configuration, request: request)
     }
 
     func start() {
@@ -110,12 +109,13 @@ final class RetryingTransfer: TransferHandle, TransferOwner, @unchecked Sendable
     /// - Parameter continuing: The last attempt was stopped because the disk fell behind; this
     ///   one continues it (with `Range`, from what is on disk) and is not a retry.
     private func beginAttempt(continuing: Bool) {
-        let (attempt, firstStart, generation) = withState { state -> (Int, UInt64?, Int) in
+        // Under the operation's lock, which guards this loop's state too.
+        let (attempt, firstStart, generation, coordinator) = operation.core.withLock { core in
             if !continuing { state.attempt += 1 }
             state.answered = false
             state.attemptStarted = false
-            state.generation += 1
-            return (state.attempt, state.firstStart, state.generation)
+            state.generation &+= 1
+            return (Int(state.attempt), state.firstStart, state.generation, core.coordinator)
         }
         var limits = self.limits
         if let total = limits.totalTimeout, let firstStart {
@@ -167,7 +167,7 @@ final class RetryingTransfer: TransferHandle, TransferOwner, @unchecked Sendable
 
     /// The fetch's deadline came: stop the attempt `generation` if it is still waiting for its
     /// slot (one that started is stopped by its own transfer's clock).
-    private func deadlinePassedWhileWaiting(generation: Int) {
+    private func deadlinePassedWhileWaiting(generation: Int32) {
         let waiting = withState { state -> (any TransferHandle)? in
             guard state.generation == generation, !state.attemptStarted, !state.stopped, let current = state.current else { return nil }
             state.overdue = true
@@ -256,7 +256,7 @@ final class RetryingTransfer: TransferHandle, TransferOwner, @unchecked Sendable
                 return .continueTransfer(sink)
             }
             guard !state.stopped, case .failure(let error, _) = result,
-                  let delay = policy.delay(after: error, attempt: state.attempt, method: method)
+                  let delay = policy.delay(after: error, attempt: Int(state.attempt), method: method)
             else { return .finish }
             // Silent for the whole idle timeout without a word: the timeout the user set is
             // how long they wait for an answer, and asking again would multiply it.
@@ -266,7 +266,7 @@ final class RetryingTransfer: TransferHandle, TransferOwner, @unchecked Sendable
                 guard delay < Self.timeLeft(of: total, since: firstStart) else { return .finish }
             }
             state.waiting = true
-            return .retry(RetryEvent(attempt: state.attempt + 1, delay: delay, error: error))
+            return .retry(RetryEvent(attempt: Int(state.attempt) + 1, delay: delay, error: error))
         }
         switch decision {
         case .finish:
@@ -285,10 +285,16 @@ final class RetryingTransfer: TransferHandle, TransferOwner, @unchecked Sendable
 
 extension TransferLimits {
     /// The limits of a fetch of `request` under `configuration`, before any attempt adds its own.
-    init(configuration: FetchConfiguration, request: URLRequest) {
-        let idle = configuration.idleTimeout ?? (request.timeoutInterval > 0 ? request.timeoutInterval : 60)
+    init(configuration: AnyFetchOperation.ConfigurationBox, request: URLRequest) {
+        let idle = configuration.value.idleTimeout ?? (request.timeoutInterval > 0 ? request.timeoutInterval : 60)
+        self.init(settings: configuration.transferSettings, idleTimeout: max(0.001, idle))
+    }
+}
+
+extension TransferLimits.Settings {
+    /// What `configuration` sets for every transfer.
+    convenience init(configuration: FetchConfiguration) {
         self.init(
-            idleTimeout: max(0.001, idle),
             totalTimeout: configuration.totalTimeout.map { max(0.001, $0) },
             maximumResponseSize: configuration.maximumResponseSize,
             acceptableStatusCodes: configuration.acceptableStatusCodes,

@@ -35,27 +35,64 @@ extension TransferOwner {
 
 /// The limits a transfer enforces itself.
 ///
-/// The fields are ordered to pack (a waiting fetch's flight member holds one): the one-byte
-/// flag fills the optional's tail, the odd-sized ones come last.
+/// Small (a waiting fetch's flight member holds one): what its fetch's configuration sets is
+/// in one immutable ``Settings`` box, shared by every attempt of operations configured alike
+/// (their ``AnyFetchOperation/ConfigurationBox`` makes it once); what an attempt adds is inline.
 struct TransferLimits: Sendable {
+    /// What a fetch's configuration sets.
+    final class Settings: Sendable {
+        let totalTimeout: TimeInterval?
+        let maximumResponseSize: Int64
+        let acceptableStatusCodes: Set<Int>
+        let credentials: CredentialProvider?
+        let redirectPolicy: RedirectPolicy
+
+        init(totalTimeout: TimeInterval?, maximumResponseSize: Int64, acceptableStatusCodes: Set<Int>,
+             credentials: CredentialProvider?, redirectPolicy: RedirectPolicy) {
+            self.totalTimeout = totalTimeout
+            self.maximumResponseSize = maximumResponseSize
+            self.acceptableStatusCodes = acceptableStatusCodes
+            self.credentials = credentials
+            self.redirectPolicy = redirectPolicy
+        }
+    }
+
+    private let settings: Settings
     /// The longest wait for the next byte. Enforced at sub-second precision by FetchKit;
     /// URLSession's own (whole-second, truncated) timeout is only a later backstop.
     var idleTimeout: TimeInterval
-    /// The most the whole fetch may take, every attempt and wait included, or `nil`.
-    var totalTimeout: TimeInterval?
-    /// Whether a `304 Not Modified` is a success (the request carried validators).
-    var acceptsNotModified = false
-    /// The largest body accepted.
-    var maximumResponseSize: Int64
-    /// Status codes that count as success.
-    var acceptableStatusCodes: Set<Int>
-    /// Who answers authentication challenges, if anyone.
-    var credentials: CredentialProvider?
-    /// What to do with redirects.
-    var redirectPolicy: RedirectPolicy = .default
     /// When the fetch's first attempt started (uptime ns), for a later attempt: the total
     /// timeout counts from there. `nil` for a first attempt, whose clock starts with it.
     var fetchStartedAt: UInt64?
+    /// Whether a `304 Not Modified` is a success (the request carried validators).
+    var acceptsNotModified = false
+
+    /// The most the whole fetch may take, every attempt and wait included, or `nil`.
+    var totalTimeout: TimeInterval? { settings.totalTimeout }
+    /// The largest body accepted.
+    var maximumResponseSize: Int64 { settings.maximumResponseSize }
+    /// Status codes that count as success.
+    var acceptableStatusCodes: Set<Int> { settings.acceptableStatusCodes }
+    /// Who answers authentication challenges, if anyone.
+    var credentials: CredentialProvider? { settings.credentials }
+    /// What to do with redirects.
+    var redirectPolicy: RedirectPolicy { settings.redirectPolicy }
+
+    init(idleTimeout: TimeInterval, totalTimeout: TimeInterval? = nil, acceptsNotModified: Bool = false,
+         maximumResponseSize: Int64, acceptableStatusCodes: Set<Int>, credentials: CredentialProvider? = nil,
+         redirectPolicy: RedirectPolicy = .default, fetchStartedAt: UInt64? = nil) {
+        self.init(settings: Settings(totalTimeout: totalTimeout, maximumResponseSize: maximumResponseSize,
+                                     acceptableStatusCodes: acceptableStatusCodes, credentials: credentials,
+                                     redirectPolicy: redirectPolicy),
+                  idleTimeout: idleTimeout)
+        self.acceptsNotModified = acceptsNotModified
+        self.fetchStartedAt = fetchStartedAt
+    }
+
+    init(settings: Settings, idleTimeout: TimeInterval) {
+        self.settings = settings
+        self.idleTimeout = idleTimeout
+    }
 
     func accepts(_ statusCode: Int) -> Bool {
         acceptableStatusCodes.contains(statusCode) || (statusCode == 304 && acceptsNotModified)
