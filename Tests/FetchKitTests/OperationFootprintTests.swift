@@ -16,14 +16,7 @@ struct OperationFootprintTests {
     @Test func aWaitingOperationNobodyWatchesMakesNoBoxes() async throws {
         let server = try LoopbackServer()
         defer { server.stop() }
-        let queue = makeFetchQueue(total: 1, perHost: 1, monitors: [])
-        let blocker = server.operation("/stall-head")
-        queue.enqueue(blocker)
-        #expect(await counts(of: queue, reach: { $0.inFlight == 1 }))
-        let waiting = server.operation("/json")
-        let done = Countdown(1)
-        queue.enqueue(waiting) { _ in done.signal() }
-        #expect(await counts(of: queue, reach: { $0.waiting == 1 }))
+        let (queue, blocker, waiting, done) = await fetchWaitingBehindABlocker(on: server, path: "/json")
         let boxes = waiting.core.withLock { $0.madeBoxes }
         #expect(!boxes.record && !boxes.extras, "no transfer record, no handlers, observers or sequences")
 
@@ -56,14 +49,7 @@ struct OperationFootprintTests {
     @Test func aFetchWaitingForASlotHoldsNoBodySinkUntilItIsGranted() async throws {
         let server = try LoopbackServer()
         defer { server.stop() }
-        let queue = makeFetchQueue(total: 1, perHost: 1, monitors: [])
-        let blocker = server.operation("/stall-head")
-        queue.enqueue(blocker)
-        #expect(await counts(of: queue, reach: { $0.inFlight == 1 }))
-        let waiting = server.operation("/bytes/3000")
-        let done = Countdown(1)
-        queue.enqueue(waiting) { _ in done.signal() }
-        #expect(await counts(of: queue, reach: { $0.waiting == 1 }))
+        let (queue, blocker, waiting, done) = await fetchWaitingBehindABlocker(on: server, path: "/bytes/3000")
 
         let (member, blockerHost) = queue.state.withLock { state in
             let members = state.flights.values.flatMap { Array($0.members) } + state.scheduler.waitingTickets.map(\.member)
@@ -138,5 +124,20 @@ struct OperationFootprintTests {
         other.session = FetchSession(configuration: .ephemeral)
         #expect(!base.isIdentical(to: other))
         other.session.invalidate()
+    }
+
+    /// A queue of one slot, held by a fetch whose head never comes, and a fetch of `path`
+    /// waiting for that slot (it completes once the blocker is cancelled).
+    private func fetchWaitingBehindABlocker(on server: LoopbackServer, path: String) async
+        -> (queue: FetchQueue, blocker: FetchOperation<Data>, waiting: FetchOperation<Data>, done: Countdown) {
+        let queue = makeFetchQueue(total: 1, perHost: 1, monitors: [])
+        let blocker = server.operation("/stall-head")
+        queue.enqueue(blocker)
+        #expect(await counts(of: queue, reach: { $0.inFlight == 1 }))
+        let waiting = server.operation(path)
+        let done = Countdown(1)
+        queue.enqueue(waiting) { _ in done.signal() }
+        #expect(await counts(of: queue, reach: { $0.waiting == 1 }))
+        return (queue, blocker, waiting, done)
     }
 }
