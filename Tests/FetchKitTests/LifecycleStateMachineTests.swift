@@ -193,6 +193,98 @@ struct LifecycleStateMachineTests {
         }
     }
 
+    // MARK: Attempts: a wait between them is a state of the lifecycle
+
+    @Test func aFailureWithAnotherAttemptToComeWaitsWithoutATransferThenPreparesIt() {
+        var machine = Machine()
+        _ = machine.start()
+        _ = machine.attachTransfer()
+        #expect(machine.isTransferring)
+        let failure = Machine.Outcome.failure(.transport(.init(.networkConnectionLost)))
+        #expect(machine.transferEnded(failure, anotherAttempt: true) == .waitForNextAttempt)
+        #expect(machine.phase == .executing, "still executing while it waits")
+        #expect(!machine.isTransferring)
+        #expect(machine.transferEnded(.success) == .ignore, "no transfer is attached while it waits")
+        let resumed = machine.resumeAfterWait()
+        #expect(resumed)
+        let resumedAgain = machine.resumeAfterWait()
+        #expect(!resumedAgain, "the wait ends once")
+        let attached = machine.attachTransfer()
+        #expect(attached, "the next attempt is attached like the first")
+        #expect(machine.transferEnded(.success, anotherAttempt: true) == .parse, "a success never waits")
+    }
+
+    @Test func aCancelDuringTheWaitCompletesAtOnceAndTheWaitsEndChangesNothing() {
+        var machine = Machine()
+        _ = machine.start()
+        _ = machine.attachTransfer()
+        _ = machine.transferEnded(.failure(.transport(.init(.timedOut))), anotherAttempt: true)
+        #expect(machine.cancel(url: nil) == .stopPreparing, "no transfer to stop: complete now")
+        #expect(isCancelledOutcome(machine.complete()))
+        let resumed = machine.resumeAfterWait()
+        #expect(!resumed)
+        let attached = machine.attachTransfer()
+        #expect(!attached)
+    }
+
+    @Test func aCancelDuringAnAttemptWinsOverAnotherAttempt() {
+        var machine = Machine()
+        _ = machine.start()
+        _ = machine.attachTransfer()
+        #expect(machine.cancel(url: nil) == .stopTransfer)
+        #expect(machine.transferEnded(.failure(.cancelled(.init(url: nil))), anotherAttempt: true) == .complete)
+        #expect(isCancelledOutcome(machine.complete()))
+    }
+
+    @Test func aFailureBeforeALaterAttemptEndsTheFetch() {
+        // A later attempt is prepared like the first: its deadline may have passed, or its
+        // queue may be gone.
+        var machine = Machine()
+        _ = machine.start()
+        _ = machine.attachTransfer()
+        _ = machine.transferEnded(.failure(.transport(.init(.timedOut))), anotherAttempt: true)
+        _ = machine.resumeAfterWait()
+        let failed = machine.failBeforeTransfer(.timedOut(.init(kind: .total, interval: 1, url: nil)))
+        #expect(failed)
+        guard case .failure(.timedOut) = machine.complete() else {
+            Issue.record("expected the total timeout")
+            return
+        }
+    }
+
+    /// Random event sequences with waits between attempts: `finished` at most once, and a
+    /// wait ends at most once per attempt that asked for one.
+    @Test(arguments: 0..<200)
+    func randomSequencesWithWaitsFinishAtMostOnce(seed: Int) {
+        var generator = SplitMix64(seed: UInt64(seed))
+        var machine = Machine()
+        var finishes = 0
+        var waits = 0
+        var resumes = 0
+        for _ in 0..<16 {
+            let wasFinished = machine.isFinished
+            switch generator.next() % 5 {
+            case 0:
+                _ = machine.start()
+            case 1:
+                if machine.cancel(url: nil) == .stopPreparing { _ = machine.complete() }
+            case 2:
+                _ = machine.attachTransfer()
+            case 3:
+                switch machine.transferEnded(.failure(.cancelled(.init(url: nil))), anotherAttempt: generator.next() % 2 == 0) {
+                case .complete: _ = machine.complete()
+                case .waitForNextAttempt: waits += 1
+                default: break
+                }
+            default:
+                if machine.resumeAfterWait() { resumes += 1 }
+            }
+            if !wasFinished && machine.isFinished { finishes += 1 }
+        }
+        #expect(finishes <= 1)
+        #expect(resumes <= waits)
+    }
+
     /// Random event sequences: the machine reaches `finished` at most once, only through
     /// `complete()` or a cancelled start, and never from `pending` without `start()`.
     @Test(arguments: 0..<200)

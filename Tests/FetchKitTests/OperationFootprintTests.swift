@@ -46,6 +46,21 @@ struct OperationFootprintTests {
         #expect(MemoryLayout<TransferLimits>.size <= 32)
     }
 
+    @Test func aWaitingFetchsAttemptIsItsPlaceInTheQueueWithNothingBetween() async throws {
+        // The operation runs its attempts itself (no attempt-loop object of 112 bytes between
+        // it and its place in the queue), and hears of the transfer directly.
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let (queue, blocker, waiting, done) = await fetchWaitingBehindABlocker(on: server, path: "/bytes/3000")
+        let handle = try #require(waiting.core.withLock { $0.transfer })
+        let member = try #require(handle as? FlightMember, "the operation holds its place in the queue")
+        #expect(member.operation === waiting)
+        blocker.cancel()
+        #expect(await done.wait())
+        #expect(waiting.responseBody?.count == 3000)
+        #expect(waiting.core.withLock { $0.transfer } == nil, "nothing is held once the transfer ended")
+    }
+
     @Test func aFetchWaitingForASlotHoldsNoBodySinkUntilItIsGranted() async throws {
         let server = try LoopbackServer()
         defer { server.stop() }

@@ -9,17 +9,8 @@ import Testing
 /// thread: each test applies transitions to a `QueueState` and reads what it asks for.
 @Suite("Queue state machine (pure)")
 struct QueueStateTests {
-    /// An attempt's owner that is never called here.
-    final class Owner: TransferOwner {
-        func transferDidSend(bytes: Int64, of total: Int64?) {}
-        func transferDidReceive(response: HTTPURLResponse, expectedLength: Int64?) {}
-        func transferDidReceive(bytes: Int64, of expectedLength: Int64?) {}
-        func transferDidEnd(_ result: TransferResult) {}
-    }
-
     /// The queue the flights name (only as their identity's home: transitions never call it).
     let queue = FetchQueue(name: "pure")
-    let owner = Owner()
     static let limits = TransferLimits(idleTimeout: 30, maximumResponseSize: 1 << 20, acceptableStatusCodes: [200])
 
     /// A fetch registered in `state`, and the handle of its first attempt.
@@ -30,8 +21,8 @@ struct QueueStateTests {
         let request = URLRequest(url: operation.request?.url ?? URL(filePath: "/"))
         let sink = MemoryBodySink()
         let key = shareable ? FlightKey(request: request, limits: Self.limits, session: .shared, sink: sink) : nil
-        let member = FlightMember(operation: operation, owner: owner, request: request, limits: Self.limits,
-                                  sink: sink, key: key, queue: queue)
+        let member = FlightMember(operation: operation, request: request, limits: Self.limits, sink: sink,
+                                  key: key, queue: queue)
         return (id, member)
     }
 

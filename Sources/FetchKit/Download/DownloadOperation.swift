@@ -192,8 +192,8 @@ open class DownloadOperation: AnyFetchOperation, OutputProducing, @unchecked Sen
 
     /// Each attempt continues the partial file if it can: a retry resumes what the failed
     /// attempt wrote.
-    override func prepareAttempt(_ request: URLRequest, attempt: Int) -> AttemptSetup {
-        var request = request
+    override func prepareAttempt(_ prepared: URLRequest, attempt: Int) -> AttemptSetup {
+        var request = prepared
         var offset: Int64 = 0
         let continuing = noteContinuation()
         switch inspectPartial(for: request, continuing: continuing) {
@@ -210,7 +210,7 @@ open class DownloadOperation: AnyFetchOperation, OutputProducing, @unchecked Sen
             }
         }
         core.withLock { $0.rangeOffset = offset }
-        recordAttempt(attempt, request: request, conditional: false)
+        recordAttempt(attempt, request: request, conditional: false, prepared: offset > 0 ? prepared : nil)
         return AttemptSetup(request: request, acceptsNotModified: false)
     }
 
@@ -246,6 +246,12 @@ open class DownloadOperation: AnyFetchOperation, OutputProducing, @unchecked Sen
 
     override func makeBodySinkBeforeGrant() -> (any ResponseBodySink)? {
         makeBodySink()
+    }
+
+    override func sinkThatFellBehind() -> (any ResponseBodySink)? {
+        downloadState.withLock { state in
+            state.sink.flatMap { $0.stoppedForBackpressure ? $0 : nil }
+        }
     }
 
     override func makeBodySink() -> any ResponseBodySink {

@@ -19,7 +19,8 @@ extension AnyFetchOperation {
         // The fields are ordered to pack: words first, then the odd-sized ones, each followed
         // by one-byte flags that fill its tail.
 
-        // The transfer in flight, and the coordinator (a FetchQueue) that provides it, if any.
+        // The current attempt's transfer (`nil` between attempts), and the coordinator (a
+        // FetchQueue) that provides it, if any.
         // Weak: the queue holds its operations, not the other way round, so that a queue its
         // owner drops is freed (and cancels what it holds). `claimed` tells an operation whose
         // queue is gone from one that never had one.
@@ -108,6 +109,12 @@ extension AnyFetchOperation {
             return true
         }
 
+        /// The request every attempt starts from, made and checked once before the first (see
+        /// AnyFetchOperation+Attempts.swift): the sent one, unless the last attempt added to it.
+        var preparedRequest: URLRequest? {
+            record[\.attemptBase] ?? sentRequest
+        }
+
         /// Which boxes exist (tests: a waiting operation nobody watches has made neither).
         var madeBoxes: (record: Bool, extras: Bool) {
             (record.isMade, extras.isMade)
@@ -188,6 +195,24 @@ extension AnyFetchOperation {
         var progressBase: Int64 = 0
         var bytesSent: Int64 = 0
         var bytesToSend: Int64?
+        /// The prepared request, when the last attempt's request added to it (the validators
+        /// of a conditional GET, a download's `Range`); otherwise the sent request is it (see
+        /// ``Core/preparedRequest``), and a fetch holds one request, not two.
+        var attemptBase: URLRequest?
+        /// When the first attempt's transfer started (uptime ns; 0 before): the total timeout
+        /// counts from there.
+        var firstTransferStart: UInt64 = 0
+        /// Counts the deadline timers of later attempts, which may wait for a queue slot, so
+        /// that a timer knows whether the attempt it watches is still the current one.
+        var deadlineGeneration: Int32 = 0
+        /// The current attempt's transfer started (it may wait for a queue slot first).
+        var attemptStarted = false
+        /// The current attempt got a response head: a server that answered and then stalled
+        /// is worth another attempt; one that stayed silent for the whole idle timeout is not.
+        var attemptAnswered = false
+        /// The fetch's deadline passed while the current attempt waited for a slot: it was
+        /// stopped, and ends as a total timeout rather than a cancel.
+        var attemptOverdue = false
     }
 
     /// State that only some callers ask for, boxed at first use (see ``Core``). Reached only
@@ -294,12 +319,13 @@ protocol TransferHandle: AnyObject, Sendable {
 /// request was built; nothing is created in URLSession and no clock runs until the coordinator
 /// lets the transfer begin.
 protocol TransferCoordinator: AnyObject, Sendable {
+    /// A handle for one attempt of `operation`, which hears of its transfer (it is the
+    /// transfer's ``TransferOwner``).
     func makeTransfer(
         for operation: AnyFetchOperation,
         request: URLRequest,
         limits: TransferLimits,
-        sink: (any ResponseBodySink)?,
-        owner: any TransferOwner
+        sink: (any ResponseBodySink)?
     ) -> any TransferHandle
 
     /// The operation will try again after a wait.

@@ -112,29 +112,15 @@ extension AnyFetchOperation {
         return nil
     }
 
-    private func failBeforeTransfer(_ error: FetchError) {
+    func failBeforeTransfer(_ error: FetchError) {
         if core.withLock({ $0.machine.failBeforeTransfer(error) }) {
             completeNow()
         }
     }
 
+    /// The request is prepared: the first attempt begins (AnyFetchOperation+Attempts.swift).
     private func beginTransfer(_ request: URLRequest) {
-        let (settings, coordinator, claimed) = core.withLock { ($0.settings, $0.coordinator, $0.claimed) }
-        guard coordinator != nil || !claimed else {
-            // Its queue was freed (and is cancelling it): no transfer outside the queue's limits.
-            failBeforeTransfer(.cancelled(.init(url: request.url)))
-            return
-        }
-        let transfer = RetryingTransfer(operation: self, request: request, configuration: settings.configurationBox,
-                                        coordinator: coordinator)
-        let attached = core.withLock { core in
-            guard core.machine.attachTransfer() else { return false }
-            core.transfer = transfer
-            return true
-        }
-        // Cancelled meanwhile: the handle is dropped unstarted.
-        guard attached else { return }
-        transfer.start()
+        beginAttempt(from: request, continuing: false)
     }
 
     /// A retry is about to wait: tell the retry handlers and the coordinator.
@@ -152,7 +138,7 @@ extension AnyFetchOperation {
     // MARK: Parsing and finishing
 
     /// - Parameter onGlobal: It runs on a thread of ``CallbackQueue/global``.
-    private func runParse(onGlobal: Bool) {
+    func runParse(onGlobal: Bool) {
         var failure: FetchError?
         if !isCancelled {
             let body = core.withLock { $0.body }
@@ -177,7 +163,7 @@ extension AnyFetchOperation {
     ///
     /// - Parameter onGlobal: It runs on a thread of ``CallbackQueue/global``, where a completion
     ///   handler for that queue may then run without another hand-off.
-    private func completeNow(onGlobal: Bool = false) {
+    func completeNow(onGlobal: Bool = false) {
         let (deliver, progress, succeeded, streams) = core.withLock { core in
             let outcome = core.machine.complete()
             if let monitoring = core.monitoring {
@@ -209,6 +195,7 @@ extension AnyFetchOperation: TransferOwner {
         // A 206 continues a partial download: progress counts the bytes already on disk. (A
         // queue heard of the head from its flight, before this.)
         core.withLock { core in
+            core.attemptAnswered = true
             core.progressBase = response.statusCode == 206 ? core.rangeOffset : 0
             core.monitoring?.received(response, self)
         }
@@ -223,45 +210,6 @@ extension AnyFetchOperation: TransferOwner {
 
     func transferDidReceive(bytes: Int64, of expectedLength: Int64?) {
         reportProgress(received: bytes, expected: expectedLength)
-    }
-
-    func transferDidEnd(_ result: TransferResult) {
-        let outcome: LifecycleStateMachine.Outcome
-        switch result {
-        case .success: outcome = .success
-        case .failure(let error, _): outcome = .failure(error)
-        }
-        let stored = storedBodyIfNotModified(result)
-        let (action, parseQueue) = core.withLock { core in
-            core.transfer = nil
-            let action = core.machine.transferEnded(outcome)
-            if action != .ignore {
-                switch result {
-                case .success(let response, let body):
-                    core.response = response
-                    if response.statusCode == 304 && core.sentConditionalRequest {
-                        // Nothing changed: the output is made from the body the store kept.
-                        core.isNotModified = true
-                        core.body = stored.map(ResponseBody.data)
-                    } else {
-                        core.body = body
-                    }
-                case .failure(_, let response):
-                    core.response = response
-                }
-            }
-            return (action, core.settings.configuration.parseQueue)
-        }
-        switch action {
-        case .parse:
-            parseQueue.perform { self.runParse(onGlobal: parseQueue.isGlobal) }
-        case .complete:
-            // Off the router queue: observers and Foundation's bookkeeping must not hold up
-            // other transfers' callbacks.
-            DispatchQueue.global().async { self.completeNow(onGlobal: true) }
-        case .ignore:
-            break
-        }
     }
 }
 

@@ -265,6 +265,13 @@ open class AnyFetchOperation: Operation, @unchecked Sendable {
         nil
     }
 
+    /// The current attempt's body sink if it stopped the transfer for the disk to catch up
+    /// (a download's may); the next attempt then continues from what is on disk. A body kept
+    /// in memory never does.
+    func sinkThatFellBehind() -> (any ResponseBodySink)? {
+        nil
+    }
+
     /// Last checks of a prepared, valid request, once, before the first attempt (a download
     /// checks and claims its destination).
     func prepareTransferRequest(_ request: URLRequest) throws(FetchError) -> URLRequest {
@@ -275,14 +282,20 @@ open class AnyFetchOperation: Operation, @unchecked Sendable {
     /// Called before every attempt (a download adds `Range` to continue its partial file).
     func prepareAttempt(_ request: URLRequest, attempt: Int) -> AttemptSetup {
         let setup = conditionalRequest(for: request)
-        recordAttempt(attempt, request: setup.request, conditional: setup.acceptsNotModified)
+        recordAttempt(attempt, request: setup.request, conditional: setup.acceptsNotModified,
+                      prepared: setup.acceptsNotModified ? request : nil)
         return setup
     }
 
-    func recordAttempt(_ attempt: Int, request: URLRequest, conditional: Bool) {
+    /// Records an attempt about to be sent.
+    ///
+    /// - Parameter prepared: The request the attempt was made from, if its request adds to it
+    ///   (later attempts start from it); `nil` if it is the request sent.
+    func recordAttempt(_ attempt: Int, request: URLRequest, conditional: Bool, prepared: URLRequest?) {
         core.withLock { core in
             core.attempts = attempt
             core.monitoring?.began(request, self)
+            core.attemptBase = prepared
             core.sentRequest = request
             core.sentConditionalRequest = conditional
         }

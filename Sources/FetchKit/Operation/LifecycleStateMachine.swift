@@ -3,12 +3,20 @@ import Foundation
 /// The lifecycle of one ``FetchOperation``, as a pure value: events in, actions out.
 ///
 /// ```
-/// pending ──start──▶ executing(preparing) ──attachTransfer──▶ executing(transferring)
+///                                   ┌──── resumeAfterWait ──── executing(waiting) ◀─┐
+///                                   ▼                               │ cancel         │ transferEnded
+/// pending ──start──▶ executing(preparing) ──attachTransfer──▶ executing(transferring)  (another attempt)
 ///    │                    │                                        │
 ///    │ (cancelled)        │ failBeforeTransfer / cancel            │ transferEnded / cancel
 ///    ▼                    ▼                                        ▼
 /// finished ◀──complete── finishing(completing) ◀──────── finishing(parsing | stoppingTransfer)
 /// ```
+///
+/// An operation makes one attempt after another (see AnyFetchOperation+Attempts.swift): each
+/// is prepared and attached like the first, and one that ends with another to come waits in
+/// `executing(waiting)` — a retry's delay, or a download's wait for its disk — holding no
+/// transfer. Whether the policy allows another is worked out where the attempt ends and handed
+/// to ``transferEnded(_:anotherAttempt:)``, which alone decides what follows (a cancel wins).
 ///
 /// `cancelled` is a flag beside the state, as in Foundation. The operation holds this value
 /// under its lock, applies one event, and performs the returned action after unlocking —
@@ -32,6 +40,9 @@ struct LifecycleStateMachine: Sendable {
         /// A transfer is attached: waiting for a slot in a ``FetchQueue`` (no URLSession task,
         /// no clock yet), or in flight.
         case transferring
+        /// Between attempts: a retry's delay, or a download's wait for its disk to catch up.
+        /// No transfer exists; ``resumeAfterWait()`` prepares the next attempt.
+        case waiting
     }
 
     /// What remains to do once the transfer is over.
@@ -115,7 +126,7 @@ struct LifecycleStateMachine: Sendable {
         case none
         /// The flag is now set; the state is unchanged (pending, or already finishing).
         case flagOnly
-        /// Cancelled while preparing (no transfer yet): ``complete()`` now.
+        /// Cancelled while preparing or between attempts (no transfer): ``complete()`` now.
         case stopPreparing
         /// Cancelled mid-transfer: stop the transfer; it reports back with ``transferEnded(_:)``.
         case stopTransfer
@@ -130,7 +141,7 @@ struct LifecycleStateMachine: Sendable {
         switch state {
         case .pending, .finishing:
             return .flagOnly
-        case .executing(.preparing):
+        case .executing(.preparing), .executing(.waiting):
             state = .finishing(.completing(cancelled))
             return .stopPreparing
         case .executing(.transferring):
@@ -166,18 +177,27 @@ struct LifecycleStateMachine: Sendable {
         case parse
         /// ``complete()`` now.
         case complete
+        /// Wait, then ``resumeAfterWait()`` and begin the next attempt.
+        case waitForNextAttempt
         /// A late or duplicate report; nothing to do.
         case ignore
     }
 
     /// The transfer ended, successfully or not, or confirmed it stopped after a cancel.
-    mutating func transferEnded(_ result: Outcome) -> TransferEndAction {
+    ///
+    /// - Parameter anotherAttempt: Whether another attempt follows this failed one (a retry the
+    ///   ``RetryPolicy`` allows, or a download's continuation): then the operation waits for it,
+    ///   unless a cancel stopped it meanwhile. Ignored for a success.
+    mutating func transferEnded(_ result: Outcome, anotherAttempt: Bool = false) -> TransferEndAction {
         switch state {
         case .executing(.transferring):
             switch result {
             case .success:
                 state = .finishing(.parsing)
                 return .parse
+            case .failure where anotherAttempt:
+                state = .executing(.waiting)
+                return .waitForNextAttempt
             case .failure:
                 state = .finishing(.completing(result))
                 return .complete
@@ -188,6 +208,22 @@ struct LifecycleStateMachine: Sendable {
         default:
             return .ignore
         }
+    }
+
+    /// The wait between attempts is over: the next attempt is prepared (and attached like the
+    /// first, with ``attachTransfer()``).
+    ///
+    /// - Returns: `false` if a cancel ended the wait first: nothing more to do.
+    mutating func resumeAfterWait() -> Bool {
+        guard case .executing(.waiting) = state else { return false }
+        state = .executing(.preparing)
+        return true
+    }
+
+    /// Whether an attempt's transfer is attached and no cancel has stopped it.
+    var isTransferring: Bool {
+        if case .executing(.transferring) = state { return true }
+        return false
     }
 
     /// The parse hook returned (`nil`) or threw. A cancel that arrived while it ran wins.

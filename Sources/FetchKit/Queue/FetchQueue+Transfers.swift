@@ -19,10 +19,10 @@ extension FetchQueue: TransferCoordinator {
     }
 
     func makeTransfer(for operation: AnyFetchOperation, request: URLRequest, limits: TransferLimits,
-                      sink: (any ResponseBodySink)?, owner: any TransferOwner) -> any TransferHandle {
+                      sink: (any ResponseBodySink)?) -> any TransferHandle {
         let session = operation.session
         let key = coalescesIdenticalRequests ? FlightKey(request: request, limits: limits, session: session, sink: sink) : nil
-        return FlightMember(operation: operation, owner: owner, request: request, limits: limits, sink: sink, key: key, queue: self)
+        return FlightMember(operation: operation, request: request, limits: limits, sink: sink, key: key, queue: self)
     }
 
     func operation(_ operation: AnyFetchOperation, willRetry event: RetryEvent) {
@@ -98,12 +98,12 @@ extension FetchQueue: TransferCoordinator {
             member.session.router.queue.async { [weak self] in
                 let now = DispatchTime.now().uptimeNanoseconds
                 let (response, received) = self?.transition { $0.replay(to: member, of: flight, now: now) } ?? (nil, nil)
-                member.owner.transferDidStart()
+                member.operation.transferDidStart()
                 if let (head, expected) = response {
-                    member.owner.transferDidReceive(response: head, expectedLength: expected)
+                    member.operation.transferDidReceive(response: head, expectedLength: expected)
                 }
                 if let received {
-                    member.owner.transferDidReceive(bytes: received.bytes, of: received.expected)
+                    member.operation.transferDidReceive(bytes: received.bytes, of: received.expected)
                 }
             }
         case .hideActivityLater(let generation):

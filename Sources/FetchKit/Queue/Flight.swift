@@ -150,21 +150,21 @@ extension Flight: TransferOwner {
         let now = DispatchTime.now().uptimeNanoseconds
         let members = queue?.transition { $0.flightReceived(self, response: response, expectedLength: expectedLength, now: now) } ?? []
         for member in members {
-            member.owner.transferDidReceive(response: response, expectedLength: expectedLength)
+            member.operation.transferDidReceive(response: response, expectedLength: expectedLength)
         }
     }
 
     func transferDidReceive(bytes: Int64, of expectedLength: Int64?) {
         let members = queue?.transition { $0.flightHeard(self, received: (bytes, expectedLength)) } ?? []
         for member in members {
-            member.owner.transferDidReceive(bytes: bytes, of: expectedLength)
+            member.operation.transferDidReceive(bytes: bytes, of: expectedLength)
         }
     }
 
     func transferDidRedirect(_ response: HTTPURLResponse, to request: URLRequest) {
         let members = queue?.transition { $0.flightRedirected(self, response: response, to: request) } ?? []
         for member in members {
-            member.owner.transferDidRedirect(response, to: request)
+            member.operation.transferDidRedirect(response, to: request)
         }
     }
 
@@ -177,11 +177,11 @@ extension Flight: TransferOwner {
         forEachMember { $0.transferDidSend(bytes: bytes, of: total) }
     }
 
-    /// Tells every member's owner, outside the queue's lock.
-    private func forEachMember(_ tell: (any TransferOwner) -> Void) {
+    /// Tells every member's operation, outside the queue's lock.
+    private func forEachMember(_ tell: (AnyFetchOperation) -> Void) {
         let members = queue?.transition { $0.flightHeard(self) } ?? []
         for member in members {
-            tell(member.owner)
+            tell(member.operation)
         }
     }
 
@@ -244,9 +244,8 @@ struct FlightMembers: Sequence, ExpressibleByArrayLiteral {
 
 /// One operation's place in a ``Flight``: the transfer handle a ``FetchQueue`` gives it.
 final class FlightMember: TransferHandle, @unchecked Sendable {
+    /// Whose attempt it is: the operation hears of the transfer (its ``TransferOwner``).
     let operation: AnyFetchOperation
-    /// Who hears of the transfer: the operation's ``RetryingTransfer``.
-    let owner: any TransferOwner
     // The fields are ordered to pack (tens of thousands may wait): words first, the odd-sized
     // ones last.
     let request: URLRequest
@@ -287,10 +286,9 @@ final class FlightMember: TransferHandle, @unchecked Sendable {
     /// Its operation's session. Reads the operation's lock: never under the queue's.
     var session: FetchSession { operation.session }
 
-    init(operation: AnyFetchOperation, owner: any TransferOwner, request: URLRequest, limits: TransferLimits,
+    init(operation: AnyFetchOperation, request: URLRequest, limits: TransferLimits,
          sink: (any ResponseBodySink)?, key: FlightKey?, queue: FetchQueue) {
         self.operation = operation
-        self.owner = owner
         self.request = request
         self.limits = limits
         attachments = sink == nil && key == nil ? nil : Attachments(sink: sink, key: key)
@@ -326,10 +324,10 @@ final class FlightMember: TransferHandle, @unchecked Sendable {
         if first { report(.failure(.cancelled(.init(url: request.url)), nil)) }
     }
 
-    /// Tells the owner the transfer ended. Outside the queue's lock, by the one caller that
-    /// ended the membership.
+    /// Tells the operation the transfer ended. Outside the queue's lock, by the one caller
+    /// that ended the membership.
     func report(_ result: TransferResult) {
-        owner.transferDidEnd(result)
+        operation.transferDidEnd(result)
     }
 
     /// The origin a per-host limit applies to: scheme, host and port.

@@ -1,0 +1,243 @@
+import Dispatch
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+// Attempts: one after another until one succeeds, the ``RetryPolicy`` gives up, the total
+// timeout would be passed, or the operation is cancelled. Each is a step of the operation's
+// own lifecycle (``LifecycleStateMachine``): prepared and attached like the first, and, when it
+// ends with another to come, a wait in `executing(waiting)` that holds no transfer. The
+// operation is the owner of each attempt's transfer; nothing stands between them.
+//
+// Which bound holds (documented for users on ``FetchConfiguration/idleTimeout``,
+// ``FetchConfiguration/totalTimeout`` and ``RetryPolicy``): the idle timeout bounds the silence
+// of each attempt, and an attempt that heard nothing from the server within it — no response
+// head — is not retried, so a request's `timeoutInterval` of 1 s against a server that never
+// answers ends the fetch after 1 s. The total timeout is one deadline from the first attempt's
+// start over every attempt and every wait: no retry begins once it has passed or when its
+// wait would pass it, and each attempt is stopped at it.
+//
+// Each attempt is a fresh ``Transfer`` (or a place in a ``FetchQueue``, which releases the
+// slot during the wait), built from a fresh request — so a download resumes from what the last
+// attempt wrote — and a fresh body sink.
+extension AnyFetchOperation {
+    /// Begins an attempt, in `executing(preparing)`: the first, once the request is prepared,
+    /// or a later one once its wait is over.
+    ///
+    /// - Parameters:
+    ///   - prepared: The prepared request, for the first attempt; later ones start from the
+    ///     one the operation keeps (``Core/preparedRequest``).
+    ///   - continuing: The last attempt was stopped because the disk fell behind; this one
+    ///     continues it (with `Range`, from what is on disk) and is not a retry.
+    func beginAttempt(from prepared: URLRequest? = nil, continuing: Bool) {
+        typealias Setup = (request: URLRequest, configuration: ConfigurationBox, attempt: Int, firstStart: UInt64,
+                           coordinator: (any TransferCoordinator)?, claimed: Bool)
+        let setup = core.withLock { core -> Setup? in
+            guard let request = prepared ?? core.preparedRequest else { return nil }
+            core.attemptAnswered = false
+            core.attemptStarted = false
+            return (request, core.settings.configurationBox, continuing ? core.attempts : core.attempts + 1,
+                    core.firstTransferStart, core.coordinator, core.claimed)
+        }
+        guard let (request, configuration, attempt, firstStart, coordinator, claimed) = setup else {
+            preconditionFailure("FetchKit bug: an attempt began before its request was prepared")
+        }
+        var limits = TransferLimits(configuration: configuration, request: request)
+        var deadline: TimeInterval?
+        if let total = limits.totalTimeout, firstStart != 0 {
+            // The total timeout covers every attempt and every wait: this attempt ends at the
+            // fetch's deadline, and its error names the total as set.
+            let left = Self.timeLeft(of: total, since: firstStart)
+            guard left > 0 else {
+                failBeforeTransfer(.timedOut(.init(kind: .total, interval: total, url: request.url)))
+                return
+            }
+            limits.fetchStartedAt = firstStart
+            deadline = left
+        }
+        let attemptSetup = prepareAttempt(request, attempt: attempt)
+        limits.acceptsNotModified = attemptSetup.acceptsNotModified
+        let handle: any TransferHandle
+        if let coordinator {
+            // A body kept in memory gets its sink when the queue grants the slot.
+            handle = coordinator.makeTransfer(for: self, request: attemptSetup.request, limits: limits,
+                                              sink: makeBodySinkBeforeGrant())
+        } else if claimed {
+            // Its queue was freed (and is cancelling it): no transfer outside the queue's limits.
+            failBeforeTransfer(.cancelled(.init(url: request.url)))
+            return
+        } else {
+            handle = Transfer(request: attemptSetup.request, session: configuration.value.session, limits: limits,
+                              sink: makeBodySink(), owner: self)
+        }
+        let attached = core.withLock { core -> (attached: Bool, generation: Int32?) in
+            guard core.machine.attachTransfer() else { return (false, nil) }
+            core.transfer = handle
+            // A later attempt may wait for a queue slot, where no transfer clock runs: the
+            // fetch's deadline still holds there.
+            guard claimed, deadline != nil else { return (true, nil) }
+            core.deadlineGeneration &+= 1
+            return (true, core.deadlineGeneration)
+        }
+        // Cancelled meanwhile (the cancel completed the operation): the handle is dropped
+        // unstarted.
+        guard attached.attached else { return }
+        if let generation = attached.generation, let deadline {
+            DispatchQueue.global().asyncAfter(deadline: .now() + max(0, deadline)) { [weak self] in
+                self?.deadlinePassedWhileWaiting(generation: generation)
+            }
+        }
+        handle.start()
+    }
+
+    /// The fetch's deadline came: stop the attempt that timer `generation` watches if it is
+    /// still the current one and waits for its slot (one that started is stopped by its own
+    /// transfer's clock).
+    private func deadlinePassedWhileWaiting(generation: Int32) {
+        let waiting = core.withLock { core -> (any TransferHandle)? in
+            guard core.deadlineGeneration == generation, core.machine.isTransferring, !core.attemptStarted,
+                  let current = core.transfer
+            else { return nil }
+            core.attemptOverdue = true
+            return current
+        }
+        waiting?.stop()
+    }
+
+    /// A retry's delay, or a continuation's wait for the disk, is over: the next attempt
+    /// begins, unless a cancel ended the wait first.
+    private func waitEnded(continuing: Bool) {
+        if core.withLock({ $0.machine.resumeAfterWait() }) {
+            beginAttempt(continuing: continuing)
+        }
+    }
+
+    /// What is left of the total timeout `total` that started at `start` (uptime ns).
+    private static func timeLeft(of total: TimeInterval, since start: UInt64) -> TimeInterval {
+        total - Double(Transfer.now() &- start) / 1e9
+    }
+
+    /// What follows an attempt that ended with `result`.
+    enum NextAttempt {
+        /// None: the fetch ends with this result (unless a cancel stopped it).
+        case none
+        /// A retry after the event's delay.
+        case retry(RetryEvent)
+        /// A download continues once the disk has caught up with `sink`.
+        case continuation(any ResponseBodySink)
+    }
+
+    /// Whether another attempt follows one that ended with `result`, by the policy, the total
+    /// timeout, and whether the attempt heard an answer or stopped for the disk; and the result
+    /// the fetch ends with if none does. Decided outside the lock (the policy is the user's
+    /// code); the lifecycle then decides whether a cancel wins (``LifecycleStateMachine/transferEnded(_:anotherAttempt:)``).
+    private func nextAttempt(after result: TransferResult) -> (next: NextAttempt, result: TransferResult) {
+        let (request, configuration, attempt, answered, overdue, firstStart) = core.withLock { core in
+            defer { core.attemptOverdue = false }
+            return (core.preparedRequest, core.settings.configuration, core.attempts, core.attemptAnswered,
+                    core.attemptOverdue, core.firstTransferStart)
+        }
+        guard case .failure(let error, _) = result else { return (.none, result) }
+        let total = configuration.totalTimeout.map { max(0.001, $0) }
+        if overdue, error.isCancellation, let total {
+            // Stopped in the queue at the fetch's deadline.
+            return (.none, .failure(.timedOut(.init(kind: .total, interval: total, url: request?.url)), nil))
+        }
+        // Stopped for the disk to catch up: continue as the same attempt once it has.
+        if let sink = sinkThatFellBehind() { return (.continuation(sink), result) }
+        guard let delay = configuration.retryPolicy.delay(after: error, attempt: attempt, method: request?.httpMethod ?? "GET")
+        else { return (.none, result) }
+        // Silent for the whole idle timeout without a word: the timeout the user set is how
+        // long they wait for an answer, and asking again would multiply it.
+        if case .timedOut(let timeout) = error, timeout.kind == .idle, !answered { return (.none, result) }
+        // A wait that would end past the deadline is not begun: the last error stands.
+        if let total, firstStart != 0, delay >= Self.timeLeft(of: total, since: firstStart) { return (.none, result) }
+        return (.retry(RetryEvent(attempt: attempt + 1, delay: delay, error: error)), result)
+    }
+
+    // MARK: Reports from the current attempt's transfer
+
+    func transferDidStart() {
+        core.withLock { core in
+            core.attemptStarted = true
+            if core.firstTransferStart == 0 { core.firstTransferStart = Transfer.now() }
+        }
+    }
+
+    func transferDidEnd(_ reported: TransferResult) {
+        let (next, result) = nextAttempt(after: reported)
+        let stored = storedBodyIfNotModified(result)
+        let outcome: LifecycleStateMachine.Outcome
+        switch result {
+        case .success: outcome = .success
+        case .failure(let error, _): outcome = .failure(error)
+        }
+        let anotherAttempt: Bool
+        if case .none = next { anotherAttempt = false } else { anotherAttempt = true }
+        let (action, parseQueue) = core.withLock { core in
+            core.transfer = nil
+            let action = core.machine.transferEnded(outcome, anotherAttempt: anotherAttempt)
+            if action == .parse || action == .complete {
+                switch result {
+                case .success(let response, let body):
+                    core.response = response
+                    if response.statusCode == 304 && core.sentConditionalRequest {
+                        // Nothing changed: the output is made from the body the store kept.
+                        core.isNotModified = true
+                        core.body = stored.map(ResponseBody.data)
+                    } else {
+                        core.body = body
+                    }
+                case .failure(_, let response):
+                    core.response = response
+                }
+            }
+            return (action, core.settings.configuration.parseQueue)
+        }
+        switch action {
+        case .parse:
+            parseQueue.perform { self.runParse(onGlobal: parseQueue.isGlobal) }
+        case .complete:
+            // Off the router queue: observers and Foundation's bookkeeping must not hold up
+            // other transfers' callbacks.
+            DispatchQueue.global().async { self.completeNow(onGlobal: true) }
+        case .waitForNextAttempt:
+            switch next {
+            case .retry(let event):
+                willRetry(event)
+                DispatchQueue.global().asyncAfter(deadline: .now() + event.delay) { [weak self] in
+                    self?.waitEnded(continuing: false)
+                }
+            case .continuation(let sink):
+                // From what is on disk, once the writer has caught up and the stopped task is over.
+                sink.whenReadyToContinue { self.waitEnded(continuing: true) }
+            case .none:
+                preconditionFailure("unreachable: the lifecycle waits only when another attempt follows")
+            }
+        case .ignore:
+            break
+        }
+    }
+}
+
+extension TransferLimits {
+    /// The limits of a fetch of `request` under `configuration`, before any attempt adds its own.
+    init(configuration: AnyFetchOperation.ConfigurationBox, request: URLRequest) {
+        let idle = configuration.value.idleTimeout ?? (request.timeoutInterval > 0 ? request.timeoutInterval : 60)
+        self.init(settings: configuration.transferSettings, idleTimeout: max(0.001, idle))
+    }
+}
+
+extension TransferLimits.Settings {
+    /// What `configuration` sets for every transfer.
+    convenience init(configuration: FetchConfiguration) {
+        self.init(
+            totalTimeout: configuration.totalTimeout.map { max(0.001, $0) },
+            maximumResponseSize: configuration.maximumResponseSize,
+            acceptableStatusCodes: configuration.acceptableStatusCodes,
+            credentials: configuration.credentials,
+            redirectPolicy: configuration.redirectPolicy
+        )
+    }
+}
