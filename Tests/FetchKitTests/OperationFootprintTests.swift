@@ -59,6 +59,7 @@ struct OperationFootprintTests {
         #expect(await done.wait())
         #expect(waiting.responseBody?.count == 3000)
         #expect(waiting.core.withLock { $0.transfer } == nil, "nothing is held once the transfer ended")
+        queue.cancelAll()
     }
 
     @Test func aFetchWaitingForASlotHoldsNoBodySinkUntilItIsGranted() async throws {

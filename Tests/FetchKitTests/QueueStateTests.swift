@@ -119,6 +119,50 @@ struct QueueStateTests {
         #expect(confirmed(last).map { $0 === second } == [true])
     }
 
+    @Test func aJoinerHearsOfWhatCameBeforeItsReplayOnlyFromTheReplay() throws {
+        // The head can reach a running flight after a caller joined it and before the replay
+        // that brings the caller to where the transfer is: the caller hears of it once.
+        var state = QueueState(maximumTotal: 2, maximumPerHost: 2, coalesces: true, hasMonitors: true)
+        let (firstID, first) = fetch("http://a.example/same", in: &state, shareable: true)
+        let (secondID, second) = fetch("http://a.example/same", in: &state, shareable: true)
+        state.activated(firstID)
+        state.activated(secondID)
+        join(first, &state)
+        let flight = try #require(started(state.takeActions()).first)
+        let transfer = Transfer(request: flight.request, session: .shared, limits: Self.limits, sink: flight.makeSink(), owner: flight)
+        _ = state.transferCreated(transfer, for: flight)
+        join(second, &state)
+        _ = state.takeActions()
+
+        let head = try ok()
+        let told = state.flightReceived(flight, response: head, expectedLength: 10, now: 1)
+        #expect(told.map { $0 === first } == [true], "the joiner waits for its replay")
+        #expect(monitorEvents(state.takeActions()) == ["response"], "for the first caller only")
+        #expect(state.flightHeard(flight, received: (bytes: 4, expected: 10)).map { $0 === first } == [true])
+
+        let replayed = state.replay(to: second, of: flight, now: 2)
+        #expect(replayed?.response?.0 === head)
+        #expect(replayed?.received?.bytes == 4)
+        #expect(monitorEvents(state.takeActions()) == ["response"], "the joiner's, once, from its replay")
+        #expect(Array(state.flightHeard(flight)).count == 2, "after its replay it hears the transfer's events")
+    }
+
+    @Test func aReplayAfterTheFlightEndedTellsNothing() throws {
+        var state = QueueState(maximumTotal: 2, maximumPerHost: 2, coalesces: true, hasMonitors: false)
+        let (_, first) = fetch("http://a.example/same", in: &state, shareable: true)
+        let (_, second) = fetch("http://a.example/same", in: &state, shareable: true)
+        join(first, &state)
+        let flight = try #require(started(state.takeActions()).first)
+        let transfer = Transfer(request: flight.request, session: .shared, limits: Self.limits, sink: flight.makeSink(), owner: flight)
+        _ = state.transferCreated(transfer, for: flight)
+        join(second, &state)
+        _ = state.flightReceived(flight, response: try ok(), expectedLength: 0, now: 1)
+        let ended = state.flightEnded(flight, result: .success(try ok(), .data(Data())))
+        #expect(ended.count == 2, "both callers hear of the end")
+        let replayed = state.replay(to: second, of: flight, now: 2)
+        #expect(replayed == nil, "it is not told it started, nor anything else")
+    }
+
     @Test func aGrantedFlightWhoseMembersAllLeftIsNotStarted() throws {
         var state = QueueState(maximumTotal: 1, maximumPerHost: 1, coalesces: false, hasMonitors: false)
         let (_, member) = fetch("http://a.example/1", in: &state)

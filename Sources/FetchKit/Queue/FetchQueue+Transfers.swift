@@ -97,7 +97,8 @@ extension FetchQueue: TransferCoordinator {
             // already), so a late joiner starts where the transfer is and never goes back.
             member.session.router.queue.async { [weak self] in
                 let now = DispatchTime.now().uptimeNanoseconds
-                let (response, received) = self?.transition { $0.replay(to: member, of: flight, now: now) } ?? (nil, nil)
+                guard let (response, received) = self?.transition({ $0.replay(to: member, of: flight, now: now) }) ?? nil
+                else { return }     // it ended first, or left
                 member.operation.transferDidStart()
                 if let (head, expected) = response {
                     member.operation.transferDidReceive(response: head, expectedLength: expected)

@@ -265,6 +265,9 @@ final class FlightMember: TransferHandle, @unchecked Sendable {
     /// which hand the member's end to one caller (it becomes ``QueueState/Membership/ended``
     /// once); or, once its queue is gone, under ``orphans``.
     var membership = QueueState.Membership.new
+    /// It joined its flight running and waits for the replay that brings it to where the
+    /// transfer is (``QueueState/replay(to:of:now:)``). Guarded by the queue's lock.
+    var awaitingReplay = false
     /// Guards ``membership`` of members whose queue is gone (nothing else touches it then).
     private static let orphans = Protected(())
 

@@ -106,6 +106,9 @@ struct QueueState {
     struct FlightRecord {
         let flight: Flight
         var running = false
+        /// Members that joined it running and wait for their replay (``replay(to:of:now:)``):
+        /// until then they hear of nothing else, so that nothing reaches them twice.
+        var pendingReplays: Int32 = 0
         var members: FlightMembers
     }
 
@@ -278,6 +281,8 @@ struct QueueState {
             let (flight, running) = joined
             if running {
                 markBegan(member.operation, request: flight.request)
+                member.awaitingReplay = true
+                flights[ticket]?.pendingReplays += 1
                 actions.append(.replay(member, flight))
             } else {
                 // A more urgent caller moves the shared transfer up the line (never down).
@@ -313,6 +318,10 @@ struct QueueState {
                 break
             }
             record.members.remove(member)
+            if member.awaitingReplay {
+                member.awaitingReplay = false
+                record.pendingReplays -= 1
+            }
             flights[ticket] = record
             guard record.members.isEmpty else { break }
             forgetShared(record.flight)
@@ -351,6 +360,7 @@ struct QueueState {
         transferEnded()
         for member in record.members {
             member.membership = .ended
+            member.awaitingReplay = false
             if let id = idsByOperation[ObjectIdentifier(member.operation)] { registry[id]?.transferEnded = true }
         }
         announceCounts()
@@ -362,7 +372,18 @@ struct QueueState {
     mutating func flightHeard(_ flight: Flight, received: (bytes: Int64, expected: Int64?)? = nil) -> FlightMembers {
         guard let record = flights[flight.ticket] else { return [] }
         if let received { runs[flight.ticket, default: Run()].received = received }
-        return record.members
+        return Self.told(record)
+    }
+
+    /// The members of `record` to tell of an event: those that wait for their replay hear of
+    /// it there.
+    private static func told(_ record: FlightRecord) -> FlightMembers {
+        guard record.pendingReplays > 0 else { return record.members }
+        var told: FlightMembers = []
+        for member in record.members where !member.awaitingReplay {
+            told.append(member)
+        }
+        return told
     }
 
     /// A running flight's response head arrived: each member's fetch records it and its
@@ -371,20 +392,22 @@ struct QueueState {
     mutating func flightReceived(_ flight: Flight, response: HTTPURLResponse, expectedLength: Int64?, now: UInt64) -> FlightMembers {
         guard let record = flights[flight.ticket] else { return [] }
         runs[flight.ticket, default: Run()].response = (response, expectedLength)
-        for member in record.members {
+        let told = Self.told(record)
+        for member in told {
             received(response, for: member.operation, now: now)
         }
-        return record.members
+        return told
     }
 
     /// A running flight follows a redirect: each member's monitors hear of it. Returns the
     /// members to tell.
     mutating func flightRedirected(_ flight: Flight, response: HTTPURLResponse, to request: URLRequest) -> FlightMembers {
         guard let record = flights[flight.ticket] else { return [] }
-        for member in record.members {
+        let told = Self.told(record)
+        for member in told {
             redirected(response, to: request, for: member.operation)
         }
-        return record.members
+        return told
     }
 
     /// The latest head and progress of a running flight, for a member that joined it.
@@ -394,9 +417,16 @@ struct QueueState {
     }
 
     /// A member that joined a running flight is brought to where it is: its latest head and
-    /// progress, and the head goes to the member's monitors as it goes to the member.
+    /// progress, and the head goes to the member's monitors as it goes to the member. From now
+    /// on it hears the flight's events.
+    ///
+    /// - Returns: What to tell it; `nil` if it no longer waits for its replay (the flight
+    ///   ended, or it left): then it is told nothing, not even that it started.
     mutating func replay(to member: FlightMember, of flight: Flight, now: UInt64)
-        -> (response: (HTTPURLResponse, Int64?)?, received: (bytes: Int64, expected: Int64?)?) {
+        -> (response: (HTTPURLResponse, Int64?)?, received: (bytes: Int64, expected: Int64?)?)? {
+        guard member.awaitingReplay else { return nil }
+        member.awaitingReplay = false
+        flights[flight.ticket]?.pendingReplays -= 1
         let latest = latest(of: flight)
         if let (head, _) = latest.response {
             received(head, for: member.operation, now: now)
