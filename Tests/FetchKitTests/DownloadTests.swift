@@ -162,6 +162,38 @@ struct DownloadTests {
         #expect(!exists(second.partialFileURL))
     }
 
+    @Test func aBatchCountsAResumedDownloadFromWhatIsOnDiskAsTheDownloadDoes() async throws {
+        // The queue hears progress from the transfer itself: a 206 continues from the bytes
+        // the partial file holds, for the batch as for the download's own progress.
+        let server = try LoopbackServer()
+        let directory = try TemporaryDirectory()
+        defer { server.stop(); directory.remove() }
+        let length = 200_000
+        let cut = Locked(true)
+        server.resumableRoute("/resumable", length: length, etag: Locked("v1"), cutFull: cut)
+        let destination = directory.file("batched.bin")
+        let first = DownloadOperation(url: server.url("/resumable"), destination: destination)
+        first.configuration.retryPolicy = .none
+        await #expect(throws: FetchError.self) { try await first.run() }
+        cut.withLock { $0 = false }
+
+        let queue = makeFetchQueue(total: 2, perHost: 2)
+        let second = DownloadOperation(url: server.url("/resumable"), destination: destination)
+        let done = Countdown(1)
+        let final = Locked<FetchBatch.Status?>(nil)
+        let batch = queue.enqueue(batch: [second], completion: { status in
+            final.withLock { $0 = status }
+            done.signal()
+        })
+        #expect(await done.wait())
+        #expect(second.response?.statusCode == 206)
+        #expect(second.resumedBytes == Int64(length / 2))
+        let status = try #require(final.current)
+        #expect(status.bytesReceived == Int64(length), "what was on disk, and what came now")
+        #expect(status.bytesExpected == Int64(length))
+        #expect(batch.byteProgress.completedUnitCount == Int64(length))
+    }
+
     @Test func aChangedFileStartsOver() async throws {
         let server = try LoopbackServer()
         let directory = try TemporaryDirectory()

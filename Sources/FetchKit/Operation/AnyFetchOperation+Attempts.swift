@@ -62,7 +62,7 @@ extension AnyFetchOperation {
         if let coordinator {
             // A body kept in memory gets its sink when the queue grants the slot.
             handle = coordinator.makeTransfer(for: self, request: attemptSetup.request, limits: limits,
-                                              sink: makeBodySinkBeforeGrant())
+                                              sink: makeBodySinkBeforeGrant(), resumedFrom: core.withLock { $0.rangeOffset })
         } else if claimed {
             // Its queue was freed (and is cancelling it): no transfer outside the queue's limits.
             failBeforeTransfer(.cancelled(.init(url: request.url)))

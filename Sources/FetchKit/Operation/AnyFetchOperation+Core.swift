@@ -321,18 +321,19 @@ protocol TransferHandle: AnyObject, Sendable {
 protocol TransferCoordinator: AnyObject, Sendable {
     /// A handle for one attempt of `operation`, which hears of its transfer (it is the
     /// transfer's ``TransferOwner``).
+    ///
+    /// - Parameter resumedFrom: Where a download's attempt resumes its partial file (its
+    ///   `Range`), 0 otherwise: if the server answers `206`, progress counts from there.
     func makeTransfer(
         for operation: AnyFetchOperation,
         request: URLRequest,
         limits: TransferLimits,
-        sink: (any ResponseBodySink)?
+        sink: (any ResponseBodySink)?,
+        resumedFrom: Int64
     ) -> any TransferHandle
 
     /// The operation will try again after a wait.
     func operation(_ operation: AnyFetchOperation, willRetry event: RetryEvent)
-
-    /// The operation's body progressed. Called on the router queue, in order.
-    func operation(_ operation: AnyFetchOperation, didProgress progress: FetchProgress)
 
     /// The operation finished: called once, in the terminal transition, before any completion
     /// handler runs.

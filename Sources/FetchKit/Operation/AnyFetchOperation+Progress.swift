@@ -130,19 +130,20 @@ extension AnyFetchOperation {
     }
 
     /// Applies `change` and hands the new value to the `Progress` object (if anyone asked for
-    /// it), the sequences, the progress handlers and the coordinator. Only while transferring:
+    /// it), the sequences and the progress handlers. (A queue hears of progress from the
+    /// transfer itself, not from here.) Only while transferring:
     /// a late report (a replay to a caller that already left a shared transfer) changes nothing.
     ///
     /// The sequences get the value under the lock, so that no older value can overtake the
     /// final one that ``Core/endProgressStreams(succeeded:)`` yields.
     private func reportProgress(_ change: (inout Core) -> Void) {
-        typealias Update = (value: FetchProgress, progress: Progress?, relays: [ProgressRelay], coordinator: (any TransferCoordinator)?)
+        typealias Update = (value: FetchProgress, progress: Progress?, relays: [ProgressRelay])
         let update = core.withLock { core -> Update? in
             guard case .executing(.transferring) = core.machine.state else { return nil }
             change(&core)
             let value = core.currentProgress
             core.yieldProgress(value)
-            return (value, core.progress, core.progressRelays, core.coordinator)
+            return (value, core.progress, core.progressRelays)
         }
         guard let update else { return }
         if let progress = update.progress {
@@ -152,7 +153,6 @@ extension AnyFetchOperation {
         for relay in update.relays {
             relay.post(update.value)
         }
-        update.coordinator?.operation(self, didProgress: update.value)
     }
 }
 

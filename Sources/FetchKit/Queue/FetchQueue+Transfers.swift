@@ -7,22 +7,17 @@ import FoundationNetworking
 // MARK: - Transfers: slots, flights, members
 
 extension FetchQueue: TransferCoordinator {
-    func operation(_ operation: AnyFetchOperation, didProgress progress: FetchProgress) {
-        if let (batch, index) = transition({ $0.progressed(operation, received: progress.bytesReceived) }) {
-            batch.member(index, received: progress.bytesReceived, expected: progress.bytesExpected)
-        }
-    }
-
     func operationDidComplete(_ operation: AnyFetchOperation) {
         let error = operation.error
         transition { $0.completed(operation, error: error, now: DispatchTime.now().uptimeNanoseconds) }
     }
 
     func makeTransfer(for operation: AnyFetchOperation, request: URLRequest, limits: TransferLimits,
-                      sink: (any ResponseBodySink)?) -> any TransferHandle {
+                      sink: (any ResponseBodySink)?, resumedFrom: Int64) -> any TransferHandle {
         let session = operation.session
         let key = coalescesIdenticalRequests ? FlightKey(request: request, limits: limits, session: session, sink: sink) : nil
-        return FlightMember(operation: operation, request: request, limits: limits, sink: sink, key: key, queue: self)
+        return FlightMember(operation: operation, request: request, limits: limits, sink: sink, key: key,
+                            resumedFrom: resumedFrom, queue: self)
     }
 
     func operation(_ operation: AnyFetchOperation, willRetry event: RetryEvent) {
@@ -89,6 +84,8 @@ extension FetchQueue: TransferCoordinator {
             }
         case .stopTransfer(let transfer):
             transfer.stop()
+        case .batchProgress(let batch, let index, let received, let expected):
+            batch.member(index, received: received, expected: expected)
         case .confirmCancel(let member):
             member.report(.failure(.cancelled(.init(url: member.request.url)), nil))
         case .replay(let member, let flight):

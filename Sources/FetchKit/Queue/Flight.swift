@@ -271,14 +271,17 @@ final class FlightMember: TransferHandle, @unchecked Sendable {
     /// Guards ``membership`` of members whose queue is gone (nothing else touches it then).
     private static let orphans = Protected(())
 
-    /// A sink made before the grant (a download's) and a key to share a transfer by.
+    /// A sink made before the grant (a download's), a key to share a transfer by, and where a
+    /// download resumes.
     private final class Attachments {
         let sink: (any ResponseBodySink)?
         let key: FlightKey?
+        let resumedFrom: Int64
 
-        init(sink: (any ResponseBodySink)?, key: FlightKey?) {
+        init(sink: (any ResponseBodySink)?, key: FlightKey?, resumedFrom: Int64) {
             self.sink = sink
             self.key = key
+            self.resumedFrom = resumedFrom
         }
     }
 
@@ -286,15 +289,19 @@ final class FlightMember: TransferHandle, @unchecked Sendable {
     var sink: (any ResponseBodySink)? { attachments?.sink }
     /// What makes it the same fetch as others, if it may share a transfer.
     var key: FlightKey? { attachments?.key }
+    /// Where the attempt resumes a download's partial file (with `Range`), or 0: its fetch's
+    /// progress counts from there if the server answers `206 Partial Content`.
+    var resumedFrom: Int64 { attachments?.resumedFrom ?? 0 }
     /// Its operation's session. Reads the operation's lock: never under the queue's.
     var session: FetchSession { operation.session }
 
     init(operation: AnyFetchOperation, request: URLRequest, limits: TransferLimits,
-         sink: (any ResponseBodySink)?, key: FlightKey?, queue: FetchQueue) {
+         sink: (any ResponseBodySink)?, key: FlightKey?, resumedFrom: Int64 = 0, queue: FetchQueue) {
         self.operation = operation
         self.request = request
         self.limits = limits
-        attachments = sink == nil && key == nil ? nil : Attachments(sink: sink, key: key)
+        attachments = sink == nil && key == nil && resumedFrom == 0
+            ? nil : Attachments(sink: sink, key: key, resumedFrom: resumedFrom)
         self.queue = queue
         host = Self.hostKey(of: request.url)
     }

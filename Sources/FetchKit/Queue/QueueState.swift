@@ -247,11 +247,16 @@ struct QueueState {
         emit(.redirected(response, request), id)
     }
 
-    /// Records the body bytes received. Returns the batch to tell, if the fetch is in one.
-    mutating func progressed(_ operation: AnyFetchOperation, received: Int64) -> (FetchBatch, Int)? {
-        guard let id = idsByOperation[ObjectIdentifier(operation)], registry[id] != nil else { return nil }
-        registry[id]?.bytesReceived = received
-        return registry[id]?.batch
+    /// A member's fetch progressed, in its flight's transfer: records the body bytes received
+    /// (for its metrics) and tells its batch, if it is in one. Progress counts from where a
+    /// download resumed, once the server answered `206`, as the operation's own does.
+    private mutating func progressed(_ member: FlightMember, in ticket: ObjectIdentifier, received: Int64, expected: Int64?) {
+        guard let id = idsByOperation[ObjectIdentifier(member.operation)], registry[id] != nil else { return }
+        let base = member.resumedFrom != 0 && runs[ticket]?.response?.0.statusCode == 206 ? member.resumedFrom : 0
+        registry[id]?.bytesReceived = base + received
+        if let (batch, index) = registry[id]?.batch {
+            actions.append(.batchProgress(batch, index, received: base + received, expected: expected.map { base + $0 }))
+        }
     }
 
     /// Whether a `cancelAll` chose this operation.
@@ -371,8 +376,14 @@ struct QueueState {
     /// joiner.
     mutating func flightHeard(_ flight: Flight, received: (bytes: Int64, expected: Int64?)? = nil) -> FlightMembers {
         guard let record = flights[flight.ticket] else { return [] }
-        if let received { runs[flight.ticket, default: Run()].received = received }
-        return Self.told(record)
+        let told = Self.told(record)
+        if let received {
+            runs[flight.ticket, default: Run()].received = received
+            for member in told {
+                progressed(member, in: flight.ticket, received: received.bytes, expected: received.expected)
+            }
+        }
+        return told
     }
 
     /// The members of `record` to tell of an event: those that wait for their replay hear of
@@ -395,6 +406,7 @@ struct QueueState {
         let told = Self.told(record)
         for member in told {
             received(response, for: member.operation, now: now)
+            progressed(member, in: flight.ticket, received: 0, expected: expectedLength)
         }
         return told
     }
@@ -428,8 +440,12 @@ struct QueueState {
         member.awaitingReplay = false
         flights[flight.ticket]?.pendingReplays -= 1
         let latest = latest(of: flight)
-        if let (head, _) = latest.response {
+        if let (head, expected) = latest.response {
             received(head, for: member.operation, now: now)
+            progressed(member, in: flight.ticket, received: 0, expected: expected)
+        }
+        if let received = latest.received {
+            progressed(member, in: flight.ticket, received: received.bytes, expected: received.expected)
         }
         return latest
     }
@@ -632,6 +648,8 @@ enum QueueAction {
     case startTransfer(Flight)
     /// Stop a transfer whose every member left.
     case stopTransfer(Transfer)
+    /// Tell a batch that its member `index` progressed.
+    case batchProgress(FetchBatch, Int, received: Int64, expected: Int64?)
     /// Tell a member's attempt that it was cancelled.
     case confirmCancel(FlightMember)
     /// Bring a member that joined a running flight to where the transfer is (its latest head
