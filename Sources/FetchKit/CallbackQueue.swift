@@ -31,7 +31,11 @@ public struct CallbackQueue: Sendable {
     static var main: CallbackQueue { CallbackQueue(target: .dispatch(.main)) }
 
     /// The global concurrent dispatch queue at the default quality of service.
-    public static var global: CallbackQueue { CallbackQueue(target: .dispatch(.global()), isGlobal: true) }
+    public static var global: CallbackQueue { CallbackQueue(target: .dispatch(globalQueue), isGlobal: true) }
+
+    /// One wrapper of the global queue for every callback: on Linux, `DispatchQueue.global()`
+    /// makes a new object at each call, which each queued fetch's completion would keep.
+    private static let globalQueue = DispatchQueue.global()
 
     /// A dispatch queue of yours. A serial queue runs the callbacks one at a time, in order.
     public static func dispatch(_ queue: DispatchQueue) -> CallbackQueue {

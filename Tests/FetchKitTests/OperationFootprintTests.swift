@@ -82,6 +82,19 @@ struct OperationFootprintTests {
         #expect(waiting.error == nil)
     }
 
+    @Test func aCompletionOnTheGlobalQueueKeepsNoQueueObjectOfItsOwn() {
+        // Each queued fetch keeps its completion's queue: `.global` is one shared object, not
+        // one per fetch.
+        func queue(_ callbackQueue: CallbackQueue) -> DispatchQueue? {
+            if case .dispatch(let queue) = callbackQueue.target { return queue }
+            return nil
+        }
+        let first = queue(.global)
+        let second = queue(.global)
+        #expect(first != nil)
+        #expect(first === second)
+    }
+
     @Test func aSequenceMadeAfterTheFetchFinishedStartsFromItsFinalValue() async throws {
         let server = try LoopbackServer()
         defer { server.stop() }
