@@ -13,6 +13,14 @@ struct OperationFootprintTests {
         #expect(MemoryLayout<QueueState.Entry>.size <= 56)
     }
 
+    @Test func theCoreAndItsLockAreOneAllocationOf248Bytes() {
+        // Object header, the core and the lock's condition pointer, then the mutex: 256 bytes
+        // before, which the allocator rounds up to 272; 248 rounds to 256.
+        let header = MemoryLayout<ProtectedHeader<AnyFetchOperation.Core>>.size
+        let mutexOffset = (16 + header + 7) / 8 * 8
+        #expect(mutexOffset + MemoryLayout<pthread_mutex_t>.size <= 248)
+    }
+
     @Test func aWaitingOperationNobodyWatchesMakesNoBoxes() async throws {
         let server = try LoopbackServer()
         defer { server.stop() }

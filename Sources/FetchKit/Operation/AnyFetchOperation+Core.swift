@@ -30,11 +30,9 @@ extension AnyFetchOperation {
         // Completion delivery. The first handler is stored inline (most operations have one
         // at most: a queue's completion, or an `await`); later ones in an array.
         private var firstCompletion: CompletionEntry?
-        private var laterCompletions: [CompletionEntry] = []
-        /// Completion handlers dispatched and not yet returned; and how many attempts were
-        /// made. Two 32-bit counts in one word (see the accessors below).
+        /// Completion handlers dispatched and not yet returned (in the first entry's tail).
         private var storedOutstandingDeliveries: Int32 = 0
-        private var storedAttempts: Int32 = 0
+        private var laterCompletions: [CompletionEntry] = []
 
         // Ordered delivery of state changes (see AnyFetchOperation+Observation.swift).
         var pendingEvents: [Event] = []
@@ -45,6 +43,8 @@ extension AnyFetchOperation {
         var machine = LifecycleStateMachine()
         var isDeliveringEvents = false
         var lastReportedReady = true
+        /// How many attempts were made (in the machine's tail).
+        private var storedAttempts: Int32 = 0
         var settings: Settings
         var claimed = false
         /// Someone asked `isReady` — as an `OperationQueue` does when it takes an operation. A
@@ -52,7 +52,6 @@ extension AnyFetchOperation {
         var readinessAsked = false
         /// Set once the finished event has released the handlers; later ones run at once.
         var completionsReleased = false
-        var sentRequest: URLRequest?
         var sentConditionalRequest = false
         var isNotModified = false
         /// Progress was reported while transferring: a progress sequence made later starts
@@ -60,6 +59,9 @@ extension AnyFetchOperation {
         var progressReported = false
         /// The progress sequences ended (the terminal transition): one made later ends at once.
         var progressStreamsEnded = false
+        // Last: its odd ninth byte ends the value, which then fits its lock's allocation in
+        // 256 bytes (272 before).
+        var sentRequest: URLRequest?
 
         init(settings: Settings) {
             self.settings = settings
@@ -241,10 +243,17 @@ extension AnyFetchOperation {
 
     /// A completion handler and the queue it runs on.
     struct CompletionEntry {
-        let queue: CallbackQueue
         /// A value, not a closure wrapping one: a typed handler's closure fits in the
         /// existential's inline buffer, so that keeping it allocates nothing more.
         let handler: any CompletionHandler
+        // After the handler, so that its odd size ends the entry and the core's next count
+        // fills the tail.
+        let queue: CallbackQueue
+
+        init(queue: CallbackQueue, handler: any CompletionHandler) {
+            self.handler = handler
+            self.queue = queue
+        }
     }
 }
 
