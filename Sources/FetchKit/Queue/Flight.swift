@@ -229,10 +229,17 @@ struct FlightMembers: Sequence, ExpressibleByArrayLiteral {
         }
     }
 
-    func makeIterator() -> some IteratorProtocol<FlightMember> {
-        var rest = others.makeIterator()
-        var head = first
-        return AnyIterator {
+    func makeIterator() -> Iterator {
+        Iterator(head: first, rest: others.makeIterator())
+    }
+
+    /// The first, then the others: a value, so that walking the members (several times per
+    /// request) allocates nothing.
+    struct Iterator: IteratorProtocol {
+        fileprivate var head: FlightMember?
+        fileprivate var rest: IndexingIterator<[FlightMember]>
+
+        mutating func next() -> FlightMember? {
             if let member = head {
                 head = nil
                 return member
