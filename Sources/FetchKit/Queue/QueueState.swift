@@ -231,15 +231,27 @@ struct QueueState {
 
     mutating func willRetry(_ operation: AnyFetchOperation, _ event: RetryEvent) {
         guard let id = idsByOperation[ObjectIdentifier(operation)], registry[id] != nil else { return }
-        registry[id]?.retries += 1
-        registry[id]?.transferEnded = false     // it waits now: a queue freed meanwhile cancels it
+        update(id) { entry in
+            entry.retries += 1
+            entry.transferEnded = false     // it waits now: a queue freed meanwhile cancels it
+        }
         emit(.retry(event), id)
     }
 
     mutating func received(_ response: HTTPURLResponse, for operation: AnyFetchOperation, now: UInt64) {
         guard let id = idsByOperation[ObjectIdentifier(operation)], registry[id] != nil else { return }
-        if registry[id]?.firstResponseAt == nil { registry[id]?.firstResponseAt = now }
+        update(id) { entry in
+            if entry.firstResponseAt == nil { entry.firstResponseAt = now }
+        }
         emit(.response(response), id)
+    }
+
+    /// Changes the entry of `id` in place, if it is registered. (Through the dictionary's
+    /// values rather than `registry[id]?.field = …`, whose optional in-place access allocates
+    /// its frame on the heap: several times per request.)
+    private mutating func update(_ id: FetchID, _ change: (inout Entry) -> Void) {
+        guard let index = registry.index(forKey: id) else { return }
+        change(&registry.values[index])
     }
 
     mutating func redirected(_ response: HTTPURLResponse, to request: URLRequest, for operation: AnyFetchOperation) {
@@ -253,7 +265,7 @@ struct QueueState {
     private mutating func progressed(_ member: FlightMember, in ticket: ObjectIdentifier, received: Int64, expected: Int64?) {
         guard let id = idsByOperation[ObjectIdentifier(member.operation)], registry[id] != nil else { return }
         let base = member.resumedFrom != 0 && runs[ticket]?.response?.0.statusCode == 206 ? member.resumedFrom : 0
-        registry[id]?.bytesReceived = base + received
+        update(id) { $0.bytesReceived = base + received }
         if let (batch, index) = registry[id]?.batch {
             actions.append(.batchProgress(batch, index, received: base + received, expected: expected.map { base + $0 }))
         }
@@ -274,7 +286,7 @@ struct QueueState {
     /// - Parameter priority: Its operation's `queuePriority` (read before the lock is taken).
     mutating func join(_ member: FlightMember, priority: Operation.QueuePriority) {
         guard case .new = member.membership else { return }   // stopped before it started
-        if let id = idsByOperation[ObjectIdentifier(member.operation)] { registry[id]?.transferEnded = false }
+        if let id = idsByOperation[ObjectIdentifier(member.operation)] { update(id) { $0.transferEnded = false } }
         // A `cancelAll` chose it and is about to cancel it: no slot, no shared transfer. The
         // member stays new; the cancel stops it.
         guard !isSwept(member.operation) else { return }
@@ -366,7 +378,7 @@ struct QueueState {
         for member in record.members {
             member.membership = .ended
             member.awaitingReplay = false
-            if let id = idsByOperation[ObjectIdentifier(member.operation)] { registry[id]?.transferEnded = true }
+            if let id = idsByOperation[ObjectIdentifier(member.operation)] { update(id) { $0.transferEnded = true } }
         }
         announceCounts()
         return Array(record.members)
@@ -471,7 +483,7 @@ struct QueueState {
         sweepsUnderWay -= 1
         var operations: [AnyFetchOperation] = []
         for id in ids.sorted() where registry[id] != nil {
-            registry[id]?.swept = true
+            update(id) { $0.swept = true }
             if let operation = registry[id]?.operation { operations.append(operation) }
         }
         for waiter in scheduler.waitingTickets where allSwept(waiting: waiter) {
@@ -573,12 +585,14 @@ struct QueueState {
 
     /// Marks a fetch as begun and tells the monitors, once: its order with the finish holds.
     private mutating func markBegan(_ operation: AnyFetchOperation, request: URLRequest) {
-        guard let id = idsByOperation[ObjectIdentifier(operation)], var entry = registry[id], !entry.began else { return }
-        entry.began = true
-        entry.startedAt = DispatchTime.now().uptimeNanoseconds
-        entry.bodyLength = Int64(request.httpBody?.count ?? 0)
-        registry[id] = entry
-        emit(.started(request), id, entry)
+        guard let id = idsByOperation[ObjectIdentifier(operation)], let index = registry.index(forKey: id),
+              !registry.values[index].began
+        else { return }
+        let bodyLength = Int64(request.httpBody?.count ?? 0)
+        registry.values[index].began = true
+        registry.values[index].startedAt = DispatchTime.now().uptimeNanoseconds
+        registry.values[index].bodyLength = bodyLength
+        emit(.started(request), id, registry.values[index])
     }
 
     // MARK: Network activity
