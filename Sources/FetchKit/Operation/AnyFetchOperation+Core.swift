@@ -136,6 +136,17 @@ extension AnyFetchOperation {
             set { extras[field] = newValue }
         }
 
+        /// Changes the session monitoring, if the fetch has any. (`core.monitoring?.mutate()`
+        /// would write the value back, and a write of `nil` asks whether it is the default,
+        /// which allocates: twice per request for nothing.)
+        func updateMonitoring(_ change: (inout SessionMonitoring) -> Void) {
+            extras.ifMade { extras in
+                guard var monitoring = extras.monitoring else { return }
+                change(&monitoring)
+                extras.monitoring = monitoring
+            }
+        }
+
         /// Drops the progress relays and retry handlers, and the observers too if asked (the
         /// operation finished), without making a box.
         func dropHandlers(observers dropObservers: Bool) {

@@ -197,7 +197,7 @@ extension AnyFetchOperation: TransferOwner {
         core.withLock { core in
             core.attemptAnswered = true
             core.progressBase = response.statusCode == 206 ? core.rangeOffset : 0
-            core.monitoring?.received(response, self)
+            core.updateMonitoring { $0.received(response, self) }
         }
         reportProgress(received: 0, expected: expectedLength)
     }

@@ -294,7 +294,7 @@ open class AnyFetchOperation: Operation, @unchecked Sendable {
     func recordAttempt(_ attempt: Int, request: URLRequest, conditional: Bool, prepared: URLRequest?) {
         core.withLock { core in
             core.attempts = attempt
-            core.monitoring?.began(request, self)
+            core.updateMonitoring { $0.began(request, self) }
             core.attemptBase = prepared
             core.sentRequest = request
             core.sentConditionalRequest = conditional
