@@ -150,4 +150,26 @@ struct SlotSchedulerTests {
         #expect(scheduler.takeGrants().map(\.ticket) == [99_999])
         #expect(scheduler.waitingCount == 0)
     }
+
+    /// A ticket held by identity, to see whether the scheduler still holds it.
+    final class Held: Hashable, Sendable {
+        static func == (lhs: Held, rhs: Held) -> Bool { lhs === rhs }
+        func hash(into hasher: inout Hasher) { hasher.combine(ObjectIdentifier(self)) }
+    }
+
+    @Test func grantedAndWithdrawnTicketsAreNotKeptAlive() {
+        var scheduler = SlotScheduler<Held>(maximumTotal: 1, maximumPerHost: 1)
+        var tickets = (0..<4).map { _ in Held() }
+        for ticket in tickets { scheduler.enqueue(ticket, host: "h", priority: .normal) }
+        weak let granted = tickets[0]
+        weak let withdrawn = tickets[1]
+        #expect(scheduler.takeGrants().map(\.ticket) == [tickets[0]])
+        scheduler.withdraw(tickets[1])
+        scheduler.release(host: "h")
+        #expect(scheduler.takeGrants().map(\.ticket) == [tickets[2]], "the withdrawn ticket is skipped")
+        tickets = []
+        #expect(granted == nil, "a granted ticket is its owner's, not the scheduler's")
+        #expect(withdrawn == nil, "a withdrawn ticket passed in line is dropped")
+        #expect(scheduler.waitingCount == 1)
+    }
 }

@@ -51,31 +51,42 @@ struct LazyFields<Fields: DefaultConstructible> {
 
     /// Whether `value` is `field`'s default: both `nil`, or equal (an `Equatable` value). The
     /// check runs only while the box does not exist.
+    ///
+    /// The field's type is asked, not the value: a metatype cast allocates nothing (and is
+    /// resolved at compile time for a concrete field), where casting the value to an
+    /// existential boxed it — two heap allocations for a large optional, on every write of a
+    /// default (`core.monitoring?.received(…)` writes `nil` back when there is no monitoring).
     private static func isDefault<T>(_ value: T, of field: WritableKeyPath<Fields, T>) -> Bool {
-        let standard = Fields()[keyPath: field]
-        if let value = value as? any OptionalValue, let standard = standard as? any OptionalValue {
-            return value.isNone && standard.isNone
+        if let optional = T.self as? any OptionalValue.Type {
+            // A value that is set is no optional's default: the default is not even made.
+            guard withUnsafePointer(to: value, { optional.isNone(at: $0) }) else { return false }
+            let standard = Fields()[keyPath: field]
+            return withUnsafePointer(to: standard) { optional.isNone(at: $0) }
         }
-        guard let value = value as? any Equatable else { return false }
-        return value.isEqual(to: standard)
+        guard let equatable = T.self as? any Equatable.Type else { return false }
+        let standard = Fields()[keyPath: field]
+        return withUnsafePointer(to: value) { value in
+            withUnsafePointer(to: standard) { standard in equatable.equal(value, standard) }
+        }
     }
 }
 
-/// An `Optional` of any type, to ask whether it is `nil`.
+/// An `Optional` of any type, to ask whether one is `nil`.
 private protocol OptionalValue {
-    var isNone: Bool { get }
+    /// Whether the optional of this type at `pointer` is `nil`.
+    static func isNone(at pointer: UnsafeRawPointer) -> Bool
 }
 
 extension Optional: OptionalValue {
-    fileprivate var isNone: Bool {
-        self == nil
+    fileprivate static func isNone(at pointer: UnsafeRawPointer) -> Bool {
+        pointer.assumingMemoryBound(to: Self.self).pointee == nil
     }
 }
 
 extension Equatable {
-    /// Whether `other` is a value of this type equal to this one.
-    fileprivate func isEqual(to other: Any) -> Bool {
-        (other as? Self) == self
+    /// Whether the values of this type at `lhs` and `rhs` are equal.
+    fileprivate static func equal(_ lhs: UnsafeRawPointer, _ rhs: UnsafeRawPointer) -> Bool {
+        lhs.assumingMemoryBound(to: Self.self).pointee == rhs.assumingMemoryBound(to: Self.self).pointee
     }
 }
 

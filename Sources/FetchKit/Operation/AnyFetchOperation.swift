@@ -120,11 +120,14 @@ open class AnyFetchOperation: Operation, @unchecked Sendable {
         set { set(\.configuration, newValue, "configuration") }
     }
 
-    // Read by FetchKit itself, and by subclasses (on the frozen value once started).
-    var session: FetchSession { configuration.session }
-    var maximumResponseSize: Int64 { configuration.maximumResponseSize }
-    var validatorStore: ValidatorStore? { configuration.validatorStore }
-    var retryPolicy: RetryPolicy { configuration.retryPolicy }
+    // Read by FetchKit itself, and by subclasses (on the frozen value once started). Each reads
+    // its one field in the shared box, under the lock: not a copy of the whole configuration
+    // through a key path, as ``configuration`` returns it (a queue asks a fetch's session three
+    // times).
+    var session: FetchSession { core.withLock { $0.settings.configurationBox.value.session } }
+    var maximumResponseSize: Int64 { core.withLock { $0.settings.configurationBox.value.maximumResponseSize } }
+    var validatorStore: ValidatorStore? { core.withLock { $0.settings.configurationBox.value.validatorStore } }
+    var retryPolicy: RetryPolicy { core.withLock { $0.settings.configurationBox.value.retryPolicy } }
 
     // MARK: Results (set when finished)
 

@@ -37,11 +37,48 @@ struct SlotScheduler<Ticket: Hashable & Sendable>: Sendable {
         private static var sequenceMask: UInt64 { (1 << 56) - 1 }
     }
 
-    /// One host's waiting tickets: a FIFO per priority level, with stale entries left behind
-    /// by withdrawals.
+    /// One priority level of one host: its tickets in line, consumed from `head`. A consumed
+    /// or stale entry (its ticket withdrawn, or waiting again elsewhere) no longer holds its
+    /// ticket, so that nothing granted long ago stays alive behind the head.
+    private struct Line {
+        var entries: [(ticket: Ticket?, sequence: UInt64)] = []
+        var head = 0
+
+        /// The sequence of the first entry still waiting, dropping stale entries on the way.
+        mutating func liveHead(in waiting: [Ticket: Waiting]) -> UInt64? {
+            while head < entries.count {
+                let sequence = entries[head].sequence
+                if let ticket = entries[head].ticket, waiting[ticket]?.sequence == sequence {
+                    return sequence
+                }
+                entries[head].ticket = nil
+                head += 1
+            }
+            compact()
+            return nil
+        }
+
+        /// Takes the head's ticket (the live head that ``liveHead(in:)`` found).
+        mutating func pop() -> Ticket? {
+            guard head < entries.count else { return nil }
+            let ticket = entries[head].ticket
+            entries[head].ticket = nil
+            head += 1
+            compact()
+            return ticket
+        }
+
+        /// Frees consumed entries once they make up half the storage.
+        private mutating func compact() {
+            guard head > 32, head * 2 >= entries.count else { return }
+            entries.removeFirst(head)
+            head = 0
+        }
+    }
+
+    /// One host's waiting tickets: a FIFO per priority level (``Line``).
     private struct HostQueue {
-        var levels = [[(ticket: Ticket, sequence: UInt64)]](repeating: [], count: SlotScheduler.levelCount)
-        var heads = [Int](repeating: 0, count: SlotScheduler.levelCount)
+        var lines = [Line](repeating: Line(), count: SlotScheduler.levelCount)
         var live = 0
     }
 
@@ -91,13 +128,18 @@ struct SlotScheduler<Ticket: Hashable & Sendable>: Sendable {
 
     /// Puts a ticket in line. A ticket already waiting is moved to the new priority.
     mutating func enqueue(_ ticket: Ticket, host: String, priority: Operation.QueuePriority) {
-        if waiting[ticket] != nil { _ = withdraw(ticket) }
+        withdraw(ticket)
         let level = Self.level(of: priority)
         let sequence = nextSequence
         nextSequence += 1
         waiting[ticket] = Waiting(host: host, level: level, sequence: sequence)
-        hosts[host, default: HostQueue()].levels[level].append((ticket, sequence))
-        hosts[host]!.live += 1
+        Self.append((ticket, sequence), level: level, to: &hosts[host, default: HostQueue()])
+    }
+
+    /// One lookup of the host's queue, not one per change.
+    private static func append(_ entry: (ticket: Ticket?, sequence: UInt64), level: Int, to queue: inout HostQueue) {
+        queue.lines[level].entries.append(entry)
+        queue.live += 1
     }
 
     /// Moves a waiting ticket up to `priority` if that is more urgent than where it waits (to
@@ -111,18 +153,28 @@ struct SlotScheduler<Ticket: Hashable & Sendable>: Sendable {
     @discardableResult
     mutating func withdraw(_ ticket: Ticket) -> Bool {
         guard let entry = waiting.removeValue(forKey: ticket) else { return false }
-        hosts[entry.host]!.live -= 1
-        if hosts[entry.host]!.live == 0 {
-            hosts[entry.host] = nil     // drops the stale entries with it
-        }
+        if let index = hosts.index(forKey: entry.host) { leave(index) }
         return true
+    }
+
+    /// One ticket of the host at `index` stopped waiting: a host with none left is dropped, its
+    /// stale entries with it.
+    private mutating func leave(_ index: [String: HostQueue].Index) {
+        hosts.values[index].live -= 1
+        if hosts.values[index].live == 0 {
+            hosts.remove(at: index)
+        }
     }
 
     /// A granted transfer to `host` ended: its slots are free.
     mutating func release(host: String) {
         running = max(0, running - 1)
-        let remaining = (runningPerHost[host] ?? 1) - 1
-        runningPerHost[host] = remaining > 0 ? remaining : nil
+        guard let index = runningPerHost.index(forKey: host) else { return }
+        if runningPerHost.values[index] > 1 {
+            runningPerHost.values[index] -= 1
+        } else {
+            runningPerHost.remove(at: index)
+        }
     }
 
     /// Holds every transfer to `host` until `deadline` (uptime nanoseconds); a later block wins.
@@ -137,59 +189,51 @@ struct SlotScheduler<Ticket: Hashable & Sendable>: Sendable {
 
     /// When the first blocked host that has tickets waiting opens again, if any.
     var nextUnblock: UInt64? {
-        blockedUntil.filter { hosts[$0.key] != nil }.values.min()
+        guard !blockedUntil.isEmpty else { return nil }
+        return blockedUntil.filter { hosts[$0.key] != nil }.values.min()
     }
 
     /// Grants as many waiting tickets as the limits allow, best first, and counts them running.
     /// Hosts that asked for a pause are skipped until it is over.
+    ///
+    /// The hosts are walked by index and changed in place: a host's name is hashed only to read
+    /// and count its running transfers, not for every step through its lines.
     mutating func takeGrants(now: UInt64 = DispatchTime.now().uptimeNanoseconds) -> [(ticket: Ticket, host: String)] {
-        blockedUntil = blockedUntil.filter { $0.value > now }
+        if !blockedUntil.isEmpty {
+            blockedUntil = blockedUntil.filter { $0.value > now }
+        }
         var grants: [(ticket: Ticket, host: String)] = []
         while !isPaused && running < maximumTotal {
-            var best: (host: String, level: Int, sequence: UInt64)?
-            for host in Array(hosts.keys) where (runningPerHost[host] ?? 0) < maximumPerHost && blockedUntil[host] == nil {
-                guard let head = liveHead(of: host) else { continue }
-                if best == nil || (head.level, head.sequence) < (best!.level, best!.sequence) {
-                    best = (host, head.level, head.sequence)
-                }
+            var best: (index: [String: HostQueue].Index, level: Int, sequence: UInt64)?
+            var index = hosts.startIndex
+            while index != hosts.endIndex {
+                defer { index = hosts.index(after: index) }
+                let host = hosts.keys[index]
+                guard (runningPerHost[host] ?? 0) < maximumPerHost, blockedUntil.isEmpty || blockedUntil[host] == nil,
+                      let head = liveHead(at: index)
+                else { continue }
+                if let current = best, (current.level, current.sequence) < (head.level, head.sequence) { continue }
+                best = (index, head.level, head.sequence)
             }
             guard let best else { break }
-            let ticket = popHead(of: best.host, level: best.level)
-            withdraw(ticket)
+            let host = hosts.keys[best.index]
+            guard let ticket = hosts.values[best.index].lines[best.level].pop() else { continue }
+            waiting[ticket] = nil
+            leave(best.index)
             running += 1
-            runningPerHost[best.host, default: 0] += 1
-            grants.append((ticket, best.host))
+            runningPerHost[host, default: 0] += 1
+            grants.append((ticket, host))
         }
         return grants
     }
 
-    /// The best live entry of a host, dropping stale entries on the way.
-    private mutating func liveHead(of host: String) -> (level: Int, sequence: UInt64)? {
+    /// The best live entry of the host at `index`, dropping stale entries on the way.
+    private mutating func liveHead(at index: [String: HostQueue].Index) -> (level: Int, sequence: UInt64)? {
         for level in 0..<Self.levelCount {
-            while hosts[host]!.heads[level] < hosts[host]!.levels[level].count {
-                let entry = hosts[host]!.levels[level][hosts[host]!.heads[level]]
-                if waiting[entry.ticket]?.sequence == entry.sequence {
-                    return (level, entry.sequence)
-                }
-                hosts[host]!.heads[level] += 1
+            if let sequence = hosts.values[index].lines[level].liveHead(in: waiting) {
+                return (level, sequence)
             }
-            compact(host: host, level: level)
         }
         return nil
-    }
-
-    private mutating func popHead(of host: String, level: Int) -> Ticket {
-        let ticket = hosts[host]!.levels[level][hosts[host]!.heads[level]].ticket
-        hosts[host]!.heads[level] += 1
-        compact(host: host, level: level)
-        return ticket
-    }
-
-    /// Frees consumed entries once they make up half a level's storage.
-    private mutating func compact(host: String, level: Int) {
-        let head = hosts[host]!.heads[level]
-        guard head > 32, head * 2 >= hosts[host]!.levels[level].count else { return }
-        hosts[host]!.levels[level].removeFirst(head)
-        hosts[host]!.heads[level] = 0
     }
 }

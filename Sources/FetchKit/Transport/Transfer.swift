@@ -329,7 +329,9 @@ final class Transfer: TransferHandle, @unchecked Sendable {
             end(.failure(.unacceptableStatus(statusFailure(response)), response))
             return
         }
-        if let expected = expectedBytes, bodyLengthIsCheckable(response), receivedBytes != expected {
+        // The numbers first: whether the length is checkable reads the head (a case-insensitive
+        // search of its fields), which only a mismatch needs.
+        if let expected = expectedBytes, receivedBytes != expected, bodyLengthIsCheckable(response) {
             end(.failure(.lengthMismatch(.init(expected: expected, received: receivedBytes, url: response.url ?? request.url)), response))
             return
         }
