@@ -10,7 +10,7 @@ enum TransferResult: Sendable {
     case failure(FetchError, HTTPURLResponse?)
 }
 
-/// The operation a transfer works for (or the ``RetryingTransfer`` that works for it).
+/// The operation a transfer works for (or the flight that shares it among several).
 protocol TransferOwner: AnyObject, Sendable {
     /// The URLSession task was created and resumed: the transfer's clocks run from now.
     func transferDidStart()
