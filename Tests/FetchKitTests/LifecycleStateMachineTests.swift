@@ -236,6 +236,37 @@ struct LifecycleStateMachineTests {
         #expect(isCancelledOutcome(machine.complete()))
     }
 
+    @Test func aCancelDuringAnAttemptsSetupIsReportedWhenTheSetupEnds() {
+        var machine = Machine()
+        _ = machine.start()
+        let settingUp = machine.beginSetup()
+        #expect(settingUp)
+        #expect(machine.cancel(url: nil) == .stopTransfer, "no completion yet: the setup reports it")
+        #expect(!machine.isFinished)
+        let attached = machine.attachTransfer()
+        #expect(!attached, "the handle is dropped unstarted")
+        #expect(machine.transferEnded(.failure(.cancelled(.init(url: nil)))) == .complete)
+        #expect(isCancelledOutcome(machine.complete()))
+    }
+
+    @Test func anAttemptsSetupCanFailOrBeAttached() {
+        var machine = Machine()
+        _ = machine.start()
+        _ = machine.beginSetup()
+        let attached = machine.attachTransfer()
+        #expect(attached)
+        var failing = Machine()
+        _ = failing.start()
+        _ = failing.beginSetup()
+        let failed = failing.failBeforeTransfer(.timedOut(.init(kind: .total, interval: 1, url: nil)))
+        #expect(failed, "an attempt past the deadline fails in its setup")
+        var cancelled = Machine()
+        _ = cancelled.cancel(url: nil)
+        _ = cancelled.start()
+        let began = cancelled.beginSetup()
+        #expect(!began, "a stopped operation sets up nothing")
+    }
+
     @Test func aFailureBeforeALaterAttemptEndsTheFetch() {
         // A later attempt is prepared like the first: its deadline may have passed, or its
         // queue may be gone.

@@ -95,6 +95,29 @@ struct RetryTests {
         #expect(server.requestCount(path: "/flaky/retry-visible/2/503") == 3)
     }
 
+    @Test func aFetchStartedByHandAndNotKeptStillFinishesAfterItsRetryWait() async throws {
+        // Between attempts the operation holds no transfer: what waits for the delay must keep
+        // it, or its completion would never run.
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let done = Countdown(1)
+        let attempts = Locked(0)
+        weak var released: FetchOperation<Data>?
+        do {
+            let operation = server.operation("/flaky/unkept/1/503")
+            operation.configuration.retryPolicy = RetryPolicy(maximumRetries: 2, baseDelay: 0.2, maximumDelay: 0.2)
+            operation.addCompletionHandler(on: .global) { finished in
+                attempts.withLock { $0 = finished.attempts }
+                done.signal()
+            }
+            released = operation
+            operation.start()
+        }
+        #expect(await done.wait(), "the completion ran")
+        #expect(attempts.current == 2)
+        _ = released
+    }
+
     @Test func retriesStopAtTheLimit() async throws {
         let server = try LoopbackServer()
         defer { server.stop() }

@@ -16,6 +16,28 @@ struct SessionMonitorTests {
         return operation
     }
 
+    @Test func aCancelWhileAnAttemptIsSetUpIsReportedAfterTheSetup() async throws {
+        // The attempt's record and its monitors' "started" come before the finish, as its
+        // count does: nothing of the attempt happens after the operation finished.
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let detail = DetailRecorder()
+        let session = FetchSession(monitors: [detail])
+        defer { session.invalidate() }
+        let fetch = CancelledWhileItsAttemptIsSetUp(request: URLRequest(url: server.url("/json")))
+        fetch.configuration.session = session
+        let attemptsAtFinish = Locked(-1)
+        fetch.addCompletionHandler(on: .immediate) { finished in attemptsAtFinish.withLock { $0 = finished.attempts } }
+        fetch.start()
+        await #expect(throws: FetchError.self) { try await fetch.finished() }
+        #expect(await eventsDrain(session))
+        #expect(fetch.finishedDuringSetup.current == false, "it finished while its attempt was set up")
+        #expect(detail.lines.current == ["enqueued", "started /json", "metrics", "failed 0"])
+        #expect(attemptsAtFinish.current == 1)
+        #expect(fetch.attempts == 1)
+        #expect(server.requestCount(path: "/json") == 0, "nothing was sent")
+    }
+
     @Test func anOperationInAPlainOperationQueueIsObservedInOrder() async throws {
         let server = try LoopbackServer()
         defer { server.stop() }
@@ -155,5 +177,16 @@ struct SessionMonitorTests {
     @Test func aSessionWithoutMonitorsQueuesNothing() {
         #expect(FetchSession().monitorChannel == nil)
         #expect(FetchSession.shared.monitors.isEmpty)
+    }
+}
+
+/// Cancels itself while its attempt is set up, and records whether it had finished by then.
+private final class CancelledWhileItsAttemptIsSetUp: FetchOperation<Data>, @unchecked Sendable {
+    let finishedDuringSetup = Locked<Bool?>(nil)
+
+    override func prepareAttempt(_ request: URLRequest, attempt: Int) -> AttemptSetup {
+        cancel()
+        finishedDuringSetup.withLock { $0 = isFinished }
+        return super.prepareAttempt(request, attempt: attempt)
     }
 }

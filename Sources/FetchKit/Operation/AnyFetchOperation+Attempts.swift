@@ -25,6 +25,10 @@ extension AnyFetchOperation {
     /// Begins an attempt, in `executing(preparing)`: the first, once the request is prepared,
     /// or a later one once its wait is over.
     ///
+    /// The setup runs in `executing(settingUp)`: a cancel meanwhile is reported once it is over,
+    /// so that the attempt's record, its monitors' `started` and a download's partial file are
+    /// all done before the operation finishes.
+    ///
     /// - Parameters:
     ///   - prepared: The prepared request, for the first attempt; later ones start from the
     ///     one the operation keeps (``Core/preparedRequest``).
@@ -33,16 +37,23 @@ extension AnyFetchOperation {
     func beginAttempt(from prepared: URLRequest? = nil, continuing: Bool) {
         typealias Setup = (request: URLRequest, configuration: ConfigurationBox, attempt: Int, firstStart: UInt64,
                            coordinator: (any TransferCoordinator)?, claimed: Bool)
-        let setup = core.withLock { core -> Setup? in
-            guard let request = prepared ?? core.preparedRequest else { return nil }
+        enum Begin { case setUp(Setup), stopped, unprepared }
+        let begin = core.withLock { core -> Begin in
+            guard let request = prepared ?? core.preparedRequest else { return .unprepared }
+            // Cancelled first: the cancel completed it.
+            guard core.machine.beginSetup() else { return .stopped }
             core.attemptAnswered = false
             core.attemptStarted = false
-            return (request, core.settings.configurationBox, continuing ? core.attempts : core.attempts + 1,
-                    core.firstTransferStart, core.coordinator, core.claimed)
+            return .setUp((request, core.settings.configurationBox, continuing ? core.attempts : core.attempts + 1,
+                           core.firstTransferStart, core.coordinator, core.claimed))
         }
-        guard let (request, configuration, attempt, firstStart, coordinator, claimed) = setup else {
-            preconditionFailure("FetchKit bug: an attempt began before its request was prepared")
+        let setup: Setup
+        switch begin {
+        case .setUp(let made): setup = made
+        case .stopped: return
+        case .unprepared: preconditionFailure("FetchKit bug: an attempt began before its request was prepared")
         }
+        let (request, configuration, attempt, firstStart, coordinator, claimed) = setup
         var limits = TransferLimits(configuration: configuration, request: request)
         var deadline: TimeInterval?
         if let total = limits.totalTimeout, firstStart != 0 {
@@ -50,7 +61,7 @@ extension AnyFetchOperation {
             // fetch's deadline, and its error names the total as set.
             let left = Self.timeLeft(of: total, since: firstStart)
             guard left > 0 else {
-                failBeforeTransfer(.timedOut(.init(kind: .total, interval: total, url: request.url)))
+                abandonSetup(.timedOut(.init(kind: .total, interval: total, url: request.url)))
                 return
             }
             limits.fetchStartedAt = firstStart
@@ -65,7 +76,7 @@ extension AnyFetchOperation {
                                               sink: makeBodySinkBeforeGrant(), resumedFrom: core.withLock { $0.rangeOffset })
         } else if claimed {
             // Its queue was freed (and is cancelling it): no transfer outside the queue's limits.
-            failBeforeTransfer(.cancelled(.init(url: request.url)))
+            abandonSetup(.cancelled(.init(url: request.url)))
             return
         } else {
             handle = Transfer(request: attemptSetup.request, session: configuration.value.session, limits: limits,
@@ -80,15 +91,27 @@ extension AnyFetchOperation {
             core.deadlineGeneration &+= 1
             return (true, core.deadlineGeneration)
         }
-        // Cancelled meanwhile (the cancel completed the operation): the handle is dropped
-        // unstarted.
-        guard attached.attached else { return }
+        // Cancelled during the setup: the handle is dropped unstarted, and the cancel reported.
+        guard attached.attached else {
+            abandonSetup(.cancelled(.init(url: request.url)))
+            return
+        }
         if let generation = attached.generation, let deadline {
             DispatchQueue.global().asyncAfter(deadline: .now() + max(0, deadline)) { [weak self] in
                 self?.deadlinePassedWhileWaiting(generation: generation)
             }
         }
         handle.start()
+    }
+
+    /// The attempt's setup ends without a transfer: with `error`, or, if a cancel came during
+    /// the setup, as cancelled (the cancel left the reporting to the setup).
+    private func abandonSetup(_ error: FetchError) {
+        let complete = core.withLock { core in
+            core.machine.failBeforeTransfer(error)
+                || core.machine.transferEnded(.failure(error)) == .complete
+        }
+        if complete { completeNow() }
     }
 
     /// The fetch's deadline came: stop the attempt that timer `generation` watches if it is
@@ -206,8 +229,10 @@ extension AnyFetchOperation {
             switch next {
             case .retry(let event):
                 willRetry(event)
-                DispatchQueue.global().asyncAfter(deadline: .now() + event.delay) { [weak self] in
-                    self?.waitEnded(continuing: false)
+                // Holds the operation: a fetch started by hand and not kept by its caller must
+                // still finish (a cancelled one is freed when the delay ends).
+                DispatchQueue.global().asyncAfter(deadline: .now() + event.delay) {
+                    self.waitEnded(continuing: false)
                 }
             case .continuation(let sink):
                 // From what is on disk, once the writer has caught up and the stopped task is over.

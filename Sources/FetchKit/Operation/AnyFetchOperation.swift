@@ -33,7 +33,7 @@ open class AnyFetchOperation: Operation, @unchecked Sendable {
 
         /// Which box holds the configuration (tests).
         var configurationIdentity: ObjectIdentifier { ObjectIdentifier(storedConfiguration) }
-        /// The box itself: what the attempt loop keeps instead of copies of its values.
+        /// The box itself: what each attempt reads instead of copies of its values.
         var configurationBox: ConfigurationBox { storedConfiguration }
 
         init(request: URLRequest?) {
@@ -263,7 +263,7 @@ open class AnyFetchOperation: Operation, @unchecked Sendable {
     /// The body sink of an attempt that a ``FetchQueue`` runs, made before it waits for its
     /// slot; or `nil` for a body kept in memory, whose sink the queue makes when it grants the
     /// slot (``Flight/makeSink()``): a waiting fetch holds none. A download makes its sink now
-    /// (it checks its destination, and the attempt loop asks it whether the disk fell behind).
+    /// (it checks its destination, and the operation asks it whether the disk fell behind).
     func makeBodySinkBeforeGrant() -> (any ResponseBodySink)? {
         nil
     }

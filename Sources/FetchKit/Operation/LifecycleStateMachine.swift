@@ -3,19 +3,21 @@ import Foundation
 /// The lifecycle of one ``FetchOperation``, as a pure value: events in, actions out.
 ///
 /// ```
-///                                   ┌──── resumeAfterWait ──── executing(waiting) ◀─┐
-///                                   ▼                               │ cancel         │ transferEnded
-/// pending ──start──▶ executing(preparing) ──attachTransfer──▶ executing(transferring)  (another attempt)
-///    │                    │                                        │
-///    │ (cancelled)        │ failBeforeTransfer / cancel            │ transferEnded / cancel
-///    ▼                    ▼                                        ▼
-/// finished ◀──complete── finishing(completing) ◀──────── finishing(parsing | stoppingTransfer)
+///                        ┌──────── resumeAfterWait ◀──────── executing(waiting) ◀───┐
+///                        ▼                                                           │ transferEnded
+/// pending ──start──▶ executing(preparing) ──beginSetup──▶ executing(settingUp)      │ (another attempt)
+///    │                    │                                   │ attachTransfer      │
+///    │                    │                                   ▼                     │
+///    │                    │                         executing(transferring) ────────┘
+///    │ (cancelled)        │ failBeforeTransfer / cancel       │ transferEnded / cancel
+///    ▼                    ▼                                   ▼
+/// finished ◀──complete── finishing(completing) ◀──── finishing(parsing | stoppingTransfer)
 /// ```
 ///
 /// An operation makes one attempt after another (see AnyFetchOperation+Attempts.swift): each
 /// is prepared and attached like the first, and one that ends with another to come waits in
 /// `executing(waiting)` — a retry's delay, or a download's wait for its disk — holding no
-/// transfer. Whether the policy allows another is worked out where the attempt ends and handed
+/// transfer (a cancel there completes at once, as while preparing). Whether the policy allows another is worked out where the attempt ends and handed
 /// to ``transferEnded(_:anotherAttempt:)``, which alone decides what follows (a cancel wins).
 ///
 /// `cancelled` is a flag beside the state, as in Foundation. The operation holds this value
@@ -37,6 +39,11 @@ struct LifecycleStateMachine: Sendable {
     enum Execution: Sendable, Equatable {
         /// Checking dependencies and building the request. No transfer exists yet.
         case preparing
+        /// An attempt is being set up: its request recorded, its body sink and handle made. A
+        /// cancel now is reported when the setup is over (``attachTransfer()`` then fails, and
+        /// ``transferEnded(_:anotherAttempt:)`` completes it), so that nothing of the attempt
+        /// happens after the operation finished.
+        case settingUp
         /// A transfer is attached: waiting for a slot in a ``FetchQueue`` (no URLSession task,
         /// no clock yet), or in flight.
         case transferring
@@ -144,7 +151,7 @@ struct LifecycleStateMachine: Sendable {
         case .executing(.preparing), .executing(.waiting):
             state = .finishing(.completing(cancelled))
             return .stopPreparing
-        case .executing(.transferring):
+        case .executing(.transferring), .executing(.settingUp):
             state = .finishing(.stoppingTransfer(cancelled))
             return .stopTransfer
         case .finished:
@@ -152,24 +159,43 @@ struct LifecycleStateMachine: Sendable {
         }
     }
 
-    /// A transfer was created for the prepared request.
+    /// An attempt's setup begins (see ``Execution/settingUp``).
     ///
-    /// - Returns: `false` if the operation stopped meanwhile (cancelled, failed): the caller
-    ///   must discard the transfer without starting it.
-    mutating func attachTransfer() -> Bool {
+    /// - Returns: `false` if the operation stopped first (a cancel completes it).
+    mutating func beginSetup() -> Bool {
         guard case .executing(.preparing) = state else { return false }
-        state = .executing(.transferring)
+        state = .executing(.settingUp)
         return true
     }
 
-    /// Preparation failed (a failed dependency, an invalid request…) before any transfer.
+    /// A transfer was created for the prepared request.
+    ///
+    /// - Returns: `false` if the operation stopped meanwhile (cancelled, failed): the caller
+    ///   must discard the transfer without starting it, and, if a cancel came during the
+    ///   setup, report it with ``transferEnded(_:anotherAttempt:)``.
+    mutating func attachTransfer() -> Bool {
+        switch state {
+        case .executing(.preparing), .executing(.settingUp):
+            state = .executing(.transferring)
+            return true
+        default:
+            return false
+        }
+    }
+
+    /// Preparation failed (a failed dependency, an invalid request, an attempt past the
+    /// fetch's deadline…) before any transfer.
     ///
     /// - Returns: `true` if the caller must now ``complete()``; `false` if the operation had
-    ///   already stopped (a cancel won the race and completes it).
+    ///   already stopped (a cancel won the race and completes it, or is reported by the setup).
     mutating func failBeforeTransfer(_ error: FetchError) -> Bool {
-        guard case .executing(.preparing) = state else { return false }
-        state = .finishing(.completing(.failure(error)))
-        return true
+        switch state {
+        case .executing(.preparing), .executing(.settingUp):
+            state = .finishing(.completing(.failure(error)))
+            return true
+        default:
+            return false
+        }
     }
 
     enum TransferEndAction: Sendable, Equatable {

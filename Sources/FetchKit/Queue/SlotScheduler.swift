@@ -38,8 +38,9 @@ struct SlotScheduler<Ticket: Hashable & Sendable>: Sendable {
     }
 
     /// One priority level of one host: its tickets in line, consumed from `head`. A consumed
-    /// or stale entry (its ticket withdrawn, or waiting again elsewhere) no longer holds its
-    /// ticket, so that nothing granted long ago stays alive behind the head.
+    /// entry no longer holds its ticket, so that nothing granted stays alive behind the head. A
+    /// withdrawn ticket's entry (or one left behind when a ticket waits again elsewhere) holds
+    /// it until the head passes it, or its host has no ticket left waiting.
     private struct Line {
         var entries: [(ticket: Ticket?, sequence: UInt64)] = []
         var head = 0
