@@ -172,4 +172,25 @@ struct SlotSchedulerTests {
         #expect(withdrawn == nil, "a withdrawn ticket passed in line is dropped")
         #expect(scheduler.waitingCount == 1)
     }
+
+    @Test func aTicketWithdrawnBehindOthersIsLetGoAtOnce() {
+        // A cancelled fetch queued behind many others is not kept until its line reaches it.
+        var scheduler = SlotScheduler<Held>(maximumTotal: 1, maximumPerHost: 1)
+        let first = Held()
+        scheduler.enqueue(first, host: "h", priority: .normal)
+        var behind = (0..<40).map { _ in Held() }
+        for ticket in behind { scheduler.enqueue(ticket, host: "h", priority: .normal) }
+        weak let withdrawn = behind[20]
+        weak let raised = behind[30]
+        scheduler.withdraw(behind[20])
+        scheduler.raise(behind[30], to: .high)     // its old place is let go too
+        let last = behind[39]
+        let raisedTicket = behind[30]
+        behind = []
+        #expect(withdrawn == nil)
+        #expect(raised != nil, "still waiting, at its new level")
+        #expect(scheduler.waitingCount == 40)
+        #expect(scheduler.takeGrants().map(\.ticket) == [raisedTicket], "the raised ticket goes first")
+        _ = (first, last)
+    }
 }

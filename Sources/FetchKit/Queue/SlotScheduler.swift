@@ -38,9 +38,8 @@ struct SlotScheduler<Ticket: Hashable & Sendable>: Sendable {
     }
 
     /// One priority level of one host: its tickets in line, consumed from `head`. A consumed
-    /// entry no longer holds its ticket, so that nothing granted stays alive behind the head. A
-    /// withdrawn ticket's entry (or one left behind when a ticket waits again elsewhere) holds
-    /// it until the head passes it, or its host has no ticket left waiting.
+    /// or withdrawn entry no longer holds its ticket, so that nothing granted or cancelled
+    /// stays alive in line.
     private struct Line {
         var entries: [(ticket: Ticket?, sequence: UInt64)] = []
         var head = 0
@@ -57,6 +56,18 @@ struct SlotScheduler<Ticket: Hashable & Sendable>: Sendable {
             }
             compact()
             return nil
+        }
+
+        /// Lets go of the ticket entered with `sequence`, if it is still in line. Sequences only
+        /// grow along a line, so it is found by bisection.
+        mutating func clear(sequence: UInt64) {
+            var low = head
+            var high = entries.count
+            while low < high {
+                let middle = (low + high) / 2
+                if entries[middle].sequence < sequence { low = middle + 1 } else { high = middle }
+            }
+            if low < entries.count, entries[low].sequence == sequence { entries[low].ticket = nil }
         }
 
         /// Takes the head's ticket (the live head that ``liveHead(in:)`` found).
@@ -154,7 +165,10 @@ struct SlotScheduler<Ticket: Hashable & Sendable>: Sendable {
     @discardableResult
     mutating func withdraw(_ ticket: Ticket) -> Bool {
         guard let entry = waiting.removeValue(forKey: ticket) else { return false }
-        if let index = hosts.index(forKey: entry.host) { leave(index) }
+        if let index = hosts.index(forKey: entry.host) {
+            hosts.values[index].lines[entry.level].clear(sequence: entry.sequence)
+            leave(index)
+        }
         return true
     }
 
