@@ -163,6 +163,32 @@ struct QueueStateTests {
         #expect(replayed == nil, "it is not told it started, nor anything else")
     }
 
+    @Test func aJoinerStillWaitingForItsReplayGetsItBeforeTheEnd() throws {
+        // The end can reach the flight before a joiner's queued replay: the joiner then hears
+        // it started, and of the head, before it hears of the end, and its replay tells nothing.
+        var state = QueueState(maximumTotal: 2, maximumPerHost: 2, coalesces: true, hasMonitors: true)
+        let (firstID, first) = fetch("http://a.example/same", in: &state, shareable: true)
+        let (secondID, second) = fetch("http://a.example/same", in: &state, shareable: true)
+        state.activated(firstID)
+        state.activated(secondID)
+        join(first, &state)
+        let flight = try #require(started(state.takeActions()).first)
+        let transfer = Transfer(request: flight.request, session: .shared, limits: Self.limits, sink: flight.makeSink(), owner: flight)
+        _ = state.transferCreated(transfer, for: flight)
+        _ = state.flightReceived(flight, response: try ok(), expectedLength: 5, now: 1)
+        join(second, &state)
+        _ = state.takeActions()
+
+        let replays = state.replaysBeforeEnd(of: flight, now: 2)
+        #expect(replays.map { $0.member === second } == [true])
+        #expect(replays.first?.latest.response?.0.statusCode == 200)
+        #expect(monitorEvents(state.takeActions()) == ["response"], "the joiner's, once")
+        let ended = state.flightEnded(flight, result: .success(try ok(), .data(Data())))
+        #expect(ended.count == 2)
+        let late = state.replay(to: second, of: flight, now: 3)
+        #expect(late == nil, "its queued replay comes too late and tells nothing")
+    }
+
     @Test func aGrantedFlightWhoseMembersAllLeftIsNotStarted() throws {
         var state = QueueState(maximumTotal: 1, maximumPerHost: 1, coalesces: false, hasMonitors: false)
         let (_, member) = fetch("http://a.example/1", in: &state)

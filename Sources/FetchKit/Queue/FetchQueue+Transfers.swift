@@ -94,15 +94,9 @@ extension FetchQueue: TransferCoordinator {
             // already), so a late joiner starts where the transfer is and never goes back.
             member.session.router.queue.async { [weak self] in
                 let now = DispatchTime.now().uptimeNanoseconds
-                guard let (response, received) = self?.transition({ $0.replay(to: member, of: flight, now: now) }) ?? nil
-                else { return }     // it ended first, or left
-                member.operation.transferDidStart()
-                if let (head, expected) = response {
-                    member.operation.transferDidReceive(response: head, expectedLength: expected)
-                }
-                if let received {
-                    member.operation.transferDidReceive(bytes: received.bytes, of: received.expected)
-                }
+                // `nil` if it left, or its flight ended and replayed to it first.
+                guard let latest = self?.transition({ $0.replay(to: member, of: flight, now: now) }) ?? nil else { return }
+                member.catchUp(with: latest)
             }
         case .hideActivityLater(let generation):
             activityTimer(networkActivityHideDelay) { [weak self] in

@@ -189,8 +189,14 @@ extension Flight: TransferOwner {
         // The members hear of the end after this flight let go of its queue: one of them may be
         // the last work that keeps the queue, which its owner may have dropped.
         var queue = self.queue
-        let members = queue?.transition { $0.flightEnded(self, result: result) } ?? []
+        let now = DispatchTime.now().uptimeNanoseconds
+        let (replays, members) = queue?.transition { state in
+            (state.replaysBeforeEnd(of: self, now: now), state.flightEnded(self, result: result))
+        } ?? ([], [])
         queue = nil
+        for (member, latest) in replays {
+            member.catchUp(with: latest)
+        }
         for member in members {
             member.report(result)
         }
@@ -339,6 +345,19 @@ final class FlightMember: TransferHandle, @unchecked Sendable {
             return true
         }
         if first { report(.failure(.cancelled(.init(url: request.url)), nil)) }
+    }
+
+    /// Brings the operation of a member that joined a running flight to where the transfer is:
+    /// it started, and its latest head and progress. Outside the queue's lock, on the router
+    /// queue, in order with the flight's events.
+    func catchUp(with latest: QueueState.Latest) {
+        operation.transferDidStart()
+        if let (head, expected) = latest.response {
+            operation.transferDidReceive(response: head, expectedLength: expected)
+        }
+        if let received = latest.received {
+            operation.transferDidReceive(bytes: received.bytes, of: received.expected)
+        }
     }
 
     /// Tells the operation the transfer ended. Outside the queue's lock, by the one caller

@@ -446,8 +446,7 @@ struct QueueState {
     ///
     /// - Returns: What to tell it; `nil` if it no longer waits for its replay (the flight
     ///   ended, or it left): then it is told nothing, not even that it started.
-    mutating func replay(to member: FlightMember, of flight: Flight, now: UInt64)
-        -> (response: (HTTPURLResponse, Int64?)?, received: (bytes: Int64, expected: Int64?)?)? {
+    mutating func replay(to member: FlightMember, of flight: Flight, now: UInt64) -> Latest? {
         guard member.awaitingReplay else { return nil }
         member.awaitingReplay = false
         flights[flight.ticket]?.pendingReplays -= 1
@@ -461,6 +460,21 @@ struct QueueState {
         }
         return latest
     }
+
+    /// The flight is about to end: the members still waiting for their replay get it now, in
+    /// the same transition, so that each hears it started (and its head) before it hears the
+    /// end. Returns what to tell them.
+    mutating func replaysBeforeEnd(of flight: Flight, now: UInt64) -> [(member: FlightMember, latest: Latest)] {
+        guard let record = flights[flight.ticket], record.pendingReplays > 0 else { return [] }
+        var replays: [(member: FlightMember, latest: Latest)] = []
+        for member in record.members where member.awaitingReplay {
+            if let latest = replay(to: member, of: flight, now: now) { replays.append((member, latest)) }
+        }
+        return replays
+    }
+
+    /// A running flight's latest head and progress.
+    typealias Latest = (response: (HTTPURLResponse, Int64?)?, received: (bytes: Int64, expected: Int64?)?)
 
     private mutating func forgetShared(_ flight: Flight) {
         if let key = flight.key, sharedFlights[key] == flight.ticket {
