@@ -211,7 +211,7 @@ open class DownloadOperation: AnyFetchOperation, OutputProducing, @unchecked Sen
         }
         core.withLock { $0.rangeOffset = offset }
         recordAttempt(attempt, request: request, conditional: false, prepared: offset > 0 ? prepared : nil)
-        return AttemptSetup(request: request, acceptsNotModified: false)
+        return AttemptSetup(request: request, acceptsNotModified: false, resumedFrom: offset)
     }
 
     private enum PartialVerdict {

@@ -73,7 +73,7 @@ extension AnyFetchOperation {
         if let coordinator {
             // A body kept in memory gets its sink when the queue grants the slot.
             handle = coordinator.makeTransfer(for: self, request: attemptSetup.request, limits: limits,
-                                              sink: makeBodySinkBeforeGrant(), resumedFrom: core.withLock { $0.rangeOffset })
+                                              sink: makeBodySinkBeforeGrant(), resumedFrom: attemptSetup.resumedFrom)
         } else if claimed {
             // Its queue was freed (and is cancelling it): no transfer outside the queue's limits.
             abandonSetup(.cancelled(.init(url: request.url)))
@@ -158,18 +158,18 @@ extension AnyFetchOperation {
     private func nextAttempt(after result: TransferResult) -> (next: NextAttempt, result: TransferResult) {
         let (request, configuration, attempt, answered, overdue, firstStart) = core.withLock { core in
             defer { core.attemptOverdue = false }
-            return (core.preparedRequest, core.settings.configuration, core.attempts, core.attemptAnswered,
+            return (core.preparedRequest, core.settings.configurationBox, core.attempts, core.attemptAnswered,
                     core.attemptOverdue, core.firstTransferStart)
         }
         guard case .failure(let error, _) = result else { return (.none, result) }
-        let total = configuration.totalTimeout.map { max(0.001, $0) }
+        let total = configuration.transferSettings.totalTimeout
         if overdue, error.isCancellation, let total {
             // Stopped in the queue at the fetch's deadline.
             return (.none, .failure(.timedOut(.init(kind: .total, interval: total, url: request?.url)), nil))
         }
         // Stopped for the disk to catch up: continue as the same attempt once it has.
         if let sink = sinkThatFellBehind() { return (.continuation(sink), result) }
-        guard let delay = configuration.retryPolicy.delay(after: error, attempt: attempt, method: request?.httpMethod ?? "GET")
+        guard let delay = configuration.value.retryPolicy.delay(after: error, attempt: attempt, method: request?.httpMethod ?? "GET")
         else { return (.none, result) }
         // Silent for the whole idle timeout without a word: the timeout the user set is how
         // long they wait for an answer, and asking again would multiply it.
@@ -216,7 +216,7 @@ extension AnyFetchOperation {
                     core.response = response
                 }
             }
-            return (action, core.settings.configuration.parseQueue)
+            return (action, core.settings.configurationBox.value.parseQueue)
         }
         switch action {
         case .parse:

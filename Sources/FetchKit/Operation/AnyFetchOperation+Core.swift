@@ -320,6 +320,8 @@ extension AnyFetchOperation {
 struct AttemptSetup {
     var request: URLRequest
     var acceptsNotModified: Bool
+    /// Where a download's attempt resumes its partial file (its `Range`), 0 otherwise.
+    var resumedFrom: Int64 = 0
 }
 
 /// Something that moves one operation's request: a ``Transfer`` of its own, or a place in a

@@ -112,7 +112,7 @@ extension AnyFetchOperation {
         return nil
     }
 
-    func failBeforeTransfer(_ error: FetchError) {
+    private func failBeforeTransfer(_ error: FetchError) {
         if core.withLock({ $0.machine.failBeforeTransfer(error) }) {
             completeNow()
         }

@@ -263,10 +263,10 @@ struct QueueState {
     /// (for its metrics) and tells its batch, if it is in one. Progress counts from where a
     /// download resumed, once the server answered `206`, as the operation's own does.
     private mutating func progressed(_ member: FlightMember, in ticket: ObjectIdentifier, received: Int64, expected: Int64?) {
-        guard let id = idsByOperation[ObjectIdentifier(member.operation)], registry[id] != nil else { return }
+        guard let id = idsByOperation[ObjectIdentifier(member.operation)], let entry = registry.index(forKey: id) else { return }
         let base = member.resumedFrom != 0 && runs[ticket]?.response?.0.statusCode == 206 ? member.resumedFrom : 0
-        update(id) { $0.bytesReceived = base + received }
-        if let (batch, index) = registry[id]?.batch {
+        registry.values[entry].bytesReceived = base + received
+        if let (batch, index) = registry.values[entry].batch {
             actions.append(.batchProgress(batch, index, received: base + received, expected: expected.map { base + $0 }))
         }
     }
@@ -435,7 +435,7 @@ struct QueueState {
     }
 
     /// The latest head and progress of a running flight, for a member that joined it.
-    func latest(of flight: Flight) -> (response: (HTTPURLResponse, Int64?)?, received: (bytes: Int64, expected: Int64?)?) {
+    func latest(of flight: Flight) -> Latest {
         guard let run = runs[flight.ticket] else { return (nil, nil) }
         return (run.response, run.received)
     }
