@@ -26,6 +26,20 @@ struct QueueStateTests {
         return (id, member)
     }
 
+    /// Two identical shareable fetches, enqueued; the first's flight granted and its transfer
+    /// created. The second has not joined yet.
+    func runningSharedFlight(in state: inout QueueState) throws -> (flight: Flight, first: FlightMember, second: FlightMember) {
+        let (firstID, first) = fetch("http://a.example/same", in: &state, shareable: true)
+        let (secondID, second) = fetch("http://a.example/same", in: &state, shareable: true)
+        state.activated(firstID)
+        state.activated(secondID)
+        join(first, &state)
+        let flight = try #require(started(state.takeActions()).first)
+        let transfer = Transfer(request: flight.request, session: .shared, limits: Self.limits, sink: flight.makeSink(), owner: flight)
+        _ = state.transferCreated(transfer, for: flight)
+        return (flight, first, second)
+    }
+
     func ok() throws -> HTTPURLResponse {
         try #require(HTTPURLResponse(url: URL(filePath: "/"), statusCode: 200, httpVersion: "HTTP/1.1", headerFields: nil))
     }
@@ -123,14 +137,7 @@ struct QueueStateTests {
         // The head can reach a running flight after a caller joined it and before the replay
         // that brings the caller to where the transfer is: the caller hears of it once.
         var state = QueueState(maximumTotal: 2, maximumPerHost: 2, coalesces: true, hasMonitors: true)
-        let (firstID, first) = fetch("http://a.example/same", in: &state, shareable: true)
-        let (secondID, second) = fetch("http://a.example/same", in: &state, shareable: true)
-        state.activated(firstID)
-        state.activated(secondID)
-        join(first, &state)
-        let flight = try #require(started(state.takeActions()).first)
-        let transfer = Transfer(request: flight.request, session: .shared, limits: Self.limits, sink: flight.makeSink(), owner: flight)
-        _ = state.transferCreated(transfer, for: flight)
+        let (flight, first, second) = try runningSharedFlight(in: &state)
         join(second, &state)
         _ = state.takeActions()
 
@@ -149,12 +156,7 @@ struct QueueStateTests {
 
     @Test func aReplayAfterTheFlightEndedTellsNothing() throws {
         var state = QueueState(maximumTotal: 2, maximumPerHost: 2, coalesces: true, hasMonitors: false)
-        let (_, first) = fetch("http://a.example/same", in: &state, shareable: true)
-        let (_, second) = fetch("http://a.example/same", in: &state, shareable: true)
-        join(first, &state)
-        let flight = try #require(started(state.takeActions()).first)
-        let transfer = Transfer(request: flight.request, session: .shared, limits: Self.limits, sink: flight.makeSink(), owner: flight)
-        _ = state.transferCreated(transfer, for: flight)
+        let (flight, _, second) = try runningSharedFlight(in: &state)
         join(second, &state)
         _ = state.flightReceived(flight, response: try ok(), expectedLength: 0, now: 1)
         let ended = state.flightEnded(flight, result: .success(try ok(), .data(Data())))
@@ -167,14 +169,7 @@ struct QueueStateTests {
         // The end can reach the flight before a joiner's queued replay: the joiner then hears
         // it started, and of the head, before it hears of the end, and its replay tells nothing.
         var state = QueueState(maximumTotal: 2, maximumPerHost: 2, coalesces: true, hasMonitors: true)
-        let (firstID, first) = fetch("http://a.example/same", in: &state, shareable: true)
-        let (secondID, second) = fetch("http://a.example/same", in: &state, shareable: true)
-        state.activated(firstID)
-        state.activated(secondID)
-        join(first, &state)
-        let flight = try #require(started(state.takeActions()).first)
-        let transfer = Transfer(request: flight.request, session: .shared, limits: Self.limits, sink: flight.makeSink(), owner: flight)
-        _ = state.transferCreated(transfer, for: flight)
+        let (flight, _, second) = try runningSharedFlight(in: &state)
         _ = state.flightReceived(flight, response: try ok(), expectedLength: 5, now: 1)
         join(second, &state)
         _ = state.takeActions()
