@@ -4,7 +4,7 @@ import Testing
 
 @Suite("Slot scheduler (pure)")
 struct SlotSchedulerTests {
-    typealias Scheduler = SlotScheduler<Int>
+    typealias Scheduler = BookedScheduler<Int>
 
     @Test func grantsUpToTheOverallLimit() {
         var scheduler = Scheduler(maximumTotal: 2, maximumPerHost: 10)
@@ -158,7 +158,7 @@ struct SlotSchedulerTests {
     }
 
     @Test func grantedAndWithdrawnTicketsAreNotKeptAlive() {
-        var scheduler = SlotScheduler<Held>(maximumTotal: 1, maximumPerHost: 1)
+        var scheduler = BookedScheduler<Held>(maximumTotal: 1, maximumPerHost: 1)
         var tickets = (0..<4).map { _ in Held() }
         for ticket in tickets { scheduler.enqueue(ticket, host: "h", priority: .normal) }
         weak let granted = tickets[0]
@@ -175,7 +175,7 @@ struct SlotSchedulerTests {
 
     @Test func aTicketWithdrawnBehindOthersIsLetGoAtOnce() {
         // A cancelled fetch queued behind many others is not kept until its line reaches it.
-        var scheduler = SlotScheduler<Held>(maximumTotal: 1, maximumPerHost: 1)
+        var scheduler = BookedScheduler<Held>(maximumTotal: 1, maximumPerHost: 1)
         let first = Held()
         scheduler.enqueue(first, host: "h", priority: .normal)
         var behind = (0..<40).map { _ in Held() }
@@ -192,5 +192,91 @@ struct SlotSchedulerTests {
         #expect(scheduler.waitingCount == 40)
         #expect(scheduler.takeGrants().map(\.ticket) == [raisedTicket], "the raised ticket goes first")
         _ = (first, last)
+    }
+}
+
+/// A ``SlotScheduler`` and the places of its tickets, kept as its callers keep them (the queue
+/// keeps each on its member): the tests name tickets, not places.
+@dynamicMemberLookup
+struct BookedScheduler<Ticket: Hashable & Sendable> {
+    private var scheduler: SlotScheduler<Ticket>
+    private var places: [Ticket: SlotScheduler<Ticket>.Place] = [:]
+    private var hosts: [Ticket: String] = [:]
+
+    init(maximumTotal: Int, maximumPerHost: Int) {
+        scheduler = SlotScheduler(maximumTotal: maximumTotal, maximumPerHost: maximumPerHost)
+    }
+
+    subscript<Value>(dynamicMember keyPath: KeyPath<SlotScheduler<Ticket>, Value>) -> Value {
+        scheduler[keyPath: keyPath]
+    }
+
+    var isPaused: Bool {
+        get { scheduler.isPaused }
+        set { scheduler.isPaused = newValue }
+    }
+
+    /// Puts a ticket in line; a ticket already waiting is moved to the new priority.
+    mutating func enqueue(_ ticket: Ticket, host: String, priority: Operation.QueuePriority) {
+        withdraw(ticket)
+        places[ticket] = scheduler.enqueue(ticket, host: host, priority: priority)
+        hosts[ticket] = host
+    }
+
+    @discardableResult
+    mutating func withdraw(_ ticket: Ticket) -> Bool {
+        guard let place = places.removeValue(forKey: ticket), let host = hosts.removeValue(forKey: ticket) else { return false }
+        return scheduler.withdraw(at: place, host: host) != nil
+    }
+
+    mutating func raise(_ ticket: Ticket, to priority: Operation.QueuePriority) {
+        guard let place = places[ticket], let host = hosts[ticket],
+              let raised = scheduler.raise(at: place, host: host, to: priority)
+        else { return }
+        places[ticket] = raised
+    }
+
+    mutating func takeGrants(now: UInt64 = DispatchTime.now().uptimeNanoseconds) -> [(ticket: Ticket, host: String)] {
+        let grants = scheduler.takeGrants(now: now)
+        for grant in grants {
+            places[grant.ticket] = nil
+            hosts[grant.ticket] = nil
+        }
+        return grants
+    }
+
+    mutating func release(host: String) { scheduler.release(host: host) }
+    mutating func setLimits(total: Int, perHost: Int) { scheduler.setLimits(total: total, perHost: perHost) }
+    mutating func block(_ host: String, until deadline: UInt64) { scheduler.block(host, until: deadline) }
+    mutating func unblock(_ host: String) { scheduler.unblock(host) }
+}
+
+@Suite("Slot scheduler places (pure)")
+struct SlotSchedulerPlaceTests {
+    @Test func aPlaceWithdrawsOnlyTheTicketStillWaitingThere() {
+        var scheduler = SlotScheduler<Int>(maximumTotal: 1, maximumPerHost: 1)
+        let first = scheduler.enqueue(1, host: "h", priority: .normal)
+        let second = scheduler.enqueue(2, host: "h", priority: .normal)
+        #expect(scheduler.takeGrants().map(\.ticket) == [1])
+        #expect(scheduler.withdraw(at: first, host: "h") == nil, "granted: no longer waits there")
+        #expect(scheduler.withdraw(at: second, host: "other") == nil, "the place is in its host's line")
+        #expect(scheduler.withdraw(at: .none, host: "h") == nil, "never enqueued")
+        #expect(scheduler.waitingCount == 1)
+        #expect(scheduler.withdraw(at: second, host: "h") == 2)
+        #expect(scheduler.withdraw(at: second, host: "h") == nil, "withdrawn once")
+        #expect(scheduler.waitingCount == 0)
+        #expect(scheduler.waitingTickets.isEmpty)
+    }
+
+    @Test func aRaisedTicketGetsANewPlaceAndItsOldOneIsEmpty() {
+        var scheduler = SlotScheduler<Int>(maximumTotal: 1, maximumPerHost: 1)
+        let low = scheduler.enqueue(1, host: "h", priority: .low)
+        _ = scheduler.enqueue(2, host: "h", priority: .normal)
+        #expect(scheduler.raise(at: low, host: "h", to: .veryLow) == nil, "never down")
+        let raised = scheduler.raise(at: low, host: "h", to: .high)
+        #expect(raised != nil && raised != low)
+        #expect(scheduler.withdraw(at: low, host: "h") == nil)
+        #expect(scheduler.waitingTickets.sorted() == [1, 2])
+        #expect(scheduler.takeGrants().map(\.ticket) == [1])
     }
 }

@@ -281,6 +281,9 @@ final class FlightMember: TransferHandle, @unchecked Sendable {
     /// It joined its flight running and waits for the replay that brings it to where the
     /// transfer is (``QueueState/replay(to:of:now:)``). Guarded by the queue's lock.
     var awaitingReplay = false
+    /// Where the first member of a flight waits for its slot in its queue's scheduler, to
+    /// withdraw or raise it there. Guarded by the queue's lock.
+    var place = SlotScheduler<QueueState.Waiter>.Place.none
     /// Guards ``membership`` of members whose queue is gone (nothing else touches it then).
     private static let orphans = Protected(())
 

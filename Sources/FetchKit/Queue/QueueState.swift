@@ -121,17 +121,12 @@ struct QueueState {
     }
 
     /// What waits in the scheduler for a slot: the first attempt of a flight, held by the
-    /// scheduler's entry, and by its identity (its flight's ticket).
-    struct Waiter: Hashable, Sendable {
+    /// scheduler's entry, and by its identity (its flight's ticket). The member keeps where it
+    /// waits (``FlightMember/place``).
+    struct Waiter: Sendable {
         let member: FlightMember
 
         var ticket: ObjectIdentifier { ObjectIdentifier(member) }
-
-        static func == (lhs: Waiter, rhs: Waiter) -> Bool { lhs.member === rhs.member }
-
-        func hash(into hasher: inout Hasher) {
-            hasher.combine(ticket)
-        }
     }
 
     /// Where an attempt's handle is: new, in a flight (by ticket), or ended. Kept on the
@@ -303,7 +298,8 @@ struct QueueState {
                 actions.append(.replay(member, flight))
             } else {
                 // A more urgent caller moves the shared transfer up the line (never down).
-                scheduler.raise(Waiter(member: flight.first), to: priority)
+                let first = flight.first
+                if let place = scheduler.raise(at: first.place, host: first.host, to: priority) { first.place = place }
             }
             return
         }
@@ -313,7 +309,7 @@ struct QueueState {
             flights[waiter.ticket] = FlightRecord(flight: Flight(first: member), members: FlightMembers(member))
             sharedFlights[key] = waiter.ticket
         }
-        scheduler.enqueue(waiter, host: member.host, priority: priority)
+        member.place = scheduler.enqueue(waiter, host: member.host, priority: priority)
         takeGrants()
         announceCounts()
     }
@@ -331,7 +327,7 @@ struct QueueState {
             member.membership = .ended
             guard var record = flights[ticket] else {
                 // The first of a flight not made yet: it waits alone.
-                if scheduler.withdraw(Waiter(member: member)) { announceCounts() }
+                if scheduler.withdraw(at: member.place, host: member.host) != nil { announceCounts() }
                 break
             }
             record.members.remove(member)
@@ -346,7 +342,7 @@ struct QueueState {
                 // None yet: `transferCreated` finds no members and ends the flight.
                 if let transfer = runs[ticket]?.transfer { actions.append(.stopTransfer(transfer)) }
             } else {
-                scheduler.withdraw(Waiter(member: record.flight.first))
+                scheduler.withdraw(at: record.flight.first.place, host: record.flight.host)
                 flights[ticket] = nil
                 announceCounts()
             }
@@ -501,7 +497,7 @@ struct QueueState {
             if let operation = registry[id]?.operation { operations.append(operation) }
         }
         for waiter in scheduler.waitingTickets where allSwept(waiting: waiter) {
-            scheduler.withdraw(waiter)
+            scheduler.withdraw(at: waiter.member.place, host: waiter.member.host)
             withdrawFlight(of: waiter)
         }
         takeGrants()

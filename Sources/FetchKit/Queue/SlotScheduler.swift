@@ -9,9 +9,14 @@ import Foundation
 ///
 /// Order: the highest `Operation.QueuePriority` first, first come first served within a
 /// priority — among hosts that have a free slot. A host at its limit never blocks another
-/// host's transfers (no head-of-line blocking). Withdrawing is O(1): the ticket is forgotten
-/// and its queue entry skipped when reached.
-struct SlotScheduler<Ticket: Hashable & Sendable>: Sendable {
+/// host's transfers (no head-of-line blocking).
+///
+/// The scheduler keeps a waiting ticket only in its line: where it waits (its ``Place``) is
+/// handed back by ``enqueue(_:host:priority:)`` and kept by the caller, with the ticket, which
+/// passes it to withdraw or raise it. So a waiting ticket costs one entry in line, and no
+/// table beside it (tens of thousands may wait). Withdrawing finds the entry by bisection and
+/// lets go of the ticket at once; the emptied entry is skipped when reached.
+struct SlotScheduler<Ticket: Sendable>: Sendable {
     private(set) var maximumTotal: Int
     private(set) var maximumPerHost: Int
     private(set) var running = 0
@@ -19,16 +24,17 @@ struct SlotScheduler<Ticket: Hashable & Sendable>: Sendable {
     /// While paused, nothing is granted; releases still count.
     var isPaused = false
 
-    /// A waiting ticket's host, level and place in line: three words, not four (tens of
-    /// thousands may wait), the level in the top byte of the sequence's word.
-    private struct Waiting {
-        let host: String
+    /// Where a ticket waits: its priority level and its place in line, in one word (the level
+    /// in the top byte).
+    struct Place: Equatable, Sendable {
         private let packed: UInt64
 
-        init(host: String, level: Int, sequence: UInt64) {
-            self.host = host
+        init(level: Int, sequence: UInt64) {
             packed = UInt64(level) << 56 | (sequence & Self.sequenceMask)
         }
+
+        /// No place: a ticket never enqueued. Withdrawing or raising it does nothing.
+        static var none: Place { Place(level: 0xFF, sequence: Self.sequenceMask) }
 
         var level: Int { Int(packed >> 56) }
         /// Its place in line; unique (2⁵⁶ tickets would take centuries to enqueue).
@@ -39,38 +45,36 @@ struct SlotScheduler<Ticket: Hashable & Sendable>: Sendable {
 
     /// One priority level of one host: its tickets in line, consumed from `head`. A consumed
     /// or withdrawn entry no longer holds its ticket, so that nothing granted or cancelled
-    /// stays alive in line.
+    /// stays alive in line; an entry that holds one is waiting.
     private struct Line {
         var entries: [(ticket: Ticket?, sequence: UInt64)] = []
         var head = 0
 
-        /// The sequence of the first entry still waiting, dropping stale entries on the way.
-        mutating func liveHead(in waiting: [Ticket: Waiting]) -> UInt64? {
+        /// The sequence of the first entry still waiting, dropping emptied entries on the way.
+        mutating func liveHead() -> UInt64? {
             while head < entries.count {
-                let sequence = entries[head].sequence
-                if let ticket = entries[head].ticket, waiting[ticket]?.sequence == sequence {
-                    return sequence
-                }
-                entries[head].ticket = nil
+                if entries[head].ticket != nil { return entries[head].sequence }
                 head += 1
             }
             compact()
             return nil
         }
 
-        /// Lets go of the ticket entered with `sequence`, if it is still in line. Sequences only
-        /// grow along a line, so it is found by bisection.
-        mutating func clear(sequence: UInt64) {
+        /// Takes the ticket entered with `sequence` out of line, if it is still waiting.
+        /// Sequences only grow along a line, so it is found by bisection.
+        mutating func take(sequence: UInt64) -> Ticket? {
             var low = head
             var high = entries.count
             while low < high {
                 let middle = (low + high) / 2
                 if entries[middle].sequence < sequence { low = middle + 1 } else { high = middle }
             }
-            if low < entries.count, entries[low].sequence == sequence { entries[low].ticket = nil }
+            guard low < entries.count, entries[low].sequence == sequence else { return nil }
+            defer { entries[low].ticket = nil }
+            return entries[low].ticket
         }
 
-        /// Takes the head's ticket (the live head that ``liveHead(in:)`` found).
+        /// Takes the head's ticket (the live head that ``liveHead()`` found).
         mutating func pop() -> Ticket? {
             guard head < entries.count else { return nil }
             let ticket = entries[head].ticket
@@ -95,7 +99,8 @@ struct SlotScheduler<Ticket: Hashable & Sendable>: Sendable {
     }
 
     private var hosts: [String: HostQueue] = [:]
-    private var waiting: [Ticket: Waiting] = [:]
+    /// How many tickets wait for a slot.
+    private(set) var waitingCount = 0
     private var nextSequence: UInt64 = 0
     /// Hosts that asked for a pause (429 or 503 with `Retry-After`), until when (uptime ns).
     private(set) var blockedUntil: [String: UInt64] = [:]
@@ -107,11 +112,10 @@ struct SlotScheduler<Ticket: Hashable & Sendable>: Sendable {
         self.maximumPerHost = max(1, maximumPerHost)
     }
 
-    /// How many tickets wait for a slot.
-    var waitingCount: Int { waiting.count }
-
     /// The tickets that wait for a slot, in no particular order.
-    var waitingTickets: [Ticket] { Array(waiting.keys) }
+    var waitingTickets: [Ticket] {
+        hosts.values.flatMap { queue in queue.lines.flatMap { line in line.entries[line.head...].compactMap(\.ticket) } }
+    }
 
     /// Level 0 is `.veryHigh`, 4 is `.veryLow`.
     private static func level(of priority: Operation.QueuePriority) -> Int {
@@ -138,14 +142,14 @@ struct SlotScheduler<Ticket: Hashable & Sendable>: Sendable {
         return host
     }
 
-    /// Puts a ticket in line. A ticket already waiting is moved to the new priority.
-    mutating func enqueue(_ ticket: Ticket, host: String, priority: Operation.QueuePriority) {
-        withdraw(ticket)
-        let level = Self.level(of: priority)
-        let sequence = nextSequence
+    /// Puts a ticket in line, at the back of its priority level. Returns where it waits: the
+    /// caller keeps it, to withdraw or raise the ticket.
+    mutating func enqueue(_ ticket: Ticket, host: String, priority: Operation.QueuePriority) -> Place {
+        let place = Place(level: Self.level(of: priority), sequence: nextSequence)
         nextSequence += 1
-        waiting[ticket] = Waiting(host: host, level: level, sequence: sequence)
-        Self.append((ticket, sequence), level: level, to: &hosts[host, default: HostQueue()])
+        waitingCount += 1
+        Self.append((ticket, place.sequence), level: place.level, to: &hosts[host, default: HostQueue()])
+        return place
     }
 
     /// One lookup of the host's queue, not one per change.
@@ -154,22 +158,24 @@ struct SlotScheduler<Ticket: Hashable & Sendable>: Sendable {
         queue.live += 1
     }
 
-    /// Moves a waiting ticket up to `priority` if that is more urgent than where it waits (to
-    /// the back of that level); never moves it down. A ticket not waiting is left alone.
-    mutating func raise(_ ticket: Ticket, to priority: Operation.QueuePriority) {
-        guard let entry = waiting[ticket], Self.level(of: priority) < entry.level else { return }
-        enqueue(ticket, host: entry.host, priority: priority)
+    /// Moves the ticket waiting at `place` for `host` up to `priority` if that is more urgent
+    /// than where it waits (to the back of that level); never moves it down. Returns its new
+    /// place, or `nil` if it stays where it is or does not wait there.
+    mutating func raise(at place: Place, host: String, to priority: Operation.QueuePriority) -> Place? {
+        guard Self.level(of: priority) < place.level, let ticket = withdraw(at: place, host: host) else { return nil }
+        return enqueue(ticket, host: host, priority: priority)
     }
 
-    /// Takes a ticket out of line. Returns `false` if it was not waiting (granted, or unknown).
+    /// Takes the ticket waiting at `place` for `host` out of line. Returns it, or `nil` if it
+    /// no longer waits there (granted, or withdrawn already).
     @discardableResult
-    mutating func withdraw(_ ticket: Ticket) -> Bool {
-        guard let entry = waiting.removeValue(forKey: ticket) else { return false }
-        if let index = hosts.index(forKey: entry.host) {
-            hosts.values[index].lines[entry.level].clear(sequence: entry.sequence)
-            leave(index)
-        }
-        return true
+    mutating func withdraw(at place: Place, host: String) -> Ticket? {
+        guard place.level < Self.levelCount, let index = hosts.index(forKey: host),
+              let ticket = hosts.values[index].lines[place.level].take(sequence: place.sequence)
+        else { return nil }
+        waitingCount -= 1
+        leave(index)
+        return ticket
     }
 
     /// One ticket of the host at `index` stopped waiting: a host with none left is dropped, its
@@ -233,7 +239,7 @@ struct SlotScheduler<Ticket: Hashable & Sendable>: Sendable {
             guard let best else { break }
             let host = hosts.keys[best.index]
             guard let ticket = hosts.values[best.index].lines[best.level].pop() else { continue }
-            waiting[ticket] = nil
+            waitingCount -= 1
             leave(best.index)
             running += 1
             runningPerHost[host, default: 0] += 1
@@ -242,10 +248,10 @@ struct SlotScheduler<Ticket: Hashable & Sendable>: Sendable {
         return grants
     }
 
-    /// The best live entry of the host at `index`, dropping stale entries on the way.
+    /// The best live entry of the host at `index`, dropping emptied entries on the way.
     private mutating func liveHead(at index: [String: HostQueue].Index) -> (level: Int, sequence: UInt64)? {
         for level in 0..<Self.levelCount {
-            if let sequence = hosts.values[index].lines[level].liveHead(in: waiting) {
+            if let sequence = hosts.values[index].lines[level].liveHead() {
                 return (level, sequence)
             }
         }
