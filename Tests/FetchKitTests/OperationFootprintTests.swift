@@ -40,6 +40,29 @@ struct OperationFootprintTests {
         queue.cancelAll()
     }
 
+    @Test(.enabled(if: InstanceSize.isKnown))
+    func aWaitingFetchsPlaceInItsQueueIsOneSmallAllocation() throws {
+        // The member keeps where it waits in the scheduler (no table of waiting tickets beside
+        // the lines), and still fits a 128-byte allocation: at most 120 bytes, with malloc's
+        // 8-byte header. Its limits are three words.
+        #expect(MemoryLayout<TransferLimits>.size <= 24)
+        #expect(try #require(InstanceSize.of(FlightMember.self)) <= 120)
+    }
+
+    @Test func anAttemptsPackedStartAndNotModifiedFlagAreIndependent() {
+        var limits = TransferLimits(idleTimeout: 5, maximumResponseSize: 1, acceptableStatusCodes: [200])
+        #expect(limits.fetchStartedAt == nil && !limits.acceptsNotModified)
+        limits.acceptsNotModified = true
+        #expect(limits.fetchStartedAt == nil && limits.acceptsNotModified)
+        limits.fetchStartedAt = 123_456_789
+        #expect(limits.fetchStartedAt == 123_456_789 && limits.acceptsNotModified)
+        limits.acceptsNotModified = false
+        #expect(limits.fetchStartedAt == 123_456_789 && !limits.acceptsNotModified)
+        limits.fetchStartedAt = nil
+        #expect(limits.fetchStartedAt == nil && !limits.acceptsNotModified)
+        #expect(!limits.accepts(304))
+    }
+
     @Test func aWaitingFlightIsAFewWordsInItsQueuesTables() {
         // A queue keeps one record per waiting flight, and a key per shareable one (80 and
         // 104 bytes before): what only a running flight has is kept apart, a key is boxed.

@@ -257,11 +257,15 @@ struct FlightMembers: Sequence, ExpressibleByArrayLiteral {
 
 /// One operation's place in a ``Flight``: the transfer handle a ``FetchQueue`` gives it.
 final class FlightMember: TransferHandle, @unchecked Sendable {
+    // The fields are ordered to pack into 120 bytes, a 128-byte allocation (tens of thousands
+    // may wait): the request (9 bytes on Linux) with a flag after it, then words, then the
+    // odd-sized ones.
+    let request: URLRequest
+    /// It joined its flight running and waits for the replay that brings it to where the
+    /// transfer is (``QueueState/replay(to:of:now:)``). Guarded by the queue's lock.
+    var awaitingReplay = false
     /// Whose attempt it is: the operation hears of the transfer (its ``TransferOwner``).
     let operation: AnyFetchOperation
-    // The fields are ordered to pack (tens of thousands may wait): words first, the odd-sized
-    // ones last.
-    let request: URLRequest
     /// What few attempts have, in a box made only for those (`nil` for most).
     private let attachments: Attachments?
     /// The origin its per-host limit applies to. Guarded by the queue's lock: the join swaps
@@ -272,18 +276,15 @@ final class FlightMember: TransferHandle, @unchecked Sendable {
     // queue that is freed cancels its operations; a member whose queue is gone then reports
     // the cancel itself.
     private(set) weak var queue: FetchQueue?
+    /// Where the first member of a flight waits for its slot in its queue's scheduler, to
+    /// withdraw or raise it there. Guarded by the queue's lock.
+    var place = SlotScheduler<QueueState.Waiter>.Place.none
     let limits: TransferLimits
 
     /// Where it is. Guarded by the queue's lock and changed only by ``QueueState`` transitions,
     /// which hand the member's end to one caller (it becomes ``QueueState/Membership/ended``
     /// once); or, once its queue is gone, under ``orphans``.
     var membership = QueueState.Membership.new
-    /// It joined its flight running and waits for the replay that brings it to where the
-    /// transfer is (``QueueState/replay(to:of:now:)``). Guarded by the queue's lock.
-    var awaitingReplay = false
-    /// Where the first member of a flight waits for its slot in its queue's scheduler, to
-    /// withdraw or raise it there. Guarded by the queue's lock.
-    var place = SlotScheduler<QueueState.Waiter>.Place.none
     /// Guards ``membership`` of members whose queue is gone (nothing else touches it then).
     private static let orphans = Protected(())
 

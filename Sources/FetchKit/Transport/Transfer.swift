@@ -61,11 +61,28 @@ struct TransferLimits: Sendable {
     /// The longest wait for the next byte. Enforced at sub-second precision by FetchKit;
     /// URLSession's own (whole-second, truncated) timeout is only a later backstop.
     var idleTimeout: TimeInterval
+    /// ``fetchStartedAt`` (0 for none: an uptime is never 0) in the low 63 bits, and
+    /// ``acceptsNotModified`` in the top one: one word, so that a waiting member's limits fit
+    /// in three.
+    private var startAndNotModified: UInt64 = 0
+
     /// When the fetch's first attempt started (uptime ns), for a later attempt: the total
     /// timeout counts from there. `nil` for a first attempt, whose clock starts with it.
-    var fetchStartedAt: UInt64?
+    var fetchStartedAt: UInt64? {
+        get {
+            let start = startAndNotModified & ~Self.notModifiedBit
+            return start == 0 ? nil : start
+        }
+        set { startAndNotModified = startAndNotModified & Self.notModifiedBit | (newValue ?? 0) & ~Self.notModifiedBit }
+    }
+
     /// Whether a `304 Not Modified` is a success (the request carried validators).
-    var acceptsNotModified = false
+    var acceptsNotModified: Bool {
+        get { startAndNotModified & Self.notModifiedBit != 0 }
+        set { startAndNotModified = newValue ? startAndNotModified | Self.notModifiedBit : startAndNotModified & ~Self.notModifiedBit }
+    }
+
+    private static var notModifiedBit: UInt64 { 1 << 63 }
 
     /// The most the whole fetch may take, every attempt and wait included, or `nil`.
     var totalTimeout: TimeInterval? { settings.totalTimeout }
