@@ -72,6 +72,11 @@ open class AnyFetchOperation: Operation, @unchecked Sendable {
 
     let core: Protected<Core>
 
+    /// What the ``FetchQueue`` that claimed it records of the fetch, from enqueue to finish
+    /// (``QueueState/Entry``), or `nil`. Guarded by that queue's lock, and changed only by its
+    /// ``QueueState`` transitions: an operation belongs to one queue.
+    final var queueEntry: QueueState.Entry?
+
     /// Creates an operation for `request`.
     ///
     /// - Parameter request: The request to send. It may be `nil` now and set later, or built

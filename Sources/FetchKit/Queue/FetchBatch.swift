@@ -248,7 +248,7 @@ extension FetchQueue {
                 batch.memberFinished(index, failed: true)
                 continue
             }
-            transition { state in state.registry[id]?.batch = (batch, index) }
+            transition { state in state.registry[id]?.queueEntry?.batch = (batch, index) }
             // After the member's own completion handlers on the batch's queue.
             let joinBatch = {
                 operation.addCompletionHandler(on: callbackQueue) { operation in

@@ -152,13 +152,15 @@ public final class FetchQueue: @unchecked Sendable {
     /// One whose transfer just ended (it is being told, or parsing: the last thing that kept
     /// the queue) is left to finish with its result.
     deinit {
-        let entries = state.withLock { state in state.registry.sorted { $0.key < $1.key } }
+        let entries = state.withLock { state in
+            state.registry.sorted { $0.key < $1.key }.compactMap { _, operation in operation.queueEntry.map { (operation, $0) } }
+        }
         // Its own monitors go with it; the sessions' stay, and hear each fetch's end from the
         // fetch itself.
-        for (id, entry) in entries {
-            entry.operation.takeOverSessionMonitoring(from: entry, id: id)
+        for (operation, entry) in entries {
+            operation.takeOverSessionMonitoring(from: entry, id: entry.id)
         }
-        let operations = entries.filter { !$0.value.transferEnded }.map(\.value.operation)
+        let operations = entries.filter { !$0.1.transferEnded }.map(\.0)
         for operation in operations where operation.core.withLock({ $0.machine.phase != .finishing }) {
             operation.cancel()
         }
@@ -298,12 +300,12 @@ public final class FetchQueue: @unchecked Sendable {
 
     /// The operation of a fetch still in the queue (not finished).
     public func operation(for id: FetchID) -> AnyFetchOperation? {
-        state.withLock { $0.registry[id]?.operation }
+        state.withLock { $0.registry[id] }
     }
 
     /// The identifier of an operation still in the queue.
     public func id(of operation: AnyFetchOperation) -> FetchID? {
-        state.withLock { $0.idsByOperation[ObjectIdentifier(operation)] }
+        state.withLock { $0.id(of: operation) }
     }
 
     /// The fetches in the queue — waiting, in flight or finishing — in enqueue order.

@@ -23,14 +23,17 @@ import FoundationNetworking
 /// ``MonitorChannel``'s (a leaf: nothing is taken under it). An operation's lock and the
 /// queue's are never held together.
 struct QueueState {
-    /// A fetch in the queue, from enqueue to finish.
+    /// What the queue records of a fetch, from enqueue to finish.
     ///
-    /// Packed, because the registry holds one per fetch (tens of thousands may wait, and a
-    /// dictionary keeps up to twice as many slots): the optional times are stored as 0 for
-    /// none (an uptime is never 0), the retry count in 32 bits, and what few fetches have (a
-    /// batch, session monitors, a request body) in an immutable box made only for those.
+    /// Kept on the operation itself (``AnyFetchOperation/queueEntry``), not in a table of the
+    /// queue's: it lives exactly as long as the operation is registered, an operation belongs
+    /// to one queue, and every transition about a fetch starts from its operation. The
+    /// registry then only maps identifiers to operations (tens of thousands may wait, and a
+    /// dictionary keeps up to 2.7 slots per entry). Packed: the optional times are stored as 0
+    /// for none (an uptime is never 0), the retry count in 32 bits, and what few fetches have
+    /// (a batch, session monitors, a request body) in an immutable box made only for those.
     struct Entry {
-        let operation: AnyFetchOperation
+        let id: FetchID
         private var attachments: Attachments?
         /// When it was enqueued, got its slot and its first response head (uptime ns).
         let enqueuedAt = DispatchTime.now().uptimeNanoseconds
@@ -58,8 +61,8 @@ struct QueueState {
             }
         }
 
-        init(operation: AnyFetchOperation, sessionMonitors: MonitorChannel?) {
-            self.operation = operation
+        init(id: FetchID, sessionMonitors: MonitorChannel?) {
+            self.id = id
             if sessionMonitors != nil {
                 attachments = Attachments(sessionMonitors: sessionMonitors, batch: nil, bodyLength: 0)
             }
@@ -146,8 +149,9 @@ struct QueueState {
     var coalesces: Bool
     /// Whether the queue has monitors of its own (a fetch's session may have some too).
     let hasMonitors: Bool
-    var registry: [FetchID: Entry] = [:]
-    var idsByOperation: [ObjectIdentifier: FetchID] = [:]
+    /// The operations registered, by identifier; what the queue records of each is on the
+    /// operation (``Entry``).
+    var registry: [FetchID: AnyFetchOperation] = [:]
     /// Flights running, or waiting for a slot and shareable, by ticket (their first member's
     /// identity): a waiting attempt that may not be shared is only in ``scheduler``.
     var flights: [ObjectIdentifier: FlightRecord] = [:]
@@ -196,80 +200,72 @@ struct QueueState {
     // MARK: The registry
 
     mutating func register(_ operation: AnyFetchOperation, id: FetchID, sessionMonitors: MonitorChannel?) {
-        registry[id] = Entry(operation: operation, sessionMonitors: sessionMonitors)
-        idsByOperation[ObjectIdentifier(operation)] = id
+        registry[id] = operation
+        operation.queueEntry = Entry(id: id, sessionMonitors: sessionMonitors)
     }
 
     /// Takes a fetch back out before it was activated.
     mutating func unregister(_ operation: AnyFetchOperation, id: FetchID) {
         registry[id] = nil
-        idsByOperation[ObjectIdentifier(operation)] = nil
+        operation.queueEntry = nil
+    }
+
+    /// The identifier of a registered operation.
+    func id(of operation: AnyFetchOperation) -> FetchID? {
+        guard let id = operation.queueEntry?.id, registry[id] === operation else { return nil }
+        return id
     }
 
     /// A registered fetch goes into the operation queue: its monitors hear of it.
     mutating func activated(_ id: FetchID) {
-        guard let entry = registry[id] else { return }
-        emit(.enqueued, id, entry)
+        guard let operation = registry[id], let entry = operation.queueEntry else { return }
+        emit(.enqueued, operation, entry)
     }
 
     /// The operation finished: its metrics and its end go to the monitors, and it leaves the
     /// registry.
     mutating func completed(_ operation: AnyFetchOperation, error: FetchError?, now: UInt64) {
-        guard let id = idsByOperation.removeValue(forKey: ObjectIdentifier(operation)),
-              let entry = registry.removeValue(forKey: id) else { return }
+        guard let entry = operation.queueEntry, registry.removeValue(forKey: entry.id) != nil else { return }
+        operation.queueEntry = nil
         let metrics = FetchMetrics(enqueuedAt: entry.enqueuedAt, startedAt: entry.startedAt, firstResponseAt: entry.firstResponseAt,
                                    now: now, attempts: entry.retries + 1, bytesReceived: entry.bytesReceived,
                                    bodyLength: entry.bodyLength)
-        emit(.metrics(metrics), id, entry)
-        emit(.finished(error), id, entry)
+        emit(.metrics(metrics), operation, entry)
+        emit(.finished(error), operation, entry)
     }
 
     mutating func willRetry(_ operation: AnyFetchOperation, _ event: RetryEvent) {
-        guard let id = idsByOperation[ObjectIdentifier(operation)], registry[id] != nil else { return }
-        update(id) { entry in
-            entry.retries += 1
-            entry.transferEnded = false     // it waits now: a queue freed meanwhile cancels it
-        }
-        emit(.retry(event), id)
+        guard operation.queueEntry != nil else { return }
+        operation.queueEntry?.retries += 1
+        operation.queueEntry?.transferEnded = false     // it waits now: a queue freed meanwhile cancels it
+        emit(.retry(event), operation)
     }
 
     mutating func received(_ response: HTTPURLResponse, for operation: AnyFetchOperation, now: UInt64) {
-        guard let id = idsByOperation[ObjectIdentifier(operation)], registry[id] != nil else { return }
-        update(id) { entry in
-            if entry.firstResponseAt == nil { entry.firstResponseAt = now }
-        }
-        emit(.response(response), id)
-    }
-
-    /// Changes the entry of `id` in place, if it is registered. (Through the dictionary's
-    /// values rather than `registry[id]?.field = …`, whose optional in-place access allocates
-    /// its frame on the heap: several times per request.)
-    private mutating func update(_ id: FetchID, _ change: (inout Entry) -> Void) {
-        guard let index = registry.index(forKey: id) else { return }
-        change(&registry.values[index])
+        guard let entry = operation.queueEntry else { return }
+        if entry.firstResponseAt == nil { operation.queueEntry?.firstResponseAt = now }
+        emit(.response(response), operation)
     }
 
     mutating func redirected(_ response: HTTPURLResponse, to request: URLRequest, for operation: AnyFetchOperation) {
-        guard let id = idsByOperation[ObjectIdentifier(operation)] else { return }
-        emit(.redirected(response, request), id)
+        emit(.redirected(response, request), operation)
     }
 
     /// A member's fetch progressed, in its flight's transfer: records the body bytes received
     /// (for its metrics) and tells its batch, if it is in one. Progress counts from where a
     /// download resumed, once the server answered `206`, as the operation's own does.
     private mutating func progressed(_ member: FlightMember, in ticket: ObjectIdentifier, received: Int64, expected: Int64?) {
-        guard let id = idsByOperation[ObjectIdentifier(member.operation)], let entry = registry.index(forKey: id) else { return }
+        guard let entry = member.operation.queueEntry else { return }
         let base = member.resumedFrom != 0 && runs[ticket]?.response?.0.statusCode == 206 ? member.resumedFrom : 0
-        registry.values[entry].bytesReceived = base + received
-        if let (batch, index) = registry.values[entry].batch {
+        member.operation.queueEntry?.bytesReceived = base + received
+        if let (batch, index) = entry.batch {
             actions.append(.batchProgress(batch, index, received: base + received, expected: expected.map { base + $0 }))
         }
     }
 
     /// Whether a `cancelAll` chose this operation.
     func isSwept(_ operation: AnyFetchOperation) -> Bool {
-        guard let id = idsByOperation[ObjectIdentifier(operation)] else { return false }
-        return registry[id]?.swept ?? false
+        operation.queueEntry?.swept ?? false
     }
 
     // MARK: Flights
@@ -281,7 +277,7 @@ struct QueueState {
     /// - Parameter priority: Its operation's `queuePriority` (read before the lock is taken).
     mutating func join(_ member: FlightMember, priority: Operation.QueuePriority) {
         guard case .new = member.membership else { return }   // stopped before it started
-        if let id = idsByOperation[ObjectIdentifier(member.operation)] { update(id) { $0.transferEnded = false } }
+        member.operation.queueEntry?.transferEnded = false
         // A `cancelAll` chose it and is about to cancel it: no slot, no shared transfer. The
         // member stays new; the cancel stops it.
         guard !isSwept(member.operation) else { return }
@@ -374,7 +370,7 @@ struct QueueState {
         for member in record.members {
             member.membership = .ended
             member.awaitingReplay = false
-            if let id = idsByOperation[ObjectIdentifier(member.operation)] { update(id) { $0.transferEnded = true } }
+            member.operation.queueEntry?.transferEnded = true
         }
         announceCounts()
         return Array(record.members)
@@ -484,7 +480,7 @@ struct QueueState {
     /// its predicate.
     mutating func beginSweep() -> [(FetchID, AnyFetchOperation)] {
         sweepsUnderWay += 1
-        return registry.map { ($0.key, $0.value.operation) }
+        return registry.map { ($0.key, $0.value) }
     }
 
     /// A `cancelAll` chose `ids`: no slot goes to them, and their waiting transfers are
@@ -492,9 +488,10 @@ struct QueueState {
     mutating func endSweep(choosing ids: [FetchID]) -> [AnyFetchOperation] {
         sweepsUnderWay -= 1
         var operations: [AnyFetchOperation] = []
-        for id in ids.sorted() where registry[id] != nil {
-            update(id) { $0.swept = true }
-            if let operation = registry[id]?.operation { operations.append(operation) }
+        for id in ids.sorted() {
+            guard let operation = registry[id] else { continue }
+            operation.queueEntry?.swept = true
+            operations.append(operation)
         }
         for waiter in scheduler.waitingTickets where allSwept(waiting: waiter) {
             scheduler.withdraw(at: waiter.member.place, host: waiter.member.host)
@@ -595,14 +592,12 @@ struct QueueState {
 
     /// Marks a fetch as begun and tells the monitors, once: its order with the finish holds.
     private mutating func markBegan(_ operation: AnyFetchOperation, request: URLRequest) {
-        guard let id = idsByOperation[ObjectIdentifier(operation)], let index = registry.index(forKey: id),
-              !registry.values[index].began
-        else { return }
-        let bodyLength = Int64(request.httpBody?.count ?? 0)
-        registry.values[index].began = true
-        registry.values[index].startedAt = DispatchTime.now().uptimeNanoseconds
-        registry.values[index].bodyLength = bodyLength
-        emit(.started(request), id, registry.values[index])
+        guard var entry = operation.queueEntry, !entry.began else { return }
+        entry.began = true
+        entry.startedAt = DispatchTime.now().uptimeNanoseconds
+        entry.bodyLength = Int64(request.httpBody?.count ?? 0)
+        operation.queueEntry = entry
+        emit(.started(request), operation, entry)
     }
 
     // MARK: Network activity
@@ -644,14 +639,14 @@ struct QueueState {
 
     // MARK: Monitors
 
-    private mutating func emit(_ event: MonitorEvent, _ id: FetchID) {
-        guard let entry = registry[id] else { return }
-        emit(event, id, entry)
+    private mutating func emit(_ event: MonitorEvent, _ operation: AnyFetchOperation) {
+        guard let entry = operation.queueEntry else { return }
+        emit(event, operation, entry)
     }
 
-    private mutating func emit(_ event: MonitorEvent, _ id: FetchID, _ entry: Entry) {
+    private mutating func emit(_ event: MonitorEvent, _ operation: AnyFetchOperation, _ entry: Entry) {
         guard hasMonitors || entry.sessionMonitors != nil else { return }
-        actions.append(.monitor(event, MonitoredFetch(id: id, operation: entry.operation), entry.sessionMonitors))
+        actions.append(.monitor(event, MonitoredFetch(id: entry.id, operation: operation), entry.sessionMonitors))
     }
 }
 
