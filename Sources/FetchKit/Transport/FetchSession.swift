@@ -51,6 +51,8 @@ public final class FetchSession: @unchecked Sendable {
     let router: SessionRouter
     private let urlSession: URLSession
     private let invalidated = Protected(false)
+    /// The configuration's, as given (its `URLSession`'s copy says `.never` on Linux).
+    private let cookieAcceptPolicy: HTTPCookie.AcceptPolicy
     /// Who observes every fetch that uses this session, in the order given.
     public let monitors: [any FetchEventMonitor]
     /// Delivers to ``monitors``; `nil` when there are none.
@@ -67,8 +69,11 @@ public final class FetchSession: @unchecked Sendable {
                 monitors: [any FetchEventMonitor] = []) {
         self.monitors = monitors
         monitorChannel = MonitorChannel(monitors, label: "FetchKit.FetchSession.monitors")
-        router = SessionRouter()
-        urlSession = URLSession(configuration: configuration, delegate: router, delegateQueue: router.delegateQueue)
+        // URLSession copies the configuration it is given; so does this, to change its copy only.
+        let own = configuration.copy() as? URLSessionConfiguration ?? configuration
+        cookieAcceptPolicy = configuration.httpCookieAcceptPolicy
+        router = SessionRouter(cookies: CookieJar(takingOverFrom: own))
+        urlSession = URLSession(configuration: own, delegate: router, delegateQueue: router.delegateQueue)
         // Before any task exists, so that nothing else touches libcurl's handle yet.
         Self.fixConnectionPoolSize(of: urlSession,
                                    to: max(Self.connectionPoolSize, configuration.httpMaximumConnectionsPerHost))
@@ -174,7 +179,10 @@ public final class FetchSession: @unchecked Sendable {
 
     /// A copy of the session's configuration.
     public var configuration: URLSessionConfiguration {
-        urlSession.configuration
+        let configuration = urlSession.configuration
+        // As given: on Linux the session stores cookies itself (``CookieJar``).
+        configuration.httpCookieAcceptPolicy = cookieAcceptPolicy
+        return configuration
     }
 
     /// Whether ``invalidate(cancellingTransfers:)`` was called.

@@ -18,10 +18,13 @@ final class SessionRouter: NSObject, @unchecked Sendable {
     let delegateQueue: OperationQueue
     /// The transfers' timeouts, on one timer. Used on ``queue`` only.
     let deadlines: Deadlines
+    /// Stores the cookies that responses set (in place of FoundationNetworking, on Linux).
+    let cookies: CookieJar
     private let transfers = Protected([Int: Transfer]())
     private static let queueKey = DispatchSpecificKey<ObjectIdentifier>()
 
-    override init() {
+    init(cookies: CookieJar) {
+        self.cookies = cookies
         delegateQueue = OperationQueue()
         delegateQueue.name = "FetchKit.SessionRouter.delegate"
         delegateQueue.maxConcurrentOperationCount = 1
@@ -90,6 +93,8 @@ extension SessionRouter: URLSessionDataDelegate {
         newRequest request: URLRequest,
         completionHandler: @escaping @Sendable (URLRequest?) -> Void
     ) {
+        // Before the answer: the next request carries the cookies this response set.
+        cookies.store(from: response)
         guard let transfer = transfer(for: task) else {
             // Its transfer ended, which cancels the task: answering now would trap in
             // FoundationNetworking. Make sure of the cancel and leave the answer unsent.
@@ -134,6 +139,7 @@ extension SessionRouter: URLSessionDataDelegate {
         didReceive response: URLResponse,
         completionHandler: @escaping @Sendable (URLSession.ResponseDisposition) -> Void
     ) {
+        if let http = response as? HTTPURLResponse { cookies.store(from: http) }
         // The disposition is ignored on Linux (libcurl cannot pause), so always allow and let
         // the transfer cancel the task itself when it rejects the response.
         transfer(for: dataTask)?.didReceive(response: response)

@@ -1,0 +1,96 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import LoopbackServer
+import Testing
+@testable import FetchKit
+
+/// Cookies work as URLSession's do: a response's `Set-Cookie` goes into the session's cookie
+/// storage (on Linux FetchKit stores them itself, see `CookieJar`), a redirect's included, and
+/// later requests carry them.
+@Suite("Cookies")
+struct CookieTests {
+    /// A session with a cookie storage of its own, in memory.
+    static func session(accepting policy: HTTPCookie.AcceptPolicy = .onlyFromMainDocumentDomain) -> (FetchSession, HTTPCookieStorage) {
+        let configuration = FetchSession.defaultConfiguration()
+        let storage = URLSessionConfiguration.ephemeral.httpCookieStorage ?? HTTPCookieStorage.shared
+        configuration.httpCookieStorage = storage
+        configuration.httpCookieAcceptPolicy = policy
+        return (FetchSession(configuration: configuration), storage)
+    }
+
+    static func login(on server: LoopbackServer) {
+        server.route("/login") { _ in
+            HTTPResponse(status: 200, headers: HTTPHeaders([
+                ("Set-Cookie", "sid=abc; Path=/"),
+                ("Set-Cookie", "theme=dark; Expires=Wed, 21 Oct 2037 07:28:00 GMT; Path=/"),
+            ]), body: Data("ok".utf8))
+        }
+    }
+
+    static func fetch(_ path: String, on server: LoopbackServer, with session: FetchSession) async throws {
+        let operation = server.operation(path)
+        operation.configuration.session = session
+        try await operation.run()
+    }
+
+    @Test func aResponsesCookiesAreStoredAndSentWithTheNextRequest() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        Self.login(on: server)
+        let (session, storage) = Self.session()
+        try await Self.fetch("/login", on: server, with: session)
+        #expect(Set((storage.cookies ?? []).map(\.name)) == ["sid", "theme"], "both cookies, the one whose date has a comma too")
+        try await Self.fetch("/headers", on: server, with: session)
+        let cookie = server.requests(path: "/headers").first?.headers["Cookie"] ?? ""
+        #expect(cookie.contains("sid=abc") && cookie.contains("theme=dark"), "sent: \(cookie)")
+    }
+
+    @Test func aRedirectsCookiesAreStoredBeforeItIsFollowed() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        server.route("/sign-in") { _ in
+            HTTPResponse(status: 302, headers: ["Location": "/headers", "Set-Cookie": "sid=xyz; Path=/"])
+        }
+        let (session, storage) = Self.session()
+        try await Self.fetch("/sign-in", on: server, with: session)
+        #expect(storage.cookies?.map(\.name) == ["sid"], "stored from the redirect's response")
+        try await Self.fetch("/headers", on: server, with: session)
+        // FoundationNetworking adds stored cookies to a task's first request only, not to the
+        // request a redirect makes (as URLSession does on Apple platforms); the next task
+        // carries them.
+        #expect(server.requests(path: "/headers").map { $0.headers["Cookie"] } == [nil, "sid=xyz"])
+    }
+
+    @Test func aSetCookieFieldNamedInLowerCaseCounts() async throws {
+        // Field names are case-insensitive (RFC 9110 §5.1); FoundationNetworking's own path
+        // looked for "Set-Cookie" exactly.
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        server.route("/lower") { _ in HTTPResponse(status: 200, headers: ["set-cookie": "lc=1; Path=/"], body: Data("ok".utf8)) }
+        let (session, storage) = Self.session()
+        try await Self.fetch("/lower", on: server, with: session)
+        #expect(storage.cookies?.map(\.name) == ["lc"])
+    }
+
+    @Test func aSessionThatRefusesCookiesStoresNoneAndSaysSo() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        Self.login(on: server)
+        let (session, storage) = Self.session(accepting: .never)
+        try await Self.fetch("/login", on: server, with: session)
+        try await Self.fetch("/headers", on: server, with: session)
+        #expect(storage.cookies?.isEmpty ?? true)
+        #expect(server.requests(path: "/headers").first?.headers["Cookie"] == nil)
+        #expect(session.configuration.httpCookieAcceptPolicy == .never)
+    }
+
+    @Test func theSessionsConfigurationSaysThePolicyItWasGiven() {
+        let configuration = FetchSession.defaultConfiguration()
+        configuration.httpCookieAcceptPolicy = .always
+        let session = FetchSession(configuration: configuration)
+        #expect(session.configuration.httpCookieAcceptPolicy == .always)
+        #expect(configuration.httpCookieAcceptPolicy == .always, "the configuration given is not changed")
+    }
+}
