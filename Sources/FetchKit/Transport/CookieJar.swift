@@ -20,8 +20,10 @@ import FoundationNetworking
 ///
 /// On Apple platforms URLSession's own handling is kept: the jar is off there.
 struct CookieJar: Sendable {
-    /// Where cookies go, or `nil`: the configuration accepts none, or this is not Linux.
+    #if canImport(FoundationNetworking)
+    /// Where cookies go, or `nil`: the configuration accepts none.
     private let storage: HTTPCookieStorage?
+    #endif
 
     /// The jar for a session made from `configuration`. On Linux it turns FoundationNetworking's
     /// cookie parsing off in `configuration` (the session's own copy), and takes it over if the
@@ -30,18 +32,18 @@ struct CookieJar: Sendable {
         #if canImport(FoundationNetworking)
         storage = configuration.httpCookieAcceptPolicy == .never ? nil : configuration.httpCookieStorage
         configuration.httpCookieAcceptPolicy = .never
-        #else
-        storage = nil
         #endif
     }
 
-    /// Stores the cookies that `response` sets, if any.
+    /// Stores the cookies that `response` sets, if any (on Linux; URLSession does elsewhere).
     func store(from response: HTTPURLResponse) {
+        #if canImport(FoundationNetworking)
         guard let storage, let url = response.url,
               let field = response.value(forHTTPHeaderField: "Set-Cookie")
         else { return }
         let cookies = HTTPCookie.cookies(withResponseHeaderFields: ["Set-Cookie": field], for: url)
         guard !cookies.isEmpty else { return }
         storage.setCookies(cookies, for: url, mainDocumentURL: nil)
+        #endif
     }
 }
