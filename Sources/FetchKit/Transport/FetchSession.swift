@@ -39,6 +39,12 @@ import Musl
 /// keeps up to max(64, `httpMaximumConnectionsPerHost`) connections over all hosts; more
 /// transfers than that in flight to several hosts close the excess as they end.
 ///
+/// Cookies work as the configuration says. On Linux a session stores the cookies that
+/// responses set itself — into the configuration's `httpCookieStorage`, from each response
+/// with `Set-Cookie`, a redirect's before it is followed — instead of FoundationNetworking,
+/// which parses every header line of every response for them (a quarter of a small request's
+/// CPU); ``configuration`` reports the `httpCookieAcceptPolicy` you gave.
+///
 /// What belongs where: a `FetchSession` holds what URLSession shares between requests —
 /// connections, cookies, proxy, extra headers, TLS settings, and monitors that observe them all. ``FetchConfiguration`` holds what
 /// is per fetch — limits, timeouts, policies, credentials. A ``FetchQueue`` holds what is per
