@@ -49,6 +49,16 @@ struct OperationFootprintTests {
         #expect(try #require(InstanceSize.of(FlightMember.self)) <= 120)
     }
 
+    @Test(.enabled(if: InstanceSize.isKnown))
+    func anOperationCarriesItsQueueEntryInA240ByteAllocation() throws {
+        // The queue's record of a fetch is on its operation (its registry maps identifiers to
+        // operations: 16 bytes a slot, not 80 in two tables): Foundation's `Operation` is 160
+        // bytes, then the core, the entry and the claim's identifier, at most 232 (240 with
+        // malloc's header).
+        #expect(try #require(InstanceSize.of(FetchOperation<Data>.self)) <= 232)
+        #expect(MemoryLayout<QueueState.Entry?>.size <= 56)
+    }
+
     @Test func anAttemptsPackedStartAndNotModifiedFlagAreIndependent() {
         var limits = TransferLimits(idleTimeout: 5, maximumResponseSize: 1, acceptableStatusCodes: [200])
         #expect(limits.fetchStartedAt == nil && !limits.acceptsNotModified)

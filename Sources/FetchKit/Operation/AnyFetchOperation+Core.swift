@@ -272,12 +272,22 @@ extension AnyFetchOperation {
     /// Claims a pending operation for a coordinator (a ``FetchQueue``).
     ///
     /// - Returns: `false` if it already belongs to one, or has started.
-    func claim(by coordinator: any TransferCoordinator) -> Bool {
+    func claim(by coordinator: any TransferCoordinator, id: FetchID) -> Bool {
         core.withLock { core in
             guard !core.claimed, core.machine.phase == .pending else { return false }
             core.claimed = true
             core.coordinator = coordinator
+            claimedID = id.rawValue
             return true
+        }
+    }
+
+    /// The identifier `coordinator` gave this operation when it claimed it, or `nil` if it
+    /// does not hold it.
+    func id(claimedBy coordinator: any TransferCoordinator) -> FetchID? {
+        core.withLock { core in
+            guard core.claimed, core.coordinator === coordinator, claimedID != 0 else { return nil }
+            return FetchID(rawValue: claimedID)
         }
     }
 
@@ -287,6 +297,7 @@ extension AnyFetchOperation {
             guard core.claimed, core.coordinator === coordinator, core.machine.phase == .pending else { return }
             core.claimed = false
             core.coordinator = nil
+            claimedID = 0
         }
     }
 

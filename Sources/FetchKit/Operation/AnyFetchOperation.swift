@@ -77,6 +77,12 @@ open class AnyFetchOperation: Operation, @unchecked Sendable {
     /// ``QueueState`` transitions: an operation belongs to one queue.
     final var queueEntry: QueueState.Entry?
 
+    /// The identifier the ``FetchQueue`` that claimed it gave it (0 for none). Guarded by
+    /// ``core``'s lock, like the claim itself (``claim(by:id:)``): a queue asks it whether an
+    /// operation is its own, without reading an entry that another queue writes under its lock.
+    /// Here rather than in the core, whose allocation has no room left.
+    final var claimedID: UInt64 = 0
+
     /// Creates an operation for `request`.
     ///
     /// - Parameter request: The request to send. It may be `nil` now and set later, or built

@@ -152,8 +152,15 @@ public final class FetchQueue: @unchecked Sendable {
     /// One whose transfer just ended (it is being told, or parsing: the last thing that kept
     /// the queue) is left to finish with its result.
     deinit {
+        // The entries go with the queue: its operations finish without it, and must not keep
+        // its record of them (and their batch and session monitors).
         let entries = state.withLock { state in
-            state.registry.sorted { $0.key < $1.key }.compactMap { _, operation in operation.queueEntry.map { (operation, $0) } }
+            let entries = state.registry.sorted { $0.key < $1.key }.compactMap { _, operation in
+                operation.queueEntry.map { (operation, $0) }
+            }
+            for operation in state.registry.values { operation.queueEntry = nil }
+            state.registry = [:]
+            return entries
         }
         // Its own monitors go with it; the sessions' stay, and hear each fetch's end from the
         // fetch itself.
@@ -280,7 +287,7 @@ public final class FetchQueue: @unchecked Sendable {
     /// Gives an operation an identifier and claims it; `false` if it belongs elsewhere.
     func reserve(_ operation: AnyFetchOperation) -> (id: FetchID, accepted: Bool) {
         let id = FetchID.next()
-        guard operation.claim(by: self) else { return (id, false) }
+        guard operation.claim(by: self, id: id) else { return (id, false) }
         let sessionMonitors = operation.session.monitorChannel
         transition { $0.register(operation, id: id, sessionMonitors: sessionMonitors) }
         return (id, true)
@@ -305,7 +312,9 @@ public final class FetchQueue: @unchecked Sendable {
 
     /// The identifier of an operation still in the queue.
     public func id(of operation: AnyFetchOperation) -> FetchID? {
-        state.withLock { $0.id(of: operation) }
+        // Asked of the operation first: only a queue that holds it may read its entry.
+        guard let id = operation.id(claimedBy: self) else { return nil }
+        return state.withLock { $0.registry[id] === operation ? id : nil }
     }
 
     /// The fetches in the queue — waiting, in flight or finishing — in enqueue order.

@@ -210,12 +210,6 @@ struct QueueState {
         operation.queueEntry = nil
     }
 
-    /// The identifier of a registered operation.
-    func id(of operation: AnyFetchOperation) -> FetchID? {
-        guard let id = operation.queueEntry?.id, registry[id] === operation else { return nil }
-        return id
-    }
-
     /// A registered fetch goes into the operation queue: its monitors hear of it.
     mutating func activated(_ id: FetchID) {
         guard let operation = registry[id], let entry = operation.queueEntry else { return }

@@ -1,0 +1,205 @@
+import Dispatch
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import LoopbackServer
+import Testing
+@testable import FetchKit
+
+/// The scheduler places kept on flight members and the queue entries kept on operations: shared
+/// flights whose first member left, raises, sweeps, counts, and operations offered to two
+/// queues or left by a freed one.
+@Suite("Scheduler places of shared flights (pure)")
+struct SharedFlightPlaceTests {
+    let helper = QueueStateTests()
+
+    func ended(_ flight: Flight, _ state: inout QueueState) {
+        state.flightEnded(flight, result: .failure(.cancelled(.init(url: nil)), nil))
+    }
+
+    @Test func aSharedFlightRaisedAfterItsFirstMemberLeftIsGrantedBeforeLowerOnes() throws {
+        var state = QueueState(maximumTotal: 1, maximumPerHost: 1, coalesces: true, hasMonitors: false)
+        let (_, busy) = helper.fetch("http://a.example/busy", in: &state)
+        state.join(busy, priority: .normal)
+        let busyFlight = try #require(helper.started(state.takeActions()).first)
+        let (_, other) = helper.fetch("http://a.example/other", in: &state)
+        state.join(other, priority: .normal)
+        let (_, s1) = helper.fetch("http://a.example/same", in: &state, shareable: true)
+        let (_, s2) = helper.fetch("http://a.example/same", in: &state, shareable: true)
+        let (_, s3) = helper.fetch("http://a.example/same", in: &state, shareable: true)
+        state.join(s1, priority: .low)
+        state.join(s2, priority: .low)
+        state.leave(s1)             // the flight's first member (its ticket) leaves
+        #expect(state.transferCounts == .init(inFlight: 1, waiting: 2))
+        state.join(s3, priority: .high)   // raises the flight through its first member's place
+        #expect(state.transferCounts == .init(inFlight: 1, waiting: 2))
+        _ = state.takeActions()
+        ended(busyFlight, &state)
+        let next = try #require(helper.started(state.takeActions()).first)
+        #expect(next.first === s1, "the shared flight, raised to .high, goes before .normal")
+        #expect(state.transferCounts == .init(inFlight: 1, waiting: 1))
+    }
+
+    @Test func aRaisedSharedFlightWhoseFirstLeftIsWithdrawnByItsLastLeaver() throws {
+        var state = QueueState(maximumTotal: 1, maximumPerHost: 1, coalesces: true, hasMonitors: false)
+        let (_, busy) = helper.fetch("http://a.example/busy", in: &state)
+        state.join(busy, priority: .normal)
+        let busyFlight = try #require(helper.started(state.takeActions()).first)
+        let (_, other) = helper.fetch("http://a.example/other", in: &state)
+        state.join(other, priority: .normal)
+        let (_, s1) = helper.fetch("http://a.example/same", in: &state, shareable: true)
+        let (_, s2) = helper.fetch("http://a.example/same", in: &state, shareable: true)
+        let (_, s3) = helper.fetch("http://a.example/same", in: &state, shareable: true)
+        state.join(s1, priority: .veryLow)
+        state.join(s2, priority: .low)      // raise 1
+        state.leave(s1)
+        state.join(s3, priority: .veryHigh) // raise 2, after the first left
+        state.leave(s2)
+        state.leave(s3)
+        #expect(state.transferCounts == .init(inFlight: 1, waiting: 1), "the flight is out of line")
+        _ = state.takeActions()
+        ended(busyFlight, &state)
+        let next = helper.started(state.takeActions())
+        #expect(next.map { $0.first === other } == [true])
+        #expect(state.transferCounts == .init(inFlight: 1, waiting: 0))
+    }
+
+    @Test func aSweepWithdrawsARaisedSharedFlightWhoseFirstLeft() throws {
+        var state = QueueState(maximumTotal: 1, maximumPerHost: 1, coalesces: true, hasMonitors: false)
+        let (_, busy) = helper.fetch("http://a.example/busy", in: &state)
+        state.join(busy, priority: .normal)
+        let busyFlight = try #require(helper.started(state.takeActions()).first)
+        let (otherID, other) = helper.fetch("http://a.example/other", in: &state)
+        state.join(other, priority: .normal)
+        let (_, s1) = helper.fetch("http://a.example/same", in: &state, shareable: true)
+        let (s2ID, s2) = helper.fetch("http://a.example/same", in: &state, shareable: true)
+        let (s3ID, s3) = helper.fetch("http://a.example/same", in: &state, shareable: true)
+        state.join(s1, priority: .low)
+        state.join(s2, priority: .low)
+        state.leave(s1)
+        state.join(s3, priority: .high)
+        _ = state.beginSweep()
+        let chosen = state.endSweep(choosing: [s2ID, s3ID])
+        #expect(chosen.count == 2)
+        #expect(state.transferCounts == .init(inFlight: 1, waiting: 1))
+        _ = state.takeActions()
+        ended(busyFlight, &state)
+        #expect(helper.started(state.takeActions()).map { $0.first === other } == [true])
+        _ = otherID
+    }
+
+    @Test func fifoWithinAPriorityHoldsAcrossRaisesAndWithdrawals() throws {
+        var state = QueueState(maximumTotal: 1, maximumPerHost: 1, coalesces: true, hasMonitors: false)
+        let (_, busy) = helper.fetch("http://a.example/busy", in: &state)
+        state.join(busy, priority: .normal)
+        var flight = try #require(helper.started(state.takeActions()).first)
+        var members: [FlightMember] = []
+        for index in 0..<6 {
+            let (_, member) = helper.fetch("http://a.example/\(index)", in: &state, shareable: true)
+            state.join(member, priority: .normal)
+            members.append(member)
+        }
+        // A joiner raises /2 to .high; /4 leaves.
+        let (_, joiner) = helper.fetch("http://a.example/2", in: &state, shareable: true)
+        state.join(joiner, priority: .high)
+        state.leave(members[4])
+        _ = state.takeActions()
+        var order: [FlightMember] = []
+        for _ in 0..<5 {
+            ended(flight, &state)
+            flight = try #require(helper.started(state.takeActions()).first)
+            order.append(flight.first)
+        }
+        #expect(order.map { ObjectIdentifier($0) } == [2, 0, 1, 3, 5].map { ObjectIdentifier(members[$0]) })
+    }
+}
+
+@Suite("Queue entries on operations")
+struct QueueEntryTests {
+    @Test func anOperationRefusedByAnotherQueueKeepsItsEntryInTheFirst() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let first = makeFetchQueue()
+        let other = makeFetchQueue()
+        first.isSuspended = true
+        let operation = server.operation("/json")
+        let id = first.enqueue(operation)
+        let refused = Countdown(2)
+        other.enqueue(operation) { _ in refused.signal() }
+        let batch = other.enqueue(batch: [operation], on: .global, completion: { _ in refused.signal() })
+        _ = batch
+        #expect(await refused.wait())
+        #expect(first.id(of: operation) == id)
+        #expect(other.id(of: operation) == nil)
+        #expect(first.count == 1 && other.count == 0)
+        first.isSuspended = false
+        try await operation.finished()
+        #expect(await first.recorder?.waitUntil(timeout: 10) { events in
+            events.filter { $0.id == id }.map(\.kind) == [.enqueue, .start, .response, .metrics, .finish]
+        } == true)
+        #expect(first.id(of: operation) == nil && first.count == 0)
+    }
+
+    /// `id(of:)` on a queue the operation does not belong to must not read the operation's
+    /// `queueEntry`, which the owning queue writes under its own lock (here: `register` as it
+    /// is enqueued). A race only ThreadSanitizer sees (`swift test --sanitize=thread`).
+    @Test func idOfAnOperationOfAnotherQueueDoesNotReadItsEntry() async throws {
+        let owner = makeFetchQueue(monitors: [])
+        let stranger = makeFetchQueue(monitors: [])
+        owner.isSuspended = true    // nothing starts: the entries are only written as registered
+        let url = try #require(URL(string: "http://127.0.0.1:9/never"))
+        let handedOver = Locked<[FetchOperation<Data>]>([])
+        let writerDone = Locked(false)
+        let done = Countdown(2)
+        let rounds = 400
+        let writer = Thread {
+            for _ in 0..<rounds {
+                let operation = FetchOperation<Data>(url: url)
+                handedOver.withLock { $0.append(operation) }
+                owner.enqueue(operation)      // writes its entry under the owner's lock only
+            }
+            writerDone.withLock { $0 = true }
+            done.signal()
+        }
+        let seen = Locked(0)
+        let reader = Thread {
+            var read = 0
+            while !writerDone.current || read < rounds {
+                guard let operation = handedOver.withLock({ $0.last }) else { continue }
+                // Reads its entry under the stranger's lock only.
+                if stranger.id(of: operation) != nil { seen.withLock { $0 += 1 } }
+                read += 1
+            }
+            done.signal()
+        }
+        writer.start()
+        reader.start()
+        #expect(await done.wait())
+        #expect(seen.current == 0)
+        owner.cancelAll()
+        owner.isSuspended = false     // the cancelled operations finish
+    }
+
+    /// A suspended queue its owner drops is freed and cancels what it holds; its operations
+    /// finish without it. The queue's record of each (and with it its batch and session
+    /// monitors) goes with the queue, not with the operation.
+    @Test func aFreedQueueTakesItsEntriesOffItsOperations() async throws {
+        let weakBatch = WeakBox()
+        let finished = Countdown(1)
+        let operation = FetchOperation<Data>(url: try #require(URL(string: "http://127.0.0.1:9/never")))
+        let weakQueue = WeakBox()
+        do {
+            let queue = makeFetchQueue(monitors: [])
+            weakQueue.value = queue
+            queue.isSuspended = true
+            let batch = queue.enqueue(batch: [operation], on: .global, completion: { _ in finished.signal() })
+            weakBatch.value = batch
+        }
+        #expect(await queueReleased { weakQueue.value == nil }, "the suspended queue was freed")
+        #expect(await finished.wait(timeout: 10), "the batch completed: its member was cancelled")
+        await #expect(throws: FetchError.self) { try await operation.finished() }
+        #expect(await queueReleased { weakBatch.value == nil }, "the finished batch is not kept alive by its member")
+        #expect(operation.queueEntry == nil, "the freed queue's record of the fetch is not left on the operation")
+    }
+}
