@@ -150,26 +150,28 @@ struct QueueEntryTests {
         owner.isSuspended = true    // nothing starts: the entries are only written as registered
         let url = try #require(URL(string: "http://127.0.0.1:9/never"))
         let handedOver = Locked<[FetchOperation<Data>]>([])
-        let writerDone = Locked(false)
         let done = Countdown(2)
         let rounds = 400
+        let handed = DispatchSemaphore(value: 0)
         let writer = Thread {
             for _ in 0..<rounds {
                 let operation = FetchOperation<Data>(url: url)
                 handedOver.withLock { $0.append(operation) }
+                handed.signal()               // the reader asks about it as it is enqueued
                 owner.enqueue(operation)      // writes its entry under the owner's lock only
             }
-            writerDone.withLock { $0 = true }
             done.signal()
         }
         let seen = Locked(0)
+        // One question per operation handed over, waiting (not spinning) for each: nothing
+        // here starves the tests running beside it.
         let reader = Thread {
-            var read = 0
-            while !writerDone.current || read < rounds {
-                guard let operation = handedOver.withLock({ $0.last }) else { continue }
+            for _ in 0..<rounds {
+                guard handed.wait(timeout: .now() + 30) == .success else { break }
                 // Reads its entry under the stranger's lock only.
-                if stranger.id(of: operation) != nil { seen.withLock { $0 += 1 } }
-                read += 1
+                if let operation = handedOver.withLock({ $0.last }), stranger.id(of: operation) != nil {
+                    seen.withLock { $0 += 1 }
+                }
             }
             done.signal()
         }

@@ -84,7 +84,7 @@ struct TimeoutSemanticsTests {
         let operation = FetchOperation<Data>(url: server.url("/stall-mid-body/1000"))
         // Room for the head to arrive on a loaded machine: a head later than the idle timeout
         // means "never answered", which is (rightly) not retried.
-        let idle: TimeInterval = runsUnderSanitizer ? 5 : 2
+        let idle: TimeInterval = runsUnderSanitizer ? 5 : 3
         operation.configuration.idleTimeout = idle
         operation.configuration.retryPolicy = RetryPolicy(maximumRetries: 1, baseDelay: 0.05, jitter: 0)
         let error = await outcome(of: operation)
