@@ -57,8 +57,9 @@ public final class FetchSession: @unchecked Sendable {
     let router: SessionRouter
     private let urlSession: URLSession
     private let invalidated = Protected(false)
-    /// The configuration's, as given (its `URLSession`'s copy says `.never` on Linux).
-    private let cookieAcceptPolicy: HTTPCookie.AcceptPolicy
+    /// A copy of the configuration as given (its `URLSession`'s own copy may say `.never` for
+    /// cookies on Linux: ``CookieJar``). Never changed, only copied.
+    private let given: URLSessionConfiguration
     /// Who observes every fetch that uses this session, in the order given.
     public let monitors: [any FetchEventMonitor]
     /// Delivers to ``monitors``; `nil` when there are none.
@@ -76,8 +77,8 @@ public final class FetchSession: @unchecked Sendable {
         self.monitors = monitors
         monitorChannel = MonitorChannel(monitors, label: "FetchKit.FetchSession.monitors")
         // URLSession copies the configuration it is given; so does this, to change its copy only.
+        given = configuration.copy() as? URLSessionConfiguration ?? configuration
         let own = configuration.copy() as? URLSessionConfiguration ?? configuration
-        cookieAcceptPolicy = configuration.httpCookieAcceptPolicy
         router = SessionRouter(cookies: CookieJar(takingOverFrom: own))
         urlSession = URLSession(configuration: own, delegate: router, delegateQueue: router.delegateQueue)
         // Before any task exists, so that nothing else touches libcurl's handle yet.
@@ -183,12 +184,10 @@ public final class FetchSession: @unchecked Sendable {
         #endif
     }
 
-    /// A copy of the session's configuration.
+    /// A copy of the session's configuration, as it was given: each read is a new copy, and
+    /// changing it changes neither the session nor a later read.
     public var configuration: URLSessionConfiguration {
-        let configuration = urlSession.configuration
-        // As given: on Linux the session stores cookies itself (``CookieJar``).
-        configuration.httpCookieAcceptPolicy = cookieAcceptPolicy
-        return configuration
+        given.copy() as? URLSessionConfiguration ?? URLSessionConfiguration.default
     }
 
     /// Whether ``invalidate(cancellingTransfers:)`` was called.
