@@ -39,11 +39,13 @@ import Musl
 /// keeps up to max(64, `httpMaximumConnectionsPerHost`) connections over all hosts; more
 /// transfers than that in flight to several hosts close the excess as they end.
 ///
-/// Cookies work as the configuration says. On Linux a session stores the cookies that
-/// responses set itself — into the configuration's `httpCookieStorage`, from each response
-/// with `Set-Cookie`, a redirect's before it is followed — instead of FoundationNetworking,
-/// which parses every header line of every response for them (a quarter of a small request's
-/// CPU); ``configuration`` reports the `httpCookieAcceptPolicy` you gave.
+/// Cookies work as the configuration says. On Linux a session without a URL cache (the
+/// default) stores the cookies that responses set itself — into the configuration's
+/// `httpCookieStorage`, from each response with `Set-Cookie`, a redirect's before it is
+/// followed — instead of FoundationNetworking, which parses every header line of every
+/// response for them (a quarter of a small request's CPU). A cookie from a server at an IP
+/// address is kept for that address only. ``configuration`` reports the configuration as you
+/// gave it.
 ///
 /// What belongs where: a `FetchSession` holds what URLSession shares between requests —
 /// connections, cookies, proxy, extra headers, TLS settings, and monitors that observe them all. ``FetchConfiguration`` holds what
