@@ -152,22 +152,13 @@ public final class FetchQueue: @unchecked Sendable {
     /// One whose transfer just ended (it is being told, or parsing: the last thing that kept
     /// the queue) is left to finish with its result.
     deinit {
-        // The entries go with the queue: its operations finish without it, and must not keep
-        // its record of them (and their batch and session monitors).
-        let entries = state.withLock { state in
-            let entries = state.registry.sorted { $0.key < $1.key }.compactMap { _, operation in
-                operation.queueEntry.map { (operation, $0) }
-            }
-            for operation in state.registry.values { operation.queueEntry = nil }
-            state.registry = [:]
-            return entries
-        }
+        let entries = state.withLock { $0.releaseAll() }
         // Its own monitors go with it; the sessions' stay, and hear each fetch's end from the
         // fetch itself.
         for (operation, entry) in entries {
             operation.takeOverSessionMonitoring(from: entry, id: entry.id)
         }
-        let operations = entries.filter { !$0.1.transferEnded }.map(\.0)
+        let operations = entries.filter { !$0.entry.transferEnded }.map(\.operation)
         for operation in operations where operation.core.withLock({ $0.machine.phase != .finishing }) {
             operation.cancel()
         }

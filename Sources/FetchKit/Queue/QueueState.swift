@@ -210,6 +210,24 @@ struct QueueState {
         operation.queueEntry = nil
     }
 
+    /// A registered fetch is member `index` of `batch`.
+    mutating func add(_ id: FetchID, to batch: FetchBatch, at index: Int) {
+        registry[id]?.queueEntry?.batch = (batch, index)
+    }
+
+    /// The queue is being freed: every fetch leaves the registry, and its entry leaves its
+    /// operation, which finishes without the queue and must not keep the queue's record of it
+    /// (its batch, its session monitors). Returns each operation with its entry, in enqueue
+    /// order.
+    mutating func releaseAll() -> [(operation: AnyFetchOperation, entry: Entry)] {
+        let released = registry.sorted { $0.key < $1.key }.compactMap { _, operation -> (operation: AnyFetchOperation, entry: Entry)? in
+            defer { operation.queueEntry = nil }
+            return operation.queueEntry.map { (operation, $0) }
+        }
+        registry = [:]
+        return released
+    }
+
     /// A registered fetch goes into the operation queue: its monitors hear of it.
     mutating func activated(_ id: FetchID) {
         guard let operation = registry[id], let entry = operation.queueEntry else { return }

@@ -75,6 +75,19 @@ struct CookieJar: Sendable {
         #endif
     }
 
+    /// Stores the cookies of a task's last response if FoundationNetworking withheld its head
+    /// from the delegate: a redirect status it did not follow (no `Location`). After a followed
+    /// redirect the task's response is the last one, stored as it arrived.
+    func storeFromWithheldHead(of task: URLSessionTask) {
+        #if canImport(FoundationNetworking)
+        guard storage != nil, let response = task.response as? HTTPURLResponse else { return }
+        switch response.statusCode {
+        case 301...303, 305...308: store(from: response)
+        default: return
+        }
+        #endif
+    }
+
     /// The `Set-Cookie` lines that Foundation joined with commas: split before each `name=`
     /// that follows a comma (a name holds no `;`, `,`, `=` or white space, so the comma in an
     /// `Expires` date, followed by a day number and a space, is not a split).

@@ -130,12 +130,7 @@ extension SessionRouter: URLSessionDataDelegate {
     func urlSession(_ session: URLSession, task: URLSessionTask, didFinishCollecting metrics: URLSessionTaskMetrics) {}
 
     func urlSession(_ session: URLSession, task: URLSessionTask, didCompleteWithError error: (any Error)?) {
-        // FoundationNetworking withholds the head of a redirect status it did not follow (no
-        // `Location`): its cookies are stored now. (After a followed redirect the task's
-        // response is the last one, which was stored as it arrived.)
-        if let http = task.response as? HTTPURLResponse, [301, 302, 303, 305, 306, 307, 308].contains(http.statusCode) {
-            cookies.store(from: http)
-        }
+        cookies.storeFromWithheldHead(of: task)
         transfer(for: task)?.didComplete(error: error)
     }
 
