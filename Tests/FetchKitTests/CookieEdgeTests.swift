@@ -26,8 +26,8 @@ struct CookieEdgeTests {
 
     @Test func aRedirectStatusWithoutLocationStillHasItsCookiesStored() async throws {
         // FoundationNetworking delivers neither didReceive response nor a redirect for a
-        // 301/302/303/305–308 it does not follow (no Location), so the jar never sees it;
-        // FoundationNetworking's own path stored its cookies from the header lines.
+        // 301/302/303/305–308 it does not follow (no Location): the jar stores its cookies when
+        // the task ends, as FoundationNetworking's own path stored them from the header lines.
         let server = try LoopbackServer()
         defer { server.stop() }
         server.route("/nowhere") { _ in
@@ -44,9 +44,10 @@ struct CookieEdgeTests {
     @Test func aResponseServedFromTheCacheDoesNotSetItsCookiesAgain() async throws {
         // FetchKit caches nothing itself, but a caller's URLCache may hold a response that
         // another URLSession stored (URLCache.shared, a disk cache). FoundationNetworking answers
-        // a fresh cached response without libcurl, so its own path never re-read the cached
-        // Set-Cookie; the jar sees the cached response in didReceive response and stores its
-        // cookies again, rolling back a cookie the server has since replaced.
+        // a fresh cached response without libcurl, so its own path never re-reads the cached
+        // Set-Cookie; a jar would see the cached response in didReceive response and store its
+        // cookies again, rolling back a cookie the server has since replaced. A session with a
+        // URL cache keeps FoundationNetworking's path.
         let server = try LoopbackServer()
         defer { server.stop() }
         server.route("/rotate") { _ in
@@ -72,18 +73,13 @@ struct CookieEdgeTests {
     }
 
     @Test func aCookieWhoseNameIsNoTokenDoesNotSpillIntoTheOneBefore() async throws {
-        // The jar hands HTTPCookie all Set-Cookie lines joined with ", ", and HTTPCookie splits
-        // there only before `token=`. A name such as PHP's `prefs[lang]` is no token, so that
-        // line becomes part of the line before (its attributes) and `prefs[lang]` is lost.
-        // FoundationNetworking parsed each line alone and stored both.
+        // Foundation joins the Set-Cookie lines with ", ", and HTTPCookie splits there only
+        // before `token=`. A name such as PHP's `prefs[lang]` is no token: unsplit, that line
+        // would become attributes of the line before, and `prefs[lang]` would be lost. The jar
+        // splits the lines again itself.
         let server = try LoopbackServer()
         defer { server.stop() }
-        server.route("/php") { _ in
-            HTTPResponse(status: 200, headers: HTTPHeaders([
-                ("Set-Cookie", "sid=abc; Path=/"),
-                ("Set-Cookie", "prefs[lang]=en; Path=/"),
-            ]), body: Data("ok".utf8))
-        }
+        CookieTests.route("/php", on: server, setting: ["sid=abc; Path=/", "prefs[lang]=en; Path=/"])
         let (session, storage) = CookieTests.session()
         try await CookieTests.fetch("/php", on: server, with: session)
         let stored = (storage.cookies ?? []).map { "\($0.name)=\($0.value) path \($0.path)" }.sorted()
@@ -95,18 +91,12 @@ struct CookieEdgeTests {
 
     @Test func aServerAtAnIPAddressCannotSetACookieForOtherAddresses() async throws {
         // RFC 6265 §5.1.3: an IP address domain-matches only itself. HTTPCookie makes
-        // `Domain=0.0.1` ".0.0.1", and HTTPCookieStorage's check (a suffix match) lets it in from
-        // 127.0.0.1; the storage then hands it out for 10.0.0.1, 192.168.0.1 and so on.
-        // FoundationNetworking's own path did the same; the jar now makes the call and could
-        // refuse it.
+        // `Domain=0.0.1` ".0.0.1", and HTTPCookieStorage's check (a suffix match) would let it in
+        // from 127.0.0.1 and hand it out for 10.0.0.1, 192.168.0.1 and so on, as
+        // FoundationNetworking's own path did. The jar keeps it for 127.0.0.1 only.
         let server = try LoopbackServer()
         defer { server.stop() }
-        server.route("/plant") { _ in
-            HTTPResponse(status: 200, headers: HTTPHeaders([
-                ("Set-Cookie", "planted=1; Domain=0.0.1; Path=/"),
-                ("Set-Cookie", "wide=1; Domain=1; Path=/"),
-            ]), body: Data("ok".utf8))
-        }
+        CookieTests.route("/plant", on: server, setting: ["planted=1; Domain=0.0.1; Path=/", "wide=1; Domain=1; Path=/"])
         let (session, storage) = CookieTests.session()
         try await CookieTests.fetch("/plant", on: server, with: session)
         for other in ["http://10.0.0.1/", "http://192.168.0.1/admin"] {
@@ -116,10 +106,9 @@ struct CookieEdgeTests {
     }
 
     @Test func theSessionsConfigurationIsACopy() {
-        // Documented as "A copy of the session's configuration", but corelibs'
-        // `URLSession.configuration` is one stored object, and the getter now writes
-        // `httpCookieAcceptPolicy` into it: two threads reading `session.configuration`
-        // race on that write, and a caller's edits to what it got leak into every later read.
+        // Documented as "A copy of the session's configuration"; corelibs'
+        // `URLSession.configuration` is one stored object that every read returns, so the
+        // session hands out a copy of its own.
         let configuration = FetchSession.defaultConfiguration()
         configuration.httpCookieAcceptPolicy = .always
         let session = FetchSession(configuration: configuration)
@@ -131,10 +120,8 @@ struct CookieEdgeTests {
     }
 
     @Test func aLaterReadOfTheSessionsConfigurationLeavesAnEarlierOneAlone() {
-        // The getter writes the given policy back into corelibs' one stored configuration
-        // object, which every read returns: a caller's edit to what it got is undone by the next
-        // read anywhere (and two threads reading at once write the same object unsynchronised;
-        // FoundationNetworking is not instrumented, so ThreadSanitizer cannot show that).
+        // A getter that wrote the given policy back into corelibs' one stored configuration
+        // object would undo a caller's edit to what it got at the next read anywhere.
         let configuration = FetchSession.defaultConfiguration()
         configuration.httpCookieAcceptPolicy = .always
         let session = FetchSession(configuration: configuration)

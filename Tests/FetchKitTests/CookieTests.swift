@@ -20,13 +20,15 @@ struct CookieTests {
         return (FetchSession(configuration: configuration), storage)
     }
 
-    static func login(on server: LoopbackServer) {
-        server.route("/login") { _ in
-            HTTPResponse(status: 200, headers: HTTPHeaders([
-                ("Set-Cookie", "sid=abc; Path=/"),
-                ("Set-Cookie", "theme=dark; Expires=Wed, 21 Oct 2037 07:28:00 GMT; Path=/"),
-            ]), body: Data("ok".utf8))
+    /// A route at `path` whose response has one `Set-Cookie` line per cookie.
+    static func route(_ path: String, on server: LoopbackServer, setting cookies: [String]) {
+        server.route(path) { _ in
+            HTTPResponse(status: 200, headers: HTTPHeaders(cookies.map { ("Set-Cookie", $0) }), body: Data("ok".utf8))
         }
+    }
+
+    static func login(on server: LoopbackServer) {
+        route("/login", on: server, setting: ["sid=abc; Path=/", "theme=dark; Expires=Wed, 21 Oct 2037 07:28:00 GMT; Path=/"])
     }
 
     static func fetch(_ path: String, on server: LoopbackServer, with session: FetchSession) async throws {

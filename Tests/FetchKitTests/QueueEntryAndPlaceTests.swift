@@ -18,16 +18,23 @@ struct SharedFlightPlaceTests {
         state.flightEnded(flight, result: .failure(.cancelled(.init(url: nil)), nil))
     }
 
-    @Test func aSharedFlightRaisedAfterItsFirstMemberLeftIsGrantedBeforeLowerOnes() throws {
-        var state = QueueState(maximumTotal: 1, maximumPerHost: 1, coalesces: true, hasMonitors: false)
+    /// One slot, taken by a running flight; behind it another fetch at `.normal`, and three
+    /// identical shareable requests, registered but not joined yet.
+    func sameRequestsBehindABusySlot(_ state: inout QueueState) throws
+        -> (busy: Flight, other: FlightMember, same: [(id: FetchID, member: FlightMember)]) {
         let (_, busy) = helper.fetch("http://a.example/busy", in: &state)
         state.join(busy, priority: .normal)
         let busyFlight = try #require(helper.started(state.takeActions()).first)
         let (_, other) = helper.fetch("http://a.example/other", in: &state)
         state.join(other, priority: .normal)
-        let (_, s1) = helper.fetch("http://a.example/same", in: &state, shareable: true)
-        let (_, s2) = helper.fetch("http://a.example/same", in: &state, shareable: true)
-        let (_, s3) = helper.fetch("http://a.example/same", in: &state, shareable: true)
+        let same = (0..<3).map { _ in helper.fetch("http://a.example/same", in: &state, shareable: true) }
+        return (busyFlight, other, same.map { (id: $0.0, member: $0.1) })
+    }
+
+    @Test func aSharedFlightRaisedAfterItsFirstMemberLeftIsGrantedBeforeLowerOnes() throws {
+        var state = QueueState(maximumTotal: 1, maximumPerHost: 1, coalesces: true, hasMonitors: false)
+        let (busyFlight, _, same) = try sameRequestsBehindABusySlot(&state)
+        let (s1, s2, s3) = (same[0].member, same[1].member, same[2].member)
         state.join(s1, priority: .low)
         state.join(s2, priority: .low)
         state.leave(s1)             // the flight's first member (its ticket) leaves
@@ -43,14 +50,8 @@ struct SharedFlightPlaceTests {
 
     @Test func aRaisedSharedFlightWhoseFirstLeftIsWithdrawnByItsLastLeaver() throws {
         var state = QueueState(maximumTotal: 1, maximumPerHost: 1, coalesces: true, hasMonitors: false)
-        let (_, busy) = helper.fetch("http://a.example/busy", in: &state)
-        state.join(busy, priority: .normal)
-        let busyFlight = try #require(helper.started(state.takeActions()).first)
-        let (_, other) = helper.fetch("http://a.example/other", in: &state)
-        state.join(other, priority: .normal)
-        let (_, s1) = helper.fetch("http://a.example/same", in: &state, shareable: true)
-        let (_, s2) = helper.fetch("http://a.example/same", in: &state, shareable: true)
-        let (_, s3) = helper.fetch("http://a.example/same", in: &state, shareable: true)
+        let (busyFlight, other, same) = try sameRequestsBehindABusySlot(&state)
+        let (s1, s2, s3) = (same[0].member, same[1].member, same[2].member)
         state.join(s1, priority: .veryLow)
         state.join(s2, priority: .low)      // raise 1
         state.leave(s1)
@@ -67,14 +68,9 @@ struct SharedFlightPlaceTests {
 
     @Test func aSweepWithdrawsARaisedSharedFlightWhoseFirstLeft() throws {
         var state = QueueState(maximumTotal: 1, maximumPerHost: 1, coalesces: true, hasMonitors: false)
-        let (_, busy) = helper.fetch("http://a.example/busy", in: &state)
-        state.join(busy, priority: .normal)
-        let busyFlight = try #require(helper.started(state.takeActions()).first)
-        let (otherID, other) = helper.fetch("http://a.example/other", in: &state)
-        state.join(other, priority: .normal)
-        let (_, s1) = helper.fetch("http://a.example/same", in: &state, shareable: true)
-        let (s2ID, s2) = helper.fetch("http://a.example/same", in: &state, shareable: true)
-        let (s3ID, s3) = helper.fetch("http://a.example/same", in: &state, shareable: true)
+        let (busyFlight, other, same) = try sameRequestsBehindABusySlot(&state)
+        let (s1, s2, s3) = (same[0].member, same[1].member, same[2].member)
+        let (s2ID, s3ID) = (same[1].id, same[2].id)
         state.join(s1, priority: .low)
         state.join(s2, priority: .low)
         state.leave(s1)
@@ -86,7 +82,6 @@ struct SharedFlightPlaceTests {
         _ = state.takeActions()
         ended(busyFlight, &state)
         #expect(helper.started(state.takeActions()).map { $0.first === other } == [true])
-        _ = otherID
     }
 
     @Test func fifoWithinAPriorityHoldsAcrossRaisesAndWithdrawals() throws {
