@@ -8,17 +8,28 @@ import Glibc
 import Musl
 #endif
 
-/// Stores the cookies that responses set, for a ``FetchSession``, in place of
-/// FoundationNetworking's own path on Linux.
+/// Stores the cookies that responses set, and adds stored cookies to the requests a
+/// ``FetchSession`` sends, in place of FoundationNetworking's own paths on Linux.
 ///
+/// **Sending.** FoundationNetworking matches a stored cookie to a request by host alone: a
+/// `Secure` cookie went out over plain HTTP, and a `Path=/admin` cookie with every request to
+/// the host. It adds none to the request a redirect makes when the session has a delegate (a
+/// session of FetchKit's always has), so a login that sets its cookie on a `302` arrived
+/// signed out. And it ignores `URLRequest.httpShouldHandleCookies`. A session therefore turns
+/// its `URLSession`'s sending off (`httpShouldSetCookies = false` in its copy) and the jar adds
+/// the cookies every request carries under RFC 6265 §5.4 (``matching(_:for:now:)``) as the
+/// request is sent — a task's first request and each redirected one — unless the request says
+/// `httpShouldHandleCookies = false`. As in URLSession, stored cookies that apply replace a
+/// `Cookie` header the request has; a request to which none applies keeps its own.
+///
+/// **Storing.**
 /// When a session's configuration accepts cookies, FoundationNetworking parses every header
 /// line of every response for them: it makes the line a `String`, splits it, trims both halves
 /// with Foundation character sets and hands the result to `HTTPCookie` — whether or not the line
 /// is a `Set-Cookie`. That is about 230,000 instructions for a response of a few headers, a
 /// quarter of the CPU of a whole 1 KiB request (`valgrind --tool=callgrind`, raw URLSession and
 /// FetchKit alike). A session turns that path off in its `URLSession`'s copy of the
-/// configuration (`httpCookieAcceptPolicy = .never`; sending cookies is a separate setting,
-/// `httpShouldSetCookies`, and is left alone) and stores them here instead, only from a
+/// configuration (`httpCookieAcceptPolicy = .never`) and stores them here instead, only from a
 /// response that has `Set-Cookie`: into the configuration's cookie storage, for the response's
 /// URL, through the same `HTTPCookieStorage.setCookies(_:for:mainDocumentURL:)` call, from every
 /// response head — a redirect's before it is followed, so that the next request carries them,
@@ -31,9 +42,10 @@ import Musl
 /// - A cookie from a server at an IP address is kept only for that address (RFC 6265 §5.1.3:
 ///   an IP address domain-matches only itself), where `HTTPCookieStorage` would match a
 ///   `Domain=0.0.1` against every address ending so.
-/// - A session whose configuration has a URL cache keeps FoundationNetworking's path: a
+/// - A response to a request that says `httpShouldHandleCookies = false` sets none.
+/// - A session whose configuration has a URL cache keeps FoundationNetworking's storing: a
 ///   response answered from the cache reaches the delegate like any other, and must not set
-///   its cookies again.
+///   its cookies again. (The jar still sends them.)
 ///
 /// On Apple platforms URLSession's own handling is kept: the jar is off there.
 struct CookieJar: Sendable {
@@ -41,13 +53,18 @@ struct CookieJar: Sendable {
     /// Where cookies go, or `nil`: the configuration accepts none, or FoundationNetworking
     /// keeps storing them (a URL cache).
     private let storage: HTTPCookieStorage?
+    /// Where the cookies that requests carry come from, or `nil`: the configuration sends none.
+    private let sendingFrom: HTTPCookieStorage?
     #endif
 
     /// The jar for a session made from `configuration`. On Linux it turns FoundationNetworking's
-    /// cookie parsing off in `configuration` (the session's own copy) and takes it over, if the
-    /// configuration accepts cookies and has no URL cache.
+    /// cookie handling off in `configuration` (the session's own copy) and takes it over:
+    /// sending, if the configuration sends cookies; storing, if it accepts them and has no URL
+    /// cache.
     init(takingOverFrom configuration: URLSessionConfiguration) {
         #if canImport(FoundationNetworking)
+        sendingFrom = configuration.httpShouldSetCookies ? configuration.httpCookieStorage : nil
+        configuration.httpShouldSetCookies = false
         guard configuration.httpCookieAcceptPolicy != .never, configuration.urlCache == nil else {
             storage = nil
             return
@@ -57,10 +74,30 @@ struct CookieJar: Sendable {
         #endif
     }
 
-    /// Stores the cookies that `response` sets, if any (on Linux; URLSession does elsewhere).
-    func store(from response: HTTPURLResponse) {
+    /// `request` with the stored cookies it carries in its `Cookie` header, if any apply (on
+    /// Linux; URLSession adds them elsewhere).
+    func sending(_ request: URLRequest) -> URLRequest {
+        #if canImport(FoundationNetworking)
+        // `cookies(for:)` matches by host only: the rest of the match is `matching`'s.
+        guard let sendingFrom, request.httpShouldHandleCookies, let url = request.url,
+              let stored = sendingFrom.cookies(for: url), !stored.isEmpty
+        else { return request }
+        let cookies = Self.matching(stored, for: url, now: Date())
+        guard let header = HTTPCookie.requestHeaderFields(with: cookies)["Cookie"], !header.isEmpty else { return request }
+        var request = request
+        request.setValue(header, forHTTPHeaderField: "Cookie")
+        return request
+        #else
+        return request
+        #endif
+    }
+
+    /// Stores the cookies that `response`, the answer to `task`'s request, sets, if any and if
+    /// the request handles cookies (on Linux; URLSession does elsewhere).
+    func store(from response: HTTPURLResponse, of task: URLSessionTask) {
         #if canImport(FoundationNetworking)
         guard let storage, let url = response.url, let host = url.host,
+              (task.currentRequest ?? task.originalRequest)?.httpShouldHandleCookies != false,
               let field = response.value(forHTTPHeaderField: "Set-Cookie")
         else { return }
         var cookies: [HTTPCookie] = []
@@ -82,7 +119,7 @@ struct CookieJar: Sendable {
         #if canImport(FoundationNetworking)
         guard storage != nil, let response = task.response as? HTTPURLResponse else { return }
         switch response.statusCode {
-        case 301...303, 305...308: store(from: response)
+        case 301...303, 305...308: store(from: response, of: task)
         default: return
         }
         #endif
@@ -117,6 +154,42 @@ struct CookieJar: Sendable {
         }
         lines.append(String(decoding: bytes[start...], as: UTF8.self))
         return lines
+    }
+
+    /// The cookies of `cookies` that a request for `url` carries (RFC 6265 §5.4), longest path
+    /// first: the host domain-matches the cookie's domain (only itself for a host-only cookie,
+    /// whose domain has no leading dot, and for an IP address), the URL's path is within the
+    /// cookie's, a `Secure` cookie goes only over HTTPS, and an expired one not at all.
+    static func matching(_ cookies: [HTTPCookie], for url: URL, now: Date) -> [HTTPCookie] {
+        guard let host = url.host?.lowercased() else { return [] }
+        let secure = url.scheme?.lowercased() == "https"
+        let path = url.path.isEmpty ? "/" : url.path
+        let matched = cookies.filter { cookie in
+            guard !cookie.isSecure || secure, cookie.expiresDate.map({ $0 > now }) ?? true else { return false }
+            return domainMatches(host, cookie.domain.lowercased()) && pathMatches(path, cookie.path)
+        }
+        // Stable: cookies of equal path keep the storage's order.
+        return matched.enumerated().sorted { a, b in
+            a.element.path.utf8.count != b.element.path.utf8.count
+                ? a.element.path.utf8.count > b.element.path.utf8.count : a.offset < b.offset
+        }.map(\.element)
+    }
+
+    /// RFC 6265 §5.1.3, with a host-only cookie's domain written without a leading dot (as
+    /// `HTTPCookie` writes it).
+    private static func domainMatches(_ host: String, _ domain: String) -> Bool {
+        guard domain.hasPrefix(".") else { return host == domain }
+        let bare = domain.dropFirst()
+        if host == bare { return true }
+        return host.hasSuffix(domain) && !isIPAddress(host)
+    }
+
+    /// RFC 6265 §5.1.4: the cookie's path is the request's, or a prefix of it that ends at a `/`.
+    private static func pathMatches(_ requestPath: String, _ cookiePath: String) -> Bool {
+        let cookiePath = cookiePath.isEmpty ? "/" : cookiePath
+        guard requestPath.hasPrefix(cookiePath) else { return false }
+        return requestPath.utf8.count == cookiePath.utf8.count || cookiePath.hasSuffix("/")
+            || requestPath.utf8.dropFirst(cookiePath.utf8.count).first == UInt8(ascii: "/")
     }
 
     /// Whether `host` is an IPv4 or IPv6 address rather than a name.

@@ -44,8 +44,11 @@ import Musl
 /// `httpCookieStorage`, from each response with `Set-Cookie`, a redirect's before it is
 /// followed — instead of FoundationNetworking, which parses every header line of every
 /// response for them (a quarter of a small request's CPU). A cookie from a server at an IP
-/// address is kept for that address only. ``configuration`` reports the configuration as you
-/// gave it.
+/// address is kept for that address only. On Linux a session also adds the stored cookies to
+/// each request it sends, a redirected one included, as RFC 6265 §5.4 and URLSession on Apple
+/// platforms do — FoundationNetworking matches them by host alone, so a `Secure` cookie went
+/// over plain HTTP — and none to a request with `httpShouldHandleCookies = false`.
+/// ``configuration`` reports the configuration as you gave it.
 ///
 /// What belongs where: a `FetchSession` holds what URLSession shares between requests —
 /// connections, cookies, proxy, extra headers, TLS settings, and monitors that observe them all. ``FetchConfiguration`` holds what
@@ -219,7 +222,7 @@ public final class FetchSession: @unchecked Sendable {
     /// `URLSession` is a fatal error in Foundation).
     func makeDataTask(with request: URLRequest) -> URLSessionDataTask? {
         invalidated.withLock { isInvalidated in
-            isInvalidated ? nil : urlSession.dataTask(with: request)
+            isInvalidated ? nil : urlSession.dataTask(with: router.cookies.sending(request))
         }
     }
 }

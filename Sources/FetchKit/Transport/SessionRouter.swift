@@ -94,7 +94,7 @@ extension SessionRouter: URLSessionDataDelegate {
         completionHandler: @escaping @Sendable (URLRequest?) -> Void
     ) {
         // Before the answer: the next request carries the cookies this response set.
-        cookies.store(from: response)
+        cookies.store(from: response, of: task)
         guard let transfer = transfer(for: task) else {
             // Its transfer ended, which cancels the task: answering now would trap in
             // FoundationNetworking. Make sure of the cancel and leave the answer unsent.
@@ -102,7 +102,7 @@ extension SessionRouter: URLSessionDataDelegate {
             return
         }
         switch transfer.redirect(response, to: request) {
-        case .follow(let next): completionHandler(next)
+        case .follow(let next): completionHandler(cookies.sending(next))
         case .stop: completionHandler(nil)
         case .abandon: task.cancel()
         }
@@ -140,7 +140,7 @@ extension SessionRouter: URLSessionDataDelegate {
         didReceive response: URLResponse,
         completionHandler: @escaping @Sendable (URLSession.ResponseDisposition) -> Void
     ) {
-        if let http = response as? HTTPURLResponse { cookies.store(from: http) }
+        if let http = response as? HTTPURLResponse { cookies.store(from: http, of: dataTask) }
         // The disposition is ignored on Linux (libcurl cannot pause), so always allow and let
         // the transfer cancel the task itself when it rejects the response.
         transfer(for: dataTask)?.didReceive(response: response)

@@ -442,6 +442,11 @@ final class Transfer: TransferHandle, @unchecked Sendable {
             for header in ["Authorization", "Proxy-Authorization", "Cookie"] {
                 next.setValue(nil, forHTTPHeaderField: header)
             }
+        } else {
+            // The `Cookie` carried over is the one sent last, with the stored cookies of the
+            // path it left; the request keeps its own, and the session adds the stored cookies
+            // of the new URL as it sends it.
+            next.setValue(request.value(forHTTPHeaderField: "Cookie"), forHTTPHeaderField: "Cookie")
         }
         guard let target = next.url else { return decline(response) }
         if chain.contains(target) {
