@@ -444,9 +444,10 @@ final class Transfer: TransferHandle, @unchecked Sendable {
             }
         } else {
             // The `Cookie` carried over is the one sent last, with the stored cookies of the
-            // path it left; the request keeps its own, and the session adds the stored cookies
-            // of the new URL as it sends it.
-            next.setValue(request.value(forHTTPHeaderField: "Cookie"), forHTTPHeaderField: "Cookie")
+            // path it left; the request keeps the one it had before the session added them (the
+            // caller's, unless an earlier hop left its origin and dropped it), and the session
+            // adds the stored cookies of the new URL as it sends it.
+            next.setValue(currentRequest.value(forHTTPHeaderField: "Cookie"), forHTTPHeaderField: "Cookie")
         }
         guard let target = next.url else { return decline(response) }
         if chain.contains(target) {
