@@ -11,6 +11,8 @@ struct FlightKey: Hashable, Sendable {
     private struct Fields: Hashable, Sendable {
         let url: String
         let headers: [String]
+        /// Whether the session adds its stored cookies (`httpShouldHandleCookies`).
+        let handlesCookies: Bool
         let session: ObjectIdentifier
         let maximumResponseSize: Int64
         let acceptableStatusCodes: Set<Int>
@@ -50,7 +52,8 @@ struct FlightKey: Hashable, Sendable {
     /// - GETs without a body, whose body is kept in memory (a download has a destination of
     ///   its own);
     /// - with no ``CredentialProvider`` (who answers a challenge is per operation), and
-    ///   identical headers, `Authorization` and `Cookie` included;
+    ///   identical headers, `Authorization` and `Cookie` included, and the same
+    ///   `httpShouldHandleCookies` (the session adds its stored cookies to one and not the other);
     /// - that do not ask for a fresh answer: no `Cache-Control` with `no-cache`, `no-store` or
     ///   `max-age=0`, no `Pragma: no-cache`, and no cache policy that ignores local data.
     init?(request: URLRequest, limits: TransferLimits, session: FetchSession, sink: (any ResponseBodySink)?) {
@@ -70,6 +73,7 @@ struct FlightKey: Hashable, Sendable {
         box = Box(Fields(
             url: url,
             headers: (request.allHTTPHeaderFields ?? [:]).map { "\($0.key.lowercased()):\($0.value)" }.sorted(),
+            handlesCookies: request.httpShouldHandleCookies,
             session: ObjectIdentifier(session),
             maximumResponseSize: limits.maximumResponseSize,
             acceptableStatusCodes: limits.acceptableStatusCodes,
