@@ -163,7 +163,10 @@ struct CookieJar: Sendable {
     static func matching(_ cookies: [HTTPCookie], for url: URL, now: Date) -> [HTTPCookie] {
         guard let host = url.host?.lowercased() else { return [] }
         let secure = url.scheme?.lowercased() == "https"
-        let path = url.path.isEmpty ? "/" : url.path
+        // The path as the request line sends it: `URL.path` drops a trailing `/` (so a
+        // `Path=/docs/` cookie missed `/docs/`) and decodes percent escapes.
+        let sentPath = URLComponents(url: url, resolvingAgainstBaseURL: true)?.percentEncodedPath ?? url.path
+        let path = sentPath.isEmpty ? "/" : sentPath
         let matched = cookies.filter { cookie in
             guard !cookie.isSecure || secure, cookie.expiresDate.map({ $0 > now }) ?? true else { return false }
             return domainMatches(host, cookie.domain.lowercased()) && pathMatches(path, cookie.path)
