@@ -1,0 +1,149 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import LoopbackServer
+import Testing
+@testable import FetchKit
+
+/// Attacks on the session's cookie sending (`CookieJar.sending`, the redirect path, shared
+/// flights): a cookie must reach exactly the requests RFC 6265 §5.4 and URLSession on Apple
+/// platforms send it with, and a caller's own `Cookie` header only its own origin.
+@Suite("Cookies sent: review")
+struct CookieReviewTests {
+    /// Signals `begun` as each fetch starts (once it has a transfer, its own or a shared one).
+    private struct StartSignal: FetchEventMonitor {
+        let begun: Countdown
+        func fetchDidStart(_ fetch: MonitoredFetch, request: URLRequest) { begun.signal() }
+    }
+
+    @Test func aCallersCookieHeaderDoesNotComeBackAfterACrossOriginRedirect() async throws {
+        // A → B → B: the caller's `Cookie` for A is dropped when the chain leaves A, and must
+        // stay dropped on B's own redirect (a second port is a second origin).
+        let a = try LoopbackServer()
+        defer { a.stop() }
+        let b = try LoopbackServer()
+        defer { b.stop() }
+        let hop = b.url("/hop").absoluteString
+        a.route("/start") { _ in HTTPResponse(status: 302, headers: ["Location": hop]) }
+        b.route("/hop") { _ in HTTPResponse(status: 302, headers: ["Location": "/headers"]) }
+        let (session, _) = CookieTests.session()
+        var request = URLRequest(url: a.url("/start"))
+        request.setValue("token=for-a-only", forHTTPHeaderField: "Cookie")
+        let operation = RecordingOperation(request: request)
+        operation.configuration.session = session
+        try await operation.run()
+        #expect(CookieSendingTests.sent("/start", on: a) == ["token=for-a-only"])
+        #expect(CookieSendingTests.sent("/hop", on: b) == [nil])
+        #expect(CookieSendingTests.sent("/headers", on: b) == [nil], "A's cookie must not reach B")
+    }
+
+    @Test func aRequestThatDoesNotHandleCookiesDoesNotShareAFlightWithOneThatDoes() async throws {
+        // Two otherwise identical GETs: one carries the stored session cookie, the other asked
+        // for none. Sharing one transfer would hand the second a signed-in response.
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let gate = ServerGate()
+        server.route("/me") { request in
+            gate.wait(timeout: 120)
+            return .text(request.headers["Cookie"] == nil ? "anonymous" : "signed in")
+        }
+        let (session, storage) = CookieTests.session()
+        storage.setCookie(CookieSendingTests.cookie("sid", "s3cret"))
+        let begun = Countdown(2)
+        let queue = makeFetchQueue(coalesces: true, monitors: [StartSignal(begun: begun)])
+        let signedIn = server.operation("/me")
+        var anonymousRequest = URLRequest(url: server.url("/me"))
+        anonymousRequest.httpShouldHandleCookies = false
+        let anonymous = RecordingOperation(request: anonymousRequest)
+        let completed = Countdown(2)
+        for operation in [signedIn, anonymous] {
+            operation.configuration.session = session
+            queue.enqueue(operation, on: .global) { _ in completed.signal() }
+        }
+        #expect(await begun.wait())
+        gate.open()
+        #expect(await completed.wait())
+        #expect(signedIn.parses.current == [Data("signed in".utf8)])
+        #expect(anonymous.parses.current == [Data("anonymous".utf8)], "its own request, without the cookie")
+        #expect(Set(CookieSendingTests.sent("/me", on: server)) == ["sid=s3cret", nil])
+    }
+
+    @Test func aCookieWhosePathEndsInASlashGoesToThatDirectory() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        server.route("/docs/") { _ in .text("ok") }
+        let (session, storage) = CookieTests.session()
+        storage.setCookie(CookieSendingTests.cookie("docs", "1", path: "/docs/"))
+        try await CookieTests.fetch("/docs/", on: server, with: session)
+        #expect(CookieSendingTests.sent("/docs/", on: server) == ["docs=1"], "RFC 6265 §5.1.4: identical paths match")
+    }
+
+    @Test func aRedirectOfARequestThatDoesNotHandleCookiesNeitherSendsNorStoresThem() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        server.route("/sign-in") { _ in
+            HTTPResponse(status: 302, headers: ["Location": "/headers", "Set-Cookie": "sid=xyz; Path=/"])
+        }
+        let (session, storage) = CookieTests.session()
+        storage.setCookie(CookieSendingTests.cookie("theme", "dark"))
+        var request = URLRequest(url: server.url("/sign-in"))
+        request.httpShouldHandleCookies = false
+        let operation = RecordingOperation(request: request)
+        operation.configuration.session = session
+        try await operation.run()
+        #expect(CookieSendingTests.sent("/sign-in", on: server) == [nil])
+        #expect(CookieSendingTests.sent("/headers", on: server) == [nil])
+        #expect(storage.cookies?.map(\.name) == ["theme"])
+    }
+
+    @Test func aRedirectThatKeepsItsBodyCarriesTheCookiesItsResponseSet() async throws {
+        // A 307 keeps the POST body, so the next request goes out in a new task
+        // (`Transfer.resend`): it must carry the cookie the 307 set, as a followed one does.
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        server.route("/post-login") { _ in
+            HTTPResponse(status: 307, headers: ["Location": "/landing", "Set-Cookie": "sid=xyz; Path=/"])
+        }
+        server.route("/landing") { request in .text(String(decoding: request.body, as: UTF8.self)) }
+        let (session, _) = CookieTests.session()
+        var request = URLRequest(url: server.url("/post-login"))
+        request.httpMethod = "POST"
+        request.httpBody = Data("user=me".utf8)
+        let operation = RecordingOperation(request: request)
+        operation.configuration.session = session
+        try await operation.run()
+        #expect(operation.parses.current == [Data("user=me".utf8)])
+        #expect(CookieSendingTests.sent("/landing", on: server) == ["sid=xyz"])
+    }
+
+    @Test func aRetriedAttemptCarriesTheCookiesTheFailedOneSet() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let attempts = Locked(0)
+        server.route("/flaky") { _ in
+            let attempt = attempts.withLock { count -> Int in
+                count += 1
+                return count
+            }
+            return attempt == 1
+                ? HTTPResponse(status: 503, headers: ["Set-Cookie": "sid=xyz; Path=/"], body: Data("busy".utf8))
+                : .text("ok")
+        }
+        let (session, _) = CookieTests.session()
+        let operation = server.operation("/flaky")
+        operation.configuration.session = session
+        operation.configuration.retryPolicy = RetryPolicy(maximumRetries: 1, baseDelay: 0, maximumDelay: 0, jitter: 0)
+        try await operation.run()
+        #expect(CookieSendingTests.sent("/flaky", on: server) == [nil, "sid=xyz"])
+    }
+
+    @Test func aCookieOfAnIPv6HostGoesBackToItOnly() throws {
+        let url = try #require(URL(string: "http://[::1]:8080/"))
+        let set = HTTPCookie.cookies(withResponseHeaderFields: ["Set-Cookie": "sid=1; Path=/"], for: url)
+        #expect(set.count == 1)
+        #expect(CookieJar.matching(set, for: url, now: Date()).map(\.name) == ["sid"])
+        let other = try #require(URL(string: "http://[::2]:8080/"))
+        #expect(CookieJar.matching(set, for: other, now: Date()).isEmpty)
+    }
+}
