@@ -42,6 +42,8 @@ import Musl
 /// - A cookie from a server at an IP address is kept only for that address (RFC 6265 §5.1.3:
 ///   an IP address domain-matches only itself), where `HTTPCookieStorage` would match a
 ///   `Domain=0.0.1` against every address ending so.
+/// - A cookie set without a valid `Path` gets the directory of the URL that set it (RFC 6265
+///   §5.1.4: `/admin` for `/admin/login`), where `HTTPCookie` gives it `/`.
 /// - A response to a request that says `httpShouldHandleCookies = false` sets none.
 /// - A session whose configuration has a URL cache keeps FoundationNetworking's storing: a
 ///   response answered from the cache reaches the delegate like any other, and must not set
@@ -101,7 +103,14 @@ struct CookieJar: Sendable {
               let field = response.value(forHTTPHeaderField: "Set-Cookie")
         else { return }
         var cookies: [HTTPCookie] = []
-        for line in Self.lines(of: field) {
+        let defaultPath = Self.defaultPath(of: url)
+        for var line in Self.lines(of: field) {
+            // `HTTPCookie` gives a cookie without a valid `Path` the path `/`, not the
+            // directory of the URL that set it (RFC 6265 §5.2.4): name that one (the last
+            // `Path` counts). A `;` in it would end the attribute, so it stays escaped.
+            if defaultPath != "/", !Self.namesAPath(line) {
+                line += "; Path=" + defaultPath.replacingOccurrences(of: ";", with: "%3B")
+            }
             cookies += HTTPCookie.cookies(withResponseHeaderFields: ["Set-Cookie": line], for: url)
         }
         if Self.isIPAddress(host) {
@@ -154,6 +163,26 @@ struct CookieJar: Sendable {
         }
         lines.append(String(decoding: bytes[start...], as: UTF8.self))
         return lines
+    }
+
+    /// RFC 6265 §5.1.4: the default path of a cookie set by a response for `url` — the URL's
+    /// path up to, not including, its last `/`, or `/` when that leaves nothing.
+    static func defaultPath(of url: URL) -> String {
+        let path = URLComponents(url: url, resolvingAgainstBaseURL: true)?.percentEncodedPath ?? url.path
+        guard path.hasPrefix("/"), let last = path.lastIndex(of: "/"), last != path.startIndex else { return "/" }
+        return String(path[..<last])
+    }
+
+    /// Whether the `Set-Cookie` line's last `Path` attribute is a path (starts with `/`): RFC 6265
+    /// §5.2.4 and §5.3 step 7; `HTTPCookie` gives any other cookie the path `/`.
+    static func namesAPath(_ line: String) -> Bool {
+        var path: Substring?
+        for attribute in line.split(separator: ";").dropFirst() {
+            let parts = attribute.split(separator: "=", maxSplits: 1)
+            guard parts.first?.trimmingCharacters(in: .whitespaces).lowercased() == "path" else { continue }
+            path = parts.count == 2 ? Substring(parts[1].trimmingCharacters(in: .whitespaces)) : ""
+        }
+        return path?.hasPrefix("/") ?? false
     }
 
     /// The cookies of `cookies` that a request for `url` carries (RFC 6265 §5.4), longest path
