@@ -146,4 +146,22 @@ struct CookieReviewTests {
         let other = try #require(URL(string: "http://[::2]:8080/"))
         #expect(CookieJar.matching(set, for: other, now: Date()).isEmpty)
     }
+
+    @Test func aCookieSetWithoutAPathGoesOnlyToTheDirectoryOfItsResponse() async throws {
+        // RFC 6265 §5.2.4 and §5.1.4: without a `Path`, a cookie's path is the directory of the
+        // URL that set it (as on Apple platforms); `HTTPCookie` on Linux makes it `/`.
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        CookieTests.route("/admin/login", on: server, setting: ["admin=1; Expires=Wed, 21 Oct 2037 07:28:00 GMT; HttpOnly; Secure", "odd=1; Path=relative", "plain=1"])
+        server.route("/admin/panel") { _ in .text("ok") }
+        let (session, storage) = CookieTests.session()
+        try await CookieTests.fetch("/admin/login", on: server, with: session)
+        let admin = try #require(storage.cookies?.first { $0.name == "admin" })
+        #expect(admin.path == "/admin" && admin.isHTTPOnly && admin.isSecure && admin.expiresDate != nil, "its other attributes kept")
+        try await CookieTests.fetch("/admin/panel", on: server, with: session)
+        try await CookieTests.fetch("/headers", on: server, with: session)
+        let panel = CookieSendingTests.sent("/admin/panel", on: server).map { $0.map { Set($0.components(separatedBy: "; ")) } }
+        #expect(panel == [["plain=1", "odd=1"]], "the Secure one not over plain HTTP")
+        #expect(CookieSendingTests.sent("/headers", on: server) == [nil], "outside /admin")
+    }
 }
