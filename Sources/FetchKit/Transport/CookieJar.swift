@@ -44,6 +44,8 @@ import Musl
 ///   `Domain=0.0.1` against every address ending so.
 /// - A cookie set without a valid `Path` gets the directory of the URL that set it (RFC 6265
 ///   §5.1.4: `/admin` for `/admin/login`), where `HTTPCookie` gives it `/`.
+/// - A cookie's `Max-Age` counts (RFC 6265 §5.2.2): `HTTPCookie` on Linux ignores it, and then
+///   `Expires` too, so a logout's `Max-Age=0` left the cookie stored, without an expiry.
 /// - A response to a request that says `httpShouldHandleCookies = false` sets none.
 /// - A session whose configuration has a URL cache keeps FoundationNetworking's storing: a
 ///   response answered from the cache reaches the delegate like any other, and must not set
@@ -111,6 +113,7 @@ struct CookieJar: Sendable {
             if defaultPath != "/", !Self.namesAPath(line) {
                 line += "; Path=" + defaultPath.replacingOccurrences(of: ";", with: "%3B")
             }
+            line = Self.expiringByMaxAge(line, now: Date())
             cookies += HTTPCookie.cookies(withResponseHeaderFields: ["Set-Cookie": line], for: url)
         }
         if Self.isIPAddress(host) {
@@ -183,6 +186,36 @@ struct CookieJar: Sendable {
             path = parts.count == 2 ? Substring(parts[1].trimmingCharacters(in: .whitespaces)) : ""
         }
         return path?.hasPrefix("/") ?? false
+    }
+
+    /// `line` with its `Max-Age` (RFC 6265 §5.2.2, which wins over `Expires`) written as an
+    /// `Expires` date, which `HTTPCookie` reads: it reads `Max-Age` only for a version-1 cookie,
+    /// and ignores `Expires` when `Max-Age` is there, so a `Max-Age=0` that deletes a cookie
+    /// left it with no expiry at all. A `Max-Age` of zero or less expires the cookie at once;
+    /// a longer one than 400 days is cut to 400 days (RFC 6265bis). `line` unchanged without
+    /// a valid `Max-Age`.
+    static func expiringByMaxAge(_ line: String, now: Date) -> String {
+        let parts = line.split(separator: ";", omittingEmptySubsequences: false)
+        func name(_ attribute: Substring) -> String {
+            String(attribute.prefix { $0 != "=" }).trimmingCharacters(in: .whitespaces).lowercased()
+        }
+        var maximumAge: Int?
+        for attribute in parts.dropFirst() where name(attribute) == "max-age" {
+            let value = attribute.drop { $0 != "=" }.dropFirst().trimmingCharacters(in: .whitespaces)
+            let negative = value.hasPrefix("-")
+            let digits = negative ? value.dropFirst() : Substring(value)
+            guard !digits.isEmpty, digits.allSatisfy({ $0.isASCII && $0.isNumber }) else { continue }
+            maximumAge = negative ? 0 : Int(digits) ?? Int.max
+        }
+        guard let maximumAge else { return line }
+        let seconds = min(max(maximumAge, 0), 400 * 24 * 3600)
+        let expires = seconds == 0 ? Date(timeIntervalSince1970: 0) : now.addingTimeInterval(TimeInterval(seconds))
+        let formatter = DateFormatter()
+        formatter.locale = Locale(identifier: "en_US_POSIX")
+        formatter.timeZone = TimeZone(identifier: "GMT")
+        formatter.dateFormat = "EEE, dd MMM yyyy HH:mm:ss 'GMT'"
+        let kept = [parts[0]] + parts.dropFirst().filter { !["max-age", "expires"].contains(name($0)) }
+        return kept.joined(separator: ";") + "; Expires=" + formatter.string(from: expires)
     }
 
     /// The cookies of `cookies` that a request for `url` carries (RFC 6265 §5.4), longest path
