@@ -165,3 +165,41 @@ struct CookieReviewTests {
         #expect(CookieSendingTests.sent("/headers", on: server) == [nil], "outside /admin")
     }
 }
+
+extension CookieReviewTests {
+    @Test func aCookieDeletedByMaxAgeIsNotSentAgain() async throws {
+        // A logout deletes its cookie with `Max-Age=0` (Django sends `expires` in 1970 too).
+        // `HTTPCookie` on Linux reads `Max-Age` only for version-1 cookies and then ignores
+        // `Expires`: the cookie lived on, with no expiry at all.
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        CookieTests.route("/login", on: server, setting: ["sid=abc; Path=/", "csrf=xyz; Path=/", "keep=1; Path=/"])
+        CookieTests.route("/logout", on: server, setting: [
+            "sid=abc; Max-Age=0; Path=/",
+            "csrf=\"\"; expires=Thu, 01 Jan 1970 00:00:00 GMT; Max-Age=0; Path=/",
+        ])
+        CookieTests.route("/remember", on: server, setting: ["token=t; Max-Age=600; Path=/"])
+        let (session, storage) = CookieTests.session()
+        try await CookieTests.fetch("/login", on: server, with: session)
+        try await CookieTests.fetch("/logout", on: server, with: session)
+        try await CookieTests.fetch("/headers", on: server, with: session)
+        #expect(CookieSendingTests.sent("/headers", on: server) == ["keep=1"])
+        try await CookieTests.fetch("/remember", on: server, with: session)
+        let token = try #require(storage.cookies?.first { $0.name == "token" })
+        let expires = try #require(token.expiresDate, "Max-Age gives an expiry")
+        #expect(abs(expires.timeIntervalSinceNow - 600) < 60)
+    }
+}
+
+extension CookieReviewTests {
+    @Test func maxAgeIsReadAsRFC6265Says() {
+        let now = Date(timeIntervalSince1970: 1_000_000_000)
+        #expect(CookieJar.expiringByMaxAge("a=1; Path=/", now: now) == "a=1; Path=/")
+        #expect(CookieJar.expiringByMaxAge("a=1; Max-Age=12abc", now: now) == "a=1; Max-Age=12abc", "not delta-seconds: ignored")
+        #expect(CookieJar.expiringByMaxAge("a=1; max-age=-1; Path=/", now: now) == "a=1; Path=/; Expires=Thu, 01 Jan 1970 00:00:00 GMT")
+        #expect(CookieJar.expiringByMaxAge("a=1; Max-Age=60; Expires=Wed, 21 Oct 2037 07:28:00 GMT", now: now)
+            == "a=1; Expires=Sun, 09 Sep 2001 01:47:40 GMT", "Max-Age wins")
+        #expect(CookieJar.expiringByMaxAge("a=1; Max-Age=99999999999999999999", now: now)
+            == "a=1; Expires=Mon, 14 Oct 2002 01:46:40 GMT", "cut to 400 days")
+    }
+}
