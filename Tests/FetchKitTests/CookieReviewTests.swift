@@ -203,3 +203,23 @@ extension CookieReviewTests {
             == "a=1; Expires=Mon, 14 Oct 2002 01:46:40 GMT", "cut to 400 days")
     }
 }
+
+extension CookieReviewTests {
+    @Test(.disabled("needs the public suffix list (RFC 6265 §5.3 step 5), which FetchKit does not carry: a Domain=com cookie from www.example.com is stored as .com and sent to every .com host"))
+    func aCookieForAPublicSuffixIsRefused() throws {
+        // No loopback server: the hosts are names. The task is never resumed.
+        let configuration = FetchSession.defaultConfiguration()
+        let storage = URLSessionConfiguration.ephemeral.httpCookieStorage ?? HTTPCookieStorage.shared
+        configuration.httpCookieStorage = storage
+        configuration.httpCookieAcceptPolicy = .always
+        let jar = CookieJar(takingOverFrom: configuration)
+        let url = try #require(URL(string: "http://www.example.co.uk/"))
+        let task = URLSession(configuration: .ephemeral).dataTask(with: url)
+        let response = try #require(HTTPURLResponse(url: url, statusCode: 200, httpVersion: "HTTP/1.1", headerFields: [
+            "Set-Cookie": "wide=1; Domain=co.uk; Path=/, tld=1; Domain=uk; Path=/",
+        ]))
+        jar.store(from: response, of: task)
+        let other = try #require(URL(string: "http://bank.co.uk/"))
+        #expect(CookieJar.matching(storage.cookies ?? [], for: other, now: Date()).isEmpty)
+    }
+}
