@@ -396,8 +396,10 @@ public final class FetchQueue: @unchecked Sendable {
     /// Even when on, a request is shared only if it is safe to hand it someone else's response:
     /// - a `GET` without a body, whose body is kept in memory (``DownloadOperation``s are never
     ///   shared: each has a file of its own);
-    /// - identical URL, headers (so `Authorization` and `Cookie` included), ``FetchSession``,
-    ///   limits, timeouts and redirect policy, and no ``FetchConfiguration/credentials``;
+    /// - identical URL, headers (so `Authorization` and `Cookie` included),
+    ///   `httpShouldHandleCookies` (whether the session adds its stored cookies),
+    ///   ``FetchSession``, limits, timeouts and redirect policy, and no
+    ///   ``FetchConfiguration/credentials``;
     /// - not asking for a fresh answer: no `Cache-Control: no-cache`, `no-store` or
     ///   `max-age=0`, no `Pragma: no-cache`, and no `cachePolicy` of
     ///   `.reloadIgnoringLocalCacheData` or `.reloadIgnoringLocalAndRemoteCacheData`.

@@ -42,6 +42,8 @@ import Musl
 /// - A cookie from a server at an IP address is kept only for that address (RFC 6265 §5.1.3:
 ///   an IP address domain-matches only itself), where `HTTPCookieStorage` would match a
 ///   `Domain=0.0.1` against every address ending so.
+/// - A cookie whose `Domain` is a top-level domain (`com`, `uk`) is refused (RFC 6265 §5.3
+///   step 5); longer public suffixes (`co.uk`) are not known.
 /// - A cookie set without a valid `Path` gets the directory of the URL that set it (RFC 6265
 ///   §5.1.4: `/admin` for `/admin/login`), where `HTTPCookie` gives it `/`.
 /// - A cookie's `Max-Age` counts (RFC 6265 §5.2.2): `HTTPCookie` on Linux ignores it, and then
@@ -118,6 +120,15 @@ struct CookieJar: Sendable {
         }
         if Self.isIPAddress(host) {
             cookies.removeAll { $0.domain != host }
+        } else {
+            // A top-level domain is a public suffix (RFC 6265 §5.3 step 5): `Domain=com` would
+            // reach every `.com` host. (Longer public suffixes, `co.uk`, need the public suffix
+            // list, which FetchKit does not carry.)
+            let host = host.lowercased()
+            cookies.removeAll { cookie in
+                let domain = cookie.domain.lowercased()
+                return domain.hasPrefix(".") && !domain.dropFirst().contains(".") && domain.dropFirst() != host
+            }
         }
         guard !cookies.isEmpty else { return }
         storage.setCookies(cookies, for: url, mainDocumentURL: nil)
