@@ -145,4 +145,32 @@ enum OperationsFloor {
         measurement.seconds = Date().timeIntervalSince(started)
         return measurement
     }
+
+    /// The floors under any client that queues, held in an array with no queue (and a
+    /// URLSession made, as above): the requests alone, one `URLRequest` each — what any queue
+    /// of fetches holds — or, `asOperations`, each in an `Operation` of its own — what a queue
+    /// whose fetches are operations holds at least.
+    static func held(scenario: Scenario, base: URL, asOperations: Bool) -> Measurement {
+        let started = Date()
+        let session = URLSession(configuration: .default)
+        defer { session.finishTasksAndInvalidate() }
+        var requests: [URLRequest] = []
+        var operations: [HeldRequest] = []
+        if asOperations { operations.reserveCapacity(scenario.count) } else { requests.reserveCapacity(scenario.count) }
+        for index in 0..<scenario.count {
+            let request = URLRequest(url: scenario.url(base: base, index: index))
+            if asOperations { operations.append(HeldRequest(request)) } else { requests.append(request) }
+        }
+        var measurement = Measurement()
+        measurement.peakRSS = Memory.peakResidentBytes()
+        withExtendedLifetime((requests, operations)) {}
+        measurement.seconds = Date().timeIntervalSince(started)
+        return measurement
+    }
+
+    /// An operation that only holds its request.
+    final class HeldRequest: Operation, @unchecked Sendable {
+        let request: URLRequest
+        init(_ request: URLRequest) { self.request = request }
+    }
 }

@@ -104,6 +104,10 @@ enum ThroughputBenchmark {
             print(OperationsFloor.run(scenario: scenario, base: base).line)
             fflush(nil)
             return
+        case "requests-floor", "held-operations-floor":
+            print(OperationsFloor.held(scenario: scenario, base: base, asOperations: client == "held-operations-floor").line)
+            fflush(nil)
+            return
         default: throw BenchError("unknown client \(client)")
         }
         measurement.peakRSS = Memory.peakResidentBytes()
