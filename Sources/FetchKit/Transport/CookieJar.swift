@@ -107,13 +107,13 @@ struct CookieJar: Sendable {
               let field = response.value(forHTTPHeaderField: "Set-Cookie")
         else { return }
         var cookies: [HTTPCookie] = []
-        let defaultPath = Self.defaultPath(of: url)
+        let defaultPath = Self.writable(Self.defaultPath(of: url))
         for var line in Self.lines(of: field) {
             // `HTTPCookie` gives a cookie without a valid `Path` the path `/`, not the
             // directory of the URL that set it (RFC 6265 §5.2.4): name that one (the last
-            // `Path` counts). A `;` in it would end the attribute, so it stays escaped.
+            // `Path` counts).
             if defaultPath != "/", !Self.namesAPath(line) {
-                line += "; Path=" + defaultPath.replacingOccurrences(of: ";", with: "%3B")
+                line += "; Path=" + defaultPath
             }
             line = Self.expiringByMaxAge(line, now: Date())
             cookies += HTTPCookie.cookies(withResponseHeaderFields: ["Set-Cookie": line], for: url)
@@ -185,6 +185,17 @@ struct CookieJar: Sendable {
         let path = URLComponents(url: url, resolvingAgainstBaseURL: true)?.percentEncodedPath ?? url.path
         guard path.hasPrefix("/"), let last = path.lastIndex(of: "/"), last != path.startIndex else { return "/" }
         return String(path[..<last])
+    }
+
+    /// `path` as a `Path` attribute can carry it. The path comes from the URL, which may hold
+    /// a `;` (it would end the attribute) or a `,` (`HTTPCookie` reads `,sid=evil` as another
+    /// cookie): a path with either is cut back to the directory above the first one
+    /// (`/a,b=c/d` → `/`), where the cookie still goes; escaped, it would match no request.
+    static func writable(_ path: String) -> String {
+        guard let cut = path.firstIndex(where: { $0 == ";" || $0 == "," }) else { return path }
+        let head = path[..<cut]
+        guard let slash = head.lastIndex(of: "/"), slash != head.startIndex else { return "/" }
+        return String(head[..<slash])
     }
 
     /// Whether the `Set-Cookie` line's last `Path` attribute is a path (starts with `/`): RFC 6265
