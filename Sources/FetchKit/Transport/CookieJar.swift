@@ -149,8 +149,9 @@ struct CookieJar: Sendable {
     }
 
     /// The `Set-Cookie` lines that Foundation joined with commas: split before each `name=`
-    /// that follows a comma (a name holds no `;`, `,`, `=` or white space, so the comma in an
-    /// `Expires` date, followed by a day number and a space, is not a split).
+    /// (or `name =`) that follows a comma (a name holds no `;`, `,`, `=` or white space, so the
+    /// comma in an `Expires` date, followed by a day number, a space and a month, is not a
+    /// split). Every place `HTTPCookie` splits a line is one of these.
     static func lines(of field: String) -> [String] {
         let bytes = Array(field.utf8)
         func isNameByte(_ byte: UInt8) -> Bool {
@@ -169,7 +170,11 @@ struct CookieJar: Sendable {
             while name < bytes.count, bytes[name] == UInt8(ascii: " ") || bytes[name] == UInt8(ascii: "\t") { name += 1 }
             var end = name
             while end < bytes.count, isNameByte(bytes[end]) { end += 1 }
-            if end > name, end < bytes.count, bytes[end] == UInt8(ascii: "=") {
+            // White space may stand before the `=`, as `HTTPCookie` reads it: a split it
+            // makes in a line of the jar's would give one cookie's attributes to the next.
+            var equals = end
+            while equals < bytes.count, bytes[equals] == UInt8(ascii: " ") || bytes[equals] == UInt8(ascii: "\t") { equals += 1 }
+            if end > name, equals < bytes.count, bytes[equals] == UInt8(ascii: "=") {
                 lines.append(String(decoding: bytes[start..<index], as: UTF8.self))
                 start = name
             }
