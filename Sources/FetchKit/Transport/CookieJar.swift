@@ -118,16 +118,26 @@ struct CookieJar: Sendable {
             line = Self.expiringByMaxAge(line, now: Date())
             cookies += HTTPCookie.cookies(withResponseHeaderFields: ["Set-Cookie": line], for: url)
         }
-        if Self.isIPAddress(host) {
-            cookies.removeAll { $0.domain != host }
+        // `HTTPCookie` lowercases a cookie's domain; `URL.host` keeps an address as written
+        // (`FE80::1`).
+        let origin = host.lowercased()
+        if Self.isIPAddress(origin) {
+            cookies.removeAll { $0.domain.lowercased() != origin }
         } else {
             // A top-level domain is a public suffix (RFC 6265 §5.3 step 5): `Domain=com` would
-            // reach every `.com` host. (Longer public suffixes, `co.uk`, need the public suffix
-            // list, which FetchKit does not carry.)
-            let host = host.lowercased()
+            // reach every `.com` host, and `Domain=com.` every `.com.` one. (Longer public
+            // suffixes, `co.uk`, need the public suffix list, which FetchKit does not carry.)
+            func trimmed(_ name: Substring) -> Substring {
+                var name = name
+                while name.hasSuffix(".") { name = name.dropLast() }
+                return name
+            }
+            let bareHost = trimmed(Substring(origin))
             cookies.removeAll { cookie in
                 let domain = cookie.domain.lowercased()
-                return domain.hasPrefix(".") && !domain.dropFirst().contains(".") && domain.dropFirst() != host
+                guard domain.hasPrefix(".") else { return false }
+                let bare = trimmed(domain.dropFirst())
+                return !bare.contains(".") && bare != bareHost
             }
         }
         guard !cookies.isEmpty else { return }
