@@ -1,0 +1,70 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import LoopbackServer
+import Testing
+@testable import FetchKit
+
+/// Attacks on the session's cookie storing (`CookieJar.store` and the line rewrites before
+/// `HTTPCookie` parses a `Set-Cookie` line): a rewrite must not change another cookie's
+/// meaning, let the URL or a server smuggle a cookie or attribute, or keep a cookie that a
+/// response deleted.
+@Suite("Cookies stored: review")
+struct CookieStoringReviewTests {
+    @Test func aCommaInTheDefaultPathDoesNotSmuggleACookie() async throws {
+        // The default path comes from the URL, which a link can make up: `,sid=evil` in it,
+        // appended as `; Path=/a,sid=evil`, was read by `HTTPCookie` as a second cookie.
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        CookieTests.route("/a,sid=evil/page", on: server, setting: ["visitor=1"])
+        server.route("/a,sid=evil/other") { _ in .text("ok") }
+        let (session, storage) = CookieTests.session()
+        try await CookieTests.fetch("/a,sid=evil/page", on: server, with: session)
+        #expect(storage.cookies?.map(\.name) == ["visitor"], "no cookie named by the URL")
+        try await CookieTests.fetch("/a,sid=evil/other", on: server, with: session)
+        #expect(CookieSendingTests.sent("/a,sid=evil/other", on: server) == ["visitor=1"], "it still reaches its directory")
+    }
+
+    @Test func aCookieWithoutAPathSetUnderASemicolonReachesItsDirectory() throws {
+        // `/shop;v=1/cart`: the default path `/shop;v=1` cannot be written after a `;`; written
+        // escaped (`/shop%3Bv=1`) the cookie matched no request at all.
+        let url = try #require(URL(string: "http://www.example.com/shop;v=1/cart"))
+        let kept = try CookieReviewTests.stored(from: url, setting: "basket=1")
+        let next = try #require(URL(string: "http://www.example.com/shop;v=1/pay"))
+        #expect(CookieJar.matching(kept, for: next, now: Date()).map(\.name) == ["basket"])
+    }
+
+    @Test func aDeletionInAJoinedFieldDeletesItsOwnCookieOnly() async throws {
+        // A server that folds its cookies into one field, with a space before a name's `=`:
+        // the jar did not split there but `HTTPCookie` did, so `a`'s `Max-Age=0` became the
+        // `Expires` of `b` — `a` stayed (emptied, forever) and `b` was never stored.
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        CookieTests.route("/login", on: server, setting: ["a=1; Path=/"])
+        CookieTests.route("/logout", on: server, setting: ["a=; Max-Age=0; Path=/, b =2; Path=/"])
+        let (session, storage) = CookieTests.session()
+        try await CookieTests.fetch("/login", on: server, with: session)
+        try await CookieTests.fetch("/logout", on: server, with: session)
+        #expect(storage.cookies?.map(\.name) == ["b"])
+        #expect(CookieJar.lines(of: "a=; Max-Age=0, b =2; Path=/") == ["a=; Max-Age=0", "b =2; Path=/"])
+    }
+
+    @Test func aTopLevelDomainWithATrailingDotIsRefused() throws {
+        // `Domain=com.` from `evil.com.` was stored as `.com.`, and sent to `bank.com.`.
+        let url = try #require(URL(string: "http://evil.com./"))
+        let kept = try CookieReviewTests.stored(from: url, setting: "tld=1; Domain=com.; Path=/, own=1; Path=/")
+        #expect(kept.map(\.name) == ["own"])
+        let bank = try #require(URL(string: "http://bank.com./"))
+        #expect(CookieJar.matching(kept, for: bank, now: Date()).isEmpty)
+    }
+
+    @Test func aCookieFromAnIPv6HostWrittenInCapitalsIsKept() throws {
+        // `HTTPCookie` lowercases the domain; `URL.host` keeps `FE80::1` as written, and the
+        // IP-address rule compared the two as they were, dropping every such cookie.
+        let url = try #require(URL(string: "http://[FE80::1]/"))
+        let kept = try CookieReviewTests.stored(from: url, setting: "sid=1; Path=/")
+        #expect(kept.map(\.name) == ["sid"])
+        #expect(CookieJar.matching(kept, for: url, now: Date()).map(\.name) == ["sid"])
+    }
+}
