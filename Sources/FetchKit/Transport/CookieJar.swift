@@ -102,9 +102,10 @@ struct CookieJar: Sendable {
     /// the request handles cookies (on Linux; URLSession does elsewhere).
     func store(from response: HTTPURLResponse, of task: URLSessionTask) {
         #if canImport(FoundationNetworking)
-        guard let storage, let url = response.url, let host = url.host,
-              (task.currentRequest ?? task.originalRequest)?.httpShouldHandleCookies != false,
-              let field = response.value(forHTTPHeaderField: "Set-Cookie")
+        // The header first: most responses set no cookie, and then nothing else is read.
+        guard let storage, let field = response.value(forHTTPHeaderField: "Set-Cookie"),
+              let url = response.url, let host = url.host,
+              (task.currentRequest ?? task.originalRequest)?.httpShouldHandleCookies != false
         else { return }
         var cookies: [HTTPCookie] = []
         let defaultPath = Self.writable(Self.defaultPath(of: url))
