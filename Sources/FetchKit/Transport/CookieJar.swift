@@ -107,6 +107,11 @@ struct CookieJar: Sendable {
               let url = response.url, let host = url.host,
               (task.currentRequest ?? task.originalRequest)?.httpShouldHandleCookies != false
         else { return }
+        // `HTTPCookie` lowercases a cookie's domain; `URL.host` keeps an address as written
+        // (`FE80::1`).
+        let origin = host.lowercased()
+        let isAddress = Self.isIPAddress(origin)
+        let bareHost = Self.withoutTrailingDots(Substring(origin))
         var cookies: [HTTPCookie] = []
         let defaultPath = Self.writable(Self.defaultPath(of: url))
         for var line in Self.lines(of: field) {
@@ -116,34 +121,51 @@ struct CookieJar: Sendable {
             if defaultPath != "/", !Self.namesAPath(line) {
                 line += "; Path=" + defaultPath
             }
+            if !isAddress, !bareHost.contains(".") {
+                line = Self.hostOnly(line, naming: bareHost)
+            }
             line = Self.expiringByMaxAge(line, now: Date())
             cookies += HTTPCookie.cookies(withResponseHeaderFields: ["Set-Cookie": line], for: url)
         }
-        // `HTTPCookie` lowercases a cookie's domain; `URL.host` keeps an address as written
-        // (`FE80::1`).
-        let origin = host.lowercased()
-        if Self.isIPAddress(origin) {
+        if isAddress {
             cookies.removeAll { $0.domain.lowercased() != origin }
         } else {
             // A top-level domain is a public suffix (RFC 6265 §5.3 step 5): `Domain=com` would
             // reach every `.com` host, and `Domain=com.` every `.com.` one. (Longer public
             // suffixes, `co.uk`, need the public suffix list, which FetchKit does not carry.)
-            func trimmed(_ name: Substring) -> Substring {
-                var name = name
-                while name.hasSuffix(".") { name = name.dropLast() }
-                return name
-            }
-            let bareHost = trimmed(Substring(origin))
             cookies.removeAll { cookie in
                 let domain = cookie.domain.lowercased()
                 guard domain.hasPrefix(".") else { return false }
-                let bare = trimmed(domain.dropFirst())
+                let bare = Self.withoutTrailingDots(domain.dropFirst())
                 return !bare.contains(".") && bare != bareHost
             }
         }
         guard !cookies.isEmpty else { return }
         storage.setCookies(cookies, for: url, mainDocumentURL: nil)
         #endif
+    }
+
+    /// `name` without the dots it ends with (`com.` → `com`).
+    private static func withoutTrailingDots(_ name: Substring) -> Substring {
+        var name = name
+        while name.hasSuffix(".") { name = name.dropLast() }
+        return name
+    }
+
+    /// `line` without its `Domain` attributes if the last one names `host`, a single label,
+    /// itself (`Domain=localhost` from `localhost`): a single label is a public suffix, and
+    /// RFC 6265 §5.3 step 5 makes a cookie whose `Domain` is the public suffix that set it
+    /// host-only, where `HTTPCookie` would send it to every `*.localhost` too.
+    static func hostOnly(_ line: String, naming host: Substring) -> String {
+        let parts = line.split(separator: ";", omittingEmptySubsequences: false)
+        func name(_ attribute: Substring) -> String {
+            String(attribute.prefix { $0 != "=" }).trimmingCharacters(in: .whitespaces).lowercased()
+        }
+        guard let last = parts.dropFirst().last(where: { name($0) == "domain" }) else { return line }
+        var domain = Substring(last.drop { $0 != "=" }.dropFirst().trimmingCharacters(in: .whitespaces).lowercased())
+        if domain.hasPrefix(".") { domain = domain.dropFirst() }
+        guard withoutTrailingDots(domain) == host else { return line }
+        return ([parts[0]] + parts.dropFirst().filter { name($0) != "domain" }).joined(separator: ";")
     }
 
     /// Stores the cookies of a task's last response if FoundationNetworking withheld its head
