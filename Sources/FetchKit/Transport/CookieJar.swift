@@ -252,8 +252,10 @@ struct CookieJar: Sendable {
     /// `Expires` date, which `HTTPCookie` reads: it reads `Max-Age` only for a version-1 cookie,
     /// and ignores `Expires` when `Max-Age` is there, so a `Max-Age=0` that deletes a cookie
     /// left it with no expiry at all. A `Max-Age` of zero or less expires the cookie at once;
-    /// a longer one than 400 days is cut to 400 days (RFC 6265bis). `line` unchanged without
-    /// a valid `Max-Age`.
+    /// a longer one than 400 days is cut to 400 days (RFC 6265bis). Without a valid `Max-Age`,
+    /// the last `Expires` that names a date (``cookieDate(_:)``) is written in the form
+    /// `HTTPCookie` reads, and the others are dropped (RFC 6265 §5.2.1 ignores them). `line`
+    /// unchanged without either attribute.
     static func expiringByMaxAge(_ line: String, now: Date) -> String {
         let parts = line.split(separator: ";", omittingEmptySubsequences: false)
         func name(_ attribute: Substring) -> String {
@@ -267,15 +269,17 @@ struct CookieJar: Sendable {
             guard !digits.isEmpty, digits.allSatisfy({ $0.isASCII && $0.isNumber }) else { continue }
             maximumAge = negative ? 0 : Int(digits) ?? Int.max
         }
-        guard let maximumAge else { return line }
-        let seconds = min(max(maximumAge, 0), 400 * 24 * 3600)
-        let expires = seconds == 0 ? Date(timeIntervalSince1970: 0) : now.addingTimeInterval(TimeInterval(seconds))
-        let formatter = DateFormatter()
-        formatter.locale = Locale(identifier: "en_US_POSIX")
-        formatter.timeZone = TimeZone(identifier: "GMT")
-        formatter.dateFormat = "EEE, dd MMM yyyy HH:mm:ss 'GMT'"
+        let expires: Date?
+        if let maximumAge {
+            let seconds = min(max(maximumAge, 0), 400 * 24 * 3600)
+            expires = seconds == 0 ? Date(timeIntervalSince1970: 0) : now.addingTimeInterval(TimeInterval(seconds))
+        } else {
+            let dates = parts.dropFirst().filter { name($0) == "expires" }
+            guard !dates.isEmpty else { return line }
+            expires = dates.compactMap { cookieDate($0.drop { $0 != "=" }.dropFirst()) }.last
+        }
         let kept = [parts[0]] + parts.dropFirst().filter { !["max-age", "expires"].contains(name($0)) }
-        return kept.joined(separator: ";") + "; Expires=" + formatter.string(from: expires)
+        return kept.joined(separator: ";") + (expires.map { "; Expires=" + expiresValue($0) } ?? "")
     }
 
     /// The cookies of `cookies` that a request for `url` carries (RFC 6265 §5.4), longest path
