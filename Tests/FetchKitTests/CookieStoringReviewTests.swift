@@ -68,3 +68,67 @@ struct CookieStoringReviewTests {
         #expect(CookieJar.matching(kept, for: url, now: Date()).map(\.name) == ["sid"])
     }
 }
+
+extension CookieStoringReviewTests {
+    @Test(arguments: ["http://localhost/", "http://intranet/", "http://intranet./"])
+    func aSingleLabelHostNamingItselfAsDomainSetsAHostOnlyCookie(_ address: String) throws {
+        // RFC 6265 §5.3 step 5: a `Domain` that is a public suffix (every single label is one)
+        // and the host itself makes the cookie host-only; kept as `.localhost`, it went to
+        // `evil.localhost` too.
+        let url = try #require(URL(string: address))
+        let host = try #require(url.host)
+        let kept = try CookieReviewTests.stored(from: url, setting: "sid=1; Domain=\(host); Path=/")
+        #expect(kept.map(\.name) == ["sid"])
+        #expect(CookieJar.matching(kept, for: url, now: Date()).map(\.name) == ["sid"])
+        let sub = try #require(URL(string: "http://evil.\(host)/"))
+        #expect(CookieJar.matching(kept, for: sub, now: Date()).isEmpty)
+    }
+
+    @Test func anExpiresWithATwoDigitYearIsReadAsRFC6265Says() throws {
+        // RFC 6265 §5.1.1: a year of 70-99 is 19xx, one of 0-69 is 20xx.
+        let url = try #require(URL(string: "http://www.example.com/"))
+        let kept = try CookieReviewTests.stored(from: url, setting: "sid=1; Expires=Wed, 21-Oct-37 07:28:00 GMT; Path=/")
+        let expires = try #require(kept.first?.expiresDate)
+        #expect(Calendar(identifier: .gregorian).dateComponents(in: TimeZone(identifier: "GMT")!, from: expires).year == 2037)
+    }
+
+    @Test func anExpiresWithoutAWeekdayIsRead() throws {
+        let url = try #require(URL(string: "http://www.example.com/"))
+        let kept = try CookieReviewTests.stored(from: url, setting: "sid=1; Expires=21 Oct 2037 07:28:00 GMT; Path=/")
+        #expect(kept.first?.expiresDate != nil)
+    }
+}
+
+extension CookieStoringReviewTests {
+    @Test func cookieDatesAreReadAsRFC6265Says() throws {
+        let expected = Date(timeIntervalSince1970: 784_111_777) // Sun, 06 Nov 1994 08:49:37 GMT
+        for value in ["Sun, 06 Nov 1994 08:49:37 GMT", "Sunday, 06-Nov-94 08:49:37 GMT", "Sun Nov  6 08:49:37 1994",
+                      "6 november 1994 8:49:37", "Sun, 06 Nov 1994 08:49:37 +0100"] {
+            #expect(CookieJar.cookieDate(Substring(value)) == expected, "\(value)")
+        }
+        for value in ["", "soon", "Thu, 31 Feb 2030 00:00:00 GMT", "Thu, 01 Jan 1600 00:00:00 GMT",
+                      "Thu, 01 Jan 1970 24:00:00 GMT", "Thu, 01 Jan 1970", "Thu, 001 Jan 1970 00:00:00 GMT"] {
+            #expect(CookieJar.cookieDate(Substring(value)) == nil, "\(value)")
+        }
+        #expect(CookieJar.expiringByMaxAge("a=1; Expires=soon; Path=/", now: Date()) == "a=1; Path=/", "a value that is no date is ignored")
+        #expect(CookieJar.expiringByMaxAge("a=1; Expires=Sun, 06-Nov-94 08:49:37 GMT; Expires=soon", now: Date())
+            == "a=1; Expires=Sun, 06 Nov 1994 08:49:37 GMT", "the last that is a date counts")
+    }
+
+    @Test func aCookieDeletedByAPastExpiresIsNotSentAgain() async throws {
+        // Express's `clearCookie`, PHP's `setcookie(name, "", 1)`: a date in the past, no Max-Age.
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        CookieTests.route("/login", on: server, setting: ["sid=abc; Path=/", "php=1; Path=/", "keep=1; Path=/"])
+        CookieTests.route("/logout", on: server, setting: [
+            "sid=; Path=/; Expires=Thu, 01 Jan 1970 00:00:00 GMT",
+            "php=deleted; expires=Thu, 01-Jan-1970 00:00:01 GMT; path=/",
+        ])
+        let (session, storage) = CookieTests.session()
+        try await CookieTests.fetch("/login", on: server, with: session)
+        try await CookieTests.fetch("/logout", on: server, with: session)
+        try await CookieTests.fetch("/headers", on: server, with: session)
+        #expect(CookieSendingTests.sent("/headers", on: server) == ["keep=1"])
+        #expect(storage.cookies?.map(\.name) == ["keep"])
+    }
+}
