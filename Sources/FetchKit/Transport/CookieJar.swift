@@ -42,12 +42,17 @@ import Musl
 /// - A cookie from a server at an IP address is kept only for that address (RFC 6265 §5.1.3:
 ///   an IP address domain-matches only itself), where `HTTPCookieStorage` would match a
 ///   `Domain=0.0.1` against every address ending so.
-/// - A cookie whose `Domain` is a top-level domain (`com`, `uk`) is refused (RFC 6265 §5.3
-///   step 5); longer public suffixes (`co.uk`) are not known.
+/// - A cookie whose `Domain` is a top-level domain (`com`, `uk`, `com.`) is refused (RFC 6265
+///   §5.3 step 5), unless it names the single-label host that sets it (`localhost`), where
+///   the cookie is host-only; longer public suffixes (`co.uk`) are not known.
 /// - A cookie set without a valid `Path` gets the directory of the URL that set it (RFC 6265
 ///   §5.1.4: `/admin` for `/admin/login`), where `HTTPCookie` gives it `/`.
 /// - A cookie's `Max-Age` counts (RFC 6265 §5.2.2): `HTTPCookie` on Linux ignores it, and then
 ///   `Expires` too, so a logout's `Max-Age=0` left the cookie stored, without an expiry.
+/// - An `Expires` date is read as RFC 6265 §5.1.1 says (a two-digit year, no weekday), where
+///   `HTTPCookie` reads three fixed formats.
+/// - The default path, which comes from the URL, is cut back above a `;` or `,` in it, which
+///   would end the attribute or start another cookie.
 /// - A response to a request that says `httpShouldHandleCookies = false` sets none.
 /// - A session whose configuration has a URL cache keeps FoundationNetworking's storing: a
 ///   response answered from the cache reaches the delegate like any other, and must not set
