@@ -132,3 +132,25 @@ extension CookieStoringReviewTests {
         #expect(storage.cookies?.map(\.name) == ["keep"])
     }
 }
+
+extension CookieStoringReviewTests {
+    @Test func anExpiresValueIsWhatADateFormatterWritesAndReadsBack() throws {
+        let formatter = DateFormatter()
+        formatter.locale = Locale(identifier: "en_US_POSIX")
+        formatter.timeZone = TimeZone(identifier: "GMT")
+        formatter.dateFormat = "EEE, dd MMM yyyy HH:mm:ss 'GMT'"
+        // 1601 to 9999, in steps of 997 days and 12,345 seconds; and around leap days.
+        var seconds = -11_644_473_600
+        var dates: [Date] = []
+        while seconds < 253_402_300_799 {
+            dates.append(Date(timeIntervalSince1970: TimeInterval(seconds)))
+            seconds += 997 * 86_400 + 12_345
+        }
+        dates += [951_782_400, 951_868_799, 4_107_542_400, -2_203_891_200, 0, -1].map { Date(timeIntervalSince1970: $0) }
+        for date in dates {
+            let value = CookieJar.expiresValue(date)
+            #expect(value == formatter.string(from: date))
+            #expect(CookieJar.cookieDate(Substring(value)) == Date(timeIntervalSince1970: date.timeIntervalSince1970.rounded(.down)))
+        }
+    }
+}
