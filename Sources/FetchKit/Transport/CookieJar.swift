@@ -126,9 +126,7 @@ struct CookieJar: Sendable {
             if defaultPath != "/", !Self.namesAPath(line) {
                 line += "; Path=" + defaultPath
             }
-            if !isAddress, !bareHost.contains(".") {
-                line = Self.hostOnly(line, naming: bareHost)
-            }
+            line = Self.hostOnly(line, naming: isAddress ? nil : bareHost)
             line = Self.expiringByMaxAge(line, now: Date())
             cookies += HTTPCookie.cookies(withResponseHeaderFields: ["Set-Cookie": line], for: url)
         }
@@ -157,20 +155,33 @@ struct CookieJar: Sendable {
         return name
     }
 
-    /// `line` without its `Domain` attributes if the last one names `host`, a single label,
-    /// itself (`Domain=localhost` from `localhost`): a single label is a public suffix, and
-    /// RFC 6265 §5.3 step 5 makes a cookie whose `Domain` is the public suffix that set it
-    /// host-only, where `HTTPCookie` would send it to every `*.localhost` too.
-    static func hostOnly(_ line: String, naming host: Substring) -> String {
+    /// `line` without the `Domain` attributes that do not count:
+    /// - an empty one (RFC 6265 §5.2.3 ignores it; `HTTPCookie` made it `.`, and the cookie
+    ///   was refused);
+    /// - all of them if the last names `host`, a single label, itself (`Domain=localhost` from
+    ///   `localhost`): a single label is a public suffix, and RFC 6265 §5.3 step 5 makes a
+    ///   cookie whose `Domain` is the public suffix that set it host-only, where `HTTPCookie`
+    ///   would send it to every `*.localhost` too. `host` is `nil` for an IP address.
+    static func hostOnly(_ line: String, naming host: Substring?) -> String {
         let parts = line.split(separator: ";", omittingEmptySubsequences: false)
         func name(_ attribute: Substring) -> String {
             String(attribute.prefix { $0 != "=" }).trimmingCharacters(in: .whitespaces).lowercased()
         }
-        guard let last = parts.dropFirst().last(where: { name($0) == "domain" }) else { return line }
-        var domain = Substring(last.drop { $0 != "=" }.dropFirst().trimmingCharacters(in: .whitespaces).lowercased())
-        if domain.hasPrefix(".") { domain = domain.dropFirst() }
-        guard withoutTrailingDots(domain) == host else { return line }
-        return ([parts[0]] + parts.dropFirst().filter { name($0) != "domain" }).joined(separator: ";")
+        func value(_ attribute: Substring) -> String {
+            attribute.drop { $0 != "=" }.dropFirst().trimmingCharacters(in: .whitespaces).lowercased()
+        }
+        let domains = parts.dropFirst().filter { name($0) == "domain" }
+        guard !domains.isEmpty else { return line }
+        let counted = domains.filter { !value($0).isEmpty }
+        if let host, !host.contains("."), let last = counted.last {
+            var domain = Substring(value(last))
+            if domain.hasPrefix(".") { domain = domain.dropFirst() }
+            if withoutTrailingDots(domain) == host {
+                return ([parts[0]] + parts.dropFirst().filter { name($0) != "domain" }).joined(separator: ";")
+            }
+        }
+        guard counted.count < domains.count else { return line }
+        return ([parts[0]] + parts.dropFirst().filter { name($0) != "domain" || !value($0).isEmpty }).joined(separator: ";")
     }
 
     /// Stores the cookies of a task's last response if FoundationNetworking withheld its head
