@@ -154,3 +154,15 @@ extension CookieStoringReviewTests {
         }
     }
 }
+
+extension CookieStoringReviewTests {
+    @Test func anEmptyDomainIsIgnored() throws {
+        // RFC 6265 §5.2.3: an empty `Domain` is ignored entirely. `HTTPCookie` made it `.`,
+        // which no host matches, and the cookie was thrown away.
+        let url = try #require(URL(string: "http://www.example.com/"))
+        let kept = try CookieReviewTests.stored(from: url, setting: "own=1; Domain=; Path=/")
+        #expect(kept.map(\.domain) == ["www.example.com"], "host-only")
+        let earlier = try CookieReviewTests.stored(from: url, setting: "site=1; Domain=example.com; Domain=; Path=/")
+        #expect(earlier.map(\.domain) == [".example.com"], "the Domain before it counts")
+    }
+}
