@@ -44,7 +44,8 @@ import Musl
 ///   `Domain=0.0.1` against every address ending so.
 /// - A cookie whose `Domain` is a top-level domain (`com`, `uk`, `com.`) is refused (RFC 6265
 ///   §5.3 step 5), unless it names the single-label host that sets it (`localhost`), where
-///   the cookie is host-only; longer public suffixes (`co.uk`) are not known.
+///   the cookie is host-only; longer public suffixes (`co.uk`) are not known. An empty
+///   `Domain` is ignored (RFC 6265 §5.2.3), where `HTTPCookie` threw the cookie away.
 /// - A cookie set without a valid `Path` gets the directory of the URL that set it (RFC 6265
 ///   §5.1.4: `/admin` for `/admin/login`), where `HTTPCookie` gives it `/`.
 /// - A cookie's `Max-Age` counts (RFC 6265 §5.2.2): `HTTPCookie` on Linux ignores it, and then
