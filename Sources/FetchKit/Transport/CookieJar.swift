@@ -165,12 +165,8 @@ struct CookieJar: Sendable {
     ///   would send it to every `*.localhost` too. `host` is `nil` for an IP address.
     static func hostOnly(_ line: String, naming host: Substring?) -> String {
         let parts = line.split(separator: ";", omittingEmptySubsequences: false)
-        func name(_ attribute: Substring) -> String {
-            String(attribute.prefix { $0 != "=" }).trimmingCharacters(in: .whitespaces).lowercased()
-        }
-        func value(_ attribute: Substring) -> String {
-            attribute.drop { $0 != "=" }.dropFirst().trimmingCharacters(in: .whitespaces).lowercased()
-        }
+        let name = attributeName
+        func value(_ attribute: Substring) -> String { attributeValue(attribute).lowercased() }
         let domains = parts.dropFirst().filter { name($0) == "domain" }
         guard !domains.isEmpty else { return line }
         let counted = domains.filter { !value($0).isEmpty }
@@ -253,6 +249,17 @@ struct CookieJar: Sendable {
         return String(head[..<slash])
     }
 
+    /// The name of a `Set-Cookie` attribute (what precedes its `=`), trimmed and lower-cased.
+    private static func attributeName(_ attribute: Substring) -> String {
+        String(attribute.prefix { $0 != "=" }).trimmingCharacters(in: .whitespaces).lowercased()
+    }
+
+    /// The value of a `Set-Cookie` attribute (what follows its first `=`), trimmed; empty
+    /// without one.
+    private static func attributeValue(_ attribute: Substring) -> String {
+        attribute.drop { $0 != "=" }.dropFirst().trimmingCharacters(in: .whitespaces)
+    }
+
     /// Whether the `Set-Cookie` line's last `Path` attribute is a path (starts with `/`): RFC 6265
     /// §5.2.4 and §5.3 step 7; `HTTPCookie` gives any other cookie the path `/`.
     static func namesAPath(_ line: String) -> Bool {
@@ -275,12 +282,10 @@ struct CookieJar: Sendable {
     /// unchanged without either attribute.
     static func expiringByMaxAge(_ line: String, now: Date) -> String {
         let parts = line.split(separator: ";", omittingEmptySubsequences: false)
-        func name(_ attribute: Substring) -> String {
-            String(attribute.prefix { $0 != "=" }).trimmingCharacters(in: .whitespaces).lowercased()
-        }
+        let name = attributeName
         var maximumAge: Int?
         for attribute in parts.dropFirst() where name(attribute) == "max-age" {
-            let value = attribute.drop { $0 != "=" }.dropFirst().trimmingCharacters(in: .whitespaces)
+            let value = attributeValue(attribute)
             let negative = value.hasPrefix("-")
             let digits = negative ? value.dropFirst() : Substring(value)
             guard !digits.isEmpty, digits.allSatisfy({ $0.isASCII && $0.isNumber }) else { continue }
