@@ -221,8 +221,10 @@ public final class FetchSession: @unchecked Sendable {
     /// Creates a data task, unless the session is invalidated (creating a task on an invalidated
     /// `URLSession` is a fatal error in Foundation).
     func makeDataTask(with request: URLRequest) -> URLSessionDataTask? {
-        invalidated.withLock { isInvalidated in
-            isInvalidated ? nil : urlSession.dataTask(with: router.cookies.sending(request))
+        // The cookies are read outside the lock: the cookie storage takes a lock of its own.
+        let request = router.cookies.sending(request)
+        return invalidated.withLock { isInvalidated in
+            isInvalidated ? nil : urlSession.dataTask(with: request)
         }
     }
 }
