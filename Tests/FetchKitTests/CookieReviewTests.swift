@@ -30,9 +30,7 @@ struct CookieReviewTests {
         let (session, _) = CookieTests.session()
         var request = URLRequest(url: a.url("/start"))
         request.setValue("token=for-a-only", forHTTPHeaderField: "Cookie")
-        let operation = RecordingOperation(request: request)
-        operation.configuration.session = session
-        try await operation.run()
+        try await CookieTests.fetch(request, with: session)
         #expect(CookieSendingTests.sent("/start", on: a) == ["token=for-a-only"])
         #expect(CookieSendingTests.sent("/hop", on: b) == [nil])
         #expect(CookieSendingTests.sent("/headers", on: b) == [nil], "A's cookie must not reach B")
@@ -89,9 +87,7 @@ struct CookieReviewTests {
         storage.setCookie(CookieSendingTests.cookie("theme", "dark"))
         var request = URLRequest(url: server.url("/sign-in"))
         request.httpShouldHandleCookies = false
-        let operation = RecordingOperation(request: request)
-        operation.configuration.session = session
-        try await operation.run()
+        try await CookieTests.fetch(request, with: session)
         #expect(CookieSendingTests.sent("/sign-in", on: server) == [nil])
         #expect(CookieSendingTests.sent("/headers", on: server) == [nil])
         #expect(storage.cookies?.map(\.name) == ["theme"])

@@ -89,9 +89,7 @@ struct CookieSendingTests {
         storage.setCookie(Self.cookie("theme", "dark"))
         var request = URLRequest(url: server.url("/login"))
         request.httpShouldHandleCookies = false
-        let operation = RecordingOperation(request: request)
-        operation.configuration.session = session
-        try await operation.run()
+        try await CookieTests.fetch(request, with: session)
         #expect(Self.sent("/login", on: server) == [nil])
         #expect(storage.cookies?.map(\.name) == ["theme"], "the response's cookies are not stored")
     }
@@ -102,9 +100,7 @@ struct CookieSendingTests {
         let (session, _) = CookieTests.session()
         var request = URLRequest(url: server.url("/headers"))
         request.setValue("mine=1", forHTTPHeaderField: "Cookie")
-        let operation = RecordingOperation(request: request)
-        operation.configuration.session = session
-        try await operation.run()
+        try await CookieTests.fetch(request, with: session)
         #expect(Self.sent("/headers", on: server) == ["mine=1"])
     }
 

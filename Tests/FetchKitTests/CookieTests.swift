@@ -32,7 +32,11 @@ struct CookieTests {
     }
 
     static func fetch(_ path: String, on server: LoopbackServer, with session: FetchSession) async throws {
-        let operation = server.operation(path)
+        try await fetch(URLRequest(url: server.url(path)), with: session)
+    }
+
+    static func fetch(_ request: URLRequest, with session: FetchSession) async throws {
+        let operation = RecordingOperation(request: request)
         operation.configuration.session = session
         try await operation.run()
     }
