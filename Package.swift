@@ -23,13 +23,16 @@ let package = Package(
         // The in-tree HTTP/1.1 server on 127.0.0.1 that the tests, the demo and the benchmark
         // run against. A target, not a product: it is not part of FetchKit's public surface.
         .target(name: "LoopbackServer"),
-        .testTarget(name: "FetchKitTests", dependencies: ["FetchKit", "LoopbackServer", "RunLoopProbe", "fetchkit", "fetchkit-bench", "CZlib"]),
+        .testTarget(name: "FetchKitTests", dependencies: ["FetchKit", "LoopbackServer", "RunLoopProbe", "DependencyProbe", "fetchkit", "fetchkit-bench", "CZlib"]),
         // zlib, for the tests only: they compress real gzip streams (a bomb, a truncated body).
         // FetchKit itself needs no zlib: libcurl decodes content codings under URLSession.
         .systemLibrary(name: "CZlib", path: "Tests/CZlib", pkgConfig: "zlib", providers: [.apt(["zlib1g-dev"])]),
         // Waits for a fetch on a real main thread from top-level code, for FetchKitTests to run
         // as a subprocess (an in-process test always runs inside a main-queue job).
         .executableTarget(name: "RunLoopProbe", dependencies: ["FetchKit", "LoopbackServer"], path: "Tests/RunLoopProbe"),
+        // Frees the dependents of a fetch in flight, for FetchKitTests to run as a subprocess (a
+        // use of a freed dependent crashes the process it happens in).
+        .executableTarget(name: "DependencyProbe", dependencies: ["FetchKit", "LoopbackServer"], path: "Tests/DependencyProbe"),
         .testTarget(name: "LoopbackServerTests", dependencies: ["LoopbackServer"]),
         // The command-line downloader, and the offline demo it runs with no URL: `swift run fetchkit`.
         .executableTarget(name: "fetchkit", dependencies: ["FetchKit", "LoopbackServer"]),

@@ -116,4 +116,39 @@ struct DependencyTests {
         }
         #expect(server.requestsReceived == 0)
     }
+
+    @Test func aWaitingDependentIsKeptAliveUntilItsDependencyFinishes() async {
+        let dependency = BlockOperation {}
+        let freed = Countdown(1)
+        weak var dependent: DeinitProbeOperation?
+        do {
+            let operation = DeinitProbeOperation(url: URL(string: "http://127.0.0.1:9/never")!)
+            operation.onDeinit = { freed.signal() }
+            operation.addDependency(dependency)
+            dependent = operation
+        }
+        #expect(dependent != nil, "kept alive: the dependency still points to it")
+        dependency.start()
+        #expect(await freed.wait(), "freed once its dependency finished")
+    }
+
+    @Test func aCancelledDependentLeavesItsDependenciesAndStillListsThem() async {
+        let first = BlockOperation {}
+        let second = BlockOperation {}
+        let freed = Countdown(1)
+        do {
+            let operation = DeinitProbeOperation(url: URL(string: "http://127.0.0.1:9/never")!)
+            operation.onDeinit = { freed.signal() }
+            operation.addDependency(first)
+            operation.addDependency(second)
+            operation.cancel()
+            #expect(operation.isReady)
+            #expect(operation.dependencies.map(ObjectIdentifier.init) == [first, second].map(ObjectIdentifier.init))
+            operation.removeDependency(first)
+            #expect(operation.dependencies.map(ObjectIdentifier.init) == [ObjectIdentifier(second)])
+        }
+        #expect(await freed.wait(), "a cancelled dependent is freed while its dependencies wait")
+        first.start()
+        second.start()
+    }
 }

@@ -242,6 +242,10 @@ extension AnyFetchOperation {
         var retryHandlers: [RetryHandler] = []
         var observers = HandlerList<@Sendable (StateChange) -> Void>()
         var mainThreadWaiters = 0
+        /// The operation itself while it waits for a dependency (see AnyFetchOperation+Dependents.swift).
+        var keepAlive: AnyFetchOperation?
+        /// The dependencies it had when it left them (cancelled, or finished before them).
+        var detachedDependencies: [Operation]?
     }
 
     /// An entry in the ordered delivery list.

@@ -119,6 +119,9 @@ extension AnyFetchOperation {
                 willChangeValue(forKey: "isExecuting")
                 didChangeValue(forKey: "isExecuting")
             case .finished:
+                // Before anyone hears of it and frees the operation, while a dependency still
+                // holds a pointer to it.
+                leaveDependencies(super.dependencies, onlyIfUnfinished: true) { super.removeDependency($0) }
                 willChangeValue(forKey: "isFinished")
                 didChangeValue(forKey: "isFinished")
             case .ready, .cancelled:

@@ -224,10 +224,17 @@ open class AnyFetchOperation: Operation, @unchecked Sendable {
 
     /// Foundation's readiness: every dependency finished, or the operation was cancelled.
     public final override var isReady: Bool {
-        observedReadiness(super.isReady)
+        let ready = observedReadiness(super.isReady)
+        releaseIfDependenciesFinished(ready: ready)
+        return ready
     }
 
     /// Makes this operation wait for `operation` to finish (Foundation's behaviour).
+    ///
+    /// While it waits, the operation is kept alive: you may drop your references to it, even if
+    /// no queue holds it, and it is freed once its dependencies finished, or when it is cancelled
+    /// or finishes. (On Linux, Foundation keeps an operation's dependents without retaining them,
+    /// and a dependent freed before its dependency finished crashed the process when it did.)
     ///
     /// - Parameter operation: The operation to wait for.
     open override func addDependency(_ operation: Operation) {
@@ -235,6 +242,23 @@ open class AnyFetchOperation: Operation, @unchecked Sendable {
         let asked = core.withLock { $0.readinessAsked }
         super.addDependency(operation)
         if !asked { core.withLock { $0.readinessAsked = false } }
+        holdWhileWaiting(for: operation) { super.isReady }
+    }
+
+    /// Stops waiting for `operation` (Foundation's behaviour).
+    ///
+    /// - Parameter operation: The dependency to remove.
+    open override func removeDependency(_ operation: Operation) {
+        super.removeDependency(operation)
+        forgetDetached(operation)
+    }
+
+    /// The operations this one waits for, or waited for.
+    ///
+    /// A cancelled operation, or one that finished before its dependencies did, still lists
+    /// them here, although it no longer waits for them (see ``addDependency(_:)``).
+    open override var dependencies: [Operation] {
+        detachedDependencies ?? super.dependencies
     }
 
     /// Starts the operation: an `OperationQueue` calls it, or you may call it yourself.
@@ -255,7 +279,11 @@ open class AnyFetchOperation: Operation, @unchecked Sendable {
     /// While it parses, the parse runs to its end (check `isCancelled` to stop early) and it
     /// finishes as cancelled. After it finished, this does nothing.
     public final override func cancel() {
-        lifecycleCancel { super.cancel() }
+        lifecycleCancel {
+            // Before Foundation's cancel, which then makes it ready whatever it left.
+            leaveDependencies(super.dependencies, onlyIfUnfinished: false) { super.removeDependency($0) }
+            super.cancel()
+        }
     }
 
     open override var description: String {
