@@ -24,7 +24,7 @@ final class GetLateSample: JSONFetchOperation<Sample>, @unchecked Sendable {
 }
 
 /// Defects found reviewing the typed API (issue 10), each staged for real.
-@Suite("API review")
+@Suite("API review", .timeLimit(.minutes(3)))
 struct APIReviewTests {
     // MARK: JSONFetchOperation sends Accept whatever way its request was made
 
@@ -93,7 +93,7 @@ final class MaybeNumber: FetchOperation<Int?>, @unchecked Sendable {
     }
 }
 
-@Suite("API review: optional outputs")
+@Suite("API review: optional outputs", .timeLimit(.minutes(3)))
 struct APIReviewOptionalOutputTests {
     /// An output that is itself `nil` is a success with `nil`, not a "missing parser" failure.
     @Test func aNilOutputIsASuccess() async throws {
@@ -139,7 +139,7 @@ final class WeakOutputBox: @unchecked Sendable {
     weak var value: TrackedOutput?
 }
 
-@Suite("API review: outputs of cancelled parses")
+@Suite("API review: outputs of cancelled parses", .timeLimit(.minutes(3)))
 struct APIReviewCancelledParseTests {
     /// A cancel that arrives while the parse runs finishes the operation as cancelled: the
     /// output that parse made is nobody's, and is released rather than kept by the finished

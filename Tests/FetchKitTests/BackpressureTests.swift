@@ -14,7 +14,7 @@ private func slowDisk(bytesPerMicrosecond: Int) -> @Sendable (Int) -> Void {
     return { size in usleep(useconds_t(size / rate)) }
 }
 
-@Suite("Backpressure: a download's memory stays bounded when the disk falls behind")
+@Suite("Backpressure: a download's memory stays bounded when the disk falls behind", .timeLimit(.minutes(3)))
 struct BackpressureTests {
     private func contents(_ url: URL) -> Data? { FileManager.default.contents(atPath: url.path) }
 
@@ -243,7 +243,7 @@ struct BackpressureTests {
 }
 
 
-@Suite("Backpressure: the whole process, end to end")
+@Suite("Backpressure: the whole process, end to end", .timeLimit(.minutes(3)))
 struct DiskMemoryTests {
     /// A 256 MiB body to disk in a fresh process (the benchmark's child, `fetchkit-bench
     /// disk-memory-child`): its peak resident set may grow by less than 64 MiB over what it
@@ -285,7 +285,7 @@ struct DiskMemoryTests {
 }
 
 /// Servers that would turn a continuation into a loop, and a resumed transfer that ends early.
-@Suite("Backpressure: continuations that cannot continue")
+@Suite("Backpressure: continuations that cannot continue", .timeLimit(.minutes(3)))
 struct BackpressureEdgeTests {
     @Test func aServerWhoseValidatorChangesEachTimeIsStoppedOnceAndFinishes() async throws {
         let server = try LoopbackServer()

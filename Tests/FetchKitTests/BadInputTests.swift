@@ -4,7 +4,7 @@ import Testing
 @testable import FetchKit
 
 /// Every bad input yields its error — never a crash, never a hang.
-@Suite("Bad input")
+@Suite("Bad input", .timeLimit(.minutes(3)))
 struct BadInputTests {
     @Test func noRequest() async {
         let error = await outcome(of: FetchOperation<Data>())
@@ -139,7 +139,7 @@ struct BadInputTests {
     }
 }
 
-@Suite("Timeouts enforced by FetchKit")
+@Suite("Timeouts enforced by FetchKit", .timeLimit(.minutes(3)))
 struct TimeoutTests {
     @Test func subSecondIdleTimeoutIsNotTruncated() async throws {
         // URLSession on Linux would turn 0.9 s into about 1 ms: no response arrives that fast.

@@ -4,7 +4,7 @@ import LoopbackServer
 import Testing
 @testable import FetchKit
 
-@Suite("Cancellation at every point of the lifecycle")
+@Suite("Cancellation at every point of the lifecycle", .timeLimit(.minutes(3)))
 struct CancellationTests {
     @Test func cancelBeforeStartOnlyMarksTheOperation() async throws {
         let server = try LoopbackServer()

@@ -6,7 +6,7 @@ import Testing
 /// Coalescing identical GETs is opt-in, and even then limited to requests that are safe to
 /// share: a resource that answers differently each time must never hand two callers one body
 /// unless they asked for it.
-@Suite("Coalescing is opt-in and limited to shareable requests")
+@Suite("Coalescing is opt-in and limited to shareable requests", .timeLimit(.minutes(3)))
 struct CoalescingTests {
     /// Routes `path` to a handler that numbers each request as it arrives, holds it until
     /// `gate` opens, then answers with its number: a fresh body per request, like `/uuid`.

@@ -69,7 +69,7 @@ private func serveResumableFile(_ server: LoopbackServer, path: String, size: In
     }
 }
 
-@Suite("fetchkit stops cleanly on a signal")
+@Suite("fetchkit stops cleanly on a signal", .timeLimit(.minutes(3)))
 struct CommandLineInterruptTests {
     // The file is larger than the part the server sends at first, and that part larger than
     // what the download buffers before writing (256 KiB): the partial file grows on disk
@@ -152,7 +152,7 @@ struct CommandLineInterruptTests {
     }
 }
 
-@Suite("fetchkit's transfer rate")
+@Suite("fetchkit's transfer rate", .timeLimit(.minutes(3)))
 struct TransferRateTests {
     @Test func aResumedFileCountsOnlyThisRunsBytes() {
         var meter = TransferMeter()

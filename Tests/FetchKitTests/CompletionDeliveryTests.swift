@@ -4,7 +4,7 @@ import Testing
 @testable import FetchKit
 
 /// Where completion handlers run after the parse.
-@Suite("Completion delivery")
+@Suite("Completion delivery", .timeLimit(.minutes(3)))
 struct CompletionDeliveryTests {
     /// Two handlers for the global queue after a parse there (one may run on the parse's own
     /// thread): each runs once, after the output is set.

@@ -10,7 +10,7 @@ import Testing
 /// transfer *in flight* unless told otherwise, so without a fixed bound a spell with one
 /// transfer at a time closed all but four, and every later burst reconnected (see
 /// ``FetchSession/defaultConfiguration()``).
-@Suite("Connection pool of a session")
+@Suite("Connection pool of a session", .timeLimit(.minutes(3)))
 struct ConnectionPoolTests {
     /// The server holds every `/held` response at a gate until `burst` requests are in, so each
     /// burst has `burst` connections open at once.

@@ -9,7 +9,7 @@ import Testing
 /// The session's own cookie storing on Linux (`CookieJar`) where FoundationNetworking's
 /// header-line path differs or falls short: statuses it withholds, cached responses, joined
 /// lines, servers at IP addresses, and the session's configuration.
-@Suite("Cookies: edge cases")
+@Suite("Cookies: edge cases", .timeLimit(.minutes(3)))
 struct CookieEdgeTests {
     @Test func joinedSetCookieLinesAreSplitBeforeEachNameNotInADate() {
         #expect(CookieJar.lines(of: "a=1; Path=/") == ["a=1; Path=/"])

@@ -9,7 +9,7 @@ import Testing
 /// Attacks on the session's cookie sending (`CookieJar.sending`, the redirect path, shared
 /// flights): a cookie must reach exactly the requests RFC 6265 §5.4 and URLSession on Apple
 /// platforms send it with, and a caller's own `Cookie` header only its own origin.
-@Suite("Cookies sent: review")
+@Suite("Cookies sent: review", .timeLimit(.minutes(3)))
 struct CookieReviewTests {
     /// Signals `begun` as each fetch starts (once it has a transfer, its own or a shared one).
     private struct StartSignal: FetchEventMonitor {

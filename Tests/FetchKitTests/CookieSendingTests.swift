@@ -10,7 +10,7 @@ import Testing
 /// Apple platforms. (FoundationNetworking matches a stored cookie by host alone — a `Secure`
 /// cookie went out over plain HTTP, a `Path=/admin` one to every path — and adds none to a
 /// redirect's request; on Linux the session's ``CookieJar`` sends them instead.)
-@Suite("Cookies sent")
+@Suite("Cookies sent", .timeLimit(.minutes(3)))
 struct CookieSendingTests {
     /// A cookie as the storage would hold it after a response of `host` set it.
     static func cookie(_ name: String, _ value: String, domain: String = "127.0.0.1", path: String = "/",

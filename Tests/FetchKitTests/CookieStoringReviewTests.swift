@@ -10,7 +10,7 @@ import Testing
 /// `HTTPCookie` parses a `Set-Cookie` line): a rewrite must not change another cookie's
 /// meaning, let the URL or a server smuggle a cookie or attribute, or keep a cookie that a
 /// response deleted.
-@Suite("Cookies stored: review")
+@Suite("Cookies stored: review", .timeLimit(.minutes(3)))
 struct CookieStoringReviewTests {
     @Test func aCommaInTheDefaultPathDoesNotSmuggleACookie() async throws {
         // The default path comes from the URL, which a link can make up: `,sid=evil` in it,

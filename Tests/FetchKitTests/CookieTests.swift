@@ -9,7 +9,7 @@ import Testing
 /// Cookies work as URLSession's do: a response's `Set-Cookie` goes into the session's cookie
 /// storage (on Linux FetchKit stores them itself, see `CookieJar`), a redirect's included, and
 /// later requests carry them.
-@Suite("Cookies")
+@Suite("Cookies", .timeLimit(.minutes(3)))
 struct CookieTests {
     /// A session with a cookie storage of its own, in memory.
     static func session(accepting policy: HTTPCookie.AcceptPolicy = .onlyFromMainDocumentDomain) -> (FetchSession, HTTPCookieStorage) {

@@ -14,7 +14,7 @@ private func loginPair(_ server: LoopbackServer, password: String) -> (LogIn, Ge
     return (login, getUser)
 }
 
-@Suite("Dependencies")
+@Suite("Dependencies", .timeLimit(.minutes(3)))
 struct DependencyTests {
     @Test func loginThenGetUserUsesTheToken() async throws {
         let server = try LoopbackServer()

@@ -45,7 +45,7 @@ extension LoopbackServer {
     }
 }
 
-@Suite("Downloads to disk")
+@Suite("Downloads to disk", .timeLimit(.minutes(3)))
 struct DownloadTests {
     private func contents(_ url: URL) -> Data? { FileManager.default.contents(atPath: url.path) }
     private func exists(_ url: URL) -> Bool { FileManager.default.fileExists(atPath: url.path) }

@@ -12,7 +12,7 @@ private struct SentenceError: LocalizedError {
 }
 
 /// `FetchError` as a value: built, compared and matched from outside the module.
-@Suite("FetchError values")
+@Suite("FetchError values", .timeLimit(.minutes(3)))
 struct ErrorValueTests {
     static let url = URL(string: "https://alice:hunter2@api.example.com/v1/items?sig=abc123")!
     static let otherURL = URL(string: "https://api.example.com/v2/items")!
@@ -305,7 +305,7 @@ struct ErrorValueTests {
 
 /// The command's messages: a reason is a clause inside its line, never a sentence with its own
 /// full stop, and a status code shows only a registered reason phrase.
-@Suite("The fetchkit command's messages")
+@Suite("The fetchkit command's messages", .timeLimit(.minutes(3)))
 struct CommandLineMessageTests {
     @Test func linesDoNotDoubleTheirPunctuation() async throws {
         let server = try LoopbackServer()

@@ -32,7 +32,7 @@ final class DetailRecorder: FetchEventMonitor {
     }
 }
 
-@Suite("Event monitor")
+@Suite("Event monitor", .timeLimit(.minutes(3)))
 struct EventMonitorTests {
     // No jitter: the tests check that the first byte came after the whole 0.05 s wait.
     static let quick = RetryPolicy(maximumRetries: 2, baseDelay: 0.05, maximumDelay: 0.2, jitter: 0)

@@ -18,7 +18,7 @@ struct Fault: Sendable, CustomStringConvertible {
     var description: String { name }
 }
 
-@Suite("Fault suite")
+@Suite("Fault suite", .timeLimit(.minutes(3)))
 struct FaultSuiteTests {
     /// Short waits, the default decisions: up to two retries.
     static let policy = RetryPolicy(maximumRetries: 2, baseDelay: 0.05, maximumDelay: 0.2)

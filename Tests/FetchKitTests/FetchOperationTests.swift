@@ -4,7 +4,7 @@ import LoopbackServer
 import Testing
 @testable import FetchKit
 
-@Suite("FetchOperation against the loopback server")
+@Suite("FetchOperation against the loopback server", .timeLimit(.minutes(3)))
 struct FetchOperationTests {
     @Test func successfulGETParsesTheBodyOnce() async throws {
         let server = try LoopbackServer()

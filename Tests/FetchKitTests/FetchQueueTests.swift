@@ -83,7 +83,7 @@ func counts(of queue: FetchQueue, reach condition: @escaping @Sendable (FetchQue
     return result
 }
 
-@Suite("FetchQueue")
+@Suite("FetchQueue", .timeLimit(.minutes(3)))
 struct FetchQueueTests {
     @Test func completionCarriesTheTypedResultOnce() async throws {
         let server = try LoopbackServer()

@@ -4,7 +4,7 @@ import Testing
 
 /// Names from URLs and headers, made safe: examples first, then thousands of generated inputs
 /// checked against the properties every result must have.
-@Suite("Safe file names")
+@Suite("Safe file names", .timeLimit(.minutes(3)))
 struct FileNameFuzzTests {
     // MARK: Examples
 

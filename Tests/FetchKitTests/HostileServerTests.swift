@@ -6,7 +6,7 @@ import Testing
 /// Servers that lie about lengths, never stop, cut encoded bodies short or redirect bodies
 /// away: every attack is staged for real on the loopback server, and each ends in a clear
 /// error (or the right behaviour), never a crash or unbounded memory.
-@Suite("Hostile servers")
+@Suite("Hostile servers", .timeLimit(.minutes(3)))
 struct HostileServerTests {
     // MARK: Lying and endless lengths
 

@@ -2,7 +2,7 @@ import Foundation
 import Testing
 @testable import FetchKit
 
-@Suite("Lazy fields (pure)")
+@Suite("Lazy fields (pure)", .timeLimit(.minutes(3)))
 struct LazyFieldsTests {
     final class Reference: Sendable {}
 

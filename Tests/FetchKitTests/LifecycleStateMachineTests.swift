@@ -3,7 +3,7 @@ import Testing
 @testable import FetchKit
 
 /// The lifecycle as a pure value: every transition, no network.
-@Suite("Lifecycle state machine")
+@Suite("Lifecycle state machine", .timeLimit(.minutes(3)))
 struct LifecycleStateMachineTests {
     typealias Machine = LifecycleStateMachine
 

@@ -3,7 +3,7 @@ import LoopbackServer
 import Testing
 @testable import FetchKit
 
-@Suite("State observation")
+@Suite("State observation", .timeLimit(.minutes(3)))
 struct ObservationTests {
     typealias Change = AnyFetchOperation.StateChange
 

@@ -4,7 +4,7 @@ import Testing
 @testable import FetchKit
 
 /// What one operation costs while it waits: tens of thousands may sit in a queue.
-@Suite("Operation footprint")
+@Suite("Operation footprint", .timeLimit(.minutes(3)))
 struct OperationFootprintTests {
     @Test func theCoreIsAFewWordsNotAPage() {
         // Everything rarely used lives in boxes made at first use (768 bytes inline before).

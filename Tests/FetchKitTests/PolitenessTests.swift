@@ -3,7 +3,7 @@ import LoopbackServer
 import Testing
 @testable import FetchKit
 
-@Suite("Per-host back-off")
+@Suite("Per-host back-off", .timeLimit(.minutes(3)))
 struct HostBackOffTests {
     @Test func aRetryAfterHoldsTheHostsOtherFetchesButNotOtherHosts() async throws {
         let server = try LoopbackServer()
@@ -52,7 +52,7 @@ struct HostBackOffTests {
     }
 }
 
-@Suite("Conditional GET")
+@Suite("Conditional GET", .timeLimit(.minutes(3)))
 struct ConditionalGETTests {
     @Test func theSecondFetchIsNotModifiedAndItsOutputComesFromTheStoredBody() async throws {
         let server = try LoopbackServer()
@@ -192,7 +192,7 @@ struct ConditionalGETTests {
     }
 }
 
-@Suite("Redirect policy")
+@Suite("Redirect policy", .timeLimit(.minutes(3)))
 struct RedirectPolicyTests {
     @Test func tooManyRedirectsIsAClearError() async throws {
         let server = try LoopbackServer()
@@ -276,7 +276,7 @@ struct RedirectPolicyTests {
     }
 }
 
-@Suite("Authentication")
+@Suite("Authentication", .timeLimit(.minutes(3)))
 struct AuthenticationTests {
     @Test func credentialsPerHostAnswerTheChallenge() async throws {
         let server = try LoopbackServer()

@@ -14,7 +14,7 @@ private func collect<S: AsyncSequence & Sendable>(_ stream: S) -> Task<[S.Elemen
     }
 }
 
-@Suite("Progress streams")
+@Suite("Progress streams", .timeLimit(.minutes(3)))
 struct ProgressStreamTests {
     @Test func theStreamYieldsIncreasingValuesEndingAtTheBodyLengthThenEnds() async throws {
         let server = try LoopbackServer()
@@ -145,7 +145,7 @@ struct ProgressStreamTests {
     }
 }
 
-@Suite("Upload progress")
+@Suite("Upload progress", .timeLimit(.minutes(3)))
 struct UploadProgressTests {
     /// A 3 MB POST to a route that reads the whole body and answers with its length.
     private func post(_ length: Int, to server: LoopbackServer) -> FetchOperation<Data> {
@@ -212,7 +212,7 @@ private final class SendRecorder: TransferOwner, @unchecked Sendable {
     func transferDidEnd(_ result: TransferResult) {}
 }
 
-@Suite("Upload progress clamping")
+@Suite("Upload progress clamping", .timeLimit(.minutes(3)))
 struct UploadClampTests {
     /// URLSession's counts as FoundationNetworking has been seen to send them: past the body's
     /// length, repeated, and (after a resend) from zero again.

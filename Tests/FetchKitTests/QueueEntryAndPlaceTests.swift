@@ -10,7 +10,7 @@ import Testing
 /// The scheduler places kept on flight members and the queue entries kept on operations: shared
 /// flights whose first member left, raises, sweeps, counts, and operations offered to two
 /// queues or left by a freed one.
-@Suite("Scheduler places of shared flights (pure)")
+@Suite("Scheduler places of shared flights (pure)", .timeLimit(.minutes(3)))
 struct SharedFlightPlaceTests {
     let helper = QueueStateTests()
 
@@ -110,7 +110,7 @@ struct SharedFlightPlaceTests {
     }
 }
 
-@Suite("Queue entries on operations")
+@Suite("Queue entries on operations", .timeLimit(.minutes(3)))
 struct QueueEntryTests {
     @Test func anOperationRefusedByAnotherQueueKeepsItsEntryInTheFirst() async throws {
         let server = try LoopbackServer()

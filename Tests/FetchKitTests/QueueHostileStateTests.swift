@@ -6,7 +6,7 @@ import Testing
 
 /// A queue in awkward states: cancelled in one sweep while thousands wait, dropped by its owner
 /// while suspended, asked to run a fetch whose dependency nothing runs.
-@Suite("FetchQueue hostile states")
+@Suite("FetchQueue hostile states", .timeLimit(.minutes(3)))
 struct QueueHostileStateTests {
     // MARK: cancelAll is atomic
 

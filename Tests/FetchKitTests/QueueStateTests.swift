@@ -7,7 +7,7 @@ import Testing
 
 /// The queue's state machine as a value: transitions in, actions out. No lock, no network, no
 /// thread: each test applies transitions to a `QueueState` and reads what it asks for.
-@Suite("Queue state machine (pure)")
+@Suite("Queue state machine (pure)", .timeLimit(.minutes(3)))
 struct QueueStateTests {
     /// The queue the flights name (only as their identity's home: transitions never call it).
     let queue = FetchQueue(name: "pure")

@@ -50,7 +50,7 @@ nonisolated final class GetUser: FetchOperation<User>, @unchecked Sendable {
     }
 }
 
-@Suite("README Quick Start")
+@Suite("README Quick Start", .timeLimit(.minutes(3)))
 struct QuickStartTests {
     @Test func loginThenUser() async throws {
         let server = try LoopbackServer()

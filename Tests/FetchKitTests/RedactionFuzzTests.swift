@@ -8,7 +8,7 @@ import Testing
 /// puts in (a password, a lone userinfo, the value of a sensitive name) is drawn from a marker
 /// alphabet that nothing else uses (`Q` and `V`, also percent-encoded, even twice), so "no
 /// secret survives" is checked as "no marker survives, even after percent-decoding".
-@Suite("Redaction fuzz")
+@Suite("Redaction fuzz", .timeLimit(.minutes(3)))
 struct RedactionFuzzTests {
     static let seeds: [UInt64] = [1, 0xFE7C_4B17, 20_261_124]
 

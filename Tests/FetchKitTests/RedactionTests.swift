@@ -3,7 +3,7 @@ import LoopbackServer
 import Testing
 @testable import FetchKit
 
-@Suite struct RedactionTests {
+@Suite(.timeLimit(.minutes(3))) struct RedactionTests {
     @Test(arguments: [
         ("https://bob:hunter2@api.example.com/v1?page=2&access_token=abc#x", "https://bob:REDACTED@api.example.com/v1?page=2&access_token=REDACTED#x"),
         ("https://TOKEN@github.com/a.git", "https://REDACTED@github.com/a.git"),
@@ -100,7 +100,7 @@ import Testing
 
 /// Every description FetchKit makes hides the URL's secrets and still names host and path;
 /// the `url` properties keep the full URL.
-@Suite("Redacted descriptions")
+@Suite("Redacted descriptions", .timeLimit(.minutes(3)))
 struct RedactedDescriptionTests {
     static let secrets = ["hunter2secret", "tok3nsecret", "cookiesecret", "sig9secret"]
     static let url = URL(string: "https://bob:hunter2secret@api.example.com/v1/items?page=2&access_token=tok3nsecret")!
@@ -226,7 +226,7 @@ extension RedactionTests {
 }
 
 /// The example in the DocC article *Hostile input*, as written there.
-@Suite("Hostile input article")
+@Suite("Hostile input article", .timeLimit(.minutes(3)))
 struct HostileInputArticleTests {
     @Test func theRedactionExampleIsTrue() {
         let url = URL(string: "https://bob:hunter2@api.example.com/v1/items?page=2&api_key=abc123")

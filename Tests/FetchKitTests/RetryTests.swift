@@ -4,7 +4,7 @@ import LoopbackServer
 import Testing
 @testable import FetchKit
 
-@Suite("Retry-After and the retry policy (pure)")
+@Suite("Retry-After and the retry policy (pure)", .timeLimit(.minutes(3)))
 struct RetryPolicyTests {
     private let now = Date(timeIntervalSince1970: 784_111_777)   // Sun, 06 Nov 1994 08:49:37 GMT
 
@@ -75,7 +75,7 @@ struct RetryPolicyTests {
     }
 }
 
-@Suite("Retries")
+@Suite("Retries", .timeLimit(.minutes(3)))
 struct RetryTests {
     /// A quick policy for tests: short waits, same decisions.
     static let quick = RetryPolicy(maximumRetries: 2, baseDelay: 0.05, maximumDelay: 0.2)

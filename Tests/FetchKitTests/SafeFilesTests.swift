@@ -8,7 +8,7 @@ import Testing
 /// bomb. What must hold: nothing outside the target directory changes, nothing is written
 /// through a link, and the download either succeeds safely (refusing what was planted, and
 /// saying so in ``DownloadOperation/partialFileNotices``) or fails with a clear error.
-@Suite("Safe download files")
+@Suite("Safe download files", .timeLimit(.minutes(3)))
 struct SafeFilesTests {
     private func contents(_ url: URL) -> Data? { FileManager.default.contents(atPath: url.path) }
     private func exists(_ url: URL) -> Bool { FileManager.default.fileExists(atPath: url.path) }

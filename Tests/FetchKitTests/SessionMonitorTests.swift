@@ -6,7 +6,7 @@ import Testing
 
 /// Monitors given to a ``FetchSession`` hear every fetch that uses it: one started on its own or
 /// by a plain `OperationQueue` (which no ``FetchQueue`` reports), and one in a queue alike.
-@Suite("Event monitors of a session")
+@Suite("Event monitors of a session", .timeLimit(.minutes(3)))
 struct SessionMonitorTests {
     /// An operation that uses a new session with `monitors`; the session is invalidated by the
     /// caller.

@@ -2,7 +2,7 @@ import Foundation
 import Testing
 @testable import FetchKit
 
-@Suite("Slot scheduler (pure)")
+@Suite("Slot scheduler (pure)", .timeLimit(.minutes(3)))
 struct SlotSchedulerTests {
     typealias Scheduler = BookedScheduler<Int>
 
@@ -251,7 +251,7 @@ struct BookedScheduler<Ticket: Hashable & Sendable> {
     mutating func unblock(_ host: String) { scheduler.unblock(host) }
 }
 
-@Suite("Slot scheduler places (pure)")
+@Suite("Slot scheduler places (pure)", .timeLimit(.minutes(3)))
 struct SlotSchedulerPlaceTests {
     @Test func aPlaceWithdrawsOnlyTheTicketStillWaitingThere() {
         var scheduler = SlotScheduler<Int>(maximumTotal: 1, maximumPerHost: 1)

@@ -4,7 +4,7 @@ import LoopbackServer
 import Testing
 @testable import FetchKit
 
-@Suite("Stress")
+@Suite("Stress", .timeLimit(.minutes(3)))
 struct StressTests {
     @Test func tenThousandOperationsWithRandomCancelsFinishAndCompleteExactlyOnce() async throws {
         let server = try LoopbackServer(recordRequests: false)

@@ -6,7 +6,7 @@ import Testing
 /// What `fetchkit` prints can neither be driven by a server (escape sequences, forged lines)
 /// nor show a secret of the URLs it was given. The tool runs as a subprocess writing to pipes,
 /// where it draws no colour of its own: any ESC in its output would have come from outside.
-@Suite("Terminal safety")
+@Suite("Terminal safety", .timeLimit(.minutes(3)))
 struct TerminalSafetyTests {
     static let evilPath = "/%1B%5B31mred%0Afake%20line.txt"
     static let secrets = ["hunter2secret", "tok3nsecret"]

@@ -6,7 +6,7 @@ import Testing
 /// Which bound holds, as a user reads it: the request's `timeoutInterval` (or `idleTimeout`) is
 /// how long the server may stay silent, and a server that never answers within it is not asked
 /// again; `totalTimeout` is a deadline over the whole fetch, every attempt and every wait.
-@Suite("Timeouts across retries")
+@Suite("Timeouts across retries", .timeLimit(.minutes(3)))
 struct TimeoutSemanticsTests {
     /// Whether a fetch that should end at `interval` ended no sooner (less the timer's leeway).
     /// Only the lower side is checked: how much later it ends depends on how loaded the machine

@@ -40,7 +40,7 @@ final class SampleModel {
     }
 }
 
-@Suite("Typed results")
+@Suite("Typed results", .timeLimit(.minutes(3)))
 struct TypedResultTests {
     private let expected = Sample(ok: true, items: [1, 2, 3], name: "fetchkit")
 

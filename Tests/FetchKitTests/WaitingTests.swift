@@ -3,7 +3,7 @@ import LoopbackServer
 import Testing
 @testable import FetchKit
 
-@Suite("Waiting: the run-loop wait and async")
+@Suite("Waiting: the run-loop wait and async", .timeLimit(.minutes(3)))
 struct WaitingTests {
     /// Runs the RunLoopProbe executable, built beside the test bundle.
     private func runProbe(_ mode: String) async throws -> (status: Int32, output: String) {

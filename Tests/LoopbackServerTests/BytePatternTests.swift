@@ -2,7 +2,7 @@ import Foundation
 import LoopbackServer
 import Testing
 
-@Suite("BytePattern")
+@Suite("BytePattern", .timeLimit(.minutes(3)))
 struct BytePatternTests {
     @Test("byte(at:) is the offset modulo 251")
     func byteAtOffset() {

@@ -2,7 +2,7 @@ import Foundation
 import LoopbackServer
 import Testing
 
-@Suite("Built-in endpoints")
+@Suite("Built-in endpoints", .timeLimit(.minutes(3)))
 struct EndpointTests {
     @Test("/bytes/{n}: status, headers and pattern body")
     func bytes() throws {

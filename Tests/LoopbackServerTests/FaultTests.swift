@@ -2,7 +2,7 @@ import Foundation
 import LoopbackServer
 import Testing
 
-@Suite("Streaming and fault endpoints")
+@Suite("Streaming and fault endpoints", .timeLimit(.minutes(3)))
 struct FaultTests {
     @Test("/trickle/{n}/{chunk}/{ms} sends a chunked pattern body in chunks")
     func trickle() throws {

@@ -2,7 +2,7 @@ import Foundation
 import LoopbackServer
 import Testing
 
-@Suite("Connections, counters and lifecycle")
+@Suite("Connections, counters and lifecycle", .timeLimit(.minutes(3)))
 struct LifecycleTests {
     @Test("two requests on one connection: one connection accepted")
     func keepAlive() throws {

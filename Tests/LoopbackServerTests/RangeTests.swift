@@ -2,7 +2,7 @@ import Foundation
 import LoopbackServer
 import Testing
 
-@Suite("Ranges")
+@Suite("Ranges", .timeLimit(.minutes(3)))
 struct RangeTests {
     @Test("bytes=a-b gives a 206 with absolute pattern offsets", arguments: [
         ("bytes=10-19", 10, 19),

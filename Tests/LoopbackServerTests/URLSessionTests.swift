@@ -5,7 +5,7 @@ import FoundationNetworking
 import LoopbackServer
 import Testing
 
-@Suite("URLSession against the server")
+@Suite("URLSession against the server", .timeLimit(.minutes(3)))
 struct URLSessionTests {
     @Test("URLSession downloads a pattern body and reuses the connection")
     func download() async throws {
