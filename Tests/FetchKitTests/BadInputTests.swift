@@ -142,24 +142,35 @@ struct BadInputTests {
 @Suite("Timeouts enforced by FetchKit", .timeLimit(.minutes(3)))
 struct TimeoutTests {
     @Test func subSecondIdleTimeoutIsNotTruncated() async throws {
-        // URLSession on Linux would turn 0.9 s into about 1 ms: no response arrives that fast.
+        // URLSession on Linux would turn 0.9 s into about 1 ms: the answer, 200 ms away, would
+        // never arrive. On a loaded machine it may arrive later than 0.9 s; then the timeout
+        // must have taken the 0.9 s, not 1 ms.
         let server = try LoopbackServer()
         defer { server.stop() }
-        let operation = server.operation("/json")
-        // Under a sanitizer on two cores the suite stalls for seconds: there the timeout only
-        // has to let the answer through.
-        operation.configuration.idleTimeout = runsUnderSanitizer ? 10 : 0.9
-        try await operation.run()
-        #expect(operation.error == nil)
+        let operation = server.operation("/delay/200")
+        let idle: TimeInterval = runsUnderSanitizer ? 10 : 0.9
+        operation.configuration.idleTimeout = idle
+        let started = Date()
+        _ = try? await operation.run()
+        let elapsed = Date().timeIntervalSince(started)
+        if case .timedOut(let timeout)? = operation.error {
+            #expect(timeout.kind == .idle)
+            #expect(elapsed >= idle - 0.05, "timed out after \(elapsed) s, not \(idle) s")
+        } else {
+            #expect(operation.error == nil)
+            #expect(elapsed >= 0.2)
+        }
     }
 
     @Test func idleTimeoutResetsWhileDataKeepsComing() async throws {
         let server = try LoopbackServer()
         defer { server.stop() }
-        let operation = server.operation("/trickle/40/1/80")   // 40 chunks, one every 80 ms: 3.2 s
-        operation.configuration.idleTimeout = runsUnderSanitizer ? 10 : 1.2
+        // 60 chunks, one every 100 ms: 6 s in all, twice the idle timeout (a gap under load
+        // can reach a second or two: 1.2 s beside 3.2 s was too little).
+        let operation = server.operation("/trickle/60/1/100")
+        operation.configuration.idleTimeout = runsUnderSanitizer ? 10 : 3
         try await operation.run()
-        #expect(operation.responseBody?.count == 40)
+        #expect(operation.responseBody?.count == 60)
     }
 
     @Test func totalTimeoutBoundsASlowTrickle() async throws {

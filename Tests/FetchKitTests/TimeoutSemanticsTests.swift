@@ -84,7 +84,8 @@ struct TimeoutSemanticsTests {
         let operation = FetchOperation<Data>(url: server.url("/stall-mid-body/1000"))
         // Room for the head to arrive on a loaded machine: a head later than the idle timeout
         // means "never answered", which is (rightly) not retried.
-        let idle: TimeInterval = runsUnderSanitizer ? 5 : 3
+        // (3 s was too little beside three compilers and a second test run.)
+        let idle: TimeInterval = runsUnderSanitizer ? 8 : 5
         operation.configuration.idleTimeout = idle
         operation.configuration.retryPolicy = RetryPolicy(maximumRetries: 1, baseDelay: 0.05, jitter: 0)
         let error = await outcome(of: operation)
@@ -112,7 +113,8 @@ struct TimeoutSemanticsTests {
         let operation = FetchOperation<Data>(url: server.url(path))
         operation.configuration.retryPolicy = policy
         // Long enough for the first answer on a loaded machine; far shorter than the waits.
-        operation.configuration.totalTimeout = runsUnderSanitizer ? 10 : 3
+        // (3 s was too little beside three compilers and a second test run.)
+        operation.configuration.totalTimeout = runsUnderSanitizer ? 15 : 8
         let retries = Locked<[RetryEvent]>([])
         operation.onRetry(on: .immediate) { event in retries.withLock { $0.append(event) } }
         let error = await outcome(of: operation)
