@@ -32,16 +32,10 @@ extension AnyFetchOperation {
     /// Called with Foundation's readiness: ready and not cancelled means every dependency
     /// finished, and nothing holds this operation any more.
     func releaseIfDependenciesFinished(ready: Bool) {
-        #if canImport(FoundationNetworking)
         guard ready else { return }
-        let released = core.withLock { core -> AnyFetchOperation? in
-            guard !core.machine.isCancelled else { return nil }   // the cancel releases it, after leaving them
-            defer { core.keepAlive = nil }
-            return core.keepAlive
-        }
+        let released = core.withLock { $0.releasingHoldOnDependencies() }
         // Released here, not under the lock; whoever asked holds the operation until it returns.
         withExtendedLifetime(released) {}
-        #endif
     }
 
     /// Leaves every dependency, so that none keeps a pointer to this operation: on cancel (before
@@ -74,5 +68,20 @@ extension AnyFetchOperation {
     /// A dependency removed by hand after the operation left them is no longer reported.
     func forgetDetached(_ dependency: Operation) {
         core.withLock { core in core.detachedDependencies?.removeAll { $0 === dependency } }
+    }
+}
+
+extension AnyFetchOperation.Core {
+    /// Takes the operation's hold on itself, once Foundation says it is ready: unless it was
+    /// cancelled (the cancel releases it, after leaving its dependencies), every dependency
+    /// finished. Call it under the lock; release what it returns after unlocking.
+    mutating func releasingHoldOnDependencies() -> AnyFetchOperation? {
+        #if canImport(FoundationNetworking)
+        guard !machine.isCancelled, let held = self.keepAlive else { return nil }
+        self.keepAlive = nil
+        return held
+        #else
+        return nil
+        #endif
     }
 }

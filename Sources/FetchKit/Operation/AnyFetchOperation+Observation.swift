@@ -66,13 +66,20 @@ extension AnyFetchOperation {
     /// Reads `super.isReady` and, when it differs from what observers last heard, reports the
     /// change. Foundation computes readiness itself (dependencies finishing, cancel) and always
     /// reads it through this getter, which is therefore where a change is first seen.
+    ///
+    /// Ready and not cancelled also means every dependency finished: the operation then stops
+    /// keeping itself alive (AnyFetchOperation+Dependents.swift).
     func observedReadiness(_ ready: Bool) -> Bool {
+        var released: AnyFetchOperation?
         let deliver = core.withLock { core -> Bool in
             core.readinessAsked = true
+            if ready { released = core.releasingHoldOnDependencies() }
             guard core.lastReportedReady != ready, !core.machine.isFinished else { return false }
             core.lastReportedReady = ready
             return core.post(.change(StateChange(key: .ready, oldValue: !ready, newValue: ready)))
         }
+        // Released here, not under the lock; whoever asked holds the operation until it returns.
+        withExtendedLifetime(released) {}
         if deliver {
             // Foundation may call this getter while holding its own locks: deliver elsewhere.
             DispatchQueue.global().async { self.deliverEvents() }

@@ -224,9 +224,7 @@ open class AnyFetchOperation: Operation, @unchecked Sendable {
 
     /// Foundation's readiness: every dependency finished, or the operation was cancelled.
     public final override var isReady: Bool {
-        let ready = observedReadiness(super.isReady)
-        releaseIfDependenciesFinished(ready: ready)
-        return ready
+        observedReadiness(super.isReady)
     }
 
     /// Makes this operation wait for `operation` to finish (Foundation's behaviour).
