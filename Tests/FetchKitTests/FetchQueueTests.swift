@@ -632,10 +632,25 @@ final class WeakBox: @unchecked Sendable {
     weak var value: AnyObject?
 }
 
-/// Whether a condition about released objects holds once pending work has run.
-func queueReleased(_ condition: @escaping @Sendable () -> Bool) async -> Bool {
-    for _ in 0..<3 where !condition() {
-        await withCheckedContinuation { continuation in DispatchQueue.global().async { continuation.resume() } }
+/// Whether a condition about released objects holds once pending work has run, within
+/// `timeout` seconds.
+///
+/// What releases them (a handler's closure context, a queue's last work item) runs on other
+/// threads a moment after the event a test waits for, and nothing announces the release itself:
+/// three hops through the global queue were not always enough under ThreadSanitizer. The
+/// condition is checked after each hop, then every few milliseconds until the deadline, which
+/// only turns a leak into a failure.
+func queueReleased(timeout: TimeInterval = 10, _ condition: @escaping @Sendable () -> Bool) async -> Bool {
+    let deadline = Date().addingTimeInterval(timeout)
+    var hops = 0
+    while !condition() {
+        guard Date() < deadline else { return false }
+        if hops < 3 {
+            await withCheckedContinuation { continuation in DispatchQueue.global().async { continuation.resume() } }
+            hops += 1
+        } else {
+            try? await Task.sleep(nanoseconds: 5_000_000)
+        }
     }
-    return condition()
+    return true
 }
