@@ -6,6 +6,7 @@
 //   swift run -c release fetchkit-bench queue-memory [--count N] [--runs R]
 //   swift run -c release fetchkit-bench endless-body [--limit MiB]
 //   swift run -c release fetchkit-bench disk-memory [--size MiB] [--runs R] [--no-ranges]
+//   swift run -c release fetchkit-bench idle-cpu [--transfers N] [--seconds S] [--runs R]
 import FetchKit
 import Foundation
 import LoopbackServer
@@ -32,6 +33,10 @@ benchmarks:
   disk-memory [--size MiB] [--runs R] [--no-ranges]
       peak RSS growth while one body streams to disk, FetchKit vs raw URLSession
       (default 1024 MiB, R = 3; --no-ranges: a server that refuses ranges)
+  idle-cpu [--transfers N] [--seconds S] [--runs R]
+      CPU used while N transfers wait S seconds on a silent server and on trickled bodies:
+      FetchKit, raw URLSession, and FetchKit with its socket fix off (FETCHKIT_QUIET_SOCKETS=0)
+      (default N = 8, S = 5, R = 3)
   serve
       runs the loopback server until interrupted and prints its URL, for other clients
 
@@ -94,6 +99,15 @@ do {
     case "queue-memory-child":
         guard arguments.count == 3, let count = Int(arguments[2]) else { throw BenchError("bad child arguments") }
         try QueueMemoryBenchmark.child(scenario: arguments[1], count: count)
+    case "idle-cpu":
+        try IdleCPUBenchmark.run(transfers: try option("--transfers", in: arguments, default: 8),
+                                 seconds: try option("--seconds", in: arguments, default: 5),
+                                 runs: try option("--runs", in: arguments, default: 3))
+    case "idle-cpu-child":
+        guard arguments.count == 5, let transfers = Int(arguments[3]), let seconds = Int(arguments[4]) else {
+            throw BenchError("bad child arguments")
+        }
+        try IdleCPUBenchmark.child(client: arguments[1], wait: arguments[2], transfers: transfers, seconds: seconds)
     case "endless-body":
         try EndlessBodyBenchmark.run(limitMiB: try option("--limit", in: arguments, default: 64))
     case "endless-body-child":
