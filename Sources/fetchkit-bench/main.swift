@@ -15,12 +15,13 @@ let usage = """
 usage: fetchkit-bench <benchmark> [options]
 
 benchmarks:
-  throughput [--runs R] [--quick] [--url BASE] [--only NAME,...]
+  throughput [--runs R] [--quick] [--url BASE] [--only NAME,...] [--fix-off]
       FetchKit vs raw URLSession on the loopback server (or BASE, a server that serves
       /bytes/{n}): 1 KiB × 5000 at C=1, 1 KiB × 20000 at C=16, 64 KiB × 5000 at C=8,
       16 MiB × 64 at C=4, 256 MiB × 1 into memory and to disk (default R = 5; names:
       1k-serial 1k 64k 16m 256m-memory 256m-disk), with the TCP connections the loopback
-      server accepted per run (median, max in brackets; n/a with --url)
+      server accepted per run (median, max in brackets; n/a with --url); --fix-off adds
+      FetchKit with its fix for FoundationNetworking's socket wake-ups off, side by side
   report [--runs R] [--quick] [--count N]
       in one run: the throughput table (default R = 3), peak RSS with 20000 fetches queued
       beside raw URLSession, and bytes per waiting operation beside a BlockOperation
@@ -72,7 +73,8 @@ do {
             index + 1 < arguments.count ? Set(arguments[index + 1].split(separator: ",").map(String.init)) : nil
         } ?? []
         try ThroughputBenchmark.run(runs: try option("--runs", in: arguments, default: 5),
-                                    quick: arguments.contains("--quick"), base: base, only: only)
+                                    quick: arguments.contains("--quick"), base: base, only: only,
+                                    fixOff: arguments.contains("--fix-off"))
     case "report":
         try ReportBenchmark.run(runs: try option("--runs", in: arguments, default: 3),
                                 quick: arguments.contains("--quick"),

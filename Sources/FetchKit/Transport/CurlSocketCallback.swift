@@ -40,7 +40,9 @@ enum CurlSocketCallback {
     /// The name of FoundationNetworking's socket callback: closure #1 in
     /// `URLSession._MultiHandle.setupCallbacks()`, `@convention(c) (CURL *, curl_socket_t,
     /// Int32, UnsafeMutableRawPointer?, UnsafeMutableRawPointer?) -> Int32`, as built from
-    /// swift-corelibs-foundation 6.x's `MultiHandle.swift`.
+    /// swift-corelibs-foundation's `MultiHandle.swift` (read in the 6.3.1 release; its
+    /// `register`, `createSources` and `tearDown` are the same from 6.0 to 6.3.3 and on `main`
+    /// of August 2026, which still has the fault).
     static let foundationCallbackName =
         "$s20FoundationNetworking10URLSessionC12_MultiHandleC14setupCallbacks33_76FB65EF45BDE9115477B690E87F5E28LLyyFs5Int32VSv_A2ISvSgAJtcfU_To"
 

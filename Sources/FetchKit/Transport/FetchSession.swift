@@ -47,7 +47,7 @@ import Musl
 /// before it registers a smaller set, then calls FoundationNetworking's own callback, found by
 /// name in its symbol table (through the multi handle, as for the pool size above). Eight
 /// transfers waiting on a silent server now use under 1 % of a core, where plain URLSession
-/// uses a whole one. Where the callback cannot be found and checked (another layout of
+/// uses most of one. Where the callback cannot be found and checked (another layout of
 /// FoundationNetworking, a stripped library), the session behaves as URLSession does. Setting
 /// the environment variable `FETCHKIT_QUIET_SOCKETS=0` before the first session is made turns
 /// the fix off for the process, to compare.
