@@ -166,6 +166,54 @@ struct IdleCPUTests {
         }
     }
 
+    /// Sessions side by side — two with the fix, one without — share nothing of it: each
+    /// one's transfers end whole, and a session invalidated while its transfers wait ends
+    /// them cancelled without disturbing the others.
+    @Test func sessionsSideBySideAndAnInvalidatedOneEachEndTheirOwnTransfers() async throws {
+        let server = try LoopbackServer(recordRequests: false)
+        defer { server.stop() }
+        let first = try quietSession()
+        let second = try quietSession()
+        let unfixed = FetchSession(configuration: FetchSession.defaultConfiguration(), monitors: [], quietsWaitingSockets: false)
+        let doomed = try quietSession()
+        defer { for session in [first, second, unfixed] { session.invalidate() } }
+        // The doomed session's transfers wait on a silent server until it is invalidated.
+        let waiting = (0..<4).map { index in
+            let fetch = FetchOperation<Data>(url: server.url("/never?doomed=\(index)"))
+            fetch.configuration.session = doomed
+            fetch.configuration.retryPolicy = .none
+            return fetch
+        }
+        let doomedQueue = FetchQueue(name: "doomed", maximumConcurrentTransfers: 4, maximumTransfersPerHost: 4)
+        let doomedDone = Countdown(waiting.count)
+        for fetch in waiting { doomedQueue.enqueue(fetch, on: .global) { _ in doomedDone.signal() } }
+        try #require(await server.waitUntil(timeout: 30) { $0.requestsInFlight == 4 })
+        var fetches: [FetchOperation<Data>] = []
+        var lengths: [Int] = []
+        for (index, session) in [first, second, unfixed, first, second, unfixed].enumerated() {
+            for variant in 0..<3 {
+                let length = 5000 + 3001 * index + 977 * variant
+                let path = variant == 0 ? "/trickle/\(length)/700/4?" : "/bytes/\(length)?delay=\(10 * variant)&"
+                let fetch = FetchOperation<Data>(url: server.url("\(path)side=\(index)-\(variant)"))
+                fetch.configuration.session = session
+                fetches.append(fetch)
+                lengths.append(length)
+            }
+        }
+        async let results = run(fetches, concurrency: 18)
+        doomed.invalidate(cancellingTransfers: true)
+        #expect(await doomedDone.wait(timeout: 30), "the invalidated session's waiting transfers never ended")
+        for fetch in waiting {
+            guard case .failure(.cancelled)? = fetch.result else {
+                Issue.record("a transfer of the invalidated session ended with \(String(describing: fetch.result))")
+                continue
+            }
+        }
+        for (result, length) in zip(try await results, lengths) {
+            #expect((try? result.get()) == BytePattern.data(offset: 0, count: length), "\(result)")
+        }
+    }
+
     // MARK: Helpers
 
     /// The fix's count of rewritten registrations (all sessions of the process).
