@@ -32,6 +32,18 @@ enum Memory {
         #endif
     }
 
+    /// The CPU time (user and system) this process has used, in seconds.
+    static func cpuSeconds() -> Double {
+        var usage = rusage()
+        #if os(Linux)
+        getrusage(__rusage_who_t(RUSAGE_SELF.rawValue), &usage)
+        #else
+        getrusage(RUSAGE_SELF, &usage)
+        #endif
+        return Double(usage.ru_utime.tv_sec) + Double(usage.ru_utime.tv_usec) / 1e6
+            + Double(usage.ru_stime.tv_sec) + Double(usage.ru_stime.tv_usec) / 1e6
+    }
+
     /// Returns freed memory to the system where the C library allows it, so that RSS readings
     /// reflect what is live.
     static func trim() {

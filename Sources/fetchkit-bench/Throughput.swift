@@ -8,6 +8,8 @@ import LoopbackServer
 /// interleaved — raw then FetchKit, then FetchKit then raw — and the table shows medians.
 enum ThroughputBenchmark {
     static let clients = ["raw", "fetchkit"]
+    /// With `--fix-off`: FetchKit with its fix for FoundationNetworking's socket wake-ups off too.
+    static let clientsWithFixOff = ["raw", "fetchkit", "fetchkit-unfixed"]
 
     struct Sample {
         let measurement: Measurement
@@ -16,7 +18,9 @@ enum ThroughputBenchmark {
 
     /// Runs the table and returns the samples by workload name and client.
     @discardableResult
-    static func run(runs: Int, quick: Bool, base externalBase: URL?, only: Set<String>) throws -> [String: [String: [Sample]]] {
+    static func run(runs: Int, quick: Bool, base externalBase: URL?, only: Set<String>,
+                    fixOff: Bool = false) throws -> [String: [String: [Sample]]] {
+        let clients = fixOff ? clientsWithFixOff : clients
         let server = externalBase == nil ? try LoopbackServer(recordRequests: false) : nil
         defer { server?.stop() }
         let base = externalBase ?? server!.baseURL
@@ -40,7 +44,30 @@ enum ThroughputBenchmark {
             FileHandle.standardError.write(Data("run \(run + 1) of \(runs) done\n".utf8))
         }
         printTable(scenarios, samples)
+        if fixOff { printFixTable(scenarios, samples) }
         return samples
+    }
+
+    /// FetchKit with and without its fix for the socket wake-ups, beside raw URLSession.
+    private static func printFixTable(_ scenarios: [Scenario], _ samples: [String: [String: [Sample]]]) {
+        print("\nFetchKit with its socket fix (on) and without it (FETCHKIT_QUIET_SOCKETS=0, off):\n")
+        let columns = [28, 14, 14, 14, 10, 10]
+        let header = ["workload", "raw", "FK fix off", "FK fix on", "off/raw", "on/raw"]
+        print(zip(header, columns).map { pad($0, $1) }.joined())
+        for scenario in scenarios {
+            guard let raw = samples[scenario.name]?["raw"], let on = samples[scenario.name]?["fetchkit"],
+                  let off = samples[scenario.name]?["fetchkit-unfixed"] else { continue }
+            func rate(_ sample: Sample) -> Double {
+                let m = sample.measurement
+                return scenario.reportsRequests ? Double(m.requests) / m.seconds : Double(m.bytes) / m.seconds / 1e6
+            }
+            let unit = scenario.reportsRequests ? "req/s" : "MB/s"
+            let (rawRate, onRate, offRate) = (median(raw.map(rate)), median(on.map(rate)), median(off.map(rate)))
+            let row = [scenario.title, String(format: "%.0f %@", rawRate, unit), String(format: "%.0f %@", offRate, unit),
+                       String(format: "%.0f %@", onRate, unit), String(format: "%.2f×", offRate / rawRate),
+                       String(format: "%.2f×", onRate / rawRate)]
+            print(zip(row, columns).map { pad($0, $1) }.joined())
+        }
     }
 
     private static func printTable(_ scenarios: [Scenario], _ samples: [String: [String: [Sample]]]) {
@@ -99,6 +126,10 @@ enum ThroughputBenchmark {
         case "raw": measurement = RawClient(scenario: scenario, base: base, directory: directory).run()
         case "raw-all": measurement = RawClient(scenario: scenario, base: base, directory: directory, allAtOnce: true).run()
         case "fetchkit": measurement = FetchKitClient(scenario: scenario, base: base, directory: directory).run()
+        case "fetchkit-unfixed":
+            // Read once, when the first FetchSession is made: nothing has touched FetchKit yet.
+            setenv("FETCHKIT_QUIET_SOCKETS", "0", 1)
+            measurement = FetchKitClient(scenario: scenario, base: base, directory: directory).run()
         case "operations-floor":
             // Its peak is read while the operations are queued (they are freed before it returns).
             print(OperationsFloor.run(scenario: scenario, base: base).line)

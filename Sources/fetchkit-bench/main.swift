@@ -6,6 +6,7 @@
 //   swift run -c release fetchkit-bench queue-memory [--count N] [--runs R]
 //   swift run -c release fetchkit-bench endless-body [--limit MiB]
 //   swift run -c release fetchkit-bench disk-memory [--size MiB] [--runs R] [--no-ranges]
+//   swift run -c release fetchkit-bench idle-cpu [--transfers N] [--seconds S] [--runs R]
 import FetchKit
 import Foundation
 import LoopbackServer
@@ -14,12 +15,13 @@ let usage = """
 usage: fetchkit-bench <benchmark> [options]
 
 benchmarks:
-  throughput [--runs R] [--quick] [--url BASE] [--only NAME,...]
+  throughput [--runs R] [--quick] [--url BASE] [--only NAME,...] [--fix-off]
       FetchKit vs raw URLSession on the loopback server (or BASE, a server that serves
       /bytes/{n}): 1 KiB × 5000 at C=1, 1 KiB × 20000 at C=16, 64 KiB × 5000 at C=8,
       16 MiB × 64 at C=4, 256 MiB × 1 into memory and to disk (default R = 5; names:
       1k-serial 1k 64k 16m 256m-memory 256m-disk), with the TCP connections the loopback
-      server accepted per run (median, max in brackets; n/a with --url)
+      server accepted per run (median, max in brackets; n/a with --url); --fix-off adds
+      FetchKit with its fix for FoundationNetworking's socket wake-ups off, side by side
   report [--runs R] [--quick] [--count N]
       in one run: the throughput table (default R = 3), peak RSS with 20000 fetches queued
       beside raw URLSession, and bytes per waiting operation beside a BlockOperation
@@ -32,6 +34,10 @@ benchmarks:
   disk-memory [--size MiB] [--runs R] [--no-ranges]
       peak RSS growth while one body streams to disk, FetchKit vs raw URLSession
       (default 1024 MiB, R = 3; --no-ranges: a server that refuses ranges)
+  idle-cpu [--transfers N] [--seconds S] [--runs R]
+      CPU used while N transfers wait S seconds on a silent server and on trickled bodies:
+      FetchKit, raw URLSession, and FetchKit with its socket fix off (FETCHKIT_QUIET_SOCKETS=0)
+      (default N = 8, S = 5, R = 3)
   serve
       runs the loopback server until interrupted and prints its URL, for other clients
 
@@ -67,7 +73,8 @@ do {
             index + 1 < arguments.count ? Set(arguments[index + 1].split(separator: ",").map(String.init)) : nil
         } ?? []
         try ThroughputBenchmark.run(runs: try option("--runs", in: arguments, default: 5),
-                                    quick: arguments.contains("--quick"), base: base, only: only)
+                                    quick: arguments.contains("--quick"), base: base, only: only,
+                                    fixOff: arguments.contains("--fix-off"))
     case "report":
         try ReportBenchmark.run(runs: try option("--runs", in: arguments, default: 3),
                                 quick: arguments.contains("--quick"),
@@ -94,6 +101,15 @@ do {
     case "queue-memory-child":
         guard arguments.count == 3, let count = Int(arguments[2]) else { throw BenchError("bad child arguments") }
         try QueueMemoryBenchmark.child(scenario: arguments[1], count: count)
+    case "idle-cpu":
+        try IdleCPUBenchmark.run(transfers: try option("--transfers", in: arguments, default: 8),
+                                 seconds: try option("--seconds", in: arguments, default: 5),
+                                 runs: try option("--runs", in: arguments, default: 3))
+    case "idle-cpu-child":
+        guard arguments.count == 5, let transfers = Int(arguments[3]), let seconds = Int(arguments[4]) else {
+            throw BenchError("bad child arguments")
+        }
+        try IdleCPUBenchmark.child(client: arguments[1], wait: arguments[2], transfers: transfers, seconds: seconds)
     case "endless-body":
         try EndlessBodyBenchmark.run(limitMiB: try option("--limit", in: arguments, default: 64))
     case "endless-body-child":

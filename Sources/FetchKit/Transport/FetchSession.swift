@@ -39,6 +39,19 @@ import Musl
 /// keeps up to max(64, `httpMaximumConnectionsPerHost`) connections over all hosts; more
 /// transfers than that in flight to several hosts close the excess as they end.
 ///
+/// A transfer that waits on the network costs no CPU. On Linux, FoundationNetworking (Swift
+/// 6.3.1 and earlier) keeps a socket's "writable" dispatch source after libcurl has sent the
+/// request and waits for the response; a connected socket is always writable, so it fires
+/// without end, and eight transfers waiting on a slow server kept a CPU core busy. A
+/// `FetchSession` replaces libcurl's socket callback with one that removes a socket's sources
+/// before it registers a smaller set, then calls FoundationNetworking's own callback, found by
+/// name in its symbol table (through the multi handle, as for the pool size above). Eight
+/// transfers waiting on a silent server now use under 1 % of a core, where plain URLSession
+/// uses most of one. Where the callback cannot be found and checked (another layout of
+/// FoundationNetworking, a stripped library), the session behaves as URLSession does. Setting
+/// the environment variable `FETCHKIT_QUIET_SOCKETS=0` before the first session is made turns
+/// the fix off for the process, to compare.
+///
 /// Cookies work as the configuration says. On Linux a session without a URL cache (the
 /// default) stores the cookies that responses set itself — into the configuration's
 /// `httpCookieStorage`, from each response with `Set-Cookie`, a redirect's before it is
@@ -77,8 +90,15 @@ public final class FetchSession: @unchecked Sendable {
     ///   - monitors: Who observes every fetch that uses this session — started on its own, in
     ///     an `OperationQueue` or in a ``FetchQueue`` — called in this order for each event
     ///     (see ``FetchEventMonitor``). Default none.
-    public init(configuration: URLSessionConfiguration = FetchSession.defaultConfiguration(),
-                monitors: [any FetchEventMonitor] = []) {
+    public convenience init(configuration: URLSessionConfiguration = FetchSession.defaultConfiguration(),
+                            monitors: [any FetchEventMonitor] = []) {
+        self.init(configuration: configuration, monitors: monitors,
+                  quietsWaitingSockets: CurlSocketCallback.isEnabledByDefault)
+    }
+
+    /// Creates a session, with or without the fix for the socket wake-ups of FoundationNetworking
+    /// (see ``quietsWaitingSockets``): tests and the benchmark compare both.
+    init(configuration: URLSessionConfiguration, monitors: [any FetchEventMonitor], quietsWaitingSockets quiet: Bool) {
         self.monitors = monitors
         monitorChannel = MonitorChannel(monitors, label: "FetchKit.FetchSession.monitors")
         // URLSession copies the configuration it is given; so does this, to change its copy only.
@@ -89,7 +109,12 @@ public final class FetchSession: @unchecked Sendable {
         // Before any task exists, so that nothing else touches libcurl's handle yet.
         Self.fixConnectionPoolSize(of: urlSession,
                                    to: max(Self.connectionPoolSize, configuration.httpMaximumConnectionsPerHost))
+        quietsWaitingSockets = quiet && CurlSocketCallback.install(on: urlSession)
     }
+
+    /// Whether this session's transfers wait without waking up (on Linux): whether the fix for
+    /// FoundationNetworking's socket callback is installed (``CurlSocketCallback``).
+    let quietsWaitingSockets: Bool
 
     /// How many connections a session keeps, in use and idle, over all hosts (on Linux).
     ///

@@ -1,0 +1,124 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+
+/// Stops FoundationNetworking from waking up all the time while a transfer waits (Linux).
+///
+/// FoundationNetworking watches libcurl's sockets with dispatch sources, created in its
+/// `CURLMOPT_SOCKETFUNCTION` callback (`URLSession/libcurl/MultiHandle.swift`,
+/// `_MultiHandle.register(socket:for:what:socketSourcePtr:)`). It adds a source for each
+/// direction libcurl asks for, but removes sources only when libcurl says `CURL_POLL_REMOVE`.
+/// When libcurl goes from "wait until writable" (connecting, sending the request or a body) to
+/// "wait until readable" (the response), the write source stays; a connected socket is always
+/// writable, so it fires without end, each time running `curl_multi_socket_action` for
+/// nothing: a waiting transfer burns a CPU core (strace shows the socket's epoll registration
+/// flipping between `EPOLLIN` and `EPOLLIN|EPOLLOUT` thousands of times a second).
+///
+/// The fix goes between libcurl and FoundationNetworking's callback, which it still calls for
+/// everything: when libcurl asks for one direction only (`CURL_POLL_IN` or `CURL_POLL_OUT`) on
+/// a socket that already has sources, the callback first hears `CURL_POLL_REMOVE` for it (so
+/// FoundationNetworking cancels both sources and releases its per-socket object), then the
+/// request with no per-socket object, as for a new socket (so it makes a fresh object, hands
+/// it to libcurl with `curl_multi_assign`, and creates exactly the sources asked for).
+/// FoundationNetworking's own teardown defers the new sources until the old ones are
+/// cancelled, as it does when libcurl removes a socket and registers it again at once; a
+/// source created on a socket that is already readable fires at once, so no wake-up is lost.
+/// `CURL_POLL_INOUT` (a superset: nothing to remove), `CURL_POLL_REMOVE` and `CURL_POLL_NONE`
+/// pass through unchanged. The fix keeps no state of its own.
+///
+/// FoundationNetworking's callback is a local symbol (the `@convention(c)` thunk of the
+/// closure in `_MultiHandle.setupCallbacks()`), found by its exact name in the library's
+/// symbol table (``LoadedFunction``); if it is not there, or any check fails, nothing is
+/// installed and FoundationNetworking behaves as before.
+enum CurlSocketCallback {
+    /// The name of FoundationNetworking's socket callback: closure #1 in
+    /// `URLSession._MultiHandle.setupCallbacks()`, `@convention(c) (CURL *, curl_socket_t,
+    /// Int32, UnsafeMutableRawPointer?, UnsafeMutableRawPointer?) -> Int32`, as built from
+    /// swift-corelibs-foundation's `MultiHandle.swift` (read in the 6.3.1 release; its
+    /// `register`, `createSources` and `tearDown` are the same from 6.0 to 6.3.3 and on `main`
+    /// of August 2026, which still has the fault).
+    static let foundationCallbackName =
+        "$s20FoundationNetworking10URLSessionC12_MultiHandleC14setupCallbacks33_76FB65EF45BDE9115477B690E87F5E28LLyyFs5Int32VSv_A2ISvSgAJtcfU_To"
+
+    /// The environment variable that turns the fix off for the whole process when set to `0`
+    /// (read once, when the first session is created): for comparison, or if the fix is ever
+    /// suspected.
+    static let environmentVariable = "FETCHKIT_QUIET_SOCKETS"
+
+    /// Whether sessions install the fix unless told otherwise: yes, unless
+    /// ``environmentVariable`` is `0`.
+    static let isEnabledByDefault: Bool = ProcessInfo.processInfo.environment[environmentVariable] != "0"
+
+    /// Installs the fix on `session`'s libcurl multi handle, where FoundationNetworking has one
+    /// (Linux) and everything checks out; does nothing elsewhere. Call it before the session has
+    /// a task, as ``FetchSession/fixConnectionPoolSize(of:to:)``.
+    ///
+    /// - Returns: Whether the fix is installed.
+    @discardableResult
+    static func install(on session: URLSession) -> Bool {
+        #if canImport(FoundationNetworking) && os(Linux) && (canImport(Glibc) || canImport(Musl))
+        guard foundationCallback != nil,
+              let multiHandle = Mirror(reflecting: session).descendant("multiHandle"),
+              let rawHandle = Mirror(reflecting: multiHandle).descendant("rawHandle") as? UnsafeMutableRawPointer,
+              let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "curl_multi_setopt")
+        else { return false }
+        // CURLMcode curl_multi_setopt(CURLM *, CURLMoption, ...) with a function pointer: on the
+        // Linux ABIs Swift supports, a variadic pointer argument travels like a fixed one.
+        typealias SetFunctionOption = @convention(c) (UnsafeMutableRawPointer, Int32, Callback) -> Int32
+        let setOption = unsafeBitCast(symbol, to: SetFunctionOption.self)
+        let socketFunction: Int32 = 20_001   // CURLMOPT_SOCKETFUNCTION (CURLOPTTYPE_FUNCTIONPOINT + 1)
+        return setOption(rawHandle, socketFunction, quietingCallback) == 0   // CURLM_OK
+        #else
+        return false
+        #endif
+    }
+
+    #if canImport(FoundationNetworking) && os(Linux) && (canImport(Glibc) || canImport(Musl))
+    /// libcurl's `curl_socket_callback`: `int (CURL *easy, curl_socket_t s, int what,
+    /// void *clientp, void *socketp)`.
+    typealias Callback = @convention(c) (UnsafeMutableRawPointer?, Int32, Int32, UnsafeMutableRawPointer?,
+                                         UnsafeMutableRawPointer?) -> Int32
+
+    /// libcurl's `CURL_POLL_*` values.
+    enum Poll {
+        static let readable: Int32 = 1      // CURL_POLL_IN
+        static let writable: Int32 = 2      // CURL_POLL_OUT
+        static let remove: Int32 = 4        // CURL_POLL_REMOVE
+    }
+
+    /// FoundationNetworking's socket callback, found once per process; `nil` if it cannot be
+    /// found safely.
+    static let foundationCallback: Callback? = {
+        // An address inside FoundationNetworking: its `URLSession` class object.
+        let anchor = unsafeBitCast(URLSession.self as AnyClass, to: UnsafeRawPointer.self)
+        guard let address = LoadedFunction.address(of: foundationCallbackName, inFileMappedAt: anchor) else { return nil }
+        return unsafeBitCast(address, to: Callback.self)
+    }()
+
+    /// How many registrations the fix has turned into a removal and a new registration, in
+    /// all sessions of the process (for tests: a few per connection, never per wake-up).
+    static let rewrites = Protected(0)
+
+    /// What libcurl calls instead of FoundationNetworking's callback (see the type's comment).
+    static let quietingCallback: Callback = { easy, socket, what, clientp, socketp in
+        // Installed only when `foundationCallback` was found.
+        guard let original = CurlSocketCallback.foundationCallback else { return -1 }
+        guard socketp != nil, what == Poll.readable || what == Poll.writable else {
+            return original(easy, socket, what, clientp, socketp)
+        }
+        // One direction asked for on a socket that has sources (and perhaps the other one, which
+        // FoundationNetworking would keep): remove them all, then register as a new socket,
+        // whose object FoundationNetworking hands to libcurl with `curl_multi_assign`.
+        CurlSocketCallback.rewrites.withLock { $0 &+= 1 }
+        let removed = original(easy, socket, Poll.remove, clientp, socketp)
+        guard removed == 0 else { return removed }
+        return original(easy, socket, what, clientp, nil)
+    }
+    #endif
+}
