@@ -7,8 +7,9 @@ import Testing
 /// Each measurement runs in a process of its own (`fetchkit-bench endless-body-child`, which
 /// serves the body from a loopback server in that process), so that its peak resident set is
 /// the fetch's alone; the child prints the growth of the peak over its resident set just
-/// before the fetch. The server writes 256-byte chunks as fast as the socket takes them.
-@Suite("An endless body in tiny chunks stays near its limit", .timeLimit(.minutes(3)))
+/// before the fetch. The server writes 256-byte chunks as fast as the socket takes them. One
+/// child at a time: each keeps two cores busy for a few seconds.
+@Suite("An endless body in tiny chunks stays near its limit", .serialized, .timeLimit(.minutes(3)))
 struct EndlessBodyMemoryTests {
     private func growth(_ scenario: String, limitMiB: Int, chunk: Int) async throws -> Int {
         let (status, output, errors) = try await runTool("fetchkit-bench", [

@@ -18,7 +18,7 @@ struct NoRedownloadTests {
         let server = try LoopbackServer()
         let directory = try TemporaryDirectory()
         defer { server.stop(); directory.remove() }
-        let length = 32 << 20
+        let length = 16 << 20
         server.resumableRoute("/big", length: length, etag: Locked("v1"), cutFull: Locked(false))
         let destination = directory.file("big.bin")
         let download = DownloadOperation(url: server.url("/big"), destination: destination)

@@ -158,7 +158,11 @@ extension SessionRouter: URLSessionDataDelegate {
                 task.cancel()
                 return
             }
-            switch transfer.redirect(response, to: request) {
+            let decision = transfer.redirect(response, to: request)
+            // A task that stopped waiting meanwhile (a cancel that reached URLSession's queue
+            // first) traps if answered; this queue may be seconds behind that one.
+            guard task.state == .running else { return }
+            switch decision {
             case .follow(let next): completionHandler(cookies.sending(next))
             case .stop: completionHandler(nil)
             case .abandon: task.cancel()
