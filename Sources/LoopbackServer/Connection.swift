@@ -213,6 +213,7 @@ final class Connection {
                 } else {
                     ok = Socket.sendAll(fd, slice)
                 }
+                if ok { core.patternSent(slice.count) }
                 return ok
             }
         }

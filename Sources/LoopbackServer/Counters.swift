@@ -16,6 +16,10 @@ public struct ServerCounters: Sendable, Equatable, CustomStringConvertible {
     public var peakRequestsInFlight: Int
     /// Request heads parsed since the start or the last reset.
     public var requestsReceived: Int
+    /// Bytes of pattern bodies (``HTTPResponse/Body/pattern(offset:count:)``, scripts'
+    /// `writePattern`, chunked patterns) handed to the kernel since the start or the last
+    /// reset: what a client was sent of them, to within one slice of a response cut short.
+    public var patternBytesSent: Int
 
     /// All zero.
     public init() {
@@ -24,13 +28,14 @@ public struct ServerCounters: Sendable, Equatable, CustomStringConvertible {
         requestsInFlight = 0
         peakRequestsInFlight = 0
         requestsReceived = 0
+        patternBytesSent = 0
     }
 
     /// The counters on one line.
     public var description: String {
         "connectionsAccepted=\(connectionsAccepted) connectionsOpen=\(connectionsOpen) "
             + "requestsInFlight=\(requestsInFlight) peakRequestsInFlight=\(peakRequestsInFlight) "
-            + "requestsReceived=\(requestsReceived)"
+            + "requestsReceived=\(requestsReceived) patternBytesSent=\(patternBytesSent)"
     }
 }
 

@@ -195,6 +195,13 @@ final class ServerCore: @unchecked Sendable {
         condition.unlock()
     }
 
+    /// Counts pattern body bytes handed to the kernel.
+    func patternSent(_ count: Int) {
+        condition.lock()
+        counters.patternBytesSent += count
+        condition.unlock()
+    }
+
     var snapshot: ServerCounters {
         condition.lock()
         defer { condition.unlock() }
@@ -205,6 +212,7 @@ final class ServerCore: @unchecked Sendable {
         condition.lock()
         counters.connectionsAccepted = 0
         counters.requestsReceived = 0
+        counters.patternBytesSent = 0
         counters.peakRequestsInFlight = counters.requestsInFlight
         recorded.removeAll()
         condition.broadcast()

@@ -4,7 +4,7 @@
 //   swift run -c release fetchkit-bench                 the throughput table (alias: throughput)
 //   swift run -c release fetchkit-bench report [--runs R] [--count N]   everything issue 11 asks, in one run
 //   swift run -c release fetchkit-bench queue-memory [--count N] [--runs R]
-//   swift run -c release fetchkit-bench endless-body [--limit MiB]
+//   swift run -c release fetchkit-bench endless-body [--limit MiB] [--chunks B,...] [--runs R] [--no-raw]
 //   swift run -c release fetchkit-bench disk-memory [--size MiB] [--runs R] [--no-ranges]
 //   swift run -c release fetchkit-bench idle-cpu [--transfers N] [--seconds S] [--runs R]
 import FetchKit
@@ -28,9 +28,11 @@ benchmarks:
       (queue-memory with N operations, default 100000)
   queue-memory [--count N] [--runs R]
       memory per queued operation (default N = 100000, R = 3)
-  endless-body [--limit MiB]
+  endless-body [--limit MiB] [--chunks B,...] [--runs R] [--no-raw]
       peak memory growth of a fetch of an endless chunked body at its limit (default 64 MiB),
-      against appending to a Data up to the limit
+      in chunks of B bytes (default 256,65536), into memory and to a file, against raw
+      URLSession (not with --no-raw: it may grow by gigabytes) and appending to a Data up to
+      the limit (default R = 3)
   disk-memory [--size MiB] [--runs R] [--no-ranges]
       peak RSS growth while one body streams to disk, FetchKit vs raw URLSession
       (default 1024 MiB, R = 3; --no-ranges: a server that refuses ranges)
@@ -111,10 +113,15 @@ do {
         }
         try IdleCPUBenchmark.child(client: arguments[1], wait: arguments[2], transfers: transfers, seconds: seconds)
     case "endless-body":
-        try EndlessBodyBenchmark.run(limitMiB: try option("--limit", in: arguments, default: 64))
+        let chunks = arguments.firstIndex(of: "--chunks").flatMap { index in
+            index + 1 < arguments.count ? arguments[index + 1].split(separator: ",").compactMap { Int($0) }.filter { $0 > 0 } : nil
+        } ?? [256, 64 << 10]
+        try EndlessBodyBenchmark.run(limitMiB: try option("--limit", in: arguments, default: 64), chunkSizes: chunks,
+                                     runs: try option("--runs", in: arguments, default: 3), raw: !arguments.contains("--no-raw"))
     case "endless-body-child":
-        guard arguments.count == 3, let limit = Int(arguments[2]) else { throw BenchError("bad child arguments") }
-        try EndlessBodyBenchmark.child(scenario: arguments[1], limitMiB: limit)
+        guard arguments.count == 3 || arguments.count == 4, let limit = Int(arguments[2]) else { throw BenchError("bad child arguments") }
+        try EndlessBodyBenchmark.child(scenario: arguments[1], limitMiB: limit,
+                                       chunkSize: arguments.count == 4 ? Int(arguments[3]) ?? (16 << 10) : 16 << 10)
     case "-h", "--help":
         print(usage)
     default:

@@ -90,9 +90,14 @@ struct PartialDownloadRecord: Codable, Equatable, Sendable {
 ///
 /// The router queue only hands each chunk to the writer. When the writer falls behind the
 /// network by more than ``Backpressure/bound`` and the server allows continuing (a validator,
-/// and ranges), ``shouldStopTransfer()`` says so: the transfer stops, the writer finishes, the
-/// partial file is kept, and the download continues with `Range` from what is on disk. (On
-/// Linux neither `suspend()` nor a slow delegate slows libcurl; see ``ResponseBodySink``.)
+/// and ranges), ``shouldStopTransfer()`` says so: the transfer stops, and its task is
+/// cancelled. Whatever the task still delivers — the chunks that had arrived before the cancel
+/// landed — is written too (``writeLate(_:)``), so no byte that arrived is fetched twice. Once
+/// the task has completed and the writer has finished, the partial file is kept, and the
+/// download continues with `Range` from its end. (On Linux neither `suspend()` nor a slow
+/// delegate slows libcurl; see ``ResponseBodySink``.) When the late chunks completed the body,
+/// or its length is unknown, the file's last byte is left out, so that the continuation asks
+/// for one byte instead of an empty range (a `416`).
 ///
 /// A `206 Partial Content` that starts where the partial file ends is appended to it; any
 /// other success rewrites it from the start. On failure or cancel the partial file is kept
@@ -117,6 +122,8 @@ final class FileBodySink: ResponseBodySink {
     /// When to stop the transfer because the writer fell behind (`nil`: never).
     var backpressure: Backpressure?
     private let stoppedBehind = Protected(false)
+    /// Stopped for the writer and not completed yet: the task's late chunks are written.
+    private var takingLateChunks = false
     /// Whether the writer falling behind may stop this transfer. Not when a `Range` request
     /// was answered from byte 0: a server that ignores ranges, or whose validator changes each
     /// time, would otherwise be stopped and restarted for ever.
@@ -134,6 +141,8 @@ final class FileBodySink: ResponseBodySink {
     private var expectedEnd: Int64?
     /// The writer's backlog after the last chunk.
     private var lastBacklog: Int64 = 0
+    /// The largest ``lastBacklog`` before a stop: what the bound holds to.
+    private var peakBeforeStop: Int64 = 0
 
     /// The largest the file may grow, resumed bytes included (the download's
     /// ``FetchConfiguration/maximumResponseSize``).
@@ -214,6 +223,7 @@ final class FileBodySink: ResponseBodySink {
         }
         writerAppended += Int64(chunk.count)
         lastBacklog = backlog
+        if !takingLateChunks { peakBeforeStop = max(peakBeforeStop, backlog) }
     }
 
     /// Whether to stop the transfer now and continue it with `Range` once the writer has
@@ -237,8 +247,12 @@ final class FileBodySink: ResponseBodySink {
     }
 
     /// The largest backlog seen (diagnostics and tests).
+    ///
+    /// Counted until the transfer is stopped: the bound holds to it. The stopped task's late
+    /// chunks come on top — bytes that had already arrived, in memory whether written or
+    /// dropped, and written so that they are not fetched again.
     var peakBacklog: Int64 {
-        writer?.status.peakBacklog ?? 0
+        peakBeforeStop
     }
 
     /// Waits for the writer: every byte handed over is on disk (or a write failed).
@@ -277,12 +291,9 @@ final class FileBodySink: ResponseBodySink {
             return
         }
         if stoppedForBackpressure {
-            // Kept for the continuation, which waits for the writer (``whenReadyToContinue(_:)``).
-            // The router queue does not: the stopped task's chunks keep coming for a while.
-            closeAfterWriter(discarding: false)
-            let gate = continuation
-            let stored: @Sendable () -> Void = { Self.record(in: gate) { $0.stored = true } }
-            if let writer { writer.whenDrained(stored) } else { stored() }
+            // Kept for the continuation. The stopped task's chunks keep coming for a while, and
+            // are written: the file is closed once the task has completed.
+            takingLateChunks = true
             return
         }
         if keepsResumablePartial && resumable && max(length, writerBase + writerAppended) > 0 {
@@ -290,6 +301,11 @@ final class FileBodySink: ResponseBodySink {
             // a resume asks for. (A write that failed only shortened it.) The backlog is at most
             // the bound here: a resumable GET is stopped when it passes it.
             _ = drainWriter()
+            if let expectedEnd, length >= expectedEnd, descriptor >= 0, ftruncate(descriptor, off_t(length - 1)) == 0 {
+                // Every byte arrived before the cancel: a resume from the end would ask for an
+                // empty range (a 416). It asks for the last byte again instead.
+                length -= 1
+            }
             if descriptor >= 0 {
                 _ = posixClose(descriptor)
                 descriptor = -1
@@ -316,8 +332,46 @@ final class FileBodySink: ResponseBodySink {
         }
     }
 
-    func stoppedTaskDidComplete() {
-        Self.record(in: continuation) { $0.taskCompleted = true }
+    func writeLate(_ chunk: Data) {
+        guard takingLateChunks else { return }
+        do {
+            try write(chunk)
+        } catch {
+            // Over the cap, or a failed write: the file ends before this chunk, and the
+            // continuation asks for the rest (and fails as the first transfer would have).
+            takingLateChunks = false
+        }
+    }
+
+    /// The stopped task has completed: nothing more arrives. The file is closed once the
+    /// writer is done with it — its last byte left out first if the body may be complete —
+    /// and then the continuation may start.
+    func stoppedTaskDidComplete(bodyComplete: Bool) {
+        let gate = continuation
+        defer { Self.record(in: gate) { $0.taskCompleted = true } }
+        guard stoppedForBackpressure, descriptor >= 0 else { return }
+        takingLateChunks = false
+        let fd = descriptor
+        descriptor = -1
+        let stored: @Sendable () -> Void = { Self.record(in: gate) { $0.stored = true } }
+        guard let writer else {
+            _ = posixClose(fd)
+            stored()
+            return
+        }
+        let (base, expectedEnd) = (writerBase, expectedEnd)
+        writer.whenDrained { [writer] in
+            let status = writer.status
+            let end = base + status.written
+            // A `Range` from the end of a complete body asks for nothing, and gets a 416:
+            // then the last byte is asked for again. Without a length, completeness is unknown.
+            let mayBeComplete = bodyComplete || expectedEnd.map { end >= $0 } ?? true
+            if status.failure == nil, mayBeComplete, end > 0 {
+                _ = ftruncate(fd, off_t(end - 1))
+            }
+            _ = posixClose(fd)
+            stored()
+        }
     }
 
     func whenWritten(_ body: @escaping @Sendable () -> Void) {

@@ -34,8 +34,13 @@ protocol ResponseBodySink: AnyObject {
     func shouldStopTransfer() -> Bool
     /// Whether ``shouldStopTransfer()`` stopped the transfer. Safe from any thread.
     var stoppedForBackpressure: Bool { get }
+    /// A chunk that the task ``shouldStopTransfer()`` stopped delivered after the stop: the
+    /// body's next bytes, in order. Never throws: a chunk the sink cannot take is dropped, and
+    /// the continuation asks for it again.
+    func writeLate(_ chunk: Data)
     /// The task that ``shouldStopTransfer()`` stopped has completed: nothing more arrives.
-    func stoppedTaskDidComplete()
+    /// `bodyComplete`: it completed without an error, so every byte of the body arrived.
+    func stoppedTaskDidComplete(bodyComplete: Bool)
     /// Runs `body`, on any thread, once a transfer stopped by ``shouldStopTransfer()`` can be
     /// continued: everything written is stored, and the stopped task has completed.
     func whenReadyToContinue(_ body: @escaping @Sendable () -> Void)
@@ -50,7 +55,8 @@ protocol ResponseBodySink: AnyObject {
 extension ResponseBodySink {
     func shouldStopTransfer() -> Bool { false }
     var stoppedForBackpressure: Bool { false }
-    func stoppedTaskDidComplete() {}
+    func writeLate(_ chunk: Data) {}
+    func stoppedTaskDidComplete(bodyComplete: Bool) {}
     func whenReadyToContinue(_ body: @escaping @Sendable () -> Void) { body() }
     func whenWritten(_ body: @escaping @Sendable () -> Void) { body() }
     var storesLater: Bool { false }

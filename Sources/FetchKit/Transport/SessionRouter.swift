@@ -9,12 +9,24 @@ import FoundationNetworking
 ///
 /// Why one delegate that routes, rather than a delegate per task: on Linux, delegate methods
 /// declared only in a subclass are never called, and `task.delegate` receives no data callbacks
-/// for `dataTask(with:)`. All callbacks run on ``queue``, a serial queue that the transfers'
-/// timers share, so a transfer's state is touched by one thread at a time without a lock.
+/// for `dataTask(with:)`. All callbacks are handled on ``queue``, a serial queue that the
+/// transfers' timers share, so a transfer's state is touched by one thread at a time without
+/// a lock.
+///
+/// How a callback gets there. On Linux the session's delegate queue is an
+/// ``ArrivalDelegateQueue``: URLSession hands it each callback on its own serial work queue,
+/// and it runs the callback there at once; the router then queues the work on ``queue``
+/// itself, in the order the callbacks came. A body chunk is first put in its transfer's
+/// ``TransferInbox``, which counts it against the size limit as it arrives — the earliest
+/// moment FetchKit can see it: FoundationNetworking counts no received bytes of a data task
+/// (`countOfBytesReceived` stays 0) and offers no hook before the delegate queue. Elsewhere,
+/// or if FoundationNetworking hands a callback over some other way, it runs on ``queue``
+/// through the `OperationQueue` and is handled there directly.
 final class SessionRouter: NSObject, @unchecked Sendable {
     /// The serial queue every callback and every transfer timer runs on.
     let queue = DispatchQueue(label: "FetchKit.SessionRouter")
-    /// The `URLSession` delegate queue, serial, running on ``queue``.
+    /// The `URLSession` delegate queue, serial, running on ``queue`` what it does not run at
+    /// once (``ArrivalDelegateQueue``).
     let delegateQueue: OperationQueue
     /// The transfers' timeouts, on one timer. Used on ``queue`` only.
     let deadlines: Deadlines
@@ -25,12 +37,20 @@ final class SessionRouter: NSObject, @unchecked Sendable {
 
     init(cookies: CookieJar) {
         self.cookies = cookies
-        delegateQueue = OperationQueue()
+        #if canImport(FoundationNetworking)
+        let delegateQueue = ArrivalDelegateQueue()
+        #else
+        let delegateQueue = OperationQueue()
+        #endif
         delegateQueue.name = "FetchKit.SessionRouter.delegate"
         delegateQueue.maxConcurrentOperationCount = 1
         delegateQueue.underlyingQueue = queue
+        self.delegateQueue = delegateQueue
         deadlines = Deadlines(queue: queue)
         super.init()
+        #if canImport(FoundationNetworking)
+        delegateQueue.router = self
+        #endif
         queue.setSpecific(key: Self.queueKey, value: ObjectIdentifier(self))
     }
 
@@ -55,7 +75,41 @@ final class SessionRouter: NSObject, @unchecked Sendable {
     private func transfer(for task: URLSessionTask) -> Transfer? {
         transfers.withLock { $0[task.taskIdentifier] }
     }
+
+    /// Runs `work` on ``queue``: at once if the callback already runs there, else queued
+    /// behind the callbacks that came before it.
+    private func handle(_ work: @escaping @Sendable () -> Void) {
+        if isCurrent {
+            work()
+        } else {
+            queue.async(execute: work)
+        }
+    }
 }
+
+#if canImport(FoundationNetworking)
+/// The delegate queue of a ``SessionRouter`` on Linux: runs each callback that
+/// FoundationNetworking adds, at once, on the thread that adds it — URLSession's serial work
+/// queue — so that the router sees a body chunk as soon as libcurl has read it, and queues the
+/// rest of the work on its own queue. (FoundationNetworking adds every callback with
+/// `addOperation(_:)` of a block, from its work queue; each becomes a `BlockOperation` that
+/// waits in this queue otherwise.) The router's own methods never block there and never
+/// call into URLSession.
+///
+/// A block added from the router's queue itself (no FoundationNetworking version does) goes
+/// through the `OperationQueue` as before, behind what runs now, never inside it.
+final class ArrivalDelegateQueue: OperationQueue, @unchecked Sendable {
+    weak var router: SessionRouter?
+
+    override func addOperation(_ block: @escaping @Sendable () -> Void) {
+        if let router, !router.isCurrent {
+            block()
+        } else {
+            super.addOperation(block)
+        }
+    }
+}
+#endif
 
 extension SessionRouter: URLSessionDataDelegate {
     func urlSession(_ session: URLSession, didBecomeInvalidWithError error: (any Error)?) {
@@ -78,12 +132,14 @@ extension SessionRouter: URLSessionDataDelegate {
         didReceive challenge: URLAuthenticationChallenge,
         completionHandler: @escaping @Sendable (URLSession.AuthChallengeDisposition, URLCredential?) -> Void
     ) {
-        guard let transfer = transfer(for: task) else {
-            completionHandler(.cancelAuthenticationChallenge, nil)
-            return
+        handle { [self] in
+            guard let transfer = transfer(for: task) else {
+                completionHandler(.cancelAuthenticationChallenge, nil)
+                return
+            }
+            let (disposition, credential) = transfer.answer(challenge)
+            completionHandler(disposition, credential)
         }
-        let (disposition, credential) = transfer.answer(challenge)
-        completionHandler(disposition, credential)
     }
 
     func urlSession(
@@ -93,18 +149,24 @@ extension SessionRouter: URLSessionDataDelegate {
         newRequest request: URLRequest,
         completionHandler: @escaping @Sendable (URLRequest?) -> Void
     ) {
-        // Before the answer: the next request carries the cookies this response set.
-        cookies.store(from: response, of: task)
-        guard let transfer = transfer(for: task) else {
-            // Its transfer ended, which cancels the task: answering now would trap in
-            // FoundationNetworking. Make sure of the cancel and leave the answer unsent.
-            task.cancel()
-            return
-        }
-        switch transfer.redirect(response, to: request) {
-        case .follow(let next): completionHandler(cookies.sending(next))
-        case .stop: completionHandler(nil)
-        case .abandon: task.cancel()
+        handle { [self] in
+            // Before the answer: the next request carries the cookies this response set.
+            cookies.store(from: response, of: task)
+            guard let transfer = transfer(for: task) else {
+                // Its transfer ended, which cancels the task: answering now would trap in
+                // FoundationNetworking. Make sure of the cancel and leave the answer unsent.
+                task.cancel()
+                return
+            }
+            let decision = transfer.redirect(response, to: request)
+            // A task that stopped waiting meanwhile (a cancel that reached URLSession's queue
+            // first) traps if answered; this queue may be seconds behind that one.
+            guard task.state == .running else { return }
+            switch decision {
+            case .follow(let next): completionHandler(cookies.sending(next))
+            case .stop: completionHandler(nil)
+            case .abandon: task.cancel()
+            }
         }
     }
 
@@ -114,6 +176,7 @@ extension SessionRouter: URLSessionDataDelegate {
         needNewBodyStream completionHandler: @escaping @Sendable (InputStream?) -> Void
     ) {
         // A body stream cannot be rewound; a request that needs it again fails instead.
+        // (FoundationNetworking asks on its work queue and waits for the answer.)
         completionHandler(nil)
     }
 
@@ -124,14 +187,18 @@ extension SessionRouter: URLSessionDataDelegate {
         totalBytesSent: Int64,
         totalBytesExpectedToSend: Int64
     ) {
-        transfer(for: task)?.didSendBodyData(totalBytesSent: totalBytesSent, totalBytesExpectedToSend: totalBytesExpectedToSend)
+        handle { [self] in
+            transfer(for: task)?.didSendBodyData(totalBytesSent: totalBytesSent, totalBytesExpectedToSend: totalBytesExpectedToSend)
+        }
     }
 
     func urlSession(_ session: URLSession, task: URLSessionTask, didFinishCollecting metrics: URLSessionTaskMetrics) {}
 
     func urlSession(_ session: URLSession, task: URLSessionTask, didCompleteWithError error: (any Error)?) {
-        cookies.storeFromWithheldHead(of: task)
-        transfer(for: task)?.didComplete(error: error)
+        handle { [self] in
+            cookies.storeFromWithheldHead(of: task)
+            transfer(for: task)?.didComplete(error: error)
+        }
     }
 
     func urlSession(
@@ -140,15 +207,43 @@ extension SessionRouter: URLSessionDataDelegate {
         didReceive response: URLResponse,
         completionHandler: @escaping @Sendable (URLSession.ResponseDisposition) -> Void
     ) {
-        if let http = response as? HTTPURLResponse { cookies.store(from: http, of: dataTask) }
-        // The disposition is ignored on Linux (libcurl cannot pause), so always allow and let
-        // the transfer cancel the task itself when it rejects the response.
-        transfer(for: dataTask)?.didReceive(response: response)
-        completionHandler(.allow)
+        // In order with the chunks: the body that follows is counted from here.
+        transfer(for: dataTask)?.inbox.headArrived()
+        handle { [self] in
+            if let http = response as? HTTPURLResponse { cookies.store(from: http, of: dataTask) }
+            // The disposition is ignored on Linux (libcurl cannot pause), so always allow and let
+            // the transfer cancel the task itself when it rejects the response.
+            transfer(for: dataTask)?.didReceive(response: response)
+            completionHandler(.allow)
+        }
     }
 
     func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive data: Data) {
-        transfer(for: dataTask)?.didReceive(data: data)
+        // A chunk of a task that no transfer waits for (it ended) costs a lookup, nothing more.
+        guard let transfer = transfer(for: dataTask) else { return }
+        guard !isCurrent else {
+            transfer.didReceive(data: data)
+            return
+        }
+        // Where the chunk arrives (URLSession's work queue, inside libcurl's write callback):
+        // counted and kept, or dropped.
+        guard case .kept(let wake, let reading) = transfer.inbox.arrive(data) else { return }
+        switch reading {
+        case .goOn:
+            break
+        case .breathe:
+            ReceivePause.breathe(dataTask)
+        case .stopPastLimit:
+            // Past the limit: stop reading now, not once the router queue gets to this chunk.
+            // libcurl stops at once; the cancel, which waits for this queue, closes the
+            // connection once the queue has drained. (The transfer ends when it takes this
+            // chunk, and cancels too; a second cancel does nothing.) Never on this queue.
+            ReceivePause.pauseReceiving(dataTask)
+            DispatchQueue.global().async { dataTask.cancel() }
+        }
+        if wake {
+            queue.async { transfer.takeArrivals() }
+        }
     }
 
     func urlSession(

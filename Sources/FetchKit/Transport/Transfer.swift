@@ -124,6 +124,8 @@ struct TransferLimits: Sendable {
 /// task, timer and sink — whichever of completion, failure, timeout or stop comes first.
 final class Transfer: TransferHandle, @unchecked Sendable {
     let request: URLRequest
+    /// Where the body's chunks wait for this transfer, counted as they arrive (``SessionRouter``).
+    let inbox: TransferInbox
     private let session: FetchSession
     private let limits: TransferLimits
     private let sink: ResponseBodySink
@@ -170,6 +172,7 @@ final class Transfer: TransferHandle, @unchecked Sendable {
         self.limits = limits
         self.sink = sink
         self.owner = owner
+        inbox = TransferInbox(limit: limits.maximumResponseSize)
     }
 
     /// Creates and resumes the task. The clocks start now, not while the operation was queued.
@@ -276,8 +279,20 @@ final class Transfer: TransferHandle, @unchecked Sendable {
         owner?.transferDidReceive(response: http, expectedLength: expectedBytes)
     }
 
+    /// Takes every chunk waiting in ``inbox``, in order.
+    func takeArrivals() {
+        for chunk in inbox.take() {
+            didReceive(data: chunk)
+        }
+    }
+
     func didReceive(data: Data) {
-        guard !ended, let response else { return }
+        guard !ended else {
+            // Stopped for the disk to catch up: what the task still delivers continues the file.
+            if stoppedTask != nil { sink.writeLate(data) }
+            return
+        }
+        guard let response else { return }
         lastActivity = Self.now()
         receivedBytes += Int64(data.count)
         if errorBodyPrefix != nil {
@@ -331,7 +346,7 @@ final class Transfer: TransferHandle, @unchecked Sendable {
 
     func didComplete(error: (any Error)?) {
         guard !ended else {
-            stoppedTaskDidComplete()
+            stoppedTaskDidComplete(bodyComplete: error == nil)
             return
         }
         if let error {
@@ -519,14 +534,19 @@ final class Transfer: TransferHandle, @unchecked Sendable {
         guard !ended else { return }
         ended = true
         session.router.deadlines.cancel(self)
+        if let task, sink.stoppedForBackpressure {
+            // Its chunks still come (a cancel lands late on Linux): each is part of the body, in
+            // order, so the sink writes them, and the next task asks for what follows the last.
+            // The sink hears when the task ends. Its reading is not paused meanwhile: what libcurl
+            // does not read before the cancel lands, the close throws away.
+            stoppedTask = task
+            inbox.takeLastChunks()
+        } else {
+            // Whatever waits, and whatever the task still delivers, is dropped as it arrives.
+            if let task { session.router.unregister(task) }
+            inbox.close()
+        }
         if let task {
-            if sink.stoppedForBackpressure {
-                // Its chunks still come (a cancel lands late on Linux), and creating the next
-                // task now would wait for them on URLSession's queue: the sink hears when it ends.
-                stoppedTask = task
-            } else {
-                session.router.unregister(task)
-            }
             if case .failure = result, task.state != .completed, !answeringRedirect {
                 // Never cancel a task on the delegate queue: in 6.3.1 cancel() waits on
                 // URLSession's work queue, which may be waiting to deliver to this one.
@@ -540,11 +560,14 @@ final class Transfer: TransferHandle, @unchecked Sendable {
         owner?.transferDidEnd(result)
     }
 
-    private func stoppedTaskDidComplete() {
+    /// The task stopped for the disk to catch up has completed (`bodyComplete`: without an
+    /// error — every byte of the body arrived before the cancel landed).
+    private func stoppedTaskDidComplete(bodyComplete: Bool) {
         guard let task = stoppedTask else { return }
         stoppedTask = nil
         session.router.unregister(task)
-        sink.stoppedTaskDidComplete()
+        inbox.close()
+        sink.stoppedTaskDidComplete(bodyComplete: bodyComplete)
     }
 
     // MARK: Timeouts

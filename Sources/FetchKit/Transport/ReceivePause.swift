@@ -1,0 +1,96 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+
+/// Stops libcurl reading a task's response at once, from inside the callback that delivers a
+/// chunk of it (Linux).
+///
+/// Why: `URLSessionTask.cancel()` waits for URLSession's serial work queue
+/// (`workQueue.sync`), and a body that arrives faster than FoundationNetworking hands it over
+/// — an endless body in 256-byte chunks over loopback costs it more than the network does —
+/// keeps that queue busy: libcurl reads on (a hundred reads per call), and asks to be called
+/// again at once. Measured (Swift 6.3.1, libcurl 7.88): a cancel issued after 64 MiB of such
+/// a body landed 29 s later, the process meanwhile growing by 25 MB/s and the server sending
+/// all along. Pausing the receive (`curl_easy_pause` with `CURLPAUSE_RECV`), which libcurl
+/// allows from inside its write callback, ends the reads there: the queue drains, and the
+/// cancel lands within milliseconds and closes the connection.
+///
+/// FoundationNetworking offers no way to it, so the task's libcurl handle is found by
+/// reflection (`URLSessionTask._protocolStorage` → `.existing(protocol)` →
+/// `_NativeProtocol.easyHandle` → `_EasyHandle.rawHandle`), and `curl_easy_pause` is looked
+/// up at run time — as ``FetchSession`` sizes the connection pool. If the layout differs, or
+/// elsewhere, nothing happens: the cancel lands when it can, as before.
+enum ReceivePause {
+    /// Pauses receiving for `task`.
+    ///
+    /// Call it only on URLSession's work queue, from a data callback that FoundationNetworking
+    /// made inside libcurl's write callback for this task (``ArrivalDelegateQueue``): libcurl
+    /// handles are not thread-safe.
+    ///
+    /// - Returns: Whether libcurl accepted the pause.
+    @discardableResult
+    static func pauseReceiving(_ task: URLSessionTask) -> Bool {
+        #if canImport(FoundationNetworking) && (canImport(Glibc) || canImport(Musl))
+        guard let pause = curlEasyPause, let handle = easyHandle(of: task) else { return false }
+        let receive: Int32 = 1   // CURLPAUSE_RECV
+        return pause(handle, receive) == 0    // CURLE_OK
+        #else
+        return false
+        #endif
+    }
+
+    /// Pauses receiving for `task`, and resumes it once URLSession's work queue has handled
+    /// everything queued on it meanwhile. Same rules as ``pauseReceiving(_:)``.
+    static func breathe(_ task: URLSessionTask) {
+        #if canImport(FoundationNetworking) && (canImport(Glibc) || canImport(Musl))
+        guard let pause = curlEasyPause, let handle = easyHandle(of: task),
+              let workQueue = field("workQueue", of: task) as? DispatchQueue,
+              pause(handle, 1) == 0 else { return }
+        workQueue.async {
+            // The task may have ended meanwhile: its handle is looked up again, on this queue.
+            guard let handle = easyHandle(of: task) else { return }
+            _ = pause(handle, 0)    // CURLPAUSE_CONT
+        }
+        #endif
+    }
+
+    #if canImport(FoundationNetworking) && (canImport(Glibc) || canImport(Musl))
+    /// `CURLcode curl_easy_pause(CURL *handle, int bitmask)`.
+    private typealias EasyPause = @convention(c) (UnsafeMutableRawPointer, Int32) -> Int32
+
+    private static let curlEasyPause: EasyPause? = {
+        guard let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "curl_easy_pause") else { return nil }
+        return unsafeBitCast(symbol, to: EasyPause.self)
+    }()
+
+    /// The `CURL *` of `task`'s current protocol, if FoundationNetworking's layout is the one
+    /// expected.
+    static func easyHandle(of task: URLSessionTask) -> UnsafeMutableRawPointer? {
+        guard let storage = field("_protocolStorage", of: task),
+              let urlProtocol = Mirror(reflecting: storage).children.first(where: { $0.label == "existing" })?.value,
+              let wrapped = field("easyHandle", of: urlProtocol)
+        else { return nil }
+        // `easyHandle` is an implicitly unwrapped optional.
+        let mirror = Mirror(reflecting: wrapped)
+        let easy: Any? = mirror.displayStyle == .optional ? mirror.children.first?.value : wrapped
+        guard let easy, let raw = field("rawHandle", of: easy) else { return nil }
+        return raw as? UnsafeMutableRawPointer
+    }
+
+    /// The stored property `label` of `value`, looked for in its class and its superclasses.
+    private static func field(_ label: String, of value: Any) -> Any? {
+        var mirror: Mirror? = Mirror(reflecting: value)
+        while let current = mirror {
+            if let child = current.children.first(where: { $0.label == label }) { return child.value }
+            mirror = current.superclassMirror
+        }
+        return nil
+    }
+    #endif
+}
