@@ -163,8 +163,12 @@ final class Transfer: TransferHandle, @unchecked Sendable {
     init(request: URLRequest, session: FetchSession, limits: TransferLimits, sink: ResponseBodySink, owner: any TransferOwner) {
         var request = request
         // URLSession on Linux truncates timeouts to whole seconds (0.5 s becomes ~1 ms). FetchKit
-        // enforces the real one; this whole-second value, always later, is only a backstop.
-        request.timeoutInterval = (limits.idleTimeout.rounded(.up) + 1).clamped(to: 1...(7 * 24 * 3600))
+        // enforces the real one; this whole-second value, always later, is only a backstop —
+        // 30 s later: when URLSession's own timer fires while a redirect waits for the
+        // router's answer, FoundationNetworking ends the task, and the answer then traps in it
+        // ("Received callback for HTTP redirection, but we're not waiting for it"). One second
+        // of slack was reached on a loaded machine, whose router queue ran seconds behind.
+        request.timeoutInterval = (limits.idleTimeout.rounded(.up) + 30).clamped(to: 1...(7 * 24 * 3600))
         self.request = request
         currentRequest = request
         bodyLength = Self.bodyLength(of: request)
