@@ -17,12 +17,17 @@ enum Terminal {
         return 80
     }
 
+    /// Standard output: progress, finished files, the summary.
+    static let output = OutputStream(descriptor: STDOUT_FILENO)
+    /// Standard error: usage and fatal errors.
+    static let errors = OutputStream(descriptor: STDERR_FILENO)
+
     static func write(_ text: String) {
-        FileHandle.standardOutput.write(Data(text.utf8))
+        output.write(text)
     }
 
     static func error(_ text: String) {
-        FileHandle.standardError.write(Data((text + "\n").utf8))
+        errors.write(text + "\n")
     }
 
     /// `text` made safe to print: every character that could drive the terminal rather than
@@ -61,6 +66,57 @@ enum Terminal {
         default: false
         }
     }
+}
+
+/// A standard stream the tool prints to, written with `write(2)`.
+///
+/// The tool ignores SIGPIPE (see `main.swift`), so a reader that goes away — `fetchkit URL… |
+/// head -1`, a closed terminal — makes a write fail with `EPIPE` (or `EIO`) rather than kill
+/// the process and abandon its downloads. The first such failure closes the stream for good:
+/// nothing more is written to it, the downloads go on, and the exit status still says how
+/// they went (curl and wget do the same with their progress output). Foundation's
+/// `FileHandle.write(_:)` would trap on that error instead.
+final class OutputStream: @unchecked Sendable {
+    let descriptor: Int32
+    private let lock = NSLock()
+    /// Guarded by `lock`.
+    private var closed = false
+
+    init(descriptor: Int32) {
+        self.descriptor = descriptor
+    }
+
+    /// Whether a write failed: the reader went away.
+    var isClosed: Bool {
+        lock.withLock { closed }
+    }
+
+    /// Writes all of `text`, unless the stream is closed or closes now. Writes are whole
+    /// under the lock: lines from two threads never interleave.
+    func write(_ text: String) {
+        lock.withLock {
+            guard !closed else { return }
+            var bytes = Array(text.utf8)[...]
+            while !bytes.isEmpty {
+                let count = bytes.withUnsafeBytes { systemWrite(descriptor, $0.baseAddress, $0.count) }
+                if count > 0 {
+                    bytes = bytes.dropFirst(count)
+                } else if count < 0 && errno == EINTR {
+                    continue
+                } else {
+                    // EPIPE, EIO, EBADF, a full disk behind a redirect…: stop printing, not
+                    // downloading.
+                    closed = true
+                    return
+                }
+            }
+        }
+    }
+}
+
+/// write(2), by a name that the stream's own `write` does not hide.
+private func systemWrite(_ descriptor: Int32, _ bytes: UnsafeRawPointer?, _ count: Int) -> Int {
+    write(descriptor, bytes, count)
 }
 
 /// Human-readable sizes, rates and durations.
