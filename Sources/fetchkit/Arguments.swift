@@ -17,8 +17,9 @@ struct Options: Equatable {
     static let usage = """
     usage: fetchkit [URL ...] [options]
 
-    Downloads the URLs concurrently with FetchKit. With no URL, runs an offline demo: a local
-    server on 127.0.0.1 serves sample RSS feeds, and FetchKit refreshes them all.
+    Downloads the URLs concurrently with FetchKit. With no argument at all, runs an offline
+    demo: a local server on 127.0.0.1 serves sample RSS feeds, and FetchKit refreshes them all.
+    Options without a URL (fetchkit -o DIR, as an empty xargs runs it) are a usage error.
 
     options:
       -o, --output DIR     directory to save into (default: the current directory)
@@ -96,6 +97,11 @@ struct Options: Equatable {
                 throw UsageError(description: "unknown option '\(argument)'")
             }
             index += 1
+        }
+        // `fetchkit -o dir` from an empty `xargs`, or a script whose URL list came out empty:
+        // an error, not the demo (which runs with no argument at all).
+        if options.urls.isEmpty, !arguments.isEmpty, !options.showHelp {
+            throw UsageError(description: "no URL to download (fetchkit with no argument at all runs the offline demo)")
         }
         return options
     }

@@ -70,12 +70,13 @@ final class Downloader: @unchecked Sendable {
         do {
             try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         } catch {
-            Terminal.error("fetchkit: cannot use \(directory.path) as the output directory: \(error.localizedDescription)")
+            Terminal.error("fetchkit: cannot use \(Terminal.sanitized(directory.path)) as the output directory: "
+                + Terminal.sanitized(error.localizedDescription))
             return 1
         }
         let names = Self.fileNames(for: options.urls)
         items = zip(options.urls, names).map { Item(url: $0, destination: directory.appendingPathComponent($1)) }
-        display.header("Downloading \(items.count) file\(items.count == 1 ? "" : "s") to \(directory.path) "
+        display.header("Downloading \(items.count) file\(items.count == 1 ? "" : "s") to \(Terminal.sanitized(directory.path)) "
             + "(\(options.parallel) at once, \(options.perHost) per host)")
 
         // The live display redraws ten times a second, on a terminal only. (A dispatch source
@@ -225,9 +226,45 @@ final class Downloader: @unchecked Sendable {
             return clause(Redaction.redacted(text: urlError.localizedDescription, mentioning: [urlError.failingURL]))
         case .timedOut(let timeout):
             return "no data for \(Format.duration(timeout.interval))"
+        case .responseTooLarge(let limit):
+            // The cap counts decoded bytes: the length a gzip response announces is the
+            // compressed one, and says nothing about the cap unless it is over it.
+            let announced = limit.expectedLength.flatMap { $0 > limit.limit ? "; the server announced \(Format.bytes($0))" : nil } ?? ""
+            return "larger than the \(Format.size(limit.limit)) limit (--max-size, counted after decompression)\(announced)"
+        case .lengthMismatch(let mismatch):
+            return "the server announced \(mismatch.expected) bytes but \(mismatch.received) arrived"
+        case .cancelled:
+            return "cancelled"
         default:
-            return clause(error.description)
+            // The summary prints the URL beside the reason: the reason does not repeat it.
+            return clause(withoutURL(error.description, url(of: error)))
         }
+    }
+
+    /// The URL an error names, if it names one.
+    static func url(of error: FetchError) -> URL? {
+        switch error {
+        case .invalidRequest(let details): details.url
+        case .cancelled(let details): details.url
+        case .timedOut(let details): details.url
+        case .transport(let urlError): urlError.failingURL
+        case .unacceptableStatus(let details): details.url
+        case .responseTooLarge(let details): details.url
+        case .lengthMismatch(let details): details.url
+        case .parseFailed(let details): details.url
+        case .invalidResponse(let details): details.url
+        case .dependencyFailed, .fileSystem, .redirectFailed: nil
+        }
+    }
+
+    /// `text` without the redacted `url` it names: " (URL)" is dropped, and a sentence that
+    /// starts with the URL starts with what follows it.
+    static func withoutURL(_ text: String, _ url: URL?) -> String {
+        guard let url else { return text }
+        let shown = Redaction.redacted(url)
+        var text = text.replacingOccurrences(of: " (\(shown))", with: "")
+        if text.hasPrefix(shown + " ") { text = String(text.dropFirst(shown.count + 1)) }
+        return text
     }
 
     /// `text` without its final full stops, to go inside a longer line.

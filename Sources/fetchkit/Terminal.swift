@@ -131,6 +131,15 @@ enum Format {
         }
     }
 
+    /// A size as a user writes it, such as a limit: in whole units when it is a whole number
+    /// of them ("1 MiB", "16 GiB", "1500 B"), otherwise as ``bytes(_:)`` does.
+    static func size(_ count: Int64) -> String {
+        for (shift, unit) in [(40, "TiB"), (30, "GiB"), (20, "MiB"), (10, "KiB")] where count >= Int64(1) << shift {
+            if count & ((Int64(1) << shift) - 1) == 0 { return "\(count >> shift) \(unit)" }
+        }
+        return count < 1 << 20 && count % 1024 != 0 ? "\(count) B" : bytes(count)
+    }
+
     static func rate(_ bytesPerSecond: Double) -> String {
         bytesPerSecond.isFinite && bytesPerSecond > 0 ? bytes(Int64(bytesPerSecond)) + "/s" : "–"
     }

@@ -262,7 +262,7 @@ struct CommandLineFileTests {
         defer { server.stop(); directory.remove() }
         let result = try await runTool("fetchkit", [server.url("/bytes/5000").absoluteString, "-o", directory.url.path, "--max-size", "1K"])
         #expect(result.status == 1)
-        #expect(result.stdout.contains("larger than the 1024-byte limit"), "\(result.stdout)")
+        #expect(result.stdout.contains("larger than the 1 KiB limit"), "\(result.stdout)")
         #expect(try FileManager.default.contentsOfDirectory(atPath: directory.url.path).isEmpty)
 
         let roomy = try await runTool("fetchkit", [server.url("/bytes/5000").absoluteString, "-o", directory.url.path, "--max-size", "1M"])
@@ -280,7 +280,7 @@ struct CommandLineFileTests {
         let result = try await runTool("fetchkit", [server.url("/bomb.bin").absoluteString, "-o", directory.url.path,
                                                     "--max-size", "2M", "--retry", "0"])
         #expect(result.status == 1)
-        #expect(result.stdout.contains("larger than the 2097152-byte limit"), "\(result.stdout)")
+        #expect(result.stdout.contains("larger than the 2 MiB limit"), "\(result.stdout)")
         #expect(try FileManager.default.contentsOfDirectory(atPath: directory.url.path).isEmpty, "no partial file is left")
     }
 
