@@ -275,7 +275,7 @@ final class Downloader: @unchecked Sendable {
     }
 
     /// A file name per URL: its last path component (or `index.html`), made safe (no path
-    /// separators, controls or leading dot; at most 232 bytes) and unique.
+    /// separators, controls or leading dot; kept as given up to 255 bytes) and unique.
     static func fileNames(for urls: [URL]) -> [String] {
         SafeFileName.uniqueNames(for: urls)
     }

@@ -234,6 +234,26 @@ struct CommandLineFileTests {
         #expect(contents(directory.file(name)) == BytePattern.data(offset: 0, count: 2000))
     }
 
+    /// Names up to the file system's limit, 255 bytes, are kept as the URL gives them; the
+    /// download's own partial files shorten their names to fit beside them.
+    @Test(arguments: [250, 255])
+    func aLongNameThatFitsIsKeptAsGiven(_ bytes: Int) async throws {
+        let server = try LoopbackServer()
+        let directory = try TemporaryDirectory()
+        defer { server.stop(); directory.remove() }
+        // Two-byte characters as well: the limit is in bytes, not characters.
+        let name = "é" + String(repeating: "x", count: bytes - 2 - ".bin".utf8.count) + ".bin"
+        try #require(name.utf8.count == bytes)
+        let path = "/files/" + (name.addingPercentEncoding(withAllowedCharacters: .urlPathAllowed) ?? name)
+        server.route(path) { _ in .pattern(count: 3000) }
+
+        let result = try await runTool("fetchkit", [server.url(path).absoluteString, "-o", directory.url.path])
+
+        #expect(result.status == 0, "\(result.stdout)\(result.stderr)")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: directory.url.path) == [name])
+        #expect(contents(directory.file(name)) == BytePattern.data(offset: 0, count: 3000))
+    }
+
     @Test func hostileNamesStayInsideTheOutputDirectory() async throws {
         let server = try LoopbackServer()
         let directory = try TemporaryDirectory()

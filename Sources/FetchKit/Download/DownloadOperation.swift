@@ -93,7 +93,7 @@ open class DownloadOperation: AnyFetchOperation, OutputProducing, @unchecked Sen
     public init(request: URLRequest? = nil, destination: URL) {
         self.destination = destination.standardizedFileURL
         let name = self.destination.lastPathComponent
-        partialStem = "." + SafeFileName.fitted(name, source: name)
+        partialStem = "." + SafeFileName.fitted(name, source: name, limit: SafeFileName.maximumPartialStemByteCount)
         super.init(request: request)
         configuration.maximumResponseSize = Self.defaultMaximumDownloadSize
     }
@@ -118,8 +118,8 @@ open class DownloadOperation: AnyFetchOperation, OutputProducing, @unchecked Sen
 
     /// The partial file beside the destination: `.<name>.fetchkit-partial`.
     ///
-    /// When the destination's name is longer than ``SafeFileName/maximumByteCount`` bytes,
-    /// `<name>` is its start and a hash, so that the partial files' names fit in 255 bytes.
+    /// When the destination's name is longer than 232 bytes, `<name>` is its start and a
+    /// hash, so that the partial files' names fit in 255 bytes.
     public var partialFileURL: URL {
         destination.deletingLastPathComponent().appendingPathComponent("\(partialStem).fetchkit-partial")
     }
