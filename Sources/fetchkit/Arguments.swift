@@ -32,6 +32,9 @@ struct Options: Equatable {
                            limit (default 16G). A larger download fails and leaves no file.
       -h, --help           show this help
 
+    A file that another fetchkit is downloading into the same directory is skipped (it
+    counts as failed), never written by both.
+
     Exits 0 when every download succeeded, 1 when any failed, 2 on bad arguments, 130
     (143) when Ctrl-C (SIGTERM) stopped it. Output that goes away (fetchkit … | head -1)
     stops the printing, not the downloads: the exit status is still theirs.

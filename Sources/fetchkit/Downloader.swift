@@ -40,6 +40,14 @@ final class Downloader: @unchecked Sendable {
         /// and whether it had started (had a response, or a retry).
         var kept: Int64?
         var started = false
+        /// The process that was downloading the same file when this one was skipped.
+        var otherProcess: Int32?
+
+        /// Why it failed, in a few words (see ``Downloader/reason(_:)``).
+        func failureReason(_ error: FetchError) -> String {
+            guard let otherProcess else { return Downloader.reason(error) }
+            return "skipped: being downloaded by another fetchkit" + (otherProcess > 0 ? " (pid \(otherProcess))" : "")
+        }
     }
 
     private let options: Options
@@ -189,6 +197,7 @@ final class Downloader: @unchecked Sendable {
                     items[index].state = .stopped
                     items[index].kept = DownloadOperation.sizeOfFile(at: download.partialFileURL)
                 } else {
+                    items[index].otherProcess = download.otherProcessDownloading
                     items[index].state = .failed(error)
                 }
             } else {

@@ -75,7 +75,7 @@ struct ProgressDisplay {
             text += "; \(failed.count) failed:\n"
             for (item, error) in failed {
                 let url = Terminal.sanitized(Redaction.redacted(item.url))
-                text += "  \(item.shownName): \(Terminal.sanitized(Downloader.reason(error))) (\(url))\n"
+                text += "  \(item.shownName): \(Terminal.sanitized(item.failureReason(error))) (\(url))\n"
             }
         }
         if items.contains(where: { $0.kept ?? 0 > 0 }) { text += "Run the same command again to resume.\n" }
@@ -115,7 +115,7 @@ struct ProgressDisplay {
                 + (rate.map { " (\(Format.rate($0)))" } ?? "")
                 + (item.meter.resumedFrom > 0 ? ", resumed at \(Format.bytes(item.meter.resumedFrom))" : "")
         case .failed(let error):
-            return "  ✗ \(item.shownName)  \(Terminal.sanitized(Downloader.reason(error)))"
+            return "  ✗ \(item.shownName)  \(Terminal.sanitized(item.failureReason(error)))"
         case .stopped:
             guard let kept = item.kept, kept > 0 else { return "  ■ \(item.shownName)  stopped" + (item.started ? "" : " before it started") }
             return "  ■ \(item.shownName)  stopped at \(Format.bytes(kept))" + (item.expected.map { " of \(Format.bytes($0))" } ?? "") + ", kept to resume"
