@@ -181,8 +181,12 @@ final class Downloader: @unchecked Sendable {
             display.retrying(items[index], attempt: event.attempt, of: options.retries + 1, reason: Self.reason(event.error))
         }
         download.onProgress(on: .dispatch(ui)) { [self, weak download] progress in
+            // A report can reach this queue after the completion: a finished item stays as it ended.
+            switch items[index].state {
+            case .done, .failed, .stopped: return
+            case .waiting, .active, .retrying: break
+            }
             if items[index].startedAt == nil { items[index].startedAt = Date() }
-            if case .done = items[index].state { return }
             items[index].state = .active
             items[index].meter.report(progress.bytesReceived, requestedOffset: TransferMeter.requestedOffset(of: download?.sentRequest))
             items[index].expected = progress.bytesExpected

@@ -113,6 +113,10 @@ struct QueueState {
         /// until then they hear of nothing else, so that nothing reaches them twice.
         var pendingReplays: Int32 = 0
         var members: FlightMembers
+        /// The last member, when it left (was cancelled) while the transfer ran: it hears of
+        /// the end when the stopped transfer has ended — a download's partial file and resume
+        /// record are then kept — not before.
+        var leftWhileRunning: FlightMember?
     }
 
     /// What a running flight has: its transfer, once created, and the latest events, replayed to
@@ -348,7 +352,14 @@ struct QueueState {
             forgetShared(record.flight)
             if record.running {
                 // None yet: `transferCreated` finds no members and ends the flight.
-                if let transfer = runs[ticket]?.transfer { actions.append(.stopTransfer(transfer)) }
+                if let transfer = runs[ticket]?.transfer {
+                    actions.append(.stopTransfer(transfer))
+                    // Told by `flightEnded`, once the transfer has cleaned up after itself: a
+                    // cancelled fetch must not complete while its sink still writes.
+                    record.leftWhileRunning = member
+                    flights[ticket] = record
+                    return
+                }
             } else {
                 scheduler.withdraw(at: record.flight.first.place, host: record.flight.host)
                 flights[ticket] = nil
@@ -385,7 +396,7 @@ struct QueueState {
             member.operation.queueEntry?.transferEnded = true
         }
         announceCounts()
-        return Array(record.members)
+        return Array(record.members) + (record.leftWhileRunning.map { [$0] } ?? [])
     }
 
     /// The members of a running flight, to tell of its events, and what to remember for a late
