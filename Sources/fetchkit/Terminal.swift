@@ -152,7 +152,61 @@ enum Format {
                              : String(format: "%d:%02d", total / 60, total % 60)
     }
 
+    /// `text` cut to at most `width` terminal columns (see ``Terminal/columns(of:)``), with
+    /// "…" where it was cut: a live line that fits never wraps, so redrawing it in place
+    /// leaves nothing behind.
     static func fit(_ text: String, _ width: Int) -> String {
-        text.count <= width ? text : String(text.prefix(max(1, width - 1))) + "…"
+        guard Terminal.columns(of: text) > width else { return text }
+        var result = ""
+        var used = 0
+        for character in text {
+            let columns = Terminal.columns(of: character)
+            guard used + columns <= max(0, width - 1) else { break }
+            result.append(character)
+            used += columns
+        }
+        return result + "…"
+    }
+}
+
+extension Terminal {
+    /// How many terminal columns `text` takes, as terminals draw it (the rules of `wcwidth`):
+    /// East Asian wide and fullwidth characters and emoji take two, combining marks and other
+    /// zero-width characters none, everything else one.
+    static func columns(of text: String) -> Int {
+        text.reduce(0) { $0 + columns(of: $1) }
+    }
+
+    /// The columns one character (a grapheme cluster) takes: its first scalar decides, and
+    /// the marks and joiners that follow it in the cluster add nothing — except that an emoji
+    /// variation selector (U+FE0F) makes it two.
+    static func columns(of character: Character) -> Int {
+        let scalars = character.unicodeScalars
+        guard let first = scalars.first else { return 0 }
+        if isWide(first) || first.properties.isEmojiPresentation { return 2 }
+        if scalars.contains("\u{FE0F}"), first.properties.isEmoji { return 2 }
+        return isZeroWidth(first) ? 0 : 1
+    }
+
+    private static func isZeroWidth(_ scalar: Unicode.Scalar) -> Bool {
+        switch scalar.properties.generalCategory {
+        case .nonspacingMark, .enclosingMark, .format: return true
+        default: return scalar.value == 0x200B || (0x1160...0x11FF).contains(scalar.value)   // ZWSP, Hangul medial jamo
+        }
+    }
+
+    /// East Asian Wide (W) and Fullwidth (F) ranges of Unicode's EastAsianWidth.txt, which
+    /// Swift does not expose.
+    private static func isWide(_ scalar: Unicode.Scalar) -> Bool {
+        switch scalar.value {
+        case 0x1100...0x115F, 0x231A...0x231B, 0x2329...0x232A, 0x2E80...0x303E, 0x3041...0x33FF,
+             0x3400...0x4DBF, 0x4E00...0x9FFF, 0xA000...0xA4CF, 0xA960...0xA97F, 0xAC00...0xD7A3,
+             0xF900...0xFAFF, 0xFE10...0xFE19, 0xFE30...0xFE6F, 0xFF00...0xFF60, 0xFFE0...0xFFE6,
+             0x16FE0...0x16FE4, 0x17000...0x18CFF, 0x1B000...0x1B16F, 0x1F200...0x1F2FF,
+             0x20000...0x2FFFD, 0x30000...0x3FFFD:
+            return true
+        default:
+            return false
+        }
     }
 }
