@@ -1,7 +1,7 @@
 import FetchKit
 import Foundation
 
-/// The command line: `fetchkit URL... [-o DIR] [--parallel N] [--per-host N] [--retry N] [--timeout S] [--max-size SIZE]`.
+/// The command line: `fetchkit URL... [-o DIR] [--parallel N] [--per-host N] [--retry N] [--timeout S] [--max-size SIZE] [--force]`.
 struct Options: Equatable {
     var urls: [URL] = []
     var outputDirectory = URL(fileURLWithPath: FileManager.default.currentDirectoryPath)
@@ -13,6 +13,8 @@ struct Options: Equatable {
     /// no limit.
     var maximumSize = DownloadOperation.defaultMaximumDownloadSize
     var showHelp = false
+    /// Replace files that are already there (otherwise they are kept, as wget --no-clobber does).
+    var force = false
 
     static let usage = """
     usage: fetchkit [URL ...] [options]
@@ -30,6 +32,9 @@ struct Options: Equatable {
       --max-size SIZE      largest file to save, counted on the bytes written (after
                            decompression); K, M, G, T suffixes (powers of 1024); 0 for no
                            limit (default 16G). A larger download fails and leaves no file.
+      --force              replace files that are already in DIR (default: a file
+                           already there is kept and not downloaded, like wget
+                           --no-clobber; a partial download is resumed either way)
       -h, --help           show this help
 
     A file that another fetchkit is downloading into the same directory is skipped (it
@@ -94,6 +99,8 @@ struct Options: Equatable {
                     throw UsageError(description: "--max-size needs a size such as 500M, 2G or 0 for no limit, not '\(text)'")
                 }
                 options.maximumSize = size == 0 ? .max : size
+            case "--force":
+                options.force = true
             case "-h", "--help":
                 options.showHelp = true
             default:

@@ -23,6 +23,8 @@ final class Downloader: @unchecked Sendable {
         case failed(FetchError)
         /// Stopped by a signal before it finished.
         case stopped
+        /// A file was already there, and `--force` was not given: kept, not downloaded.
+        case skipped
     }
 
     struct Item {
@@ -84,6 +86,15 @@ final class Downloader: @unchecked Sendable {
         }
         let names = Self.fileNames(for: options.urls)
         items = zip(options.urls, names).map { Item(url: $0, destination: directory.appendingPathComponent($1)) }
+        // Like wget --no-clobber: a file already there is kept, not replaced, unless --force.
+        // (Only regular files: a link or a directory there fails the download, which says why.)
+        if !options.force {
+            for index in items.indices {
+                var status = stat()
+                let found = items[index].destination.withUnsafeFileSystemRepresentation { path in path.map { lstat($0, &status) == 0 } ?? false }
+                if found && status.st_mode & S_IFMT == S_IFREG { items[index].state = .skipped }
+            }
+        }
         display.header("Downloading \(items.count) file\(items.count == 1 ? "" : "s") to \(Terminal.sanitized(directory.path)) "
             + "(\(options.parallel) at once, \(options.perHost) per host)")
 
@@ -92,6 +103,9 @@ final class Downloader: @unchecked Sendable {
         var timer: DispatchSourceTimer?
         let signals = watchSignals()
         ui.sync {
+            for item in items {
+                if case .skipped = item.state { display.finished(item) }
+            }
             startAll()
             if display.interactive {
                 let source = DispatchSource.makeTimerSource(queue: ui)
@@ -161,7 +175,11 @@ final class Downloader: @unchecked Sendable {
 
     /// Enqueues every item as one batch; its completion, after the last item's, ends the run.
     private func startAll() {
-        let downloads = items.indices.map(makeDownload)
+        let downloads = items.indices.filter { if case .skipped = items[$0].state { false } else { true } }.map(makeDownload)
+        guard !downloads.isEmpty else {
+            finished.signal()
+            return
+        }
         queue.enqueue(batch: downloads, on: .dispatch(ui), completion: { [self] status in
             anyFailed = status.failed > 0
             finished.signal()
@@ -183,7 +201,7 @@ final class Downloader: @unchecked Sendable {
         download.onProgress(on: .dispatch(ui)) { [self, weak download] progress in
             // A report can reach this queue after the completion: a finished item stays as it ended.
             switch items[index].state {
-            case .done, .failed, .stopped: return
+            case .done, .failed, .stopped, .skipped: return
             case .waiting, .active, .retrying: break
             }
             if items[index].startedAt == nil { items[index].startedAt = Date() }
