@@ -113,16 +113,16 @@ struct QueueState {
         /// until then they hear of nothing else, so that nothing reaches them twice.
         var pendingReplays: Int32 = 0
         var members: FlightMembers
-        /// The last member, when it left (was cancelled) while the transfer ran: it hears of
-        /// the end when the stopped transfer has ended — a download's partial file and resume
-        /// record are then kept — not before.
-        var leftWhileRunning: FlightMember?
     }
 
     /// What a running flight has: its transfer, once created, and the latest events, replayed to
     /// a member that joins it.
     struct Run {
         var transfer: Transfer?
+        /// The last member, when it left (was cancelled) while the transfer ran: it hears of
+        /// the end when the stopped transfer has ended — a download's partial file and resume
+        /// record are then kept — not before.
+        var leftWhileRunning: FlightMember?
         var response: (HTTPURLResponse, Int64?)?
         var received: (bytes: Int64, expected: Int64?)?
     }
@@ -356,8 +356,7 @@ struct QueueState {
                     actions.append(.stopTransfer(transfer))
                     // Told by `flightEnded`, once the transfer has cleaned up after itself: a
                     // cancelled fetch must not complete while its sink still writes.
-                    record.leftWhileRunning = member
-                    flights[ticket] = record
+                    runs[ticket]?.leftWhileRunning = member
                     return
                 }
             } else {
@@ -382,6 +381,7 @@ struct QueueState {
     @discardableResult
     mutating func flightEnded(_ flight: Flight, result: TransferResult) -> [FlightMember] {
         guard let record = flights.removeValue(forKey: flight.ticket), record.running else { return [] }
+        let left = runs[flight.ticket]?.leftWhileRunning
         runs[flight.ticket] = nil
         forgetShared(flight)
         scheduler.release(host: flight.host)
@@ -396,7 +396,7 @@ struct QueueState {
             member.operation.queueEntry?.transferEnded = true
         }
         announceCounts()
-        return Array(record.members) + (record.leftWhileRunning.map { [$0] } ?? [])
+        return Array(record.members) + (left.map { [$0] } ?? [])
     }
 
     /// The members of a running flight, to tell of its events, and what to remember for a late
