@@ -469,7 +469,9 @@ extension FetchError {
             case writeFailed
             /// Moving the finished file into place failed.
             case moveFailed
-            /// Another download in this process is writing the same destination.
+            /// Another download is writing the same destination: in this process, or in another
+            /// one that holds the partial file's lock (see
+            /// ``DownloadOperation/otherProcessDownloading``). Nothing was sent or written.
             case destinationInUse
             /// The destination or the partial file is a symbolic link, a hard link or not a
             /// regular file, and FetchKit never writes through one. Nothing outside was touched.

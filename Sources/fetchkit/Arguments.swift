@@ -1,7 +1,7 @@
 import FetchKit
 import Foundation
 
-/// The command line: `fetchkit URL... [-o DIR] [--parallel N] [--per-host N] [--retry N] [--timeout S] [--max-size SIZE]`.
+/// The command line: `fetchkit URL... [-o DIR] [--parallel N] [--per-host N] [--retry N] [--timeout S] [--max-size SIZE] [--force]`.
 struct Options: Equatable {
     var urls: [URL] = []
     var outputDirectory = URL(fileURLWithPath: FileManager.default.currentDirectoryPath)
@@ -13,12 +13,15 @@ struct Options: Equatable {
     /// no limit.
     var maximumSize = DownloadOperation.defaultMaximumDownloadSize
     var showHelp = false
+    /// Replace files that are already there (otherwise they are kept, as wget --no-clobber does).
+    var force = false
 
     static let usage = """
     usage: fetchkit [URL ...] [options]
 
-    Downloads the URLs concurrently with FetchKit. With no URL, runs an offline demo: a local
-    server on 127.0.0.1 serves sample RSS feeds, and FetchKit refreshes them all.
+    Downloads the URLs concurrently with FetchKit. With no argument at all, runs an offline
+    demo: a local server on 127.0.0.1 serves sample RSS feeds, and FetchKit refreshes them all.
+    Options without a URL (fetchkit -o DIR, as an empty xargs runs it) are a usage error.
 
     options:
       -o, --output DIR     directory to save into (default: the current directory)
@@ -29,9 +32,17 @@ struct Options: Equatable {
       --max-size SIZE      largest file to save, counted on the bytes written (after
                            decompression); K, M, G, T suffixes (powers of 1024); 0 for no
                            limit (default 16G). A larger download fails and leaves no file.
+      --force              replace files that are already in DIR (default: a file
+                           already there is kept and not downloaded, like wget
+                           --no-clobber; a partial download is resumed either way)
       -h, --help           show this help
 
-    Exits 0 when every download succeeded, 1 when any failed, 2 on bad arguments.
+    A file that another fetchkit is downloading into the same directory is skipped (it
+    counts as failed), never written by both.
+
+    Exits 0 when every download succeeded, 1 when any failed, 2 on bad arguments, 130
+    (143) when Ctrl-C (SIGTERM) stopped it. Output that goes away (fetchkit … | head -1)
+    stops the printing, not the downloads: the exit status is still theirs.
     """
 
     struct UsageError: Error, CustomStringConvertible {
@@ -88,12 +99,19 @@ struct Options: Equatable {
                     throw UsageError(description: "--max-size needs a size such as 500M, 2G or 0 for no limit, not '\(text)'")
                 }
                 options.maximumSize = size == 0 ? .max : size
+            case "--force":
+                options.force = true
             case "-h", "--help":
                 options.showHelp = true
             default:
                 throw UsageError(description: "unknown option '\(argument)'")
             }
             index += 1
+        }
+        // `fetchkit -o dir` from an empty `xargs`, or a script whose URL list came out empty:
+        // an error, not the demo (which runs with no argument at all).
+        if options.urls.isEmpty, !arguments.isEmpty, !options.showHelp {
+            throw UsageError(description: "no URL to download (fetchkit with no argument at all runs the offline demo)")
         }
         return options
     }

@@ -23,6 +23,8 @@ final class Downloader: @unchecked Sendable {
         case failed(FetchError)
         /// Stopped by a signal before it finished.
         case stopped
+        /// A file was already there, and `--force` was not given: kept, not downloaded.
+        case skipped
     }
 
     struct Item {
@@ -40,6 +42,14 @@ final class Downloader: @unchecked Sendable {
         /// and whether it had started (had a response, or a retry).
         var kept: Int64?
         var started = false
+        /// The process that was downloading the same file when this one was skipped.
+        var otherProcess: Int32?
+
+        /// Why it failed, in a few words (see ``Downloader/reason(_:)``).
+        func failureReason(_ error: FetchError) -> String {
+            guard let otherProcess else { return Downloader.reason(error) }
+            return "skipped: being downloaded by another fetchkit" + (otherProcess > 0 ? " (pid \(otherProcess))" : "")
+        }
     }
 
     private let options: Options
@@ -70,12 +80,22 @@ final class Downloader: @unchecked Sendable {
         do {
             try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         } catch {
-            Terminal.error("fetchkit: cannot use \(directory.path) as the output directory: \(error.localizedDescription)")
+            Terminal.error("fetchkit: cannot use \(Terminal.sanitized(directory.path)) as the output directory: "
+                + Terminal.sanitized(error.localizedDescription))
             return 1
         }
         let names = Self.fileNames(for: options.urls)
         items = zip(options.urls, names).map { Item(url: $0, destination: directory.appendingPathComponent($1)) }
-        display.header("Downloading \(items.count) file\(items.count == 1 ? "" : "s") to \(directory.path) "
+        // Like wget --no-clobber: a file already there is kept, not replaced, unless --force.
+        // (Only regular files: a link or a directory there fails the download, which says why.)
+        if !options.force {
+            for index in items.indices {
+                var status = stat()
+                let found = items[index].destination.withUnsafeFileSystemRepresentation { path in path.map { lstat($0, &status) == 0 } ?? false }
+                if found && status.st_mode & S_IFMT == S_IFREG { items[index].state = .skipped }
+            }
+        }
+        display.header("Downloading \(items.count) file\(items.count == 1 ? "" : "s") to \(Terminal.sanitized(directory.path)) "
             + "(\(options.parallel) at once, \(options.perHost) per host)")
 
         // The live display redraws ten times a second, on a terminal only. (A dispatch source
@@ -83,6 +103,9 @@ final class Downloader: @unchecked Sendable {
         var timer: DispatchSourceTimer?
         let signals = watchSignals()
         ui.sync {
+            for item in items {
+                if case .skipped = item.state { display.finished(item) }
+            }
             startAll()
             if display.interactive {
                 let source = DispatchSource.makeTimerSource(queue: ui)
@@ -152,7 +175,11 @@ final class Downloader: @unchecked Sendable {
 
     /// Enqueues every item as one batch; its completion, after the last item's, ends the run.
     private func startAll() {
-        let downloads = items.indices.map(makeDownload)
+        let downloads = items.indices.filter { if case .skipped = items[$0].state { false } else { true } }.map(makeDownload)
+        guard !downloads.isEmpty else {
+            finished.signal()
+            return
+        }
         queue.enqueue(batch: downloads, on: .dispatch(ui), completion: { [self] status in
             anyFailed = status.failed > 0
             finished.signal()
@@ -172,8 +199,12 @@ final class Downloader: @unchecked Sendable {
             display.retrying(items[index], attempt: event.attempt, of: options.retries + 1, reason: Self.reason(event.error))
         }
         download.onProgress(on: .dispatch(ui)) { [self, weak download] progress in
+            // A report can reach this queue after the completion: a finished item stays as it ended.
+            switch items[index].state {
+            case .done, .failed, .stopped, .skipped: return
+            case .waiting, .active, .retrying: break
+            }
             if items[index].startedAt == nil { items[index].startedAt = Date() }
-            if case .done = items[index].state { return }
             items[index].state = .active
             items[index].meter.report(progress.bytesReceived, requestedOffset: TransferMeter.requestedOffset(of: download?.sentRequest))
             items[index].expected = progress.bytesExpected
@@ -188,6 +219,7 @@ final class Downloader: @unchecked Sendable {
                     items[index].state = .stopped
                     items[index].kept = DownloadOperation.sizeOfFile(at: download.partialFileURL)
                 } else {
+                    items[index].otherProcess = download.otherProcessDownloading
                     items[index].state = .failed(error)
                 }
             } else {
@@ -225,9 +257,45 @@ final class Downloader: @unchecked Sendable {
             return clause(Redaction.redacted(text: urlError.localizedDescription, mentioning: [urlError.failingURL]))
         case .timedOut(let timeout):
             return "no data for \(Format.duration(timeout.interval))"
+        case .responseTooLarge(let limit):
+            // The cap counts decoded bytes: the length a gzip response announces is the
+            // compressed one, and says nothing about the cap unless it is over it.
+            let announced = limit.expectedLength.flatMap { $0 > limit.limit ? "; the server announced \(Format.bytes($0))" : nil } ?? ""
+            return "larger than the \(Format.size(limit.limit)) limit (--max-size, counted after decompression)\(announced)"
+        case .lengthMismatch(let mismatch):
+            return "the server announced \(mismatch.expected) bytes but \(mismatch.received) arrived"
+        case .cancelled:
+            return "cancelled"
         default:
-            return clause(error.description)
+            // The summary prints the URL beside the reason: the reason does not repeat it.
+            return clause(withoutURL(error.description, url(of: error)))
         }
+    }
+
+    /// The URL an error names, if it names one.
+    static func url(of error: FetchError) -> URL? {
+        switch error {
+        case .invalidRequest(let details): details.url
+        case .cancelled(let details): details.url
+        case .timedOut(let details): details.url
+        case .transport(let urlError): urlError.failingURL
+        case .unacceptableStatus(let details): details.url
+        case .responseTooLarge(let details): details.url
+        case .lengthMismatch(let details): details.url
+        case .parseFailed(let details): details.url
+        case .invalidResponse(let details): details.url
+        case .dependencyFailed, .fileSystem, .redirectFailed: nil
+        }
+    }
+
+    /// `text` without the redacted `url` it names: " (URL)" is dropped, and a sentence that
+    /// starts with the URL starts with what follows it.
+    static func withoutURL(_ text: String, _ url: URL?) -> String {
+        guard let url else { return text }
+        let shown = Redaction.redacted(url)
+        var text = text.replacingOccurrences(of: " (\(shown))", with: "")
+        if text.hasPrefix(shown + " ") { text = String(text.dropFirst(shown.count + 1)) }
+        return text
     }
 
     /// `text` without its final full stops, to go inside a longer line.
@@ -238,7 +306,7 @@ final class Downloader: @unchecked Sendable {
     }
 
     /// A file name per URL: its last path component (or `index.html`), made safe (no path
-    /// separators, controls or leading dot; at most 232 bytes) and unique.
+    /// separators, controls or leading dot; kept as given up to 255 bytes) and unique.
     static func fileNames(for urls: [URL]) -> [String] {
         SafeFileName.uniqueNames(for: urls)
     }

@@ -68,6 +68,8 @@ struct ProgressDisplay {
         text += " (\(Format.bytes(bytes))) to \(Terminal.sanitized(directory.path)) in \(Format.duration(elapsed))"
         let thisRun = items.reduce(Int64(0)) { $0 + $1.meter.bytesThisRun }
         text += " (\(Format.rate(Double(thisRun) / max(elapsed, 0.001))))"
+        let skipped = items.filter { if case .skipped = $0.state { return true }; return false }.count
+        if skipped > 0 { text += "; \(skipped) already there, kept" }
         text += Self.stoppedCounts(items)
         if failed.isEmpty {
             text += ".\n"
@@ -75,7 +77,7 @@ struct ProgressDisplay {
             text += "; \(failed.count) failed:\n"
             for (item, error) in failed {
                 let url = Terminal.sanitized(Redaction.redacted(item.url))
-                text += "  \(item.shownName): \(Terminal.sanitized(Downloader.reason(error))) (\(url))\n"
+                text += "  \(item.shownName): \(Terminal.sanitized(item.failureReason(error))) (\(url))\n"
             }
         }
         if items.contains(where: { $0.kept ?? 0 > 0 }) { text += "Run the same command again to resume.\n" }
@@ -115,7 +117,9 @@ struct ProgressDisplay {
                 + (rate.map { " (\(Format.rate($0)))" } ?? "")
                 + (item.meter.resumedFrom > 0 ? ", resumed at \(Format.bytes(item.meter.resumedFrom))" : "")
         case .failed(let error):
-            return "  ✗ \(item.shownName)  \(Terminal.sanitized(Downloader.reason(error)))"
+            return "  ✗ \(item.shownName)  \(Terminal.sanitized(item.failureReason(error)))"
+        case .skipped:
+            return "  = \(item.shownName)  already there, kept (--force downloads it again)"
         case .stopped:
             guard let kept = item.kept, kept > 0 else { return "  ■ \(item.shownName)  stopped" + (item.started ? "" : " before it started") }
             return "  ■ \(item.shownName)  stopped at \(Format.bytes(kept))" + (item.expected.map { " of \(Format.bytes($0))" } ?? "") + ", kept to resume"
@@ -147,7 +151,7 @@ struct ProgressDisplay {
             case .done: done += 1
             case .failed: failed += 1
             case .waiting, .retrying: waiting += 1
-            case .active, .stopped: break
+            case .active, .stopped, .skipped: break
             }
             received += item.received
             thisRun += item.meter.bytesThisRun

@@ -17,12 +17,17 @@ enum Terminal {
         return 80
     }
 
+    /// Standard output: progress, finished files, the summary.
+    static let output = OutputStream(descriptor: STDOUT_FILENO)
+    /// Standard error: usage and fatal errors.
+    static let errors = OutputStream(descriptor: STDERR_FILENO)
+
     static func write(_ text: String) {
-        FileHandle.standardOutput.write(Data(text.utf8))
+        output.write(text)
     }
 
     static func error(_ text: String) {
-        FileHandle.standardError.write(Data((text + "\n").utf8))
+        errors.write(text + "\n")
     }
 
     /// `text` made safe to print: every character that could drive the terminal rather than
@@ -63,6 +68,57 @@ enum Terminal {
     }
 }
 
+/// A standard stream the tool prints to, written with `write(2)`.
+///
+/// The tool ignores SIGPIPE (see `main.swift`), so a reader that goes away — `fetchkit URL… |
+/// head -1`, a closed terminal — makes a write fail with `EPIPE` (or `EIO`) rather than kill
+/// the process and abandon its downloads. The first such failure closes the stream for good:
+/// nothing more is written to it, the downloads go on, and the exit status still says how
+/// they went (curl and wget do the same with their progress output). Foundation's
+/// `FileHandle.write(_:)` would trap on that error instead.
+final class OutputStream: @unchecked Sendable {
+    let descriptor: Int32
+    private let lock = NSLock()
+    /// Guarded by `lock`.
+    private var closed = false
+
+    init(descriptor: Int32) {
+        self.descriptor = descriptor
+    }
+
+    /// Whether a write failed: the reader went away.
+    var isClosed: Bool {
+        lock.withLock { closed }
+    }
+
+    /// Writes all of `text`, unless the stream is closed or closes now. Writes are whole
+    /// under the lock: lines from two threads never interleave.
+    func write(_ text: String) {
+        lock.withLock {
+            guard !closed else { return }
+            var bytes = Array(text.utf8)[...]
+            while !bytes.isEmpty {
+                let count = bytes.withUnsafeBytes { systemWrite(descriptor, $0.baseAddress, $0.count) }
+                if count > 0 {
+                    bytes = bytes.dropFirst(count)
+                } else if count < 0 && errno == EINTR {
+                    continue
+                } else {
+                    // EPIPE, EIO, EBADF, a full disk behind a redirect…: stop printing, not
+                    // downloading.
+                    closed = true
+                    return
+                }
+            }
+        }
+    }
+}
+
+/// write(2), by a name that the stream's own `write` does not hide.
+private func systemWrite(_ descriptor: Int32, _ bytes: UnsafeRawPointer?, _ count: Int) -> Int {
+    write(descriptor, bytes, count)
+}
+
 /// Human-readable sizes, rates and durations.
 enum Format {
     static func bytes(_ count: Int64) -> String {
@@ -73,6 +129,15 @@ enum Format {
         case ..<(1 << 30): return String(format: "%.1f MiB", value / Double(1 << 20))
         default: return String(format: "%.2f GiB", value / Double(1 << 30))
         }
+    }
+
+    /// A size as a user writes it, such as a limit: in whole units when it is a whole number
+    /// of them ("1 MiB", "16 GiB", "1500 B"), otherwise as ``bytes(_:)`` does.
+    static func size(_ count: Int64) -> String {
+        for (shift, unit) in [(40, "TiB"), (30, "GiB"), (20, "MiB"), (10, "KiB")] where count >= Int64(1) << shift {
+            if count & ((Int64(1) << shift) - 1) == 0 { return "\(count >> shift) \(unit)" }
+        }
+        return count < 1 << 20 && count % 1024 != 0 ? "\(count) B" : bytes(count)
     }
 
     static func rate(_ bytesPerSecond: Double) -> String {
@@ -87,7 +152,61 @@ enum Format {
                              : String(format: "%d:%02d", total / 60, total % 60)
     }
 
+    /// `text` cut to at most `width` terminal columns (see ``Terminal/columns(of:)``), with
+    /// "…" where it was cut: a live line that fits never wraps, so redrawing it in place
+    /// leaves nothing behind.
     static func fit(_ text: String, _ width: Int) -> String {
-        text.count <= width ? text : String(text.prefix(max(1, width - 1))) + "…"
+        guard Terminal.columns(of: text) > width else { return text }
+        var result = ""
+        var used = 0
+        for character in text {
+            let columns = Terminal.columns(of: character)
+            guard used + columns <= max(0, width - 1) else { break }
+            result.append(character)
+            used += columns
+        }
+        return result + "…"
+    }
+}
+
+extension Terminal {
+    /// How many terminal columns `text` takes, as terminals draw it (the rules of `wcwidth`):
+    /// East Asian wide and fullwidth characters and emoji take two, combining marks and other
+    /// zero-width characters none, everything else one.
+    static func columns(of text: String) -> Int {
+        text.reduce(0) { $0 + columns(of: $1) }
+    }
+
+    /// The columns one character (a grapheme cluster) takes: its first scalar decides, and
+    /// the marks and joiners that follow it in the cluster add nothing — except that an emoji
+    /// variation selector (U+FE0F) makes it two.
+    static func columns(of character: Character) -> Int {
+        let scalars = character.unicodeScalars
+        guard let first = scalars.first else { return 0 }
+        if isWide(first) || first.properties.isEmojiPresentation { return 2 }
+        if scalars.contains("\u{FE0F}"), first.properties.isEmoji { return 2 }
+        return isZeroWidth(first) ? 0 : 1
+    }
+
+    private static func isZeroWidth(_ scalar: Unicode.Scalar) -> Bool {
+        switch scalar.properties.generalCategory {
+        case .nonspacingMark, .enclosingMark, .format: return true
+        default: return scalar.value == 0x200B || (0x1160...0x11FF).contains(scalar.value)   // ZWSP, Hangul medial jamo
+        }
+    }
+
+    /// East Asian Wide (W) and Fullwidth (F) ranges of Unicode's EastAsianWidth.txt, which
+    /// Swift does not expose.
+    private static func isWide(_ scalar: Unicode.Scalar) -> Bool {
+        switch scalar.value {
+        case 0x1100...0x115F, 0x231A...0x231B, 0x2329...0x232A, 0x2E80...0x303E, 0x3041...0x33FF,
+             0x3400...0x4DBF, 0x4E00...0x9FFF, 0xA000...0xA4CF, 0xA960...0xA97F, 0xAC00...0xD7A3,
+             0xF900...0xFAFF, 0xFE10...0xFE19, 0xFE30...0xFE6F, 0xFF00...0xFF60, 0xFFE0...0xFFE6,
+             0x16FE0...0x16FE4, 0x17000...0x18CFF, 0x1B000...0x1B16F, 0x1F200...0x1F2FF,
+             0x20000...0x2FFFD, 0x30000...0x3FFFD:
+            return true
+        default:
+            return false
+        }
     }
 }

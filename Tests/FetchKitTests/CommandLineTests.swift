@@ -234,6 +234,26 @@ struct CommandLineFileTests {
         #expect(contents(directory.file(name)) == BytePattern.data(offset: 0, count: 2000))
     }
 
+    /// Names up to the file system's limit, 255 bytes, are kept as the URL gives them; the
+    /// download's own partial files shorten their names to fit beside them.
+    @Test(arguments: [250, 255])
+    func aLongNameThatFitsIsKeptAsGiven(_ bytes: Int) async throws {
+        let server = try LoopbackServer()
+        let directory = try TemporaryDirectory()
+        defer { server.stop(); directory.remove() }
+        // Two-byte characters as well: the limit is in bytes, not characters.
+        let name = "é" + String(repeating: "x", count: bytes - 2 - ".bin".utf8.count) + ".bin"
+        try #require(name.utf8.count == bytes)
+        let path = "/files/" + (name.addingPercentEncoding(withAllowedCharacters: .urlPathAllowed) ?? name)
+        server.route(path) { _ in .pattern(count: 3000) }
+
+        let result = try await runTool("fetchkit", [server.url(path).absoluteString, "-o", directory.url.path])
+
+        #expect(result.status == 0, "\(result.stdout)\(result.stderr)")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: directory.url.path) == [name])
+        #expect(contents(directory.file(name)) == BytePattern.data(offset: 0, count: 3000))
+    }
+
     @Test func hostileNamesStayInsideTheOutputDirectory() async throws {
         let server = try LoopbackServer()
         let directory = try TemporaryDirectory()
@@ -262,7 +282,7 @@ struct CommandLineFileTests {
         defer { server.stop(); directory.remove() }
         let result = try await runTool("fetchkit", [server.url("/bytes/5000").absoluteString, "-o", directory.url.path, "--max-size", "1K"])
         #expect(result.status == 1)
-        #expect(result.stdout.contains("larger than the 1024-byte limit"), "\(result.stdout)")
+        #expect(result.stdout.contains("larger than the 1 KiB limit"), "\(result.stdout)")
         #expect(try FileManager.default.contentsOfDirectory(atPath: directory.url.path).isEmpty)
 
         let roomy = try await runTool("fetchkit", [server.url("/bytes/5000").absoluteString, "-o", directory.url.path, "--max-size", "1M"])
@@ -280,7 +300,7 @@ struct CommandLineFileTests {
         let result = try await runTool("fetchkit", [server.url("/bomb.bin").absoluteString, "-o", directory.url.path,
                                                     "--max-size", "2M", "--retry", "0"])
         #expect(result.status == 1)
-        #expect(result.stdout.contains("larger than the 2097152-byte limit"), "\(result.stdout)")
+        #expect(result.stdout.contains("larger than the 2 MiB limit"), "\(result.stdout)")
         #expect(try FileManager.default.contentsOfDirectory(atPath: directory.url.path).isEmpty, "no partial file is left")
     }
 

@@ -33,7 +33,7 @@ struct FileNameFuzzTests {
     }
 
     @Test func aLongNameIsCutKeepingItsExtensionAndGainsAHash() {
-        let long = String(repeating: "a", count: 246) + ".bin"                 // 250 bytes
+        let long = String(repeating: "a", count: 256) + ".bin"                 // 260 bytes
         let name = SafeFileName.sanitize(long, source: "http://h/one")
         #expect(name.utf8.count == SafeFileName.maximumByteCount)
         #expect(name.hasPrefix("aaaa") && name.hasSuffix("-\(SafeFileName.hash("http://h/one")).bin"))
@@ -74,7 +74,9 @@ struct FileNameFuzzTests {
         #expect(name.utf8.first != UInt8(ascii: "-"), "option-like: \(name.debugDescription) for \(shown)", sourceLocation: sourceLocation)
         #expect(!name.unicodeScalars.contains { SafeFileName.isUnsafe($0) }, "unsafe: \(name.debugDescription) for \(shown)", sourceLocation: sourceLocation)
         #expect(name.utf8.count <= SafeFileName.maximumByteCount, "too long for \(shown)", sourceLocation: sourceLocation)
-        #expect(".\(name).fetchkit-partial.json".utf8.count <= 255, sourceLocation: sourceLocation)
+        // A download to it names its partial files so that they fit too.
+        let download = DownloadOperation(url: URL(fileURLWithPath: "/x"), destination: URL(fileURLWithPath: "/tmp").appendingPathComponent(name))
+        #expect(download.partialRecordURL.lastPathComponent.utf8.count <= 255, sourceLocation: sourceLocation)
         #expect(!name.utf8.contains(0), sourceLocation: sourceLocation)
     }
 
@@ -148,8 +150,8 @@ struct FileNameFuzzTests {
     @Test func generatedSetsOfURLsStayUnique() async throws {
         var random = SplitMix64(seed: 0x5E7_0F_0A1)
         // Few distinct stems, so that many names collide: repeats, case variants, long names
-        // that share their first 232 bytes, names that already end in -1.
-        let stems = ["file", "FILE", "file-1", String(repeating: "x", count: 240), String(repeating: "x", count: 240) + "y",
+        // that share their first 255 bytes, names that already end in -1.
+        let stems = ["file", "FILE", "file-1", String(repeating: "x", count: 260), String(repeating: "x", count: 260) + "y",
                      ".hidden", "..", "", "a%2Fb", "a_b", "%E2%80%AE", "_"]
         let extensions = ["", ".txt", ".TXT", ".tar.gz"]
         try await forEachRound(150) { round in

@@ -38,7 +38,13 @@ import FoundationNetworking
 /// sent (``FetchError/FileFailure/Kind/unsafePath``), and checked again just before the final
 /// `rename(2)`, which replaces only a regular file. When the destination's name is too long for
 /// `.<name>.fetchkit-partial.json` to fit in 255 bytes, the partial files get a shortened name
-/// (see ``SafeFileName``). For a name taken from a URL, use ``SafeFileName/name(for:)``.
+/// (see ``SafeFileName``).
+///
+/// **One process per file.** While it runs, a download holds an advisory lock (`flock(2)`) on
+/// `.<name>.fetchkit-partial.lock` beside the destination. A download in another process to
+/// the same destination fails at once with ``FetchError/FileFailure/Kind/destinationInUse``,
+/// having sent nothing and touched nothing, and ``otherProcessDownloading`` names the
+/// process that holds it. For a name taken from a URL, use ``SafeFileName/name(for:)``.
 ///
 /// **Size cap.** ``FetchConfiguration/maximumResponseSize`` bounds the file on disk: the decoded
 /// bytes (a small gzip body can inflate a thousandfold), resumed bytes included. It defaults to
@@ -78,6 +84,8 @@ open class DownloadOperation: AnyFetchOperation, OutputProducing, @unchecked Sen
         var peakBacklog: Int64 = 0
         /// What the attempt that the continuations continue resumed from.
         var resumedBeforeContinuing: Int64?
+        /// The process holding the partial file's lock, when it was held (0: unknown).
+        var lockHolder: Int32?
     }
 
     private let downloadState = Protected(DownloadState())
@@ -93,7 +101,7 @@ open class DownloadOperation: AnyFetchOperation, OutputProducing, @unchecked Sen
     public init(request: URLRequest? = nil, destination: URL) {
         self.destination = destination.standardizedFileURL
         let name = self.destination.lastPathComponent
-        partialStem = "." + SafeFileName.fitted(name, source: name)
+        partialStem = "." + SafeFileName.fitted(name, source: name, limit: SafeFileName.maximumPartialStemByteCount)
         super.init(request: request)
         configuration.maximumResponseSize = Self.defaultMaximumDownloadSize
     }
@@ -118,10 +126,26 @@ open class DownloadOperation: AnyFetchOperation, OutputProducing, @unchecked Sen
 
     /// The partial file beside the destination: `.<name>.fetchkit-partial`.
     ///
-    /// When the destination's name is longer than ``SafeFileName/maximumByteCount`` bytes,
-    /// `<name>` is its start and a hash, so that the partial files' names fit in 255 bytes.
+    /// When the destination's name is longer than 232 bytes, `<name>` is its start and a
+    /// hash, so that the partial files' names fit in 255 bytes.
     public var partialFileURL: URL {
         destination.deletingLastPathComponent().appendingPathComponent("\(partialStem).fetchkit-partial")
+    }
+
+    /// The lock file that keeps other processes off the partial file (see `PartialFileLock`).
+    var partialLockURL: URL {
+        destination.deletingLastPathComponent().appendingPathComponent("\(partialStem).fetchkit-partial.lock")
+    }
+
+    /// When another process was downloading to the same destination — the download then
+    /// failed with ``FetchError/FileFailure/Kind/destinationInUse`` and wrote nothing —
+    /// that process's ID (0 if it did not say). `nil` otherwise.
+    ///
+    /// FetchKit keeps processes apart with an advisory lock (`flock(2)`) on
+    /// `.<name>.fetchkit-partial.lock` beside the destination, held while a download runs and
+    /// removed after it.
+    public var otherProcessDownloading: Int32? {
+        downloadState.withLock { $0.lockHolder }
     }
 
     /// The record of the partial file's source, validator and length.
@@ -172,6 +196,21 @@ open class DownloadOperation: AnyFetchOperation, OutputProducing, @unchecked Sen
         guard ActiveDownloads.claim(destination) else {
             throw .fileSystem(.init(kind: .destinationInUse, path: destination.path, code: nil))
         }
+        // Another process (a second fetchkit into the same directory) must not write the same
+        // partial file: whoever holds its lock downloads it, the other skips it.
+        let lock: PartialFileLock
+        switch PartialFileLock.acquire(at: partialLockURL) {
+        case .success(let acquired):
+            lock = acquired
+        case .failure(.held(let holder)):
+            ActiveDownloads.release(destination)
+            downloadState.withLock { $0.lockHolder = holder ?? 0 }
+            throw .fileSystem(.init(kind: .destinationInUse, path: destination.path, code: nil))
+        case .failure(.unusable(let code)):
+            ActiveDownloads.release(destination)
+            throw .fileSystem(.init(kind: code == nil || code == ELOOP || code == EMLINK ? .unsafePath : .unwritableDestination,
+                                    path: partialLockURL.path, code: code == ELOOP || code == EMLINK ? nil : code))
+        }
         addCompletionHandler(on: .immediate) { [destination, partialFileURL, partialRecordURL] operation in
             // 416: the partial file no longer fits the resource (it shrank or changed); over
             // the size cap: resuming it cannot succeed. Drop it so that the next attempt starts
@@ -185,6 +224,7 @@ open class DownloadOperation: AnyFetchOperation, OutputProducing, @unchecked Sen
                 break
             }
             ActiveDownloads.release(destination)
+            lock.release()
         }
 
         return request

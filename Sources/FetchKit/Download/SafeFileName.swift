@@ -14,9 +14,10 @@ import Foundation
 ///   become `_`;
 /// - spaces at either end are trimmed; an empty name, `.` or `..` becomes ``fallback``;
 /// - a leading `.` (a hidden file) or `-` (read as an option by command-line tools) becomes `_`;
-/// - a name longer than ``maximumByteCount`` UTF-8 bytes is cut on a character boundary,
-///   keeping its extension, and gets a short hash of its source so that two long names stay
-///   distinct: `averyveryvery…long-1a2b3c4d.iso`.
+/// - a name longer than ``maximumByteCount`` (255) UTF-8 bytes, the longest one name that
+///   Linux, macOS and Windows file systems allow, is cut on a character boundary, keeping its
+///   extension, and gets a short hash of its source so that two long names stay distinct:
+///   `averyveryvery…long-1a2b3c4d.iso`. A name that fits is kept as it is.
 ///
 /// The result is deterministic: the same input always gives the same name.
 ///
@@ -26,12 +27,15 @@ import Foundation
 /// let download = DownloadOperation(url: url, destination: folder.appendingPathComponent(name))
 /// ```
 public enum SafeFileName {
-    /// The longest name, in UTF-8 bytes, that `SafeFileName` returns: 232.
+    /// The longest name, in UTF-8 bytes, that `SafeFileName` returns: 255, what Linux, macOS
+    /// and Windows file systems allow for one name.
     ///
-    /// A download keeps its resume record beside the destination as
-    /// `.<name>.fetchkit-partial.json`; 232 bytes keep that within the 255 bytes that Linux,
-    /// macOS and Windows file systems allow for one name.
-    public static let maximumByteCount = 255 - ".".utf8.count - ".fetchkit-partial.json".utf8.count
+    /// (A ``DownloadOperation`` to a name longer than 232 bytes shortens the names of its own
+    /// partial file and resume record, `.<name>.fetchkit-partial.json`, so that they fit too.)
+    public static let maximumByteCount = 255
+
+    /// The longest `<name>` in a download's `.<name>.fetchkit-partial.json`: 232 bytes.
+    static let maximumPartialStemByteCount = maximumByteCount - ".".utf8.count - ".fetchkit-partial.json".utf8.count
 
     /// The name given when there is none (a URL that ends in `/`, or a name that is `.` or
     /// `..`): `index.html`.

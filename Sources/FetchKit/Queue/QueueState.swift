@@ -119,6 +119,10 @@ struct QueueState {
     /// a member that joins it.
     struct Run {
         var transfer: Transfer?
+        /// The last member, when it left (was cancelled) while the transfer ran: it hears of
+        /// the end when the stopped transfer has ended — a download's partial file and resume
+        /// record are then kept — not before.
+        var leftWhileRunning: FlightMember?
         var response: (HTTPURLResponse, Int64?)?
         var received: (bytes: Int64, expected: Int64?)?
     }
@@ -348,7 +352,13 @@ struct QueueState {
             forgetShared(record.flight)
             if record.running {
                 // None yet: `transferCreated` finds no members and ends the flight.
-                if let transfer = runs[ticket]?.transfer { actions.append(.stopTransfer(transfer)) }
+                if let transfer = runs[ticket]?.transfer {
+                    actions.append(.stopTransfer(transfer))
+                    // Told by `flightEnded`, once the transfer has cleaned up after itself: a
+                    // cancelled fetch must not complete while its sink still writes.
+                    runs[ticket]?.leftWhileRunning = member
+                    return
+                }
             } else {
                 scheduler.withdraw(at: record.flight.first.place, host: record.flight.host)
                 flights[ticket] = nil
@@ -371,6 +381,7 @@ struct QueueState {
     @discardableResult
     mutating func flightEnded(_ flight: Flight, result: TransferResult) -> [FlightMember] {
         guard let record = flights.removeValue(forKey: flight.ticket), record.running else { return [] }
+        let left = runs[flight.ticket]?.leftWhileRunning
         runs[flight.ticket] = nil
         forgetShared(flight)
         scheduler.release(host: flight.host)
@@ -385,7 +396,7 @@ struct QueueState {
             member.operation.queueEntry?.transferEnded = true
         }
         announceCounts()
-        return Array(record.members)
+        return Array(record.members) + (left.map { [$0] } ?? [])
     }
 
     /// The members of a running flight, to tell of its events, and what to remember for a late

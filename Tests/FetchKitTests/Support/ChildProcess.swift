@@ -30,17 +30,33 @@ final class ChildProcess: Sendable {
         let description: String
     }
 
+    /// Where the child's standard output goes.
+    enum StandardOutput: Sendable {
+        /// A pipe, read to its end.
+        case pipe
+        /// A pipe whose reading end the test closes after the first line, as `| head -1` does
+        /// (``outputClosed`` then opens).
+        case pipeClosedAfterFirstLine
+        /// A pseudo-terminal `columns` wide, read to its end (what the child writes, after the
+        /// terminal's own `\n` → `\r\n`).
+        case terminal(columns: Int)
+    }
+
     let pid: pid_t
+    /// Opens once the test closed the child's standard output (``StandardOutput/pipeClosedAfterFirstLine``).
+    let outputClosed = Countdown(1)
     /// The exit, and the end of each of the two pipes.
     private let ended = Countdown(3)
     private let output = Locked((stdout: Data(), stderr: Data()))
     private let ending = Locked<Ending?>(nil)
 
-    /// Starts `name` (an executable beside the test bundle) with `arguments`.
-    init(_ name: String, _ arguments: [String]) throws {
+    /// Starts `name` (an executable beside the test bundle) with `arguments`, and `environment`
+    /// added to the test process's.
+    init(_ name: String, _ arguments: [String], standardOutput: StandardOutput = .pipe,
+         environment: [String: String] = [:]) throws {
         let directory = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
         let path = directory.appendingPathComponent(name).path
-        let outPipe = try Self.makePipe()
+        let outPipe = try Self.makeOutput(standardOutput)
         let errPipe = try Self.makePipe()
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
@@ -53,8 +69,12 @@ final class ChildProcess: Sendable {
         }
         let argv = ([path] + arguments).map { strdup($0) } + [nil]
         defer { for pointer in argv { free(pointer) } }
+        var variables = ProcessInfo.processInfo.environment
+        variables.merge(environment) { $1 }
+        let envp = variables.map { strdup("\($0)=\($1)") } + [nil]
+        defer { for pointer in envp { free(pointer) } }
         var child: pid_t = 0
-        let spawned = posix_spawn(&child, path, &actions, nil, argv, environ)
+        let spawned = posix_spawn(&child, path, &actions, nil, argv, envp)
         close(outPipe.write)
         close(errPipe.write)
         guard spawned == 0 else {
@@ -63,12 +83,18 @@ final class ChildProcess: Sendable {
             throw SpawnError(description: "posix_spawn \(path): error \(spawned)")
         }
         pid = child
-        let (ended, output, ending, spawnedPID) = (self.ended, self.output, self.ending, child)
+        let (ended, output, ending, spawnedPID, outputClosed) = (self.ended, self.output, self.ending, child, self.outputClosed)
         // Both pipes are read to the end as the child writes (a full pipe would block it), and
         // the exit is awaited, on threads of their own: a blocking call on one of Swift
         // concurrency's few threads could starve the test itself.
         Thread.detachNewThread {
-            let data = Self.readToEnd(outPipe.read)
+            let data: Data
+            if case .pipeClosedAfterFirstLine = standardOutput {
+                data = Self.readFirstLine(outPipe.read)
+                outputClosed.signal()
+            } else {
+                data = Self.readToEnd(outPipe.read)
+            }
             output.withLock { $0.stdout = data }
             ended.signal()
         }
@@ -100,12 +126,29 @@ final class ChildProcess: Sendable {
         return (ends[0], ends[1])
     }
 
-    // glibc has both (2.9 and 2.34), but its headers declare them for _GNU_SOURCE only, which
-    // Swift's Glibc module does not set: they are looked up at run time.
+    /// The descriptors for the child's standard output: a pipe, or a pseudo-terminal's
+    /// controller (`read`) and terminal (`write`) ends.
+    private static func makeOutput(_ kind: StandardOutput) throws -> (read: Int32, write: Int32) {
+        guard case .terminal(let columns) = kind else { return try makePipe() }
+        guard let openpty = openptyFunction else { throw SpawnError(description: "openpty is not available") }
+        var controller: Int32 = -1, terminal: Int32 = -1
+        var size = winsize(ws_row: 24, ws_col: UInt16(columns), ws_xpixel: 0, ws_ypixel: 0)
+        guard openpty(&controller, &terminal, nil, nil, &size) == 0 else { throw SpawnError(description: "openpty: errno \(errno)") }
+        _ = fcntl(controller, F_SETFD, FD_CLOEXEC)
+        _ = fcntl(terminal, F_SETFD, FD_CLOEXEC)
+        return (controller, terminal)
+    }
+
+    // glibc has these (2.9, 2.34, and openpty in libc since 2.34), but its headers declare
+    // them for _GNU_SOURCE only, or in headers that Swift's Glibc module leaves out: they are
+    // looked up at run time.
     private typealias Pipe2 = @convention(c) (UnsafeMutablePointer<Int32>, Int32) -> Int32
     private typealias CloseFrom = @convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, Int32) -> Int32
+    private typealias OpenPTY = @convention(c) (UnsafeMutablePointer<Int32>, UnsafeMutablePointer<Int32>,
+                                                UnsafeMutablePointer<CChar>?, UnsafeRawPointer?, UnsafeRawPointer?) -> Int32
     private static let pipe2Function: Pipe2? = symbol("pipe2")
     private static let closeFrom: CloseFrom? = symbol("posix_spawn_file_actions_addclosefrom_np")
+    private static let openptyFunction: OpenPTY? = symbol("openpty")
 
     private static func symbol<Function>(_ name: String) -> Function? {
         #if canImport(Darwin)
@@ -117,6 +160,23 @@ final class ChildProcess: Sendable {
         return unsafeBitCast(address, to: Function.self)
     }
 
+    /// Reads up to the first newline (or the end), then closes the descriptor.
+    private static func readFirstLine(_ descriptor: Int32) -> Data {
+        defer { close(descriptor) }
+        var data = Data()
+        var byte: UInt8 = 0
+        while true {
+            let count = read(descriptor, &byte, 1)
+            if count == 1 {
+                data.append(byte)
+                if byte == UInt8(ascii: "\n") { return data }
+            } else if count == 0 || errno != EINTR {
+                return data
+            }
+        }
+    }
+
+    /// Reads to the end: end of file, or `EIO` from a pseudo-terminal whose other end closed.
     private static func readToEnd(_ descriptor: Int32) -> Data {
         defer { close(descriptor) }
         var data = Data()

@@ -1,0 +1,96 @@
+import FetchKit
+import Foundation
+import LoopbackServer
+import Testing
+@testable import fetchkit
+
+/// What the command says: in the units the user typed, each URL once, every path escaped, and
+/// a usage error for options without a URL.
+@Suite("fetchkit's messages in real use", .timeLimit(.minutes(3)))
+struct CommandLineRealUseMessageTests {
+    private func occurrences(of needle: String, in text: String) -> Int {
+        text.components(separatedBy: needle).count - 1
+    }
+
+    /// A gzip body of 32 KiB that inflates to 32 MiB, under `--max-size 1M`: the message gives
+    /// the cap as the user wrote it, says it counts decoded bytes, and does not quote the
+    /// compressed length (below the cap, so beside the point). The URL appears once, in the
+    /// summary.
+    @Test func aGzipBodyOverTheCapIsReportedInDecodedBytesAndHumanUnits() async throws {
+        let server = try LoopbackServer()
+        let directory = try TemporaryDirectory()
+        defer { server.stop(); directory.remove() }
+        let bomb = Gzip.zeros(count: 32 << 20)
+        try #require(bomb.count < 1 << 20)
+        server.route("/logs.tar") { _ in HTTPResponse(status: 200, headers: ["Content-Encoding": "gzip"], body: bomb) }
+        let url = server.url("/logs.tar").absoluteString
+
+        let result = try await runTool("fetchkit", [url, "-o", directory.url.path, "--max-size", "1M", "--retry", "0"])
+
+        #expect(result.status == 1)
+        #expect(result.stdout.contains("✗ logs.tar  larger than the 1 MiB limit (--max-size, counted after decompression)"), "\(result.stdout)")
+        #expect(!result.stdout.contains("announced"), "\(result.stdout)")
+        #expect(!result.stdout.contains("1048576"), "\(result.stdout)")
+        #expect(occurrences(of: url, in: result.stdout) == 1, "\(result.stdout)")
+    }
+
+    /// A plain body whose announced length is itself over the cap says so, in human units.
+    @Test func anAnnouncedLengthOverTheCapIsQuoted() async throws {
+        let server = try LoopbackServer()
+        let directory = try TemporaryDirectory()
+        defer { server.stop(); directory.remove() }
+        let url = server.url("/bytes/3145728").absoluteString
+        let result = try await runTool("fetchkit", [url, "-o", directory.url.path, "--max-size", "2M", "--retry", "0"])
+        #expect(result.status == 1)
+        #expect(result.stdout.contains("larger than the 2 MiB limit (--max-size, counted after decompression); the server announced 3.0 MiB"), "\(result.stdout)")
+        #expect(occurrences(of: url, in: result.stdout) == 1, "\(result.stdout)")
+    }
+
+    /// Every failure's reason leaves the URL to the summary line, which names it once.
+    @Test func aFailedDownloadNamesItsURLOnce() async throws {
+        let server = try LoopbackServer()
+        let directory = try TemporaryDirectory()
+        defer { server.stop(); directory.remove() }
+        let urls = [server.url("/lie/5000/100").absoluteString, server.url("/garbage").absoluteString]
+        let result = try await runTool("fetchkit", urls + ["-o", directory.url.path, "--retry", "0"])
+        #expect(result.status == 1)
+        #expect(result.stdout.contains("the server announced 5000 bytes but 100 arrived"), "\(result.stdout)")
+        for url in urls {
+            #expect(occurrences(of: url, in: result.stdout) == 1, "\(url) in:\n\(result.stdout)")
+        }
+    }
+
+    /// `fetchkit -o dir`, as `xargs fetchkit -o dir` runs it on empty input: a usage error,
+    /// not the offline demo.
+    @Test(arguments: [["-o", "somewhere"], ["--parallel", "3"], ["--"], ["--max-size", "1M", "--timeout", "5"]])
+    func optionsWithoutAURLAreAUsageError(_ arguments: [String]) async throws {
+        let result = try await runTool("fetchkit", arguments)
+        #expect(result.status == 2, "\(result.stdout)\(result.stderr)")
+        #expect(result.stderr.contains("no URL to download"), "\(result.stderr)")
+        #expect(result.stderr.contains("usage: fetchkit"))
+        #expect(result.stdout.isEmpty, "\(result.stdout)")
+    }
+
+    /// The output directory, as given, may hold anything: the header and the summary show it
+    /// escaped like every other string.
+    @Test func theOutputDirectoryIsPrintedEscaped() async throws {
+        let server = try LoopbackServer()
+        let directory = try TemporaryDirectory()
+        defer { server.stop(); directory.remove() }
+        let output = directory.file("red\u{1B}]0;owned\u{07}\u{1B}[31mdir")
+        let result = try await runTool("fetchkit", [server.url("/bytes/100").absoluteString, "-o", output.path])
+        #expect(result.status == 0, "\(result.stdout)\(result.stderr)")
+        #expect(!result.stdout.contains("\u{1B}") && !result.stdout.contains("\u{07}"), "\(result.stdout.debugDescription)")
+        let header = try #require(result.stdout.split(separator: "\n").first)
+        #expect(header.contains(#"red\e]0;owned\x07\e[31mdir"#), "\(header.debugDescription)")
+    }
+
+    @Test func sizesAreWrittenAsTheUserWritesThem() {
+        #expect(Format.size(1 << 20) == "1 MiB")
+        #expect(Format.size(16 << 30) == "16 GiB")
+        #expect(Format.size(1024) == "1 KiB")
+        #expect(Format.size(1500) == "1500 B")
+        #expect(Format.size(3 << 39) == "1.5 TiB" || Format.size(3 << 39) == "1536 GiB")
+        #expect(Format.size((1 << 20) + 1) == "1.0 MiB")
+    }
+}
