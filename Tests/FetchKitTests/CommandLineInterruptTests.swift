@@ -123,6 +123,35 @@ struct CommandLineInterruptTests {
         #expect(second.stdout.contains("resumed at \(Format.bytes(kept))"), "\(second.stdout)")
     }
 
+    /// Issue 20, 3.2: a Ctrl-C 0.2 s in, while the server pours a large body and a second file
+    /// could start beside it. What reached FetchKit is on disk with a resume record, and the
+    /// second file was requested at once.
+    @Test(arguments: 1...3)
+    func anEarlyCtrlCKeepsWhatArrived(round: Int) async throws {
+        let server = try LoopbackServer()
+        let directory = try TemporaryDirectory()
+        defer { server.stop(); directory.remove() }
+        let big = "/bytes/4000000000", small = "/bytes/1000"
+        let arguments = [server.url(big).absoluteString, server.url(small).absoluteString,
+                         "-o", directory.url.path, "--per-host", "2", "--timeout", "3600"]
+        let partial = directory.file(".4000000000.fetchkit-partial")
+        let record = directory.file(".4000000000.fetchkit-partial.json")
+
+        let tool = try RunningTool(arguments)
+        defer { tool.stop() }
+        // Well past what the sockets' buffers hold: most of it has reached the process.
+        #expect(await server.waitUntil(timeout: 60) { $0.patternBytesSent >= 96 << 20 }, "the body never flowed")
+        tool.send(SIGINT)
+        let ended = try await tool.finish()
+
+        #expect(ended.ending == .exit(130), "\(ended.ending)\n\(ended.stdout)\(ended.stderr)")
+        #expect(server.requestCount(path: small) == 1, "the second file was not started beside the first")
+        let kept = fileSize(partial) ?? 0
+        #expect(kept >= 32 << 20, "kept \(kept) bytes of the \(server.counters.patternBytesSent) sent\n\(ended.stdout)")
+        #expect(FileManager.default.fileExists(atPath: record.path), "no resume record\n\(ended.stdout)")
+        #expect(!ended.stdout.contains("before it started"), "\(ended.stdout)")
+    }
+
     @Test func sigtermStopsWith143AndKeepsThePartialFile() async throws {
         let server = try LoopbackServer()
         let directory = try TemporaryDirectory()
