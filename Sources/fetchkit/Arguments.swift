@@ -33,8 +33,10 @@ struct Options: Equatable {
                            decompression); K, M, G, T suffixes (powers of 1024); 0 for no
                            limit (default 16G). A larger download fails and leaves no file.
       --force              replace files that are already in DIR (default: a file
-                           already there is kept and not downloaded, like wget
-                           --no-clobber; a partial download is resumed either way)
+                           already there is kept, like wget --no-clobber, and the
+                           server is asked whether its copy changed since the file's
+                           date, like wget --timestamping, and the answer shown; a
+                           partial download is resumed either way)
       -h, --help           show this help
 
     A file that another fetchkit is downloading into the same directory is skipped (it

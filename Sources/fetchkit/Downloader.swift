@@ -44,6 +44,8 @@ final class Downloader: @unchecked Sendable {
         var started = false
         /// The process that was downloading the same file when this one was skipped.
         var otherProcess: Int32?
+        /// When kept because it was already there: what the server said of it.
+        var verdict: ExistingFile.Verdict?
 
         /// Why it failed, in a few words (see ``Downloader/reason(_:)``).
         func failureReason(_ error: FetchError) -> String {
@@ -86,15 +88,9 @@ final class Downloader: @unchecked Sendable {
         }
         let names = Self.fileNames(for: options.urls)
         items = zip(options.urls, names).map { Item(url: $0, destination: directory.appendingPathComponent($1)) }
-        // Like wget --no-clobber: a file already there is kept, not replaced, unless --force.
-        // (Only regular files: a link or a directory there fails the download, which says why.)
-        if !options.force {
-            for index in items.indices {
-                var status = stat()
-                let found = items[index].destination.withUnsafeFileSystemRepresentation { path in path.map { lstat($0, &status) == 0 } ?? false }
-                if found && status.st_mode & S_IFMT == S_IFREG { items[index].state = .skipped }
-            }
-        }
+        // Like wget --no-clobber: a file already there is kept, not replaced, unless --force;
+        // the server is asked whether its copy changed (see ExistingFile).
+        if !options.force { checkExistingFiles() }
         display.header("Downloading \(items.count) file\(items.count == 1 ? "" : "s") to \(Terminal.sanitized(directory.path)) "
             + "(\(options.parallel) at once, \(options.perHost) per host)")
 
@@ -125,6 +121,26 @@ final class Downloader: @unchecked Sendable {
                             interruptedBy: interruption.map(Self.signalName))
             if let interruption { return 128 + interruption }
             return anyFailed ? 1 : 0
+        }
+    }
+
+    /// Marks every file already there as kept, and asks the server of each, at once (bounded
+    /// by the queue), whether its copy differs: a conditional `HEAD` (``ExistingFile``).
+    private func checkExistingFiles() {
+        var checks: [(index: Int, check: FetchOperation<Data>, file: (size: Int64, modified: Date))] = []
+        for index in items.indices {
+            guard let file = ExistingFile.regularFile(at: items[index].destination) else { continue }
+            items[index].state = .skipped
+            checks.append((index, ExistingFile.check(items[index].url, against: file, timeout: options.timeout), file))
+        }
+        let group = DispatchGroup()
+        for entry in checks {
+            group.enter()
+            queue.enqueue(entry.check, on: .global) { _ in group.leave() }
+        }
+        group.wait()
+        for entry in checks {
+            items[entry.index].verdict = ExistingFile.verdict(of: entry.check, for: entry.file)
         }
     }
 
@@ -223,6 +239,7 @@ final class Downloader: @unchecked Sendable {
                     items[index].state = .failed(error)
                 }
             } else {
+                ExistingFile.stamp(download.destination, from: download.response)
                 items[index].state = .done
                 let size = DownloadOperation.sizeOfFile(at: download.destination) ?? items[index].received
                 items[index].meter.completed(size: size, resumedBytes: download.resumedBytes)

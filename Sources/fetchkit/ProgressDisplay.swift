@@ -119,7 +119,14 @@ struct ProgressDisplay {
         case .failed(let error):
             return "  ✗ \(item.shownName)  \(Terminal.sanitized(item.failureReason(error)))"
         case .skipped:
-            return "  = \(item.shownName)  already there, kept (--force downloads it again)"
+            switch item.verdict {
+            case .unchanged?:
+                return "  = \(item.shownName)  already there, unchanged on the server"
+            case .differs?:
+                return "  = \(item.shownName)  already there, kept; the server's copy differs (--force replaces it)"
+            case .unknown?, nil:
+                return "  = \(item.shownName)  already there, kept (--force downloads it again)"
+            }
         case .stopped:
             guard let kept = item.kept, kept > 0 else { return "  ■ \(item.shownName)  stopped" + (item.started ? "" : " before it started") }
             return "  ■ \(item.shownName)  stopped at \(Format.bytes(kept))" + (item.expected.map { " of \(Format.bytes($0))" } ?? "") + ", kept to resume"

@@ -1,0 +1,105 @@
+import FetchKit
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// Files already in the output directory, the way wget's `--no-clobber` and `--timestamping`
+/// treat them together: a file that is there is never replaced without `--force`, and the
+/// server is asked whether its copy changed, by a `HEAD` with `If-Modified-Since` the file's
+/// date. A finished download's date is the server's `Last-Modified` (as `wget` and `curl -R`
+/// set it), so the next run asks about the copy it has: `304 Not Modified`, or the same date and
+/// size, means unchanged.
+enum ExistingFile {
+    /// What the server says of a file that is already there.
+    enum Verdict: Equatable {
+        /// `304 Not Modified` to the file's date, or the same date and size.
+        case unchanged
+        /// The server's copy has another date or size.
+        case differs
+        /// The server could not say (no date or size, or no answer): kept all the same.
+        case unknown
+    }
+
+    /// The size and modification date of the regular file at `url`; `nil` if there is none (a
+    /// link or a directory there is not one: the download fails and says why).
+    static func regularFile(at url: URL) -> (size: Int64, modified: Date)? {
+        var status = stat()
+        let found = url.withUnsafeFileSystemRepresentation { path in path.map { lstat($0, &status) == 0 } ?? false }
+        guard found, status.st_mode & S_IFMT == S_IFREG else { return nil }
+        #if canImport(Darwin)
+        let seconds = status.st_mtimespec.tv_sec
+        #else
+        let seconds = status.st_mtim.tv_sec
+        #endif
+        return (Int64(status.st_size), Date(timeIntervalSince1970: TimeInterval(seconds)))
+    }
+
+    /// The conditional `HEAD` that asks whether the server's copy of `url` differs from `file`.
+    static func check(_ url: URL, against file: (size: Int64, modified: Date), timeout: TimeInterval) -> FetchOperation<Data> {
+        var request = URLRequest(url: url)
+        request.httpMethod = "HEAD"
+        request.setValue(httpDate(file.modified), forHTTPHeaderField: "If-Modified-Since")
+        let check = FetchOperation<Data>(request: request)
+        check.configuration.idleTimeout = timeout
+        check.configuration.retryPolicy = RetryPolicy(maximumRetries: 1)
+        return check
+    }
+
+    /// What the finished `check` says of `file`.
+    static func verdict(of check: FetchOperation<Data>, for file: (size: Int64, modified: Date)) -> Verdict {
+        if check.error?.statusCode == 304 { return .unchanged }
+        guard check.error == nil, let response = check.response else { return .unknown }
+        let modified = response.value(forHTTPHeaderField: "Last-Modified").flatMap(parseHTTPDate)
+        let length = response.value(forHTTPHeaderField: "Content-Length").flatMap { Int64($0.trimmingCharacters(in: .whitespaces)) }
+        guard modified != nil || length != nil else { return .unknown }
+        if let modified, Int64(modified.timeIntervalSince1970) != Int64(file.modified.timeIntervalSince1970) { return .differs }
+        if let length, length != file.size { return .differs }
+        return modified == nil ? .unknown : .unchanged
+    }
+
+    /// Dates a finished download with the server's `Last-Modified`, if it sent one.
+    static func stamp(_ url: URL, from response: HTTPURLResponse?) {
+        guard let value = response?.value(forHTTPHeaderField: "Last-Modified"), let date = parseHTTPDate(value) else { return }
+        try? FileManager.default.setAttributes([.modificationDate: date], ofItemAtPath: url.path)
+    }
+
+    /// An IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`), the form HTTP sends.
+    static func httpDate(_ date: Date) -> String {
+        formatter.withLock { $0.string(from: date) }
+    }
+
+    /// Reads an IMF-fixdate; `nil` for anything else.
+    static func parseHTTPDate(_ text: String) -> Date? {
+        formatter.withLock { $0.date(from: text.trimmingCharacters(in: .whitespaces)) }
+    }
+
+    private static let formatter: LockedFormatter = {
+        let formatter = DateFormatter()
+        formatter.locale = Locale(identifier: "en_US_POSIX")
+        formatter.timeZone = TimeZone(identifier: "GMT")
+        formatter.dateFormat = "EEE, dd MMM yyyy HH:mm:ss 'GMT'"
+        return LockedFormatter(formatter)
+    }()
+}
+
+/// A `DateFormatter` used by one thread at a time.
+final class LockedFormatter: @unchecked Sendable {
+    private let lock = NSLock()
+    private let formatter: DateFormatter
+
+    init(_ formatter: DateFormatter) {
+        self.formatter = formatter
+    }
+
+    func withLock<Result>(_ body: (DateFormatter) -> Result) -> Result {
+        lock.lock()
+        defer { lock.unlock() }
+        return body(formatter)
+    }
+}
