@@ -4,15 +4,19 @@
 // crash the process (SIGSEGV in `Operation.observeValue`) when its dependency finished. A
 // crash ends this process, not the test run: FetchKitTests runs each scenario here.
 //
-// Usage: DependencyProbe <scenario> <succeeds|fails|cancelled>
-// Prints "ok <scenario>" and exits 0 when every dependency ended and every dependent was freed.
+// Usage: DependencyProbe <scenario> [succeeds|fails|cancelled ...] (default: all three endings,
+// one after the other)
+// Prints "ok <scenario> <ending>" for each ending and exits 0 when every dependency ended and
+// every dependent was freed.
 import FetchKit
 import Foundation
 import LoopbackServer
 
 let arguments = Array(CommandLine.arguments.dropFirst())
 let scenario = arguments.first ?? "readme"
-let ending = arguments.dropFirst().first ?? "succeeds"
+let endings = arguments.count > 1 ? Array(arguments.dropFirst()) : ["succeeds", "fails", "cancelled"]
+/// The ending of the round being run: how the login ends.
+nonisolated(unsafe) var ending = endings[0]
 
 /// A signal that a deinit or a completion happened, waited for with a deadline.
 final class Signal: @unchecked Sendable {
@@ -55,14 +59,14 @@ final class GetUser: FetchOperation<Data>, @unchecked Sendable {
 }
 
 let server = try LoopbackServer()
-let status = ending == "fails" ? 403 : 200
-let body = Data(ending == "fails" ? #"{"error":"bad credentials"}"# .utf8 : #"{"token":"token-alice"}"#.utf8)
 let queue = FetchQueue(maximumConcurrentTransfers: 8)
 nonisolated(unsafe) var rounds = 0
 
 /// Starts a login, answered when its gate opens, and waits until the server holds its request.
 func startLogin() -> (LogIn, ServerGate) {
     let gate = ServerGate()
+    let status = ending == "fails" ? 403 : 200
+    let body = Data(ending == "fails" ? #"{"error":"bad credentials"}"# .utf8 : #"{"token":"token-alice"}"#.utf8)
     rounds += 1
     let path = "/gated-login/\(rounds)"
     server.route(path) { _ in
@@ -188,14 +192,17 @@ func fetchAfterBlock() {
     plain.waitUntilAllOperationsAreFinished()
 }
 
-switch scenario {
-case "readme": await readme()
-case "fan-out": for order in permutations(3) { fanOut(freeing: order) }
-case "chain": for order in permutations(3) { chain(freeing: order) }
-case "abandoned": abandoned()
-case "after-block": fetchAfterBlock()
-default: fail("unknown scenario")
+for each in endings {
+    ending = each
+    switch scenario {
+    case "readme": await readme()
+    case "fan-out": for order in permutations(3) { fanOut(freeing: order) }
+    case "chain": for order in permutations(3) { chain(freeing: order) }
+    case "abandoned": abandoned()
+    case "after-block": fetchAfterBlock()
+    default: fail("unknown scenario")
+    }
+    print("ok \(scenario) \(ending)")
 }
 server.stop()
-print("ok \(scenario) \(ending)")
 exit(0)

@@ -9,11 +9,13 @@ import Testing
 
 @Suite("Dependents freed before their dependency finishes", .timeLimit(.minutes(3)))
 struct DependentLifetimeTests {
-    @Test(arguments: ["readme", "fan-out", "chain", "abandoned", "after-block"],
-          ["succeeds", "fails", "cancelled"])
-    func freeingADependentNeverCrashesItsDependency(scenario: String, ending: String) async throws {
-        let (status, stdout, stderr) = try await runTool("DependencyProbe", [scenario, ending])
+    /// Each scenario with the login succeeding, failing and cancelled, in one process.
+    @Test(arguments: ["readme", "fan-out", "chain", "abandoned", "after-block"])
+    func freeingADependentNeverCrashesItsDependency(scenario: String) async throws {
+        let (status, stdout, stderr) = try await runTool("DependencyProbe", [scenario])
         #expect(status == 0, "probe said: \(stdout)\(stderr.suffix(2000))")
-        #expect(stdout.contains("ok \(scenario) \(ending)"))
+        for ending in ["succeeds", "fails", "cancelled"] {
+            #expect(stdout.contains("ok \(scenario) \(ending)"), "\(stdout)")
+        }
     }
 }

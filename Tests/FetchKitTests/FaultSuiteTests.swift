@@ -32,7 +32,7 @@ struct FaultSuiteTests {
         // for the head to arrive on a loaded machine: one that comes later is not retried
         // (1 s was too little with two compilers running beside the suite on two cores, and
         // 2.5 s with three compilers and a second test run: the head then came after 2.5 s).
-        Fault(name: "stall mid-body", path: "/stall-mid-body/100000", idleTimeout: runsUnderSanitizer ? 6 : 4, succeeds: false, attempts: 3...3,
+        Fault(name: "stall mid-body", path: "/stall-mid-body/100000", idleTimeout: 4, succeeds: false, attempts: 3...3,
               check: { if case .timedOut(let t) = $0 { return t.kind == .idle }; return false }),
         // 20 bytes, one each 20 ms: an idle timeout far above the gap, which a loaded machine can
         // stretch to seconds (2 s was too little beside three compilers).

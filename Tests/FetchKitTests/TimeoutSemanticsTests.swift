@@ -85,7 +85,7 @@ struct TimeoutSemanticsTests {
         // Room for the head to arrive on a loaded machine: a head later than the idle timeout
         // means "never answered", which is (rightly) not retried.
         // (3 s was too little beside three compilers and a second test run.)
-        let idle: TimeInterval = runsUnderSanitizer ? 8 : 5
+        let idle: TimeInterval = 5
         operation.configuration.idleTimeout = idle
         operation.configuration.retryPolicy = RetryPolicy(maximumRetries: 1, baseDelay: 0.05, jitter: 0)
         let error = await outcome(of: operation)
@@ -114,7 +114,7 @@ struct TimeoutSemanticsTests {
         operation.configuration.retryPolicy = policy
         // Long enough for the first answer on a loaded machine; far shorter than the waits.
         // (3 s was too little beside three compilers and a second test run.)
-        operation.configuration.totalTimeout = runsUnderSanitizer ? 15 : 8
+        operation.configuration.totalTimeout = runsUnderSanitizer ? 10 : 8
         let retries = Locked<[RetryEvent]>([])
         operation.onRetry(on: .immediate) { event in retries.withLock { $0.append(event) } }
         let error = await outcome(of: operation)
