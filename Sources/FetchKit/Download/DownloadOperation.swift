@@ -86,6 +86,8 @@ open class DownloadOperation: AnyFetchOperation, OutputProducing, @unchecked Sen
         var resumedBeforeContinuing: Int64?
         /// The process holding the partial file's lock, when it was held (0: unknown).
         var lockHolder: Int32?
+        /// Lets go of the destination once the download finished (``finishedBeforeCompletions()``).
+        var letGo: (@Sendable (AnyFetchOperation) -> Void)?
     }
 
     private let downloadState = Protected(DownloadState())
@@ -211,7 +213,11 @@ open class DownloadOperation: AnyFetchOperation, OutputProducing, @unchecked Sen
             throw .fileSystem(.init(kind: code == nil || code == ELOOP || code == EMLINK ? .unsafePath : .unwritableDestination,
                                     path: partialLockURL.path, code: code == ELOOP || code == EMLINK ? nil : code))
         }
-        addCompletionHandler(on: .immediate) { [destination, partialFileURL, partialRecordURL] operation in
+        // Before any completion handler runs: a program that exits when it hears the download
+        // ended (fetchkit does) must find the lock file gone and the partial file dropped.
+        // As a completion handler of its own it ran after the queue's, which could end the
+        // process first and leave the lock file behind.
+        downloadState.withLock { $0.letGo = { [destination, partialFileURL, partialRecordURL] operation in
             // 416: the partial file no longer fits the resource (it shrank or changed); over
             // the size cap: resuming it cannot succeed. Drop it so that the next attempt starts
             // over.
@@ -225,9 +231,17 @@ open class DownloadOperation: AnyFetchOperation, OutputProducing, @unchecked Sen
             }
             ActiveDownloads.release(destination)
             lock.release()
-        }
+        } }
 
         return request
+    }
+
+    override func finishedBeforeCompletions() {
+        let letGo = downloadState.withLock { state in
+            defer { state.letGo = nil }
+            return state.letGo
+        }
+        letGo?(self)
     }
 
     /// Each attempt continues the partial file if it can: a retry resumes what the failed

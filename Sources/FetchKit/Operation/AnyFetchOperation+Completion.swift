@@ -51,6 +51,7 @@ extension AnyFetchOperation {
     ///   one handler for that queue then runs right here, last, instead of being handed to
     ///   another of its threads — the same pool, one wake-up fewer per fetch.
     func releaseCompletions(onGlobal: Bool = false) {
+        finishedBeforeCompletions()
         var coordinator: (any TransferCoordinator)?
         let entries = core.withLock { core -> (first: CompletionEntry?, later: [CompletionEntry]) in
             core.completionsReleased = true

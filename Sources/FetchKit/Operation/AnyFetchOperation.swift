@@ -292,6 +292,10 @@ open class AnyFetchOperation: Operation, @unchecked Sendable {
 
     // MARK: Internal hooks (a download overrides them)
 
+    /// Runs once, when the operation has finished, before any completion handler: a download
+    /// lets go of its destination here, so that whoever a handler tells of the end finds it so.
+    func finishedBeforeCompletions() {}
+
     /// Where the body goes: memory here; a download writes a file. Called once per transfer.
     func makeBodySink() -> any ResponseBodySink {
         MemoryBodySink(limit: maximumResponseSize)
