@@ -40,7 +40,9 @@ struct IdleCPUTests {
         let unfixed = try await cpuWhileWaiting(client: "fetchkit-unfixed", wait: "silent", seconds: seconds)
         #expect(fixed < 0.1 * Double(seconds),
                 "8 waiting transfers used \(fixed) s of CPU in \(seconds) s (fix off: \(unfixed) s)")
-        #expect(unfixed > 0.1 * Double(seconds) && unfixed > 4 * fixed,
+        // A spinning process gets less of a loaded machine: beside a CPU hog the fault showed as
+        // 0.3 s in 3 s (against 0.0008 s with the fix). The ratio is what tells them apart.
+        #expect(unfixed > 0.03 * Double(seconds) && unfixed > 4 * fixed,
                 "with the fix off, 8 waiting transfers used \(unfixed) s of CPU in \(seconds) s (fix on: \(fixed) s): the test no longer sees the fault")
         #endif
     }
