@@ -35,8 +35,9 @@ struct NoRedownloadTests {
         #expect(download.backpressureContinuations >= 1, "the disk fell behind and the transfer was stopped")
         let sent = server.counters.patternBytesSent
         let continuations = download.backpressureContinuations
-        // Each stop may lose what the two sockets' buffers held when the connection closed.
-        let allowance = 8 << 20
+        // Each stop may lose what the two sockets' buffers held when the connection closed: a few
+        // MiB on loopback (beside a CPU hog, 9.2 MB over 4 stops; the old code re-sent hundreds).
+        let allowance = max(8 << 20, continuations * (4 << 20))
         #expect(sent <= length + allowance,
                 "the server sent \(sent) bytes (\(sent - length) more than the body) over \(continuations) continuations")
         let requests = server.requests(path: "/big")
