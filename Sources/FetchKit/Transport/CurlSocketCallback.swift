@@ -63,11 +63,7 @@ enum CurlSocketCallback {
     @discardableResult
     static func install(on session: URLSession) -> Bool {
         #if canImport(FoundationNetworking) && os(Linux) && (canImport(Glibc) || canImport(Musl))
-        guard foundationCallback != nil,
-              let multiHandle = Mirror(reflecting: session).descendant("multiHandle"),
-              let rawHandle = Mirror(reflecting: multiHandle).descendant("rawHandle") as? UnsafeMutableRawPointer,
-              let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "curl_multi_setopt")
-        else { return false }
+        guard foundationCallback != nil, let (rawHandle, symbol) = FetchSession.curlMultiHandle(of: session) else { return false }
         // CURLMcode curl_multi_setopt(CURLM *, CURLMoption, ...) with a function pointer: on the
         // Linux ABIs Swift supports, a variadic pointer argument travels like a fixed one.
         typealias SetFunctionOption = @convention(c) (UnsafeMutableRawPointer, Int32, Callback) -> Int32

@@ -141,10 +141,7 @@ public final class FetchSession: @unchecked Sendable {
     @discardableResult
     static func fixConnectionPoolSize(of session: URLSession, to size: Int) -> Bool {
         #if canImport(FoundationNetworking) && (canImport(Glibc) || canImport(Musl))
-        guard let multiHandle = Mirror(reflecting: session).descendant("multiHandle"),
-              let rawHandle = Mirror(reflecting: multiHandle).descendant("rawHandle") as? UnsafeMutableRawPointer,
-              let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "curl_multi_setopt")
-        else { return false }
+        guard let (rawHandle, symbol) = curlMultiHandle(of: session) else { return false }
         // CURLMcode curl_multi_setopt(CURLM *, CURLMoption, ...) with a `long`: on the Linux
         // ABIs Swift supports, a variadic integer argument travels like a fixed one.
         typealias SetLongOption = @convention(c) (UnsafeMutableRawPointer, Int32, Int) -> Int32
@@ -155,6 +152,19 @@ public final class FetchSession: @unchecked Sendable {
         return false
         #endif
     }
+
+    #if canImport(FoundationNetworking) && (canImport(Glibc) || canImport(Musl))
+    /// The libcurl multi handle behind `session` (`URLSession.multiHandle.rawHandle`, found by
+    /// reflection) and `curl_multi_setopt` (looked up at run time); `nil` if FoundationNetworking's
+    /// layout is not the expected one.
+    static func curlMultiHandle(of session: URLSession) -> (handle: UnsafeMutableRawPointer, setOption: UnsafeMutableRawPointer)? {
+        guard let multiHandle = Mirror(reflecting: session).descendant("multiHandle"),
+              let rawHandle = Mirror(reflecting: multiHandle).descendant("rawHandle") as? UnsafeMutableRawPointer,
+              let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "curl_multi_setopt")
+        else { return nil }
+        return (rawHandle, symbol)
+    }
+    #endif
 
     /// The configuration FetchKit uses by default: `URLSessionConfiguration.default` with
     ///
