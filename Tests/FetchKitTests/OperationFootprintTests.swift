@@ -10,7 +10,6 @@ struct OperationFootprintTests {
         // Everything rarely used lives in boxes made at first use (768 bytes inline before).
         #expect(MemoryLayout<AnyFetchOperation.Core>.size <= 192)
         #expect(MemoryLayout<LifecycleStateMachine>.size <= 24)
-        #expect(MemoryLayout<QueueState.Entry>.size <= 56)
     }
 
     @Test func theCoreAndItsLockAreOneAllocationOf248Bytes() {
@@ -56,7 +55,6 @@ struct OperationFootprintTests {
         // bytes, then the core, the entry and the claim's identifier, at most 232 (240 with
         // malloc's header).
         #expect(try #require(InstanceSize.of(FetchOperation<Data>.self)) <= 232)
-        #expect(MemoryLayout<QueueState.Entry?>.size <= 56)
     }
 
     @Test func anAttemptsPackedStartAndNotModifiedFlagAreIndependent() {
@@ -76,7 +74,7 @@ struct OperationFootprintTests {
     @Test func aWaitingFlightIsAFewWordsInItsQueuesTables() {
         // A queue keeps one record per waiting flight, and a key per shareable one (80 and
         // 104 bytes before): what only a running flight has is kept apart, a key is boxed.
-        #expect(MemoryLayout<QueueState.FlightRecord>.stride <= 32)
+        #expect(MemoryLayout<FetchQueue.State.WaitingFlight>.stride <= 32)
         #expect(MemoryLayout<FlightKey?>.size == MemoryLayout<Int>.size, "a key is one reference")
         #expect(MemoryLayout<TransferLimits>.size <= 89, "packed (97 bytes before)")
     }
@@ -109,7 +107,7 @@ struct OperationFootprintTests {
         let (queue, blocker, waiting, done) = await fetchWaitingBehindABlocker(on: server, path: "/bytes/3000")
 
         let (member, blockerHost) = queue.state.withLock { state in
-            let members = state.flights.values.flatMap { Array($0.members) } + state.scheduler.waitingTickets.map(\.member)
+            let members = state.running.values.map(\.first) + state.scheduler.waitingTickets
             return (members.first { $0.operation === waiting }, members.first { $0.operation === blocker }?.host)
         }
         let waitingMember = try #require(member)

@@ -7,106 +7,108 @@ import LoopbackServer
 import Testing
 @testable import FetchKit
 
-/// The scheduler places kept on flight members and the queue entries kept on operations: shared
-/// flights whose first member left, raises, sweeps, counts, and operations offered to two
-/// queues or left by a freed one.
+/// Where shared flights wait in the scheduler: flights whose first member left, raises, sweeps
+/// and counts (pure, on plain values); and operations offered to two queues or left by a freed
+/// one.
 @Suite("Scheduler places of shared flights (pure)", .timeLimit(.minutes(3)))
 struct SharedFlightPlaceTests {
     let helper = QueueStateTests()
 
-    func ended(_ flight: Flight, _ state: inout QueueState) {
-        state.flightEnded(flight, result: .failure(.cancelled(.init(url: nil)), nil))
+    func ended(_ flight: StubFlight, _ state: inout StubState) {
+        helper.end(flight, &state)
     }
 
     /// One slot, taken by a running flight; behind it another fetch at `.normal`, and three
-    /// identical shareable requests, registered but not joined yet.
-    func sameRequestsBehindABusySlot(_ state: inout QueueState) throws
-        -> (busy: Flight, other: FlightMember, same: [(id: FetchID, member: FlightMember)]) {
-        let (_, busy) = helper.fetch("http://a.example/busy", in: &state)
-        state.join(busy, priority: .normal)
+    /// identical shareable requests, made at `priorities` but not joined yet.
+    func sameRequestsBehindABusySlot(_ state: inout StubState, priorities: [Operation.QueuePriority]) throws
+        -> (busy: StubFlight, other: StubMember, same: [StubMember]) {
+        let busy = helper.fetch("a", in: &state)
+        state.join(busy)
         let busyFlight = try #require(helper.started(state.takeActions()).first)
-        let (_, other) = helper.fetch("http://a.example/other", in: &state)
-        state.join(other, priority: .normal)
-        let same = (0..<3).map { _ in helper.fetch("http://a.example/same", in: &state, shareable: true) }
-        return (busyFlight, other, same.map { (id: $0.0, member: $0.1) })
+        let other = helper.fetch("a", in: &state)
+        state.join(other)
+        let same = priorities.map { helper.fetch("a", in: &state, key: "same", priority: $0) }
+        return (busyFlight, other, same)
     }
 
     @Test func aSharedFlightRaisedAfterItsFirstMemberLeftIsGrantedBeforeLowerOnes() throws {
-        var state = QueueState(maximumTotal: 1, maximumPerHost: 1, coalesces: true, hasMonitors: false)
-        let (busyFlight, _, same) = try sameRequestsBehindABusySlot(&state)
-        let (s1, s2, s3) = (same[0].member, same[1].member, same[2].member)
-        state.join(s1, priority: .low)
-        state.join(s2, priority: .low)
+        var state = StubState(maximumTotal: 1, maximumPerHost: 1, coalesces: true)
+        let (busyFlight, _, same) = try sameRequestsBehindABusySlot(&state, priorities: [.low, .low, .high])
+        let (s1, s2, s3) = (same[0], same[1], same[2])
+        state.join(s1)
+        state.join(s2)
         state.leave(s1)             // the flight's first member (its ticket) leaves
         #expect(state.transferCounts == .init(inFlight: 1, waiting: 2))
-        state.join(s3, priority: .high)   // raises the flight through its first member's place
+        state.join(s3)              // raises the flight
         #expect(state.transferCounts == .init(inFlight: 1, waiting: 2))
         _ = state.takeActions()
         ended(busyFlight, &state)
         let next = try #require(helper.started(state.takeActions()).first)
-        #expect(next.first === s1, "the shared flight, raised to .high, goes before .normal")
+        #expect(next.first == s1, "the shared flight, raised to .high, goes before .normal")
+        #expect(Array(next.members) == [s2, s3], "with the members it still has")
         #expect(state.transferCounts == .init(inFlight: 1, waiting: 1))
     }
 
     @Test func aRaisedSharedFlightWhoseFirstLeftIsWithdrawnByItsLastLeaver() throws {
-        var state = QueueState(maximumTotal: 1, maximumPerHost: 1, coalesces: true, hasMonitors: false)
-        let (busyFlight, other, same) = try sameRequestsBehindABusySlot(&state)
-        let (s1, s2, s3) = (same[0].member, same[1].member, same[2].member)
-        state.join(s1, priority: .veryLow)
-        state.join(s2, priority: .low)      // raise 1
+        var state = StubState(maximumTotal: 1, maximumPerHost: 1, coalesces: true)
+        let (busyFlight, other, same) = try sameRequestsBehindABusySlot(&state, priorities: [.veryLow, .low, .veryHigh])
+        let (s1, s2, s3) = (same[0], same[1], same[2])
+        state.join(s1)
+        state.join(s2)      // raise 1
         state.leave(s1)
-        state.join(s3, priority: .veryHigh) // raise 2, after the first left
+        state.join(s3)      // raise 2, after the first left
         state.leave(s2)
         state.leave(s3)
         #expect(state.transferCounts == .init(inFlight: 1, waiting: 1), "the flight is out of line")
         _ = state.takeActions()
         ended(busyFlight, &state)
-        let next = helper.started(state.takeActions())
-        #expect(next.map { $0.first === other } == [true])
+        #expect(helper.started(state.takeActions()).map(\.first) == [other])
         #expect(state.transferCounts == .init(inFlight: 1, waiting: 0))
     }
 
     @Test func aSweepWithdrawsARaisedSharedFlightWhoseFirstLeft() throws {
-        var state = QueueState(maximumTotal: 1, maximumPerHost: 1, coalesces: true, hasMonitors: false)
-        let (busyFlight, other, same) = try sameRequestsBehindABusySlot(&state)
-        let (s1, s2, s3) = (same[0].member, same[1].member, same[2].member)
-        let (s2ID, s3ID) = (same[1].id, same[2].id)
-        state.join(s1, priority: .low)
-        state.join(s2, priority: .low)
+        var state = StubState(maximumTotal: 1, maximumPerHost: 1, coalesces: true)
+        let (busyFlight, other, same) = try sameRequestsBehindABusySlot(&state, priorities: [.low, .low, .high])
+        let (s1, s2, s3) = (same[0], same[1], same[2])
+        state.join(s1)
+        state.join(s2)
         state.leave(s1)
-        state.join(s3, priority: .high)
+        state.join(s3)
         _ = state.beginSweep()
-        let chosen = state.endSweep(choosing: [s2ID, s3ID])
+        let chosen = state.endSweep(choosing: [s2.id, s3.id])
         #expect(chosen.count == 2)
         #expect(state.transferCounts == .init(inFlight: 1, waiting: 1))
         _ = state.takeActions()
         ended(busyFlight, &state)
-        #expect(helper.started(state.takeActions()).map { $0.first === other } == [true])
+        #expect(helper.started(state.takeActions()).map(\.first) == [other])
+        state.leave(s2)
+        state.leave(s3)
+        #expect(helper.confirmed(state.takeActions()) == [s2, s3], "each chosen caller hears of its cancel once")
     }
 
     @Test func fifoWithinAPriorityHoldsAcrossRaisesAndWithdrawals() throws {
-        var state = QueueState(maximumTotal: 1, maximumPerHost: 1, coalesces: true, hasMonitors: false)
-        let (_, busy) = helper.fetch("http://a.example/busy", in: &state)
-        state.join(busy, priority: .normal)
+        var state = StubState(maximumTotal: 1, maximumPerHost: 1, coalesces: true)
+        let busy = helper.fetch("a", in: &state)
+        state.join(busy)
         var flight = try #require(helper.started(state.takeActions()).first)
-        var members: [FlightMember] = []
+        var members: [StubMember] = []
         for index in 0..<6 {
-            let (_, member) = helper.fetch("http://a.example/\(index)", in: &state, shareable: true)
-            state.join(member, priority: .normal)
+            let member = helper.fetch("a", in: &state, key: "/\(index)")
+            state.join(member)
             members.append(member)
         }
         // A joiner raises /2 to .high; /4 leaves.
-        let (_, joiner) = helper.fetch("http://a.example/2", in: &state, shareable: true)
-        state.join(joiner, priority: .high)
+        let joiner = helper.fetch("a", in: &state, key: "/2", priority: .high)
+        state.join(joiner)
         state.leave(members[4])
         _ = state.takeActions()
-        var order: [FlightMember] = []
+        var order: [StubMember] = []
         for _ in 0..<5 {
             ended(flight, &state)
             flight = try #require(helper.started(state.takeActions()).first)
             order.append(flight.first)
         }
-        #expect(order.map { ObjectIdentifier($0) } == [2, 0, 1, 3, 5].map { ObjectIdentifier(members[$0]) })
+        #expect(order == [2, 0, 1, 3, 5].map { members[$0] })
     }
 }
 
@@ -197,6 +199,6 @@ struct QueueEntryTests {
         #expect(await finished.wait(timeout: 10), "the batch completed: its member was cancelled")
         await #expect(throws: FetchError.self) { try await operation.finished() }
         #expect(await queueReleased { weakBatch.value == nil }, "the finished batch is not kept alive by its member")
-        #expect(operation.queueEntry == nil, "the freed queue's record of the fetch is not left on the operation")
+        #expect(operation.core.withLock { $0.observed == nil }, "the finished fetch keeps no record of the freed queue's")
     }
 }

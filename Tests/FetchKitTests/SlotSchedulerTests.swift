@@ -200,7 +200,7 @@ struct SlotSchedulerTests {
 @dynamicMemberLookup
 struct BookedScheduler<Ticket: Hashable & Sendable> {
     private var scheduler: SlotScheduler<Ticket>
-    private var places: [Ticket: SlotScheduler<Ticket>.Place] = [:]
+    private var places: [Ticket: SlotPlace] = [:]
     private var hosts: [Ticket: String] = [:]
 
     init(maximumTotal: Int, maximumPerHost: Int) {

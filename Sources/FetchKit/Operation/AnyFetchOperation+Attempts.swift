@@ -36,7 +36,7 @@ extension AnyFetchOperation {
     ///     continues it (with `Range`, from what is on disk) and is not a retry.
     func beginAttempt(from prepared: URLRequest? = nil, continuing: Bool) {
         typealias Setup = (request: URLRequest, configuration: ConfigurationBox, attempt: Int, firstStart: UInt64,
-                           coordinator: (any TransferCoordinator)?, claimed: Bool)
+                           coordinator: (any TransferCoordinator)?, claimed: Bool, id: FetchID)
         enum Begin { case setUp(Setup), stopped, unprepared }
         let begin = core.withLock { core -> Begin in
             guard let request = prepared ?? core.preparedRequest else { return .unprepared }
@@ -45,7 +45,7 @@ extension AnyFetchOperation {
             core.attemptAnswered = false
             core.attemptStarted = false
             return .setUp((request, core.settings.configurationBox, continuing ? core.attempts : core.attempts + 1,
-                           core.firstTransferStart, core.coordinator, core.claimed))
+                           core.firstTransferStart, core.coordinator, core.claimed, FetchID(rawValue: claimedID)))
         }
         let setup: Setup
         switch begin {
@@ -53,7 +53,7 @@ extension AnyFetchOperation {
         case .stopped: return
         case .unprepared: preconditionFailure("FetchKit bug: an attempt began before its request was prepared")
         }
-        let (request, configuration, attempt, firstStart, coordinator, claimed) = setup
+        let (request, configuration, attempt, firstStart, coordinator, claimed, id) = setup
         var limits = TransferLimits(configuration: configuration, request: request)
         var deadline: TimeInterval?
         if let total = limits.totalTimeout, firstStart != 0 {
@@ -72,7 +72,7 @@ extension AnyFetchOperation {
         let handle: any TransferHandle
         if let coordinator {
             // A body kept in memory gets its sink when the queue grants the slot.
-            handle = coordinator.makeTransfer(for: self, request: attemptSetup.request, limits: limits,
+            handle = coordinator.makeTransfer(for: self, id: id, request: attemptSetup.request, limits: limits,
                                               sink: makeBodySinkBeforeGrant(), resumedFrom: attemptSetup.resumedFrom)
         } else if claimed {
             // Its queue was freed (and is cancelling it): no transfer outside the queue's limits.
@@ -188,6 +188,19 @@ extension AnyFetchOperation {
         }
     }
 
+    /// The current attempt got its transfer slot from its queue.
+    func attemptGranted() {
+        core.withLock { $0.attemptGranted(self) }
+    }
+
+    /// How the transfer that `handle` stands for ended, from a queue: ignored unless `handle`
+    /// is the current attempt's (a cancel that raced with the end may stop an attempt that its
+    /// freed queue had already told).
+    func transferDidEnd(_ result: TransferResult, of handle: any TransferHandle) {
+        guard core.withLock({ $0.transfer === handle }) else { return }
+        transferDidEnd(result)
+    }
+
     func transferDidEnd(_ reported: TransferResult) {
         let (next, result) = nextAttempt(after: reported)
         let stored = storedBodyIfNotModified(result)
@@ -264,5 +277,13 @@ extension TransferLimits.Settings {
             credentials: configuration.credentials,
             redirectPolicy: configuration.redirectPolicy
         )
+    }
+}
+
+extension AnyFetchOperation.Core {
+    /// The current attempt got its transfer: the fetch's monitors hear that it started, once.
+    func attemptGranted(_ operation: AnyFetchOperation) {
+        guard let request = sentRequest else { return }
+        updateObserved { $0.began(request, operation) }
     }
 }

@@ -53,15 +53,28 @@ extension AnyFetchOperation {
     func releaseCompletions(onGlobal: Bool = false) {
         finishedBeforeCompletions()
         var coordinator: (any TransferCoordinator)?
+        var id = FetchID(rawValue: 0)
+        var finish: (observed: ObservedFetch, error: FetchError?, attempts: Int, bytesReceived: Int64)?
         let entries = core.withLock { core -> (first: CompletionEntry?, later: [CompletionEntry]) in
             core.completionsReleased = true
             coordinator = core.coordinator
+            id = FetchID(rawValue: claimedID)
+            if let observed = core.takeObserved() {
+                var error: FetchError?
+                if case .failure(let failure)? = core.machine.outcome { error = failure }
+                finish = (observed, error, core.attempts, core.bytesReceived)
+            }
             defer { core.coordinator = nil }     // a finished operation keeps no queue alive
             let entries = core.takeCompletions()
             core.outstandingDeliveries += (entries.first == nil ? 0 : 1) + entries.later.count
             return entries
         }
-        coordinator?.operationDidComplete(self)
+        coordinator?.operationDidComplete(self, id: id)
+        // Its last events, once its queue let go of it (so a monitor that asks the queue then
+        // finds it gone); the record is out of the core: nothing is sent after them.
+        if let finish {
+            finish.observed.finished(finish.error, attempts: finish.attempts, bytesReceived: finish.bytesReceived, self)
+        }
         // Let go of the queue before any handler runs: a handler may be the last thing its owner
         // waits for before dropping it, and expects it freed.
         coordinator = nil

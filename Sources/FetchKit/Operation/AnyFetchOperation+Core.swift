@@ -10,7 +10,7 @@ extension AnyFetchOperation {
     /// operation uses is stored inline; what only a transfer in progress needs (the response,
     /// the body, progress counts) lives in a ``Record`` made at its first use, and what only
     /// some callers ask for (progress handlers and sequences, retry handlers, state observers,
-    /// session monitoring, adoption, run-loop waiters) in an ``Extras`` box made at its first
+    /// the observed record, adoption, run-loop waiters) in an ``Extras`` box made at its first
     /// use. Both are classes reached only under the lock. The properties below keep their
     /// names and defaults whether or not their box exists; setting one to its default does not
     /// make the box.
@@ -136,14 +136,24 @@ extension AnyFetchOperation {
             set { extras[field] = newValue }
         }
 
-        /// Changes the session monitoring, if the fetch has any. (`core.monitoring?.mutate()`
-        /// would write the value back, and a write of `nil` asks whether it is the default,
-        /// which allocates: twice per request for nothing.)
-        func updateMonitoring(_ change: (inout SessionMonitoring) -> Void) {
+        /// Takes the fetch's observed record out, if it has one, without making a box.
+        func takeObserved() -> ObservedFetch? {
+            var taken: ObservedFetch?
             extras.ifMade { extras in
-                guard var monitoring = extras.monitoring else { return }
-                change(&monitoring)
-                extras.monitoring = monitoring
+                taken = extras.observed
+                extras.observed = nil
+            }
+            return taken
+        }
+
+        /// Changes the fetch's observed record, if it has one. (`core.observed?.mutate()` would
+        /// write the value back, and a write of `nil` asks whether it is the default, which
+        /// allocates: twice per request for nothing.)
+        func updateObserved(_ change: (inout ObservedFetch) -> Void) {
+            extras.ifMade { extras in
+                guard var observed = extras.observed else { return }
+                change(&observed)
+                extras.observed = observed
             }
         }
 
@@ -233,7 +243,8 @@ extension AnyFetchOperation {
     struct Extras: DefaultConstructible {
         weak var adopter: (any TransferCoordinator)?
         var adoptionID: FetchID?
-        var monitoring: SessionMonitoring?
+        /// What its monitors and batch hear of (``ObservedFetch``), if anybody observes it.
+        var observed: ObservedFetch?
         var progress: Progress?
         var progressRelays: [ProgressRelay] = []
         /// Made when the first sequence is: its registry ends the sequences if the operation
@@ -275,13 +286,18 @@ extension AnyFetchOperation {
 extension AnyFetchOperation {
     /// Claims a pending operation for a coordinator (a ``FetchQueue``).
     ///
+    /// - Parameters:
+    ///   - monitors: The coordinator's monitors, which hear of the fetch from now on (with
+    ///     those of its session).
     /// - Returns: `false` if it already belongs to one, or has started.
-    func claim(by coordinator: any TransferCoordinator, id: FetchID) -> Bool {
+    func claim(by coordinator: any TransferCoordinator, id: FetchID, monitors: MonitorChannel?) -> Bool {
         core.withLock { core in
             guard !core.claimed, core.machine.phase == .pending else { return false }
             core.claimed = true
             core.coordinator = coordinator
             claimedID = id.rawValue
+            core.observed = ObservedFetch.make(id: id, queueMonitors: monitors,
+                                               sessionMonitors: core.settings.configuration.session.monitorChannel)
             return true
         }
     }
@@ -302,6 +318,7 @@ extension AnyFetchOperation {
             core.claimed = false
             core.coordinator = nil
             claimedID = 0
+            core.observed = nil
         }
     }
 
@@ -359,22 +376,22 @@ protocol TransferCoordinator: AnyObject, Sendable {
     /// A handle for one attempt of `operation`, which hears of its transfer (it is the
     /// transfer's ``TransferOwner``).
     ///
-    /// - Parameter resumedFrom: Where a download's attempt resumes its partial file (its
-    ///   `Range`), 0 otherwise: if the server answers `206`, progress counts from there.
+    /// - Parameters:
+    ///   - id: The identifier the coordinator gave the operation when it claimed it.
+    ///   - resumedFrom: Where a download's attempt resumes its partial file (its `Range`), 0
+    ///     otherwise: if the server answers `206`, progress counts from there.
     func makeTransfer(
         for operation: AnyFetchOperation,
+        id: FetchID,
         request: URLRequest,
         limits: TransferLimits,
         sink: (any ResponseBodySink)?,
         resumedFrom: Int64
     ) -> any TransferHandle
 
-    /// The operation will try again after a wait.
-    func operation(_ operation: AnyFetchOperation, willRetry event: RetryEvent)
-
     /// The operation finished: called once, in the terminal transition, before any completion
     /// handler runs.
-    func operationDidComplete(_ operation: AnyFetchOperation)
+    func operationDidComplete(_ operation: AnyFetchOperation, id: FetchID)
 }
 
 /// What runs when an operation finishes (see ``AnyFetchOperation/CompletionEntry``).

@@ -14,16 +14,19 @@ extension AnyFetchOperation {
         var streams: [AsyncStream<FetchProgress>.Continuation] = []
         let action = core.withLock { core in
             let action = core.machine.start()
-            if action != .ignore, let monitoring = SessionMonitoring.forStart(of: core) {
-                core.monitoring = monitoring
-                monitoring.send(.enqueued, self)
+            // On its own, it tells its session's monitors itself (a queue's fetch has its record
+            // from the queue's claim).
+            if action != .ignore, !core.claimed,
+               let observed = ObservedFetch.make(id: FetchID.next(), queueMonitors: nil,
+                                                 sessionMonitors: core.settings.configuration.session.monitorChannel) {
+                core.observed = observed
+                observed.send(.enqueued, self)
             }
             switch action {
             case .begin:
                 deliver = core.post(.change(StateChange(key: .executing, oldValue: false, newValue: true)))
             case .finishCancelled:
                 // Cancelled before it started: finished now, inside start() as Foundation requires.
-                core.monitoring?.finished(core.machine.cancellation, attempts: 0, bytesReceived: 0, self)
                 streams = core.endProgressStreams(succeeded: false)
                 deliver = core.post(.change(StateChange(key: .finished, oldValue: false, newValue: true)), .releaseCompletions)
             case .ignore:
@@ -123,16 +126,15 @@ extension AnyFetchOperation {
         beginAttempt(from: request, continuing: false)
     }
 
-    /// A retry is about to wait: tell the retry handlers and the coordinator.
+    /// A retry is about to wait: tell the monitors and the retry handlers.
     func willRetry(_ event: RetryEvent) {
-        let (handlers, coordinator) = core.withLock { core in
-            core.monitoring?.send(.retry(event), self)
-            return (core.retryHandlers, core.coordinator)
+        let handlers = core.withLock { core in
+            core.observed?.send(.retry(event), self)
+            return core.retryHandlers
         }
         for entry in handlers {
             entry.queue.perform { entry.handler(event) }
         }
-        coordinator?.operation(self, willRetry: event)
     }
 
     // MARK: Parsing and finishing
@@ -166,11 +168,6 @@ extension AnyFetchOperation {
     func completeNow(onGlobal: Bool = false) {
         let (deliver, progress, succeeded, streams) = core.withLock { core in
             let outcome = core.machine.complete()
-            if let monitoring = core.monitoring {
-                var error: FetchError?
-                if case .failure(let failure) = outcome { error = failure }
-                monitoring.finished(error, attempts: core.attempts, bytesReceived: core.bytesReceived, self)
-            }
             core.dropHandlers(observers: false)
             let succeeded: Bool
             if case .success = outcome { succeeded = true } else { succeeded = false }
@@ -192,19 +189,18 @@ extension AnyFetchOperation {
 
 extension AnyFetchOperation: TransferOwner {
     func transferDidReceive(response: HTTPURLResponse, expectedLength: Int64?) {
-        // A 206 continues a partial download: progress counts the bytes already on disk. (A
-        // queue heard of the head from its flight, before this.)
+        // A 206 continues a partial download: progress counts the bytes already on disk.
         core.withLock { core in
             core.attemptAnswered = true
             core.progressBase = response.statusCode == 206 ? core.rangeOffset : 0
-            core.updateMonitoring { $0.received(response, self) }
+            core.updateObserved { $0.received(response, self) }
         }
         reportProgress(received: 0, expected: expectedLength)
     }
 
     func transferDidRedirect(_ response: HTTPURLResponse, to request: URLRequest) {
         core.withLock { core in
-            core.monitoring?.send(.redirected(response, request), self)
+            core.observed?.send(.redirected(response, request), self)
         }
     }
 

@@ -4,47 +4,55 @@ import Foundation
 import FoundationNetworking
 #endif
 
-/// How an operation that no ``FetchQueue`` holds tells its session's monitors about its life.
+/// What is observed of one fetch — its identifier, its clocks, its request body — and who hears
+/// of it: the monitors of the ``FetchQueue`` that holds it, those of its session, and its batch.
 ///
-/// A queue tells the monitors of the fetches it holds (FetchQueue+Events.swift). An operation
-/// started on its own or by an `OperationQueue` has no queue, so it sends the same events
-/// itself, each under its core lock at the state change it reports: the order of the sends is
-/// the order of the changes, and ``MonitorChannel`` keeps it.
-struct SessionMonitoring {
-    let channel: MonitorChannel
+/// One record per fetch, kept by the operation under its core lock (in ``AnyFetchOperation/Extras``,
+/// made only for a fetch somebody observes), whether a queue holds it or it runs on its own. Each
+/// event is sent under that lock at the state change it reports, so the order of the sends is
+/// the order of the changes, and each ``MonitorChannel`` keeps it. The metrics and the events
+/// of every monitor come from here, and the progress a batch hears is the operation's own.
+struct ObservedFetch {
     let id: FetchID
-    /// When the operation started, sent its first request, and got its first response head
-    /// (uptime ns).
-    let startedAt: UInt64
-    var firstRequestAt: UInt64?
-    var firstResponseAt: UInt64?
-    var bodyLength: Int64 = 0
+    /// The monitors of the queue that holds the fetch; dropped when that queue is freed (its
+    /// monitors go with it).
+    var queueMonitors: MonitorChannel?
+    /// The monitors of the fetch's session.
+    let sessionMonitors: MonitorChannel?
+    /// The batch the fetch belongs to, and its index there.
+    var batch: (FetchBatch, Int)?
+    /// When it was enqueued (or started, on its own), got its transfer slot, and its first
+    /// response head (uptime ns).
+    let enqueuedAt: UInt64
+    private(set) var startedAt: UInt64?
+    private(set) var firstResponseAt: UInt64?
+    private(set) var bodyLength: Int64 = 0
 
-    init(channel: MonitorChannel, id: FetchID, startedAt: UInt64 = DispatchTime.now().uptimeNanoseconds,
-         firstRequestAt: UInt64? = nil, firstResponseAt: UInt64? = nil, bodyLength: Int64 = 0) {
-        self.channel = channel
+    init(id: FetchID, queueMonitors: MonitorChannel?, sessionMonitors: MonitorChannel?,
+         enqueuedAt: UInt64 = DispatchTime.now().uptimeNanoseconds) {
         self.id = id
-        self.startedAt = startedAt
-        self.firstRequestAt = firstRequestAt
-        self.firstResponseAt = firstResponseAt
-        self.bodyLength = bodyLength
+        self.queueMonitors = queueMonitors
+        self.sessionMonitors = sessionMonitors
+        self.enqueuedAt = enqueuedAt
     }
 
-    /// Monitoring for an operation starting now, if it is on its own and its session has
-    /// monitors.
-    static func forStart(of core: AnyFetchOperation.Core) -> SessionMonitoring? {
-        guard !core.claimed, let channel = core.settings.configuration.session.monitorChannel else { return nil }
-        return SessionMonitoring(channel: channel, id: FetchID.next())
+    /// A record for a fetch, if anybody hears of it.
+    static func make(id: FetchID, queueMonitors: MonitorChannel?, sessionMonitors: MonitorChannel?) -> ObservedFetch? {
+        guard queueMonitors != nil || sessionMonitors != nil else { return nil }
+        return ObservedFetch(id: id, queueMonitors: queueMonitors, sessionMonitors: sessionMonitors)
     }
 
     func send(_ event: MonitorEvent, _ operation: AnyFetchOperation) {
-        channel.send(event, for: MonitoredFetch(id: id, operation: operation))
+        guard queueMonitors != nil || sessionMonitors != nil else { return }
+        let fetch = MonitoredFetch(id: id, operation: operation)
+        queueMonitors?.send(event, for: fetch)
+        sessionMonitors?.send(event, for: fetch)
     }
 
-    /// The first attempt's request goes out.
+    /// Its first attempt got its transfer: once.
     mutating func began(_ request: URLRequest, _ operation: AnyFetchOperation) {
-        guard firstRequestAt == nil else { return }
-        firstRequestAt = DispatchTime.now().uptimeNanoseconds
+        guard startedAt == nil else { return }
+        startedAt = DispatchTime.now().uptimeNanoseconds
         bodyLength = Int64(request.httpBody?.count ?? 0)
         send(.started(request), operation)
     }
@@ -57,7 +65,7 @@ struct SessionMonitoring {
 
     /// The last two events: the metrics, then the outcome.
     func finished(_ error: FetchError?, attempts: Int, bytesReceived: Int64, _ operation: AnyFetchOperation) {
-        send(.metrics(FetchMetrics(enqueuedAt: startedAt, startedAt: firstRequestAt, firstResponseAt: firstResponseAt,
+        send(.metrics(FetchMetrics(enqueuedAt: enqueuedAt, startedAt: startedAt, firstResponseAt: firstResponseAt,
                                    now: DispatchTime.now().uptimeNanoseconds, attempts: attempts,
                                    bytesReceived: bytesReceived, bodyLength: bodyLength)), operation)
         send(.finished(error), operation)
@@ -65,16 +73,30 @@ struct SessionMonitoring {
 }
 
 extension AnyFetchOperation {
-    /// Its queue is being freed while it has not finished: from now on it tells its session's
-    /// monitors itself, as the fetch the queue announced (same identifier, same clocks), so that
-    /// they still hear its end. Does nothing once it has finished.
-    func takeOverSessionMonitoring(from entry: QueueState.Entry, id: FetchID) {
-        guard let channel = entry.sessionMonitors else { return }
+    /// Its queue put it into its `OperationQueue`: its monitors hear that it was enqueued.
+    func announceEnqueued() {
+        core.withLock { core in core.observed?.send(.enqueued, self) }
+    }
+
+    /// It is member `index` of `batch`, which hears of its progress from now on.
+    func join(_ batch: FetchBatch, at index: Int) {
         core.withLock { core in
-            guard !core.machine.isFinished else { return }
-            core.monitoring = SessionMonitoring(channel: channel, id: id, startedAt: entry.enqueuedAt,
-                                                firstRequestAt: entry.startedAt, firstResponseAt: entry.firstResponseAt,
-                                                bodyLength: entry.bodyLength)
+            if core.observed == nil {
+                core.observed = ObservedFetch(id: FetchID(rawValue: claimedID), queueMonitors: nil, sessionMonitors: nil)
+            }
+            core.updateObserved { $0.batch = (batch, index) }
+        }
+    }
+
+    /// The queue that holds it is being freed while it has not finished. Its queue's monitors
+    /// go with the queue; its session's still hear its end, as the fetch the queue announced.
+    ///
+    /// - Returns: Whether to cancel it: it could never get a transfer slot now. One whose
+    ///   transfer ended (it is parsing or completing) is left to finish with its result.
+    func queueWasFreed() -> Bool {
+        core.withLock { core in
+            core.updateObserved { $0.queueMonitors = nil }
+            return !core.machine.isFinished && core.machine.phase != .finishing
         }
     }
 }

@@ -121,31 +121,35 @@ extension AnyFetchOperation {
         }
     }
 
-    /// Records download progress: `received` body bytes of this attempt, of `expected`.
+    /// Records download progress: `received` body bytes of this attempt, of `expected`. The
+    /// fetch's batch, if any, hears of it too.
     func reportProgress(received: Int64, expected: Int64?) {
-        reportProgress { core in
+        reportProgress(toBatch: true) { core in
             core.bytesReceived = core.progressBase + received
             core.bytesExpected = expected.map { core.progressBase + $0 }
         }
     }
 
     /// Applies `change` and hands the new value to the `Progress` object (if anyone asked for
-    /// it), the sequences and the progress handlers. (A queue hears of progress from the
-    /// transfer itself, not from here.) Only while transferring:
-    /// a late report (a replay to a caller that already left a shared transfer) changes nothing.
+    /// it), the sequences, the progress handlers and, if `toBatch`, the fetch's batch. Only
+    /// while transferring: a late report (to a caller that already left a shared transfer)
+    /// changes nothing.
     ///
     /// The sequences get the value under the lock, so that no older value can overtake the
     /// final one that ``Core/endProgressStreams(succeeded:)`` yields.
-    private func reportProgress(_ change: (inout Core) -> Void) {
-        typealias Update = (value: FetchProgress, progress: Progress?, relays: [ProgressRelay])
+    private func reportProgress(toBatch: Bool = false, _ change: (inout Core) -> Void) {
+        typealias Update = (value: FetchProgress, progress: Progress?, relays: [ProgressRelay], batch: (FetchBatch, Int)?)
         let update = core.withLock { core -> Update? in
             guard case .executing(.transferring) = core.machine.state else { return nil }
             change(&core)
             let value = core.currentProgress
             core.yieldProgress(value)
-            return (value, core.progress, core.progressRelays)
+            return (value, core.progress, core.progressRelays, toBatch ? core.observed?.batch : nil)
         }
         guard let update else { return }
+        if let (batch, index) = update.batch {
+            batch.member(index, received: update.value.bytesReceived, expected: update.value.bytesExpected)
+        }
         if let progress = update.progress {
             progress.totalUnitCount = update.value.bytesExpected ?? -1
             progress.completedUnitCount = update.value.bytesReceived

@@ -72,11 +72,6 @@ open class AnyFetchOperation: Operation, @unchecked Sendable {
 
     let core: Protected<Core>
 
-    /// What the ``FetchQueue`` that claimed it records of the fetch, from enqueue to finish
-    /// (``QueueState/Entry``), or `nil`. Guarded by that queue's lock, and changed only by its
-    /// ``QueueState`` transitions: an operation belongs to one queue.
-    final var queueEntry: QueueState.Entry?
-
     /// The identifier the ``FetchQueue`` that claimed it gave it (0 for none). Guarded by
     /// ``core``'s lock, like the claim itself (``claim(by:id:)``): a queue asks it whether an
     /// operation is its own, without reading an entry that another queue writes under its lock.
@@ -338,10 +333,11 @@ open class AnyFetchOperation: Operation, @unchecked Sendable {
     func recordAttempt(_ attempt: Int, request: URLRequest, conditional: Bool, prepared: URLRequest?) {
         core.withLock { core in
             core.attempts = attempt
-            core.updateMonitoring { $0.began(request, self) }
             core.attemptBase = prepared
             core.sentRequest = request
             core.sentConditionalRequest = conditional
+            // On its own, the attempt is under way now (in a queue, when it gets its slot).
+            if !core.claimed { core.attemptGranted(self) }
         }
     }
 

@@ -248,7 +248,7 @@ extension FetchQueue {
                 batch.memberFinished(index, failed: true)
                 continue
             }
-            transition { $0.add(id, to: batch, at: index) }
+            operation.join(batch, at: index)
             // After the member's own completion handlers on the batch's queue.
             let joinBatch = {
                 operation.addCompletionHandler(on: callbackQueue) { operation in

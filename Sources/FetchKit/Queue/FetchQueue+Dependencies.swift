@@ -97,7 +97,7 @@ extension FetchQueue {
     /// Takes a reserved operation back out: out of the registry, unclaimed. For a refusal before
     /// it was activated.
     func unreserve(_ operation: AnyFetchOperation, id: FetchID) {
-        transition { $0.unregister(operation, id: id) }
+        transition { $0.unregister(id) }
         operation.unclaim(by: self)
     }
 }

@@ -7,36 +7,52 @@ import FoundationNetworking
 // MARK: - Transfers: slots, flights, members
 
 extension FetchQueue: TransferCoordinator {
-    func operationDidComplete(_ operation: AnyFetchOperation) {
-        let error = operation.error
-        transition { $0.completed(operation, error: error, now: DispatchTime.now().uptimeNanoseconds) }
+    func operationDidComplete(_ operation: AnyFetchOperation, id: FetchID) {
+        transition { $0.unregister(id) }
     }
 
-    func makeTransfer(for operation: AnyFetchOperation, request: URLRequest, limits: TransferLimits,
+    func makeTransfer(for operation: AnyFetchOperation, id: FetchID, request: URLRequest, limits: TransferLimits,
                       sink: (any ResponseBodySink)?, resumedFrom: Int64) -> any TransferHandle {
+        // Outside the queue's lock: the session is read under the operation's, and the
+        // priority is Foundation's.
         let session = operation.session
-        let key = coalescesIdenticalRequests ? FlightKey(request: request, limits: limits, session: session, sink: sink) : nil
-        return FlightMember(operation: operation, request: request, limits: limits, sink: sink, key: key,
-                            resumedFrom: resumedFrom, queue: self)
+        let priority = operation.queuePriority
+        let (coalesces, host, place) = state.withLock { state in
+            let (host, place) = state.reservePlace(host: FlightMember.hostKey(of: request.url), priority: priority)
+            return (state.coalesces, host, place)
+        }
+        let key = coalesces ? FlightKey(request: request, limits: limits, session: session, sink: sink) : nil
+        return FlightMember(operation: operation, id: id, request: request, limits: limits, session: session, sink: sink,
+                            key: key, resumedFrom: resumedFrom, queue: self, host: host, place: place)
     }
 
-    func operation(_ operation: AnyFetchOperation, willRetry event: RetryEvent) {
-        transition { $0.willRetry(operation, event) }
+    /// A flight's transfer ended: its slot is freed (a host that asked for a pause is held) and
+    /// the next granted. Called once per flight, by the flight, before it tells its members.
+    func flightEnded(_ flight: Flight, result: TransferResult) {
+        var backOff: TimeInterval?
+        if case .failure(.unacceptableStatus(let failure), _) = result, [429, 503].contains(failure.statusCode) {
+            backOff = RetryAfter.seconds(in: failure)
+        }
+        let now = DispatchTime.now().uptimeNanoseconds
+        transition { $0.flightEnded(flight, backOff: backOff, now: now) }
     }
 
-    /// Applies one transition under the lock; appends its ordered actions (monitor events,
-    /// announcements) to their queues before unlocking, so that they keep the order of the
-    /// changes; runs the others after unlocking. See ``QueueState``.
+    /// Applies one transition under the lock; appends its ordered actions (announcements) to
+    /// the event queue before unlocking, so that they keep the order of the changes; runs the
+    /// others after unlocking. See ``QueueState``.
     @discardableResult
-    func transition<Result>(_ body: (inout QueueState) -> Result) -> Result {
-        var later: [QueueAction] = []
-        var dropped: FetchQueue?
+    func transition<Result>(_ body: (inout State) -> Result) -> Result {
+        var later: [QueueAction<Flight>] = []
+        var dropped: AnyObject?
         let result = state.withLock { state -> Result in
             let result = body(&state)
             for action in state.takeActions() {
-                if action.isOrdered {
-                    performOrdered(action)
-                } else {
+                switch action {
+                case .announceCounts(let counts, let handlers):
+                    eventQueue.async { handlers.deliver(counts) }
+                case .announceActivity(let active, let handlers):
+                    eventQueue.async { handlers.deliver(active) }
+                default:
                     later.append(action)
                 }
             }
@@ -55,49 +71,17 @@ extension FetchQueue: TransferCoordinator {
         return result
     }
 
-    /// Under the lock: appends to FetchKit's own ordered queues, nothing else.
-    private func performOrdered(_ action: QueueAction) {
-        switch action {
-        case .monitor(let event, let fetch, let sessionMonitors):
-            monitorChannel?.send(event, for: fetch)
-            sessionMonitors?.send(event, for: fetch)
-        case .announceCounts(let counts, let handlers):
-            eventQueue.async { handlers.deliver(counts) }
-        case .announceActivity(let active, let handlers):
-            eventQueue.async { handlers.deliver(active) }
-        default:
-            preconditionFailure("FetchKit bug: \(action) is not an ordered action")
-        }
-    }
-
     /// After unlocking.
-    private func perform(_ action: QueueAction) {
+    private func perform(_ action: QueueAction<Flight>) {
         switch action {
-        case .startTransfer(let flight):
-            let transfer = Transfer(request: flight.request, session: flight.session, limits: flight.limits,
-                                    sink: flight.makeSink(), owner: flight)
-            if transition({ $0.transferCreated(transfer, for: flight) }) {
-                transfer.start()
-            } else {
-                // Every caller left before it existed.
-                transition { $0.flightEnded(flight, result: .failure(.cancelled(.init(url: flight.request.url)), nil)) }   // no member left to tell
-            }
-        case .stopTransfer(let transfer):
-            transfer.stop()
-        case .batchProgress(let batch, let index, let received, let expected):
-            batch.member(index, received: received, expected: expected)
+        case .startFlight(let flight):
+            flight.start()
+        case .joinFlight(let flight, let member):
+            flight.add(member)
+        case .leaveFlight(let flight, let member):
+            flight.remove(member)
         case .confirmCancel(let member):
             member.report(.failure(.cancelled(.init(url: member.request.url)), nil))
-        case .replay(let member, let flight):
-            // On the router queue, in order with the flight's own events: the latest head and
-            // progress, read now (not when it joined: events queued before this one reached it
-            // already), so a late joiner starts where the transfer is and never goes back.
-            member.session.router.queue.async { [weak self] in
-                let now = DispatchTime.now().uptimeNanoseconds
-                // `nil` if it left, or its flight ended and replayed to it first.
-                guard let latest = self?.transition({ $0.replay(to: member, of: flight, now: now) }) ?? nil else { return }
-                member.catchUp(with: latest)
-            }
         case .hideActivityLater(let generation):
             activityTimer(networkActivityHideDelay) { [weak self] in
                 self?.transition { $0.hideActivity(generation: generation) }
@@ -108,7 +92,7 @@ extension FetchQueue: TransferCoordinator {
                     if state.wakeFired(token) { state.changeScheduler { _ in } }
                 }
             }
-        case .monitor, .announceCounts, .announceActivity:
+        case .announceCounts, .announceActivity:
             preconditionFailure("FetchKit bug: \(action) is an ordered action")
         }
     }

@@ -79,7 +79,8 @@ public final class FetchQueue: @unchecked Sendable {
     /// Serialises announcements of counts and activity, so that they are delivered in order.
     let eventQueue: DispatchQueue
     /// Everything mutable, changed only through ``transition(_:)`` (and read under the lock).
-    let state: Protected<QueueState>
+    let state: Protected<State>
+    typealias State = QueueState<AnyFetchOperation, Flight>
 
     /// Counters for diagnostics.
     public struct Statistics: Sendable, Equatable {
@@ -132,8 +133,8 @@ public final class FetchQueue: @unchecked Sendable {
         self.monitors = monitors
         monitorChannel = MonitorChannel(monitors, label: "\(name).monitors")
         self.networkActivityHideDelay = max(0, networkActivityHideDelay)
-        state = Protected(QueueState(maximumTotal: maximumConcurrentTransfers, maximumPerHost: maximumTransfersPerHost,
-                                     coalesces: coalescesIdenticalRequests, hasMonitors: !monitors.isEmpty))
+        state = Protected(State(maximumTotal: maximumConcurrentTransfers, maximumPerHost: maximumTransfersPerHost,
+                                coalesces: coalescesIdenticalRequests))
         eventQueue = DispatchQueue(label: "\(name).events")
         operationQueue = OperationQueue()
         operationQueue.name = name
@@ -148,18 +149,11 @@ public final class FetchQueue: @unchecked Sendable {
     /// transfer in flight keeps its queue until it ends. So this runs with fetches still held
     /// only when the queue is suspended: those that could never start a transfer now are
     /// cancelled and complete once, as cancelled (the queue's monitors hear nothing more: they go
-    /// with it; the monitors of a fetch's session hear its end from the fetch).
-    /// One whose transfer just ended (it is being told, or parsing: the last thing that kept
-    /// the queue) is left to finish with its result.
+    /// with it; the monitors of a fetch's session still hear its end). One whose transfer ended
+    /// (parsing or completing: a flight holds its queue until its members heard their result)
+    /// is left to finish with its result. This is the one place that decides.
     deinit {
-        let entries = state.withLock { $0.releaseAll() }
-        // Its own monitors go with it; the sessions' stay, and hear each fetch's end from the
-        // fetch itself.
-        for (operation, entry) in entries {
-            operation.takeOverSessionMonitoring(from: entry, id: entry.id)
-        }
-        let operations = entries.filter { !$0.entry.transferEnded }.map(\.operation)
-        for operation in operations where operation.core.withLock({ $0.machine.phase != .finishing }) {
+        for operation in state.withLock({ $0.releaseAll() }) where operation.queueWasFreed() {
             operation.cancel()
         }
         // Cancelled operations that never started finish when their `OperationQueue` starts them.
@@ -278,9 +272,8 @@ public final class FetchQueue: @unchecked Sendable {
     /// Gives an operation an identifier and claims it; `false` if it belongs elsewhere.
     func reserve(_ operation: AnyFetchOperation) -> (id: FetchID, accepted: Bool) {
         let id = FetchID.next()
-        guard operation.claim(by: self, id: id) else { return (id, false) }
-        let sessionMonitors = operation.session.monitorChannel
-        transition { $0.register(operation, id: id, sessionMonitors: sessionMonitors) }
+        guard operation.claim(by: self, id: id, monitors: monitorChannel) else { return (id, false) }
+        transition { $0.register(operation, id: id) }
         return (id, true)
     }
 
@@ -290,7 +283,7 @@ public final class FetchQueue: @unchecked Sendable {
         attach()
         // Here, not at `reserve`: a reserved fetch may be taken back out, and the monitors hear
         // only of fetches that will finish.
-        transition { $0.activated(id) }
+        operation.announceEnqueued()
         operationQueue.addOperation(operation)
     }
 
@@ -448,7 +441,7 @@ public final class FetchQueue: @unchecked Sendable {
     }
 
     /// Adds a handler to one of the queue's lists; the token removes it.
-    func observe<Value>(_ list: WritableKeyPath<QueueState, HandlerList<Callback<Value>>> & Sendable,
+    func observe<Value>(_ list: WritableKeyPath<State, HandlerList<Callback<Value>>> & Sendable,
                         _ handler: Callback<Value>) -> FetchObservation {
         let id = transition { $0[keyPath: list].add(handler) }
         return FetchObservation { [weak self] in
@@ -456,7 +449,7 @@ public final class FetchQueue: @unchecked Sendable {
         }
     }
 
-    func changeScheduler(_ change: (inout SlotScheduler<QueueState.Waiter>) -> Void) {
+    func changeScheduler(_ change: (inout SlotScheduler<FlightMember>) -> Void) {
         transition { $0.changeScheduler(change) }
     }
 }

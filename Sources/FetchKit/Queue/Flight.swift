@@ -113,117 +113,170 @@ struct FlightKey: Hashable, Sendable {
     }
 }
 
-/// One transfer and the operations that share it (one, unless identical GETs coalesced).
+/// One transfer and the attempts that share it (one, unless identical GETs coalesced), made by
+/// its queue when the slot is granted.
 ///
-/// Its first member waits for a slot in its queue's ``SlotScheduler``; the flight is made when
-/// the slot is granted (or when that member joins, if identical requests may join it while it
-/// waits), then owns the real ``Transfer`` and fans its events out to every member. A member
-/// that leaves (its operation was cancelled) stops the transfer only if it was the last one.
-/// What changes about a flight — whether it runs, its members, its transfer — is in its queue's
-/// ``QueueState`` (``QueueState/FlightRecord``); this object is what it sends.
-final class Flight: Sendable {
+/// It lives where its transfer lives: everything mutable here is confined to its session's
+/// serial queue (the router's), as the ``Transfer``'s is. Its members, the latest response head
+/// and progress, and its end are its own, and it fans the transfer's events out to its members'
+/// operations without taking its queue's lock. A member added while it runs is added on that
+/// queue, so it hears what it missed (start, head, progress — or the end) and then everything
+/// else, in order. A member that leaves (its operation was cancelled) stops the transfer only
+/// if it was the last one. Its queue hears from it once, when the transfer has ended.
+final class Flight: SlotFlight, TransferOwner, @unchecked Sendable {
     /// The attempt that made the flight: its request, limits, session and sink are the
-    /// flight's (identical for every member that joins). Immutable, and kept even if it leaves.
+    /// flight's (identical for every member that joins). Kept even if it leaves.
     let first: FlightMember
-    /// Its first member's, held weakly there: a queue its owner dropped is freed; a queue with
-    /// a transfer in flight keeps itself until the transfer ends (``QueueState/wantsKeepAlive``).
-    private var queue: FetchQueue? { first.queue }
 
-    var key: FlightKey? { first.key }
-    var host: String { first.host }
-    var request: URLRequest { first.request }
-    var limits: TransferLimits { first.limits }
-    /// Its first member's operation's. Reads that operation's lock: never under the queue's.
-    var session: FetchSession { first.session }
-    /// The transfer's sink: the first attempt's; or, for a body kept in memory, a new one, made
-    /// when the slot is granted (the queue calls this once per flight, as it creates the transfer).
-    func makeSink() -> any ResponseBodySink {
-        first.sink ?? first.operation.makeBodySink()
+    // Confined to the session's router queue.
+    private var members: FlightMembers<FlightMember>
+    private var transfer: Transfer?
+    /// What a member added later has missed: whether its slot was granted and its transfer
+    /// started, the latest head and progress, and the result once it ended (kept only by a
+    /// flight that may be shared: nobody else joins).
+    private var granted = false
+    private var started = false
+    private var head: (response: HTTPURLResponse, expected: Int64?)?
+    private var received: (bytes: Int64, expected: Int64?)?
+    private var result: TransferResult?
+    private var ended = false
+    /// The last member, when it left while the transfer ran: it hears of the end when the
+    /// stopped transfer has ended — a download's partial file and resume record are then
+    /// kept — not before.
+    private var leftWhileRunning: FlightMember?
+
+    init(first: FlightMember, members: FlightMembers<FlightMember>) {
+        self.first = first
+        self.members = members
     }
-    /// Its identity in its queue: its first member's, which waited for its slot.
-    var ticket: ObjectIdentifier { ObjectIdentifier(first) }
 
-    /// - Parameter member: The attempt that makes it; the flight reaches its queue through it.
-    init(first member: FlightMember) {
-        first = member
+    private var router: SessionRouter { first.session.router }
+
+    /// Runs `body` on the session's router queue (at once if already there).
+    private func onRouter(_ body: @escaping @Sendable () -> Void) {
+        if router.isCurrent { body() } else { router.queue.async(execute: body) }
     }
-}
 
-extension Flight: TransferOwner {
-    func transferDidReceive(response: HTTPURLResponse, expectedLength: Int64?) {
-        let now = DispatchTime.now().uptimeNanoseconds
-        let members = queue?.transition { $0.flightReceived(self, response: response, expectedLength: expectedLength, now: now) } ?? []
-        for member in members {
-            member.operation.transferDidReceive(response: response, expectedLength: expectedLength)
+    /// Its slot was granted: creates the transfer and starts it.
+    func start() {
+        onRouter { self.begin() }
+    }
+
+    /// Adds a member that joined it running.
+    func add(_ member: FlightMember) {
+        onRouter {
+            if !self.ended { self.members.append(member) }
+            self.catchUp(member)
         }
     }
 
-    func transferDidReceive(bytes: Int64, of expectedLength: Int64?) {
-        let members = queue?.transition { $0.flightHeard(self, received: (bytes, expectedLength)) } ?? []
-        for member in members {
-            member.operation.transferDidReceive(bytes: bytes, of: expectedLength)
+    /// Takes a member out (its operation was cancelled): it hears of its cancel now, or, if it
+    /// was the last and the transfer runs, once the stopped transfer has ended. A member the
+    /// flight no longer has (told of the end already) hears nothing.
+    func remove(_ member: FlightMember) {
+        onRouter {
+            guard !self.ended, self.members.contains(member) else { return }
+            self.members.remove(member)
+            if self.members.isEmpty, let transfer = self.transfer {
+                self.leftWhileRunning = member
+                transfer.stop()
+                return
+            }
+            member.report(.failure(.cancelled(.init(url: member.request.url)), nil))
         }
     }
 
-    func transferDidRedirect(_ response: HTTPURLResponse, to request: URLRequest) {
-        let members = queue?.transition { $0.flightRedirected(self, response: response, to: request) } ?? []
-        for member in members {
-            member.operation.transferDidRedirect(response, to: request)
+    private func begin() {
+        guard !members.isEmpty else {
+            // Every member left before the slot took effect: the slot goes back.
+            end(.failure(.cancelled(.init(url: first.request.url)), nil))
+            return
         }
+        granted = true
+        for member in members { member.operation.attemptGranted() }
+        let transfer = Transfer(request: first.request, session: first.session, limits: first.limits,
+                                sink: first.sink ?? first.operation.makeBodySink(), owner: self)
+        self.transfer = transfer
+        transfer.start()
     }
+
+    /// Brings a member added late to where the flight is, then, if it ended, tells it how.
+    private func catchUp(_ member: FlightMember) {
+        let operation = member.operation
+        if granted { operation.attemptGranted() }
+        if started { operation.transferDidStart() }
+        if let head { operation.transferDidReceive(response: head.response, expectedLength: head.expected) }
+        if let received { operation.transferDidReceive(bytes: received.bytes, of: received.expected) }
+        if ended { member.report(result ?? .failure(.cancelled(.init(url: member.request.url)), nil)) }
+    }
+
+    /// The flight is over: its queue frees the slot (and stops letting identical requests join
+    /// it), then each member hears how it ended. The queue is held until they have: a member's
+    /// fetch may be the last work of a queue its owner dropped, and the queue, freed, cancels
+    /// what has not heard its result.
+    private func end(_ result: TransferResult) {
+        ended = true
+        transfer = nil
+        if first.key != nil { self.result = result }
+        var told = members
+        members = FlightMembers()
+        if let left = leftWhileRunning { told.append(left) }
+        leftWhileRunning = nil
+        let queue = first.queue
+        queue?.flightEnded(self, result: result)
+        for member in told {
+            member.report(result)
+        }
+        withExtendedLifetime(queue) {}
+    }
+
+    // MARK: TransferOwner (router queue)
 
     func transferDidStart() {
-        forEachMember { $0.transferDidStart() }
+        started = true
+        for member in members { member.operation.transferDidStart() }
     }
 
     func transferDidSend(bytes: Int64, of total: Int64?) {
         // A request with a body is never shared: this flight has one member.
-        forEachMember { $0.transferDidSend(bytes: bytes, of: total) }
+        for member in members { member.operation.transferDidSend(bytes: bytes, of: total) }
     }
 
-    /// Tells every member's operation, outside the queue's lock.
-    private func forEachMember(_ tell: (AnyFetchOperation) -> Void) {
-        let members = queue?.transition { $0.flightHeard(self) } ?? []
-        for member in members {
-            tell(member.operation)
-        }
+    func transferDidReceive(response: HTTPURLResponse, expectedLength: Int64?) {
+        head = (response, expectedLength)
+        received = nil
+        for member in members { member.operation.transferDidReceive(response: response, expectedLength: expectedLength) }
+    }
+
+    func transferDidRedirect(_ response: HTTPURLResponse, to request: URLRequest) {
+        for member in members { member.operation.transferDidRedirect(response, to: request) }
+    }
+
+    func transferDidReceive(bytes: Int64, of expectedLength: Int64?) {
+        received = (bytes, expectedLength)
+        for member in members { member.operation.transferDidReceive(bytes: bytes, of: expectedLength) }
     }
 
     func transferDidEnd(_ result: TransferResult) {
-        // The members hear of the end after this flight let go of its queue: one of them may be
-        // the last work that keeps the queue, which its owner may have dropped.
-        var queue = self.queue
-        let now = DispatchTime.now().uptimeNanoseconds
-        let (replays, members) = queue?.transition { state in
-            (state.replaysBeforeEnd(of: self, now: now), state.flightEnded(self, result: result))
-        } ?? ([], [])
-        queue = nil
-        for (member, latest) in replays {
-            member.catchUp(with: latest)
-        }
-        for member in members {
-            member.report(result)
-        }
+        end(result)
     }
 }
 
 /// The members of a flight, in the order they joined: the first inline, the others in an array
 /// made only when a second joins (most flights have one member).
-struct FlightMembers: Sequence, ExpressibleByArrayLiteral {
-    private var first: FlightMember?
-    private var others: [FlightMember] = []
+struct FlightMembers<Member: Equatable>: Sequence {
+    private var first: Member?
+    private var others: [Member] = []
 
-    init(_ member: FlightMember) {
+    init(_ member: Member) {
         first = member
     }
 
-    init(arrayLiteral members: FlightMember...) {
-        for member in members { append(member) }
-    }
+    init() {}
 
     var isEmpty: Bool { first == nil }
 
-    mutating func append(_ member: FlightMember) {
+    mutating func append(_ member: Member) {
         if first == nil {
             first = member
         } else {
@@ -231,11 +284,11 @@ struct FlightMembers: Sequence, ExpressibleByArrayLiteral {
         }
     }
 
-    mutating func remove(_ member: FlightMember) {
-        if first === member {
+    mutating func remove(_ member: Member) {
+        if first == member {
             first = others.isEmpty ? nil : others.removeFirst()
         } else {
-            others.removeAll { $0 === member }
+            others.removeAll { $0 == member }
         }
     }
 
@@ -243,13 +296,12 @@ struct FlightMembers: Sequence, ExpressibleByArrayLiteral {
         Iterator(head: first, rest: others.makeIterator())
     }
 
-    /// The first, then the others: a value, so that walking the members (several times per
-    /// request) allocates nothing.
+    /// The first, then the others: a value, so that walking the members allocates nothing.
     struct Iterator: IteratorProtocol {
-        fileprivate var head: FlightMember?
-        fileprivate var rest: IndexingIterator<[FlightMember]>
+        fileprivate var head: Member?
+        fileprivate var rest: IndexingIterator<[Member]>
 
-        mutating func next() -> FlightMember? {
+        mutating func next() -> Member? {
             if let member = head {
                 head = nil
                 return member
@@ -259,42 +311,33 @@ struct FlightMembers: Sequence, ExpressibleByArrayLiteral {
     }
 }
 
-/// One operation's place in a ``Flight``: the transfer handle a ``FetchQueue`` gives it.
-final class FlightMember: TransferHandle, @unchecked Sendable {
-    // The fields are ordered to pack into 120 bytes, a 128-byte allocation (tens of thousands
-    // may wait): the request (9 bytes on Linux) with a flag after it, then words, then the
-    // odd-sized ones.
+/// One attempt's place in a ``FetchQueue``: the transfer handle a queue gives it. Immutable:
+/// where it waits was reserved when it was made; whether it waits, runs in a flight or has
+/// ended is its queue's and its flight's to know.
+final class FlightMember: SlotHolder, TransferHandle, Sendable {
     let request: URLRequest
-    /// It joined its flight running and waits for the replay that brings it to where the
-    /// transfer is (``QueueState/replay(to:of:now:)``). Guarded by the queue's lock.
-    var awaitingReplay = false
     /// Whose attempt it is: the operation hears of the transfer (its ``TransferOwner``).
     let operation: AnyFetchOperation
     /// What few attempts have, in a box made only for those (`nil` for most).
     private let attachments: Attachments?
-    /// The origin its per-host limit applies to. Guarded by the queue's lock: the join swaps
-    /// it for the equal string the scheduler already holds, so that waiting fetches to one host
-    /// share one.
-    var host: String
+    /// The origin its per-host limit applies to, as the string its queue's scheduler holds.
+    let host: String
     // Weak: the operation holds its member, and must not keep a queue its owner dropped. A
     // queue that is freed cancels its operations; a member whose queue is gone then reports
     // the cancel itself.
-    private(set) weak var queue: FetchQueue?
-    /// Where the first member of a flight waits for its slot in its queue's scheduler, to
-    /// withdraw or raise it there. Guarded by the queue's lock.
-    var place = SlotScheduler<QueueState.Waiter>.Place.none
+    weak let queue: FetchQueue?
+    /// Where it waits for its slot, reserved in its queue's scheduler when it was made.
+    let place: SlotPlace
     let limits: TransferLimits
-
-    /// Where it is. Guarded by the queue's lock and changed only by ``QueueState`` transitions,
-    /// which hand the member's end to one caller (it becomes ``QueueState/Membership/ended``
-    /// once); or, once its queue is gone, under ``orphans``.
-    var membership = QueueState.Membership.new
-    /// Guards ``membership`` of members whose queue is gone (nothing else touches it then).
-    private static let orphans = Protected(())
+    /// Its fetch's identifier in its queue.
+    let id: FetchID
+    /// Its operation's session (read when it was made: reading it takes the operation's lock).
+    let session: FetchSession
 
     /// A sink made before the grant (a download's), a key to share a transfer by, and where a
-    /// download resumes.
-    private final class Attachments {
+    /// download resumes. Unchecked for the sink alone, which is not used until the transfer
+    /// that it is handed to uses it, on its session's queue.
+    private final class Attachments: @unchecked Sendable {
         let sink: (any ResponseBodySink)?
         let key: FlightKey?
         let resumedFrom: Int64
@@ -306,34 +349,38 @@ final class FlightMember: TransferHandle, @unchecked Sendable {
         }
     }
 
-    /// `nil` for a body kept in memory: the flight makes its sink at grant (``Flight/makeSink()``).
+    /// `nil` for a body kept in memory: the flight makes its sink at grant.
     var sink: (any ResponseBodySink)? { attachments?.sink }
     /// What makes it the same fetch as others, if it may share a transfer.
     var key: FlightKey? { attachments?.key }
-    /// Where the attempt resumes a download's partial file (with `Range`), or 0: its fetch's
-    /// progress counts from there if the server answers `206 Partial Content`.
+    /// Where the attempt resumes a download's partial file (with `Range`), or 0.
     var resumedFrom: Int64 { attachments?.resumedFrom ?? 0 }
-    /// Its operation's session. Reads the operation's lock: never under the queue's.
-    var session: FetchSession { operation.session }
 
-    init(operation: AnyFetchOperation, request: URLRequest, limits: TransferLimits,
-         sink: (any ResponseBodySink)?, key: FlightKey?, resumedFrom: Int64 = 0, queue: FetchQueue) {
+    init(operation: AnyFetchOperation, id: FetchID, request: URLRequest, limits: TransferLimits, session: FetchSession,
+         sink: (any ResponseBodySink)?, key: FlightKey?, resumedFrom: Int64 = 0,
+         queue: FetchQueue?, host: String, place: SlotPlace) {
         self.operation = operation
+        self.id = id
         self.request = request
         self.limits = limits
+        self.session = session
         attachments = sink == nil && key == nil && resumedFrom == 0
             ? nil : Attachments(sink: sink, key: key, resumedFrom: resumedFrom)
         self.queue = queue
-        host = Self.hostKey(of: request.url)
+        self.host = host
+        self.place = place
     }
+
+    static func == (lhs: FlightMember, rhs: FlightMember) -> Bool { lhs === rhs }
 
     func start() {
         guard let queue else {
             endOrphaned()
             return
         }
-        let priority = operation.queuePriority      // outside the queue's lock: Foundation's
-        queue.transition { $0.join(self, priority: priority) }
+        queue.transition { $0.join(self) }
+        // A cancel that came before it joined found nothing to stop: it stops it now.
+        if operation.isCancelled { stop() }
     }
 
     func stop() {
@@ -344,34 +391,16 @@ final class FlightMember: TransferHandle, @unchecked Sendable {
         queue.transition { $0.leave(self) }
     }
 
-    /// Its queue is gone (it was freed, cancelling what it held): the member ends as cancelled,
-    /// once.
+    /// Its queue is gone (it was freed, cancelling what it held): the attempt ends as cancelled.
+    /// (Its operation ignores the report if it heard of its end already.)
     private func endOrphaned() {
-        let first = Self.orphans.withLock { _ -> Bool in
-            if case .ended = membership { return false }
-            membership = .ended
-            return true
-        }
-        if first { report(.failure(.cancelled(.init(url: request.url)), nil)) }
+        report(.failure(.cancelled(.init(url: request.url)), nil))
     }
 
-    /// Brings the operation of a member that joined a running flight to where the transfer is:
-    /// it started, and its latest head and progress. Outside the queue's lock, on the router
-    /// queue, in order with the flight's events.
-    func catchUp(with latest: QueueState.Latest) {
-        operation.transferDidStart()
-        if let (head, expected) = latest.response {
-            operation.transferDidReceive(response: head, expectedLength: expected)
-        }
-        if let received = latest.received {
-            operation.transferDidReceive(bytes: received.bytes, of: received.expected)
-        }
-    }
-
-    /// Tells the operation the transfer ended. Outside the queue's lock, by the one caller
-    /// that ended the membership.
+    /// Tells the operation the transfer ended, outside every lock. Its operation takes it only
+    /// if this is still its current attempt.
     func report(_ result: TransferResult) {
-        operation.transferDidEnd(result)
+        operation.transferDidEnd(result, of: self)
     }
 
     /// The origin a per-host limit applies to: scheme, host and port.

@@ -1,6 +1,25 @@
 import Dispatch
 import Foundation
 
+/// Where a ticket waits in a ``SlotScheduler``: its priority level and its place in line, in one
+/// word (the level in the top byte).
+struct SlotPlace: Equatable, Sendable {
+    private let packed: UInt64
+
+    init(level: Int, sequence: UInt64) {
+        packed = UInt64(level) << 56 | (sequence & Self.sequenceMask)
+    }
+
+    /// No place: a ticket never enqueued. Withdrawing or raising it does nothing.
+    static var none: SlotPlace { SlotPlace(level: 0xFF, sequence: Self.sequenceMask) }
+
+    var level: Int { Int(packed >> 56) }
+    /// Its place in line; unique (2⁵⁶ tickets would take centuries to enqueue).
+    var sequence: UInt64 { packed & Self.sequenceMask }
+
+    private static var sequenceMask: UInt64 { (1 << 56) - 1 }
+}
+
 /// Decides which waiting transfer starts next, under an overall limit and a per-host limit.
 ///
 /// A pure value, like the lifecycle state machine: events in (enqueue, withdraw, release,
@@ -11,8 +30,8 @@ import Foundation
 /// priority — among hosts that have a free slot. A host at its limit never blocks another
 /// host's transfers (no head-of-line blocking).
 ///
-/// The scheduler keeps a waiting ticket only in its line: where it waits (its ``Place``) is
-/// handed back by ``enqueue(_:host:priority:)`` and kept by the caller, with the ticket, which
+/// The scheduler keeps a waiting ticket only in its line: where it waits (its ``SlotPlace``) is
+/// reserved for it (``reservePlace(priority:)``) and kept by the caller, with the ticket, which
 /// passes it to withdraw or raise it. So a waiting ticket costs one entry in line, and no
 /// table beside it (tens of thousands may wait). Withdrawing finds the entry by bisection and
 /// lets go of the ticket at once; the emptied entry is skipped when reached.
@@ -23,25 +42,6 @@ struct SlotScheduler<Ticket: Sendable>: Sendable {
     private(set) var runningPerHost: [String: Int] = [:]
     /// While paused, nothing is granted; releases still count.
     var isPaused = false
-
-    /// Where a ticket waits: its priority level and its place in line, in one word (the level
-    /// in the top byte).
-    struct Place: Equatable, Sendable {
-        private let packed: UInt64
-
-        init(level: Int, sequence: UInt64) {
-            packed = UInt64(level) << 56 | (sequence & Self.sequenceMask)
-        }
-
-        /// No place: a ticket never enqueued. Withdrawing or raising it does nothing.
-        static var none: Place { Place(level: 0xFF, sequence: Self.sequenceMask) }
-
-        var level: Int { Int(packed >> 56) }
-        /// Its place in line; unique (2⁵⁶ tickets would take centuries to enqueue).
-        var sequence: UInt64 { packed & Self.sequenceMask }
-
-        private static var sequenceMask: UInt64 { (1 << 56) - 1 }
-    }
 
     /// One priority level of one host: its tickets in line, consumed from `head`. A consumed
     /// or withdrawn entry no longer holds its ticket, so that nothing granted or cancelled
@@ -72,6 +72,13 @@ struct SlotScheduler<Ticket: Sendable>: Sendable {
             guard low < entries.count, entries[low].sequence == sequence else { return nil }
             defer { entries[low].ticket = nil }
             return entries[low].ticket
+        }
+
+        /// Adds an entry in sequence order: at the end, unless a later sequence got there first.
+        mutating func insert(_ entry: (ticket: Ticket?, sequence: UInt64)) {
+            var index = entries.count
+            while index > head, entries[index - 1].sequence > entry.sequence { index -= 1 }
+            entries.insert(entry, at: index)
         }
 
         /// Takes the head's ticket (the live head that ``liveHead()`` found).
@@ -142,34 +149,59 @@ struct SlotScheduler<Ticket: Sendable>: Sendable {
         return host
     }
 
-    /// Puts a ticket in line, at the back of its priority level. Returns where it waits: the
-    /// caller keeps it, to withdraw or raise the ticket.
-    mutating func enqueue(_ ticket: Ticket, host: String, priority: Operation.QueuePriority) -> Place {
-        let place = Place(level: Self.level(of: priority), sequence: nextSequence)
-        nextSequence += 1
-        waitingCount += 1
-        Self.append((ticket, place.sequence), level: place.level, to: &hosts[host, default: HostQueue()])
+    /// The place a ticket made now takes at `priority`: at the back of its level, after every
+    /// place reserved before. The caller keeps it, to enqueue the ticket there, then withdraw
+    /// or raise it.
+    mutating func reservePlace(priority: Operation.QueuePriority) -> SlotPlace {
+        reservePlace(level: Self.level(of: priority))
+    }
+
+    private mutating func reservePlace(level: Int) -> SlotPlace {
+        defer { nextSequence += 1 }
+        return SlotPlace(level: level, sequence: nextSequence)
+    }
+
+    /// Puts a ticket in line at the back of its priority level. Returns where it waits.
+    @discardableResult
+    mutating func enqueue(_ ticket: Ticket, host: String, priority: Operation.QueuePriority) -> SlotPlace {
+        let place = reservePlace(priority: priority)
+        enqueue(ticket, host: host, at: place)
         return place
     }
 
+    /// Puts a ticket in line at the place reserved for it: in order of the reservations, so a
+    /// ticket that took its place earlier but comes later still goes before those that took
+    /// theirs after it.
+    mutating func enqueue(_ ticket: Ticket, host: String, at place: SlotPlace) {
+        waitingCount += 1
+        Self.insert((ticket, place.sequence), level: place.level, into: &hosts[host, default: HostQueue()])
+    }
+
     /// One lookup of the host's queue, not one per change.
-    private static func append(_ entry: (ticket: Ticket?, sequence: UInt64), level: Int, to queue: inout HostQueue) {
-        queue.lines[level].entries.append(entry)
+    private static func insert(_ entry: (ticket: Ticket?, sequence: UInt64), level: Int, into queue: inout HostQueue) {
+        queue.lines[level].insert(entry)
         queue.live += 1
     }
 
-    /// Moves the ticket waiting at `place` for `host` up to `priority` if that is more urgent
-    /// than where it waits (to the back of that level); never moves it down. Returns its new
-    /// place, or `nil` if it stays where it is or does not wait there.
-    mutating func raise(at place: Place, host: String, to priority: Operation.QueuePriority) -> Place? {
-        guard Self.level(of: priority) < place.level, let ticket = withdraw(at: place, host: host) else { return nil }
-        return enqueue(ticket, host: host, priority: priority)
+    /// Moves the ticket waiting at `place` for `host` up to `level` if that is more urgent than
+    /// where it waits (to the back of that level); never moves it down. Returns its new place,
+    /// or `nil` if it stays where it is or does not wait there.
+    mutating func raise(at place: SlotPlace, host: String, to level: Int) -> SlotPlace? {
+        guard level < place.level, let ticket = withdraw(at: place, host: host) else { return nil }
+        let raised = reservePlace(level: level)
+        enqueue(ticket, host: host, at: raised)
+        return raised
+    }
+
+    /// ``raise(at:host:to:)`` to the level of `priority`.
+    mutating func raise(at place: SlotPlace, host: String, to priority: Operation.QueuePriority) -> SlotPlace? {
+        raise(at: place, host: host, to: Self.level(of: priority))
     }
 
     /// Takes the ticket waiting at `place` for `host` out of line. Returns it, or `nil` if it
     /// no longer waits there (granted, or withdrawn already).
     @discardableResult
-    mutating func withdraw(at place: Place, host: String) -> Ticket? {
+    mutating func withdraw(at place: SlotPlace, host: String) -> Ticket? {
         guard place.level < Self.levelCount, let index = hosts.index(forKey: host),
               let ticket = hosts.values[index].lines[place.level].take(sequence: place.sequence)
         else { return nil }
