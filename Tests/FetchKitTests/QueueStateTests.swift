@@ -136,8 +136,8 @@ struct QueueStateTests {
         #expect(started(state.takeActions()).map(\.first) == [third], "a request never joins a flight that ended")
     }
 
-    @Test func identicalRequestsWaitAsOneFlightAndStartTogether() throws {
-        var state = StubState(maximumTotal: 1, maximumPerHost: 1, coalesces: true)
+    /// One slot, taken; behind it two identical shareable requests, joined.
+    func twoIdenticalBehindABusySlot(_ state: inout StubState) throws -> (busy: StubFlight, first: StubMember, second: StubMember) {
         let busy = fetch("a", in: &state)
         state.join(busy)
         let busyFlight = try #require(started(state.takeActions()).first)
@@ -145,6 +145,12 @@ struct QueueStateTests {
         let second = fetch("a", in: &state, key: "same")
         state.join(first)
         state.join(second)
+        return (busyFlight, first, second)
+    }
+
+    @Test func identicalRequestsWaitAsOneFlightAndStartTogether() throws {
+        var state = StubState(maximumTotal: 1, maximumPerHost: 1, coalesces: true)
+        let (busyFlight, first, second) = try twoIdenticalBehindABusySlot(&state)
         #expect(state.transferCounts == .init(inFlight: 1, waiting: 1), "one transfer waits for both")
         end(busyFlight, &state)
         let flight = try #require(started(state.takeActions()).first)
@@ -153,13 +159,7 @@ struct QueueStateTests {
 
     @Test func aWaitingSharedFlightWhoseMembersAllLeftIsWithdrawn() throws {
         var state = StubState(maximumTotal: 1, maximumPerHost: 1, coalesces: true)
-        let busy = fetch("a", in: &state)
-        state.join(busy)
-        let busyFlight = try #require(started(state.takeActions()).first)
-        let first = fetch("a", in: &state, key: "same")
-        let second = fetch("a", in: &state, key: "same")
-        state.join(first)
-        state.join(second)
+        let (busyFlight, first, second) = try twoIdenticalBehindABusySlot(&state)
         state.leave(first)
         #expect(confirmed(state.takeActions()) == [first])
         #expect(state.transferCounts == .init(inFlight: 1, waiting: 1), "another caller still wants it")

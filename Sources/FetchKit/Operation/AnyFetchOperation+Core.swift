@@ -57,8 +57,6 @@ extension AnyFetchOperation {
         /// Progress was reported while transferring: a progress sequence made later starts
         /// with the current value (it is what the last report yielded).
         var progressReported = false
-        /// The progress sequences ended (the terminal transition): one made later ends at once.
-        var progressStreamsEnded = false
         // Last: its odd ninth byte ends the value, which then fits its lock's allocation in
         // 256 bytes (272 before).
         var sentRequest: URLRequest?
@@ -169,13 +167,13 @@ extension AnyFetchOperation {
 
         /// The progress sequences' consumers (tests read their count).
         var progressStreams: LatestValueStreams<FetchProgress> {
-            extras[\.progressStreams] ?? LatestValueStreams(latest: progressReported ? currentProgress : nil, finished: progressStreamsEnded)
+            extras[\.progressStreams] ?? LatestValueStreams(latest: progressReported ? currentProgress : nil, finished: machine.isFinished)
         }
 
         /// Registers a progress sequence's consumer (see ``LatestValueStreams/add(_:)``).
         mutating func addProgressStream(_ continuation: AsyncStream<FetchProgress>.Continuation) -> Int? {
             let initial = progressReported ? currentProgress : nil
-            let ended = progressStreamsEnded
+            let ended = machine.isFinished
             return extras.withMade { extras in
                 if extras.progressStreams == nil {
                     extras.progressStreams = LatestValueStreams(latest: initial, finished: ended)
@@ -194,9 +192,9 @@ extension AnyFetchOperation {
             extras.ifMade { $0.progressStreams?.yield(value) }
         }
 
-        /// Ends the sequences, after yielding `final` (if any) to them.
+        /// Ends the sequences, after yielding `final` (if any) to them: in the terminal transition
+        /// (a sequence made later ends at once: the machine is finished).
         mutating func finishProgressStreams(with final: FetchProgress?) -> [AsyncStream<FetchProgress>.Continuation] {
-            progressStreamsEnded = true
             var ended: [AsyncStream<FetchProgress>.Continuation] = []
             extras.ifMade { ended = $0.progressStreams?.finish(with: final) ?? [] }
             return ended
