@@ -59,8 +59,8 @@ extension AnyFetchOperation {
         var progressReported = false
         /// The progress sequences ended (the terminal transition): one made later ends at once.
         var progressStreamsEnded = false
-        // Last: its odd ninth byte ends the value, which then fits its lock's allocation in
-        // 256 bytes (272 before).
+        // Last: its odd ninth byte ends the value, so that the core and its lock fit the
+        // allocation OperationFootprintTests.theCoreAndItsLockAreOneAllocationOf248Bytes asserts.
         var sentRequest: URLRequest?
 
         init(settings: Settings) {

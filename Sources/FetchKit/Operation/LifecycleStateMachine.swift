@@ -81,7 +81,8 @@ struct LifecycleStateMachine: Sendable {
     }
     /// The cancellation, boxed (see ``Outcome``).
     private var storedCancellation: Outcome?
-    // After the cancellation, so that the machine is 17 bytes and the next flags fill its tail.
+    // After the cancellation: the machine then ends in the state's odd tag byte, and the core's
+    // next fields fill its tail (OperationFootprintTests.theCoreIsAFewWordsNotAPage).
     private(set) var state: State = .pending
 
     var isCancelled: Bool { cancellation != nil }
