@@ -28,7 +28,7 @@ struct LifecycleStateMachineTests {
         #expect(machine.isExecuting)
         let attached = machine.attachTransfer()
         #expect(attached)
-        #expect(machine.transferEnded(.success) == .parse)
+        #expect(machine.attemptEnded(.success) == .parse)
         #expect(machine.phase == .finishing)
         #expect(machine.isExecuting, "isExecuting stays true while parsing")
         machine.parseEnded(nil)
@@ -45,7 +45,7 @@ struct LifecycleStateMachineTests {
         var machine = Machine()
         _ = machine.start()
         _ = machine.attachTransfer()
-        #expect(machine.transferEnded(.failure(.transport(.init(.cannotConnectToHost)))) == .complete)
+        #expect(machine.attemptEnded(.failure(.transport(.init(.cannotConnectToHost)))) == .complete)
         guard case .failure(.transport(let error)) = machine.complete() else {
             Issue.record("expected the transport error")
             return
@@ -57,7 +57,7 @@ struct LifecycleStateMachineTests {
         var machine = Machine()
         _ = machine.start()
         _ = machine.attachTransfer()
-        _ = machine.transferEnded(.success)
+        _ = machine.attemptEnded(.success)
         machine.parseEnded(.parseFailed(.init(underlying: .init(CancellationError()), url: nil)))
         guard case .failure(.parseFailed) = machine.complete() else {
             Issue.record("expected parseFailed")
@@ -95,7 +95,7 @@ struct LifecycleStateMachineTests {
         #expect(machine.phase == .finishing)
         #expect(machine.isExecuting)
         // The transfer confirms it stopped (whatever it reports, the cancel decided).
-        #expect(machine.transferEnded(.success) == .complete)
+        #expect(machine.attemptEnded(.success) == .complete)
         #expect(isCancelledOutcome(machine.complete()))
     }
 
@@ -103,7 +103,7 @@ struct LifecycleStateMachineTests {
         var machine = Machine()
         _ = machine.start()
         _ = machine.attachTransfer()
-        _ = machine.transferEnded(.success)
+        _ = machine.attemptEnded(.success)
         #expect(machine.cancel(url: nil) == .flagOnly)
         machine.parseEnded(nil)
         #expect(isCancelledOutcome(machine.complete()))
@@ -113,7 +113,7 @@ struct LifecycleStateMachineTests {
         var machine = Machine()
         _ = machine.start()
         _ = machine.attachTransfer()
-        _ = machine.transferEnded(.success)
+        _ = machine.attemptEnded(.success)
         machine.parseEnded(nil)
         _ = machine.complete()
         #expect(machine.cancel(url: nil) == .none)
@@ -144,14 +144,14 @@ struct LifecycleStateMachineTests {
             let attached = machine.attachTransfer()
             #expect(attached)
         }
-        if phase == "parsing" { #expect(machine.transferEnded(.success) == .parse) }
+        if phase == "parsing" { #expect(machine.attemptEnded(.success) == .parse) }
         let first = machine.cancel(url: url)
         let second = machine.cancel(url: later)
         #expect(first != .none)
         #expect(second == .none)
         switch phase {
         case "pending": #expect(machine.start() == .finishCancelled)
-        case "transferring": #expect(machine.transferEnded(.failure(.cancelled(.init(url: nil)))) == .complete)
+        case "transferring": #expect(machine.attemptEnded(.failure(.cancelled(.init(url: nil)))) == .complete)
         case "parsing": machine.parseEnded(nil)
         default: break
         }
@@ -176,10 +176,10 @@ struct LifecycleStateMachineTests {
         var machine = Machine()
         _ = machine.start()
         _ = machine.attachTransfer()
-        _ = machine.transferEnded(.failure(.cancelled(.init(url: nil))))
-        #expect(machine.transferEnded(.success) == .ignore)
+        _ = machine.attemptEnded(.failure(.cancelled(.init(url: nil))))
+        #expect(machine.attemptEnded(.success) == .ignore)
         _ = machine.complete()
-        #expect(machine.transferEnded(.success) == .ignore)
+        #expect(machine.attemptEnded(.success) == .ignore)
     }
 
     @Test func failureBeforeTransfer() {
@@ -201,24 +201,24 @@ struct LifecycleStateMachineTests {
         _ = machine.attachTransfer()
         #expect(machine.isTransferring)
         let failure = Machine.Outcome.failure(.transport(.init(.networkConnectionLost)))
-        #expect(machine.transferEnded(failure, anotherAttempt: true) == .waitForNextAttempt)
+        #expect(machine.attemptEnded(failure, anotherAttempt: true) == .waitForNextAttempt)
         #expect(machine.phase == .executing, "still executing while it waits")
         #expect(!machine.isTransferring)
-        #expect(machine.transferEnded(.success) == .ignore, "no transfer is attached while it waits")
+        #expect(machine.attemptEnded(.success) == .ignore, "no transfer is attached while it waits")
         let resumed = machine.resumeAfterWait()
         #expect(resumed)
         let resumedAgain = machine.resumeAfterWait()
         #expect(!resumedAgain, "the wait ends once")
         let attached = machine.attachTransfer()
         #expect(attached, "the next attempt is attached like the first")
-        #expect(machine.transferEnded(.success, anotherAttempt: true) == .parse, "a success never waits")
+        #expect(machine.attemptEnded(.success, anotherAttempt: true) == .parse, "a success never waits")
     }
 
     @Test func aCancelDuringTheWaitCompletesAtOnceAndTheWaitsEndChangesNothing() {
         var machine = Machine()
         _ = machine.start()
         _ = machine.attachTransfer()
-        _ = machine.transferEnded(.failure(.transport(.init(.timedOut))), anotherAttempt: true)
+        _ = machine.attemptEnded(.failure(.transport(.init(.timedOut))), anotherAttempt: true)
         #expect(machine.cancel(url: nil) == .stopPreparing, "no transfer to stop: complete now")
         #expect(isCancelledOutcome(machine.complete()))
         let resumed = machine.resumeAfterWait()
@@ -232,7 +232,7 @@ struct LifecycleStateMachineTests {
         _ = machine.start()
         _ = machine.attachTransfer()
         #expect(machine.cancel(url: nil) == .stopTransfer)
-        #expect(machine.transferEnded(.failure(.cancelled(.init(url: nil))), anotherAttempt: true) == .complete)
+        #expect(machine.attemptEnded(.failure(.cancelled(.init(url: nil))), anotherAttempt: true) == .complete)
         #expect(isCancelledOutcome(machine.complete()))
     }
 
@@ -245,7 +245,7 @@ struct LifecycleStateMachineTests {
         #expect(!machine.isFinished)
         let attached = machine.attachTransfer()
         #expect(!attached, "the handle is dropped unstarted")
-        #expect(machine.transferEnded(.failure(.cancelled(.init(url: nil)))) == .complete)
+        #expect(machine.attemptEnded(.failure(.cancelled(.init(url: nil)))) == .complete)
         #expect(isCancelledOutcome(machine.complete()))
     }
 
@@ -273,7 +273,7 @@ struct LifecycleStateMachineTests {
         var machine = Machine()
         _ = machine.start()
         _ = machine.attachTransfer()
-        _ = machine.transferEnded(.failure(.transport(.init(.timedOut))), anotherAttempt: true)
+        _ = machine.attemptEnded(.failure(.transport(.init(.timedOut))), anotherAttempt: true)
         _ = machine.resumeAfterWait()
         let failed = machine.failBeforeTransfer(.timedOut(.init(kind: .total, interval: 1, url: nil)))
         #expect(failed)
@@ -302,7 +302,7 @@ struct LifecycleStateMachineTests {
             case 2:
                 _ = machine.attachTransfer()
             case 3:
-                switch machine.transferEnded(.failure(.cancelled(.init(url: nil))), anotherAttempt: generator.next() % 2 == 0) {
+                switch machine.attemptEnded(.failure(.cancelled(.init(url: nil))), anotherAttempt: generator.next() % 2 == 0) {
                 case .complete: _ = machine.complete()
                 case .waitForNextAttempt: waits += 1
                 default: break
@@ -338,7 +338,7 @@ struct LifecycleStateMachineTests {
             case 2:
                 _ = machine.attachTransfer()
             case 3:
-                if machine.transferEnded(generator.next() % 2 == 0 ? .success : .failure(.cancelled(.init(url: nil)))) == .complete {
+                if machine.attemptEnded(generator.next() % 2 == 0 ? .success : .failure(.cancelled(.init(url: nil)))) == .complete {
                     _ = machine.complete()
                 }
             case 4:

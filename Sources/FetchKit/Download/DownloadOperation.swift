@@ -113,6 +113,17 @@ open class DownloadOperation: AnyFetchOperation, OutputProducing, @unchecked Sen
         self.init(request: URLRequest(url: url), destination: destination)
     }
 
+    /// Unavailable: a download needs a destination (``init(request:destination:)``).
+    ///
+    /// Declared so that your subclasses inherit ``init(url:destination:)``: a subclass in
+    /// another module inherits no convenience initializer while a designated one of its
+    /// superclasses is hidden from it, and ``AnyFetchOperation``'s is internal (this public
+    /// override covers it).
+    @available(*, unavailable, message: "a download needs a destination: use init(request:destination:)")
+    public override init(request: URLRequest?) {
+        preconditionFailure("unavailable: a download needs a destination")
+    }
+
     /// Whether to keep a partial file the server allows resuming, and resume from it. Default
     /// `true`. Like ``AnyFetchOperation/configuration``, set it before the operation starts;
     /// setting it later traps.

@@ -19,8 +19,8 @@ import Darwin
 /// One allocation holds the value and its mutex (a `ManagedBuffer` with the mutex as its tail
 /// element, as swift-nio's `LockStorage` does). Every operation, transfer and queue entry
 /// has one of these, tens of thousands of them when many fetches wait: an `NSCondition` would
-/// add three allocations (the object, its mutex, its condition variable), about 150 bytes
-/// each time. The condition variable is created only when a thread first waits.
+/// add three allocations (the object, its mutex, its condition variable) each time. The
+/// condition variable is created only when a thread first waits.
 struct Protected<Value>: @unchecked Sendable {
     private let storage: ProtectedStorage<Value>
 

@@ -109,7 +109,7 @@ extension AnyFetchOperation {
     private func abandonSetup(_ error: FetchError) {
         let complete = core.withLock { core in
             core.machine.failBeforeTransfer(error)
-                || core.machine.transferEnded(.failure(error)) == .complete
+                || core.machine.attemptEnded(.failure(error)) == .complete
         }
         if complete { completeNow() }
     }
@@ -154,7 +154,7 @@ extension AnyFetchOperation {
     /// Whether another attempt follows one that ended with `result`, by the policy, the total
     /// timeout, and whether the attempt heard an answer or stopped for the disk; and the result
     /// the fetch ends with if none does. Decided outside the lock (the policy is the user's
-    /// code); the lifecycle then decides whether a cancel wins (``LifecycleStateMachine/transferEnded(_:anotherAttempt:)``).
+    /// code); the lifecycle then decides whether a cancel wins (``LifecycleStateMachine/attemptEnded(_:anotherAttempt:)``).
     private func nextAttempt(after result: TransferResult) -> (next: NextAttempt, result: TransferResult) {
         let (request, configuration, attempt, answered, overdue, firstStart) = core.withLock { core in
             defer { core.attemptOverdue = false }
@@ -213,7 +213,7 @@ extension AnyFetchOperation {
         if case .none = next { anotherAttempt = false } else { anotherAttempt = true }
         let (action, parseQueue) = core.withLock { core in
             core.transfer = nil
-            let action = core.machine.transferEnded(outcome, anotherAttempt: anotherAttempt)
+            let action = core.machine.attemptEnded(outcome, anotherAttempt: anotherAttempt)
             if action == .parse || action == .complete {
                 switch result {
                 case .success(let response, let body):

@@ -57,8 +57,8 @@ extension AnyFetchOperation {
         /// Progress was reported while transferring: a progress sequence made later starts
         /// with the current value (it is what the last report yielded).
         var progressReported = false
-        // Last: its odd ninth byte ends the value, which then fits its lock's allocation in
-        // 256 bytes (272 before).
+        // Last: its odd ninth byte ends the value, so that the core and its lock fit the
+        // allocation OperationFootprintTests.theCoreAndItsLockAreOneAllocationOf248Bytes asserts.
         var sentRequest: URLRequest?
 
         init(settings: Settings) {

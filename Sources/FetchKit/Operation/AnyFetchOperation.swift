@@ -6,9 +6,17 @@ import FoundationNetworking
 /// What every fetch has in common, whatever its output: the request, the settings, the
 /// lifecycle, the response and the error.
 ///
-/// You do not subclass it: subclass ``FetchOperation`` (an endpoint with a parsed output) or
-/// use ``DownloadOperation`` (a file). ``FetchQueue`` and dependencies work with any
-/// `AnyFetchOperation`, so that a queue holds fetches of different outputs.
+/// Subclass ``FetchOperation`` (an endpoint with a parsed output) or ``DownloadOperation`` (a
+/// file), not this class. ``FetchQueue`` and dependencies work with any `AnyFetchOperation`,
+/// so that a queue holds fetches of different outputs.
+///
+/// It is `open` because Swift requires the superclass of an open class to be open, not to be
+/// subclassed itself: its initializer is internal to FetchKit, so a class of yours derived
+/// from it directly has no initializer and cannot be made. Its `open` members —
+/// ``makeRequest()``, ``addDependency(_:)``, ``removeDependency(_:)``, ``dependencies`` and
+/// `description` — are hooks for your subclasses of ``FetchOperation`` and
+/// ``DownloadOperation``; its lifecycle (``start()``, ``cancel()``, ``isExecuting``,
+/// ``isFinished``, ``isCancelled``, ``isReady``, ``isAsynchronous``) is `final`.
 ///
 /// The operation runs Foundation's asynchronous lifecycle itself — ready, executing, finished,
 /// cancelled — and sends the `isExecuting` / `isFinished` change notifications that

@@ -4,12 +4,12 @@ import Foundation
 ///
 /// ```
 ///                        ┌──────── resumeAfterWait ◀──────── executing(waiting) ◀───┐
-///                        ▼                                                           │ transferEnded
+///                        ▼                                                           │ attemptEnded
 /// pending ──start──▶ executing(preparing) ──beginSetup──▶ executing(settingUp)      │ (another attempt)
 ///    │                    │                                   │ attachTransfer      │
 ///    │                    │                                   ▼                     │
 ///    │                    │                         executing(transferring) ────────┘
-///    │ (cancelled)        │ failBeforeTransfer / cancel       │ transferEnded / cancel
+///    │ (cancelled)        │ failBeforeTransfer / cancel       │ attemptEnded / cancel
 ///    ▼                    ▼                                   ▼
 /// finished ◀──complete── finishing(completing) ◀──── finishing(parsing | stoppingTransfer)
 /// ```
@@ -18,7 +18,7 @@ import Foundation
 /// is prepared and attached like the first, and one that ends with another to come waits in
 /// `executing(waiting)` — a retry's delay, or a download's wait for its disk — holding no
 /// transfer (a cancel there completes at once, as while preparing). Whether the policy allows another is worked out where the attempt ends and handed
-/// to ``transferEnded(_:anotherAttempt:)``, which alone decides what follows (a cancel wins).
+/// to ``attemptEnded(_:anotherAttempt:)``, which alone decides what follows (a cancel wins).
 ///
 /// `cancelled` is a flag beside the state, as in Foundation. The operation holds this value
 /// under its lock, applies one event, and performs the returned action after unlocking —
@@ -41,7 +41,7 @@ struct LifecycleStateMachine: Sendable {
         case preparing
         /// An attempt is being set up: its request recorded, its body sink and handle made. A
         /// cancel now is reported when the setup is over (``attachTransfer()`` then fails, and
-        /// ``transferEnded(_:anotherAttempt:)`` completes it), so that nothing of the attempt
+        /// ``attemptEnded(_:anotherAttempt:)`` completes it), so that nothing of the attempt
         /// happens after the operation finished.
         case settingUp
         /// A transfer is attached: waiting for a slot in a ``FetchQueue`` (no URLSession task,
@@ -81,7 +81,8 @@ struct LifecycleStateMachine: Sendable {
     }
     /// The cancellation, boxed (see ``Outcome``).
     private var storedCancellation: Outcome?
-    // After the cancellation, so that the machine is 17 bytes and the next flags fill its tail.
+    // After the cancellation: the machine then ends in the state's odd tag byte, and the core's
+    // next fields fill its tail (OperationFootprintTests.theCoreIsAFewWordsNotAPage).
     private(set) var state: State = .pending
 
     var isCancelled: Bool { cancellation != nil }
@@ -135,7 +136,7 @@ struct LifecycleStateMachine: Sendable {
         case flagOnly
         /// Cancelled while preparing or between attempts (no transfer): ``complete()`` now.
         case stopPreparing
-        /// Cancelled mid-transfer: stop the transfer; it reports back with ``transferEnded(_:)``.
+        /// Cancelled mid-transfer: stop the transfer; it reports back with ``attemptEnded(_:anotherAttempt:)``.
         case stopTransfer
     }
 
@@ -172,7 +173,7 @@ struct LifecycleStateMachine: Sendable {
     ///
     /// - Returns: `false` if the operation stopped meanwhile (cancelled, failed): the caller
     ///   must discard the transfer without starting it, and, if a cancel came during the
-    ///   setup, report it with ``transferEnded(_:anotherAttempt:)``.
+    ///   setup, report it with ``attemptEnded(_:anotherAttempt:)``.
     mutating func attachTransfer() -> Bool {
         switch state {
         case .executing(.preparing), .executing(.settingUp):
@@ -198,7 +199,7 @@ struct LifecycleStateMachine: Sendable {
         }
     }
 
-    enum TransferEndAction: Sendable, Equatable {
+    enum AttemptEndAction: Sendable, Equatable {
         /// Run the parse hook, then ``parseEnded(_:)``.
         case parse
         /// ``complete()`` now.
@@ -209,12 +210,12 @@ struct LifecycleStateMachine: Sendable {
         case ignore
     }
 
-    /// The transfer ended, successfully or not, or confirmed it stopped after a cancel.
+    /// An attempt ended: its transfer succeeded or failed, or confirmed it stopped after a cancel.
     ///
     /// - Parameter anotherAttempt: Whether another attempt follows this failed one (a retry the
     ///   ``RetryPolicy`` allows, or a download's continuation): then the operation waits for it,
     ///   unless a cancel stopped it meanwhile. Ignored for a success.
-    mutating func transferEnded(_ result: Outcome, anotherAttempt: Bool = false) -> TransferEndAction {
+    mutating func attemptEnded(_ result: Outcome, anotherAttempt: Bool = false) -> AttemptEndAction {
         switch state {
         case .executing(.transferring):
             switch result {
