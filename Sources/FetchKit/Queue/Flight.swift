@@ -189,7 +189,7 @@ final class Flight: SlotFlight, TransferOwner, @unchecked Sendable {
     private func begin() {
         guard !members.isEmpty else {
             // Every member left before the slot took effect: the slot goes back.
-            end(.failure(.cancelled(.init(url: first.request.url)), nil))
+            transferDidEnd(.failure(.cancelled(.init(url: first.request.url)), nil))
             return
         }
         granted = true
@@ -210,11 +210,13 @@ final class Flight: SlotFlight, TransferOwner, @unchecked Sendable {
         if ended { member.report(result ?? .failure(.cancelled(.init(url: member.request.url)), nil)) }
     }
 
+    // MARK: TransferOwner (router queue)
+
     /// The flight is over: its queue frees the slot (and stops letting identical requests join
     /// it), then each member hears how it ended. The queue is held until they have: a member's
     /// fetch may be the last work of a queue its owner dropped, and the queue, freed, cancels
     /// what has not heard its result.
-    private func end(_ result: TransferResult) {
+    func transferDidEnd(_ result: TransferResult) {
         ended = true
         transfer = nil
         if first.key != nil { self.result = result }
@@ -229,8 +231,6 @@ final class Flight: SlotFlight, TransferOwner, @unchecked Sendable {
         }
         withExtendedLifetime(queue) {}
     }
-
-    // MARK: TransferOwner (router queue)
 
     func transferDidStart() {
         started = true
@@ -255,10 +255,6 @@ final class Flight: SlotFlight, TransferOwner, @unchecked Sendable {
     func transferDidReceive(bytes: Int64, of expectedLength: Int64?) {
         received = (bytes, expectedLength)
         for member in members { member.operation.transferDidReceive(bytes: bytes, of: expectedLength) }
-    }
-
-    func transferDidEnd(_ result: TransferResult) {
-        end(result)
     }
 }
 
