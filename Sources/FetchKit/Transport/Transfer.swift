@@ -130,6 +130,8 @@ final class Transfer: TransferHandle, @unchecked Sendable {
     let inbox: TransferInbox
     private let session: FetchSession
     private let sink: ResponseBodySink
+    /// The sink, if it is a download's: backpressure and writing out.
+    private let download: (any DownloadBodySink)?
 
     // Confined to the router queue.
     private var machine: TransferStateMachine
@@ -153,6 +155,7 @@ final class Transfer: TransferHandle, @unchecked Sendable {
         machine = TransferStateMachine(request: request, limits: limits)
         self.session = session
         self.sink = sink
+        download = sink as? any DownloadBodySink
         self.owner = owner
         inbox = TransferInbox(limit: limits.maximumResponseSize)
     }
@@ -232,7 +235,7 @@ final class Transfer: TransferHandle, @unchecked Sendable {
             return
         case .writeLate:
             // Stopped for the disk to catch up: what the task still delivers continues the file.
-            sink.writeLate(data)
+            download?.writeLate(data)
         case .fail(let error):
             end(.failure(error, machine.response))
         case .write:
@@ -243,7 +246,7 @@ final class Transfer: TransferHandle, @unchecked Sendable {
                 return
             }
             perform(machine.progress())
-            if sink.shouldStopTransfer() {
+            if download?.shouldStopTransfer() == true {
                 // The disk fell behind the network: stop; the owner continues from what is stored.
                 end(.failure(.cancelled(.init(url: request.url)), machine.response))
             }
@@ -272,12 +275,12 @@ final class Transfer: TransferHandle, @unchecked Sendable {
             if let task { session.router.unregister(task) }
             task = nil
             inbox.close()
-            sink.stoppedTaskDidComplete(bodyComplete: bodyComplete)
+            download?.stoppedTaskDidComplete(bodyComplete: bodyComplete)
         case .fail(let error):
             end(.failure(error, machine.response))
         case .close:
             perform(machine.progress(final: true))
-            guard sink.storesLater else {
+            guard let download, download.storesLater else {
                 closeSink()     // a body in memory is all there: no hop
                 return
             }
@@ -285,7 +288,7 @@ final class Transfer: TransferHandle, @unchecked Sendable {
             // queue — every transfer of the session shares it, so a slow disk must not hold them
             // all up — and the transfer ends back here. No timeout runs meanwhile: every byte
             // arrived.
-            sink.whenWritten { [self] in
+            download.whenWritten { [self] in
                 queue.async { self.closeSink() }
             }
         }
@@ -438,7 +441,7 @@ final class Transfer: TransferHandle, @unchecked Sendable {
     private func end(_ result: TransferResult) {
         let failed = if case .failure = result { true } else { false }
         guard let ending = machine.end(failed: failed, taskCompleted: task.map { $0.state == .completed },
-                                       stoppedForBackpressure: task != nil && sink.stoppedForBackpressure) else { return }
+                                       stoppedForBackpressure: task != nil && download?.stoppedForBackpressure == true) else { return }
         session.router.deadlines.cancel(self)
         if ending.drainTask {
             // Its chunks still come (a cancel lands late on Linux): each is part of the body, in
