@@ -33,89 +33,6 @@ extension TransferOwner {
     func transferDidRedirect(_ response: HTTPURLResponse, to request: URLRequest) {}
 }
 
-/// The limits a transfer enforces itself.
-///
-/// Small (a waiting fetch's flight member holds one): what its fetch's configuration sets is
-/// in one immutable ``Settings`` box, shared by every attempt of operations configured alike
-/// (their ``AnyFetchOperation/ConfigurationBox`` makes it once); what an attempt adds is inline.
-struct TransferLimits: Sendable {
-    /// What a fetch's configuration sets.
-    final class Settings: Sendable {
-        let totalTimeout: TimeInterval?
-        let maximumResponseSize: Int64
-        let acceptableStatusCodes: Set<Int>
-        let credentials: CredentialProvider?
-        let redirectPolicy: RedirectPolicy
-
-        init(totalTimeout: TimeInterval?, maximumResponseSize: Int64, acceptableStatusCodes: Set<Int>,
-             credentials: CredentialProvider?, redirectPolicy: RedirectPolicy) {
-            self.totalTimeout = totalTimeout
-            self.maximumResponseSize = maximumResponseSize
-            self.acceptableStatusCodes = acceptableStatusCodes
-            self.credentials = credentials
-            self.redirectPolicy = redirectPolicy
-        }
-    }
-
-    private let settings: Settings
-    /// The longest wait for the next byte. Enforced at sub-second precision by FetchKit;
-    /// URLSession's own (whole-second, truncated) timeout is only a later backstop.
-    var idleTimeout: TimeInterval
-    /// ``fetchStartedAt`` (0 for none: an uptime is never 0) in the low 63 bits, and
-    /// ``acceptsNotModified`` in the top one: one word, so that a waiting member's limits fit
-    /// in three.
-    private var startAndNotModified: UInt64 = 0
-
-    /// When the fetch's first attempt started (uptime ns), for a later attempt: the total
-    /// timeout counts from there. `nil` for a first attempt, whose clock starts with it.
-    var fetchStartedAt: UInt64? {
-        get {
-            let start = startAndNotModified & ~Self.notModifiedBit
-            return start == 0 ? nil : start
-        }
-        set { startAndNotModified = startAndNotModified & Self.notModifiedBit | (newValue ?? 0) & ~Self.notModifiedBit }
-    }
-
-    /// Whether a `304 Not Modified` is a success (the request carried validators).
-    var acceptsNotModified: Bool {
-        get { startAndNotModified & Self.notModifiedBit != 0 }
-        set { startAndNotModified = newValue ? startAndNotModified | Self.notModifiedBit : startAndNotModified & ~Self.notModifiedBit }
-    }
-
-    private static var notModifiedBit: UInt64 { 1 << 63 }
-
-    /// The most the whole fetch may take, every attempt and wait included, or `nil`.
-    var totalTimeout: TimeInterval? { settings.totalTimeout }
-    /// The largest body accepted.
-    var maximumResponseSize: Int64 { settings.maximumResponseSize }
-    /// Status codes that count as success.
-    var acceptableStatusCodes: Set<Int> { settings.acceptableStatusCodes }
-    /// Who answers authentication challenges, if anyone.
-    var credentials: CredentialProvider? { settings.credentials }
-    /// What to do with redirects.
-    var redirectPolicy: RedirectPolicy { settings.redirectPolicy }
-
-    init(idleTimeout: TimeInterval, totalTimeout: TimeInterval? = nil, acceptsNotModified: Bool = false,
-         maximumResponseSize: Int64, acceptableStatusCodes: Set<Int>, credentials: CredentialProvider? = nil,
-         redirectPolicy: RedirectPolicy = .default, fetchStartedAt: UInt64? = nil) {
-        self.init(settings: Settings(totalTimeout: totalTimeout, maximumResponseSize: maximumResponseSize,
-                                     acceptableStatusCodes: acceptableStatusCodes, credentials: credentials,
-                                     redirectPolicy: redirectPolicy),
-                  idleTimeout: idleTimeout)
-        self.acceptsNotModified = acceptsNotModified
-        self.fetchStartedAt = fetchStartedAt
-    }
-
-    init(settings: Settings, idleTimeout: TimeInterval) {
-        self.settings = settings
-        self.idleTimeout = idleTimeout
-    }
-
-    func accepts(_ statusCode: Int) -> Bool {
-        acceptableStatusCodes.contains(statusCode) || (statusCode == 304 && acceptsNotModified)
-    }
-}
-
 /// One HTTP exchange: a URLSession data task, its body, its timeouts and its limits.
 ///
 /// Everything mutable here is confined to the session router's serial queue: URLSession
@@ -128,19 +45,19 @@ final class Transfer: TransferHandle, @unchecked Sendable {
     let request: URLRequest
     /// Where the body's chunks wait for this transfer, counted as they arrive (``SessionRouter``).
     let inbox: TransferInbox
-    private let session: FetchSession
+    let session: FetchSession
     private let sink: ResponseBodySink
     /// The sink, if it is a download's: backpressure and writing out.
     private let download: (any DownloadBodySink)?
 
-    // Confined to the router queue.
-    private var machine: TransferStateMachine
-    private var owner: (any TransferOwner)?
+    // Confined to the router queue (and Transfer+Redirects.swift).
+    var machine: TransferStateMachine
+    var owner: (any TransferOwner)?
     /// The task in flight; once ended for the disk to catch up (draining), the stopped one.
-    private var task: URLSessionDataTask?
+    var task: URLSessionDataTask?
 
-    private var queue: DispatchQueue { session.router.queue }
-    private var limits: TransferLimits { machine.limits }
+    var queue: DispatchQueue { session.router.queue }
+    var limits: TransferLimits { machine.limits }
 
     init(request: URLRequest, session: FetchSession, limits: TransferLimits, sink: ResponseBodySink, owner: any TransferOwner) {
         var request = request
@@ -305,49 +222,9 @@ final class Transfer: TransferHandle, @unchecked Sendable {
         }
     }
 
-    /// What to tell URLSession about a redirect.
-    enum RedirectDecision {
-        /// Follow this request.
-        case follow(URLRequest)
-        /// Do not follow: the 3xx response ends the task.
-        case stop
-        /// The transfer already ended and cancelled its task: leave the callback unanswered.
-        /// (Answering a redirect of a cancelled task traps in FoundationNetworking:
-        /// "Received callback for HTTP redirection, but we're not waiting for it".)
-        case abandon
-    }
-
-    func redirect(_ response: HTTPURLResponse, to next: URLRequest) -> RedirectDecision {
-        // Whatever ends the transfer from here must not cancel the task: the task is waiting for
-        // this answer, and cancelling it first makes the answer trap. Answering `nil` ends it.
-        guard machine.beginRedirect(now: Self.now()) else { return .abandon }
-        defer { machine.endRedirect() }
-        guard let request = decideRedirect(response, to: next) else { return .stop }
-        machine.follow(request)
-        owner?.transferDidRedirect(response, to: request)
-        guard request.httpBody?.isEmpty == false || request.httpBodyStream != nil else {
-            return .follow(request)
-        }
-        // FoundationNetworking sends a redirected request without its body (it drops the
-        // task's body on every redirect), so a request that keeps its body goes on in a new
-        // task. The old one is answered `nil` and left to finish unheard: its 3xx is drained.
-        if let task {
-            session.router.unregister(task)
-            self.task = nil
-        }
-        queue.async { self.resend(request) }
-        return .stop
-    }
-
-    /// Sends the redirected `request`, with its body, in a task of its own.
-    private func resend(_ request: URLRequest) {
-        guard machine.resend(now: Self.now()), let task = makeTask(for: request) else { return }
-        task.resume()
-    }
-
     /// A data task for `request`, registered with the router as this transfer's; `nil`, with the
     /// transfer ended, when the session has been invalidated.
-    private func makeTask(for request: URLRequest) -> URLSessionDataTask? {
+    func makeTask(for request: URLRequest) -> URLSessionDataTask? {
         guard let task = session.makeDataTask(with: request) else {
             end(.failure(.invalidRequest(.init(reason: .sessionInvalidated, url: request.url)), nil))
             return nil
@@ -357,88 +234,9 @@ final class Transfer: TransferHandle, @unchecked Sendable {
         return task
     }
 
-    private func decideRedirect(_ response: HTTPURLResponse, to next: URLRequest) -> URLRequest? {
-        let chain = machine.chain
-        var next = next
-        let from = response.url ?? chain.last ?? request.url
-        if !Self.sameOrigin(from, next.url) {
-            // Credentials belong to the origin they were meant for.
-            for header in ["Authorization", "Proxy-Authorization", "Cookie"] {
-                next.setValue(nil, forHTTPHeaderField: header)
-            }
-        } else {
-            // The `Cookie` carried over is the one sent last, with the stored cookies of the
-            // path it left; the request keeps the one it had before the session added them (the
-            // caller's, unless an earlier hop left its origin and dropped it), and the session
-            // adds the stored cookies of the new URL as it sends it.
-            next.setValue(machine.currentRequest.value(forHTTPHeaderField: "Cookie"), forHTTPHeaderField: "Cookie")
-        }
-        guard let target = next.url else { return decline(response) }
-        if chain.contains(target) {
-            end(.failure(.redirectFailed(.init(kind: .loop, chain: chain + [target])), response))
-            return nil
-        }
-        switch RedirectPolicy.carryOver(status: response.statusCode, from: machine.currentRequest, into: &next) {
-        case .ready:
-            break
-        case .bodyNotReplayable:
-            end(.failure(.redirectFailed(.init(kind: .bodyNotReplayable(response.statusCode), chain: chain + [target])), response))
-            return nil
-        }
-        switch limits.redirectPolicy {
-        case .doNotFollow:
-            return decline(response)
-        case .follow(let maximum):
-            guard chain.count <= maximum else {
-                end(.failure(.redirectFailed(.init(kind: .tooMany(maximum), chain: chain + [target])), response))
-                return nil
-            }
-        case .ask(let decide):
-            guard let decided = decide(RedirectContext(response: response, proposedRequest: next, chain: chain)) else {
-                return decline(response)
-            }
-            next = decided
-        }
-        return next
-    }
-
-    /// Not following: the 3xx response is the result. (URLSession reports no response head for
-    /// a redirect it was told not to follow, so it is recorded here.)
-    private func decline(_ response: HTTPURLResponse) -> URLRequest? {
-        didReceive(response: response)
-        return nil
-    }
-
-    func answer(_ challenge: URLAuthenticationChallenge) -> (URLSession.AuthChallengeDisposition, URLCredential?) {
-        let space = challenge.protectionSpace
-        if challenge.previousFailureCount == 0, let credentials = limits.credentials, Self.canAnswer(space.authenticationMethod) {
-            let question = CredentialProvider.Challenge(
-                host: space.host, port: space.port, realm: space.realm,
-                authenticationMethod: space.authenticationMethod, previousFailureCount: challenge.previousFailureCount
-            )
-            if let credential = credentials.answer(question) {
-                return (.useCredential, credential)
-            }
-        }
-        // Declining ends the task at once. Swift 6.3.1's default handling of a 401 with
-        // `WWW-Authenticate` and no credential never completes the task (corelibs #5456).
-        // The 401 response has already arrived; it becomes the operation's status error.
-        machine.declineChallenge()
-        return (.cancelAuthenticationChallenge, nil)
-    }
-
-    /// FoundationNetworking answers only HTTP Basic; answering Digest traps inside it.
-    private static func canAnswer(_ method: String) -> Bool {
-        #if canImport(FoundationNetworking)
-        return method == NSURLAuthenticationMethodHTTPBasic
-        #else
-        return true
-        #endif
-    }
-
     // MARK: Ending
 
-    private func end(_ result: TransferResult) {
+    func end(_ result: TransferResult) {
         let failed = if case .failure = result { true } else { false }
         guard let ending = machine.end(failed: failed, taskCompleted: task.map { $0.state == .completed },
                                        stoppedForBackpressure: task != nil && download?.stoppedForBackpressure == true) else { return }
@@ -488,22 +286,6 @@ final class Transfer: TransferHandle, @unchecked Sendable {
     }
 
     // MARK: Helpers
-
-    static func sameOrigin(_ a: URL?, _ b: URL?) -> Bool {
-        guard let a, let b else { return false }
-        return a.scheme?.lowercased() == b.scheme?.lowercased()
-            && a.host?.lowercased() == b.host?.lowercased()
-            && effectivePort(a) == effectivePort(b)
-    }
-
-    static func effectivePort(_ url: URL) -> Int? {
-        if let port = url.port { return port }
-        switch url.scheme?.lowercased() {
-        case "http": return 80
-        case "https": return 443
-        default: return nil
-        }
-    }
 
     static func now() -> UInt64 {
         DispatchTime.now().uptimeNanoseconds
