@@ -261,8 +261,8 @@ struct TransferStateMachine {
     func written() -> HTTPURLResponse? {
         switch state {
         case .writingOut(let response): return response
-        case .ended: return nil
-        case .idle, .awaitingHead, .receiving, .refusing, .draining: impossible("written")
+        case .draining, .ended: return nil
+        case .idle, .awaitingHead, .receiving, .refusing: impossible("written")
         }
     }
 
