@@ -313,7 +313,7 @@ open class DownloadOperation: AnyFetchOperation, OutputProducing, @unchecked Sen
         makeBodySink()
     }
 
-    override func sinkThatFellBehind() -> (any ResponseBodySink)? {
+    override func sinkThatFellBehind() -> (any DownloadBodySink)? {
         downloadState.withLock { state in
             state.sink.flatMap { $0.stoppedForBackpressure ? $0 : nil }
         }

@@ -148,7 +148,7 @@ extension AnyFetchOperation {
         /// A retry after the event's delay.
         case retry(RetryEvent)
         /// A download continues once the disk has caught up with `sink`.
-        case continuation(any ResponseBodySink)
+        case continuation(any DownloadBodySink)
     }
 
     /// Whether another attempt follows one that ended with `result`, by the policy, the total

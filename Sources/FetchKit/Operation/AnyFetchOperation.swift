@@ -315,7 +315,7 @@ open class AnyFetchOperation: Operation, @unchecked Sendable {
     /// The current attempt's body sink if it stopped the transfer for the disk to catch up
     /// (a download's may); the next attempt then continues from what is on disk. A body kept
     /// in memory never does.
-    func sinkThatFellBehind() -> (any ResponseBodySink)? {
+    func sinkThatFellBehind() -> (any DownloadBodySink)? {
         nil
     }
 

@@ -95,7 +95,7 @@ struct PartialDownloadRecord: Codable, Equatable, Sendable {
 /// landed — is written too (``writeLate(_:)``), so no byte that arrived is fetched twice. Once
 /// the task has completed and the writer has finished, the partial file is kept, and the
 /// download continues with `Range` from its end. (On Linux neither `suspend()` nor a slow
-/// delegate slows libcurl; see ``ResponseBodySink``.) When the late chunks completed the body,
+/// delegate slows libcurl; see ``DownloadBodySink``.) When the late chunks completed the body,
 /// or its length is unknown, the file's last byte is left out, so that the continuation asks
 /// for one byte instead of an empty range (a `416`).
 ///
@@ -103,7 +103,7 @@ struct PartialDownloadRecord: Codable, Equatable, Sendable {
 /// other success rewrites it from the start. On failure or cancel the partial file is kept
 /// when the server allows resuming it (a validator, and ranges), and removed otherwise.
 /// Used on the session router's serial queue only.
-final class FileBodySink: ResponseBodySink {
+final class FileBodySink: DownloadBodySink {
     private let partialURL: URL
     private let recordURL: URL
     private let sourceURL: URL?

@@ -9,7 +9,7 @@ import Darwin
 /// Writes a download's chunks to its file on a serial queue of its own, so that the session
 /// router's queue only hands each chunk over (no copy, no system call) and keeps up with
 /// URLSession, which delivers ~16 KiB chunks with no backpressure (libcurl reads the socket as
-/// fast as it can; see ``ResponseBodySink``).
+/// fast as it can; see ``DownloadBodySink``).
 ///
 /// The writer gathers whatever has been handed over since its last write into one `writev(2)`
 /// of up to ``batchLimit`` chunks. ``backlog`` is what has been handed over and not yet

@@ -16,7 +16,8 @@ enum ResponseBody: Sendable {
     }
 }
 
-/// Where a ``Transfer`` puts the body of an accepted response.
+/// Where a ``Transfer`` puts the body of an accepted response: in memory, or a download's file
+/// (a ``DownloadBodySink``).
 ///
 /// A sink is used on the session router's serial queue only: opened once, written in order,
 /// then either closed (the transfer succeeded) or abandoned (it failed or was cancelled).
@@ -29,6 +30,12 @@ protocol ResponseBodySink: AnyObject {
     func close() throws(FetchError) -> ResponseBody
     /// The transfer failed or was cancelled: release or clean up what was written.
     func abandon()
+}
+
+/// A download's sink (``FileBodySink``): it stores bytes after they are handed over, and may
+/// stop its transfer when the body arrives faster than it can store it, to continue it later
+/// from what is stored. A body kept in memory needs none of this.
+protocol DownloadBodySink: ResponseBodySink {
     /// Asked after each chunk: whether to stop the transfer because the body is arriving
     /// faster than the sink can store it, to continue it later from what is stored.
     func shouldStopTransfer() -> Bool
@@ -44,22 +51,12 @@ protocol ResponseBodySink: AnyObject {
     /// Runs `body`, on any thread, once a transfer stopped by ``shouldStopTransfer()`` can be
     /// continued: everything written is stored, and the stopped task has completed.
     func whenReadyToContinue(_ body: @escaping @Sendable () -> Void)
-    /// Runs `body`, on any thread, once every byte handed to the sink is stored — at once for
-    /// a body in memory; when the writer caught up for a file. ``close()`` then does not wait.
+    /// Runs `body`, on any thread, once every byte handed to the sink is stored (the writer
+    /// caught up). ``ResponseBodySink/close()`` then does not wait.
     func whenWritten(_ body: @escaping @Sendable () -> Void)
     /// Whether bytes handed to the sink may still wait to be stored (a writer of its own), so
-    /// that ``close()`` must wait for ``whenWritten(_:)``. `false` for a body in memory.
+    /// that ``ResponseBodySink/close()`` must wait for ``whenWritten(_:)``.
     var storesLater: Bool { get }
-}
-
-extension ResponseBodySink {
-    func shouldStopTransfer() -> Bool { false }
-    var stoppedForBackpressure: Bool { false }
-    func writeLate(_ chunk: Data) {}
-    func stoppedTaskDidComplete(bodyComplete: Bool) {}
-    func whenReadyToContinue(_ body: @escaping @Sendable () -> Void) { body() }
-    func whenWritten(_ body: @escaping @Sendable () -> Void) { body() }
-    var storesLater: Bool { false }
 }
 
 /// Keeps the body in memory, in one buffer whose growth it controls.

@@ -1,0 +1,143 @@
+import Dispatch
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+/// Redirects and authentication challenges: what URLSession is told, on the router queue.
+extension Transfer {
+    /// What to tell URLSession about a redirect.
+    enum RedirectDecision {
+        /// Follow this request.
+        case follow(URLRequest)
+        /// Do not follow: the 3xx response ends the task.
+        case stop
+        /// The transfer already ended and cancelled its task: leave the callback unanswered.
+        /// (Answering a redirect of a cancelled task traps in FoundationNetworking:
+        /// "Received callback for HTTP redirection, but we're not waiting for it".)
+        case abandon
+    }
+
+    func redirect(_ response: HTTPURLResponse, to next: URLRequest) -> RedirectDecision {
+        // Whatever ends the transfer from here must not cancel the task: the task is waiting for
+        // this answer, and cancelling it first makes the answer trap. Answering `nil` ends it.
+        guard machine.beginRedirect(now: Self.now()) else { return .abandon }
+        defer { machine.endRedirect() }
+        guard let request = decideRedirect(response, to: next) else { return .stop }
+        machine.follow(request)
+        owner?.transferDidRedirect(response, to: request)
+        guard request.httpBody?.isEmpty == false || request.httpBodyStream != nil else {
+            return .follow(request)
+        }
+        // FoundationNetworking sends a redirected request without its body (it drops the
+        // task's body on every redirect), so a request that keeps its body goes on in a new
+        // task. The old one is answered `nil` and left to finish unheard: its 3xx is drained.
+        if let task {
+            session.router.unregister(task)
+            self.task = nil
+        }
+        queue.async { self.resend(request) }
+        return .stop
+    }
+
+    /// Sends the redirected `request`, with its body, in a task of its own.
+    private func resend(_ request: URLRequest) {
+        guard machine.resend(now: Self.now()), let task = makeTask(for: request) else { return }
+        task.resume()
+    }
+
+    private func decideRedirect(_ response: HTTPURLResponse, to next: URLRequest) -> URLRequest? {
+        let chain = machine.chain
+        var next = next
+        let from = response.url ?? chain.last ?? request.url
+        if !Self.sameOrigin(from, next.url) {
+            // Credentials belong to the origin they were meant for.
+            for header in ["Authorization", "Proxy-Authorization", "Cookie"] {
+                next.setValue(nil, forHTTPHeaderField: header)
+            }
+        } else {
+            // The `Cookie` carried over is the one sent last, with the stored cookies of the
+            // path it left; the request keeps the one it had before the session added them (the
+            // caller's, unless an earlier hop left its origin and dropped it), and the session
+            // adds the stored cookies of the new URL as it sends it.
+            next.setValue(machine.currentRequest.value(forHTTPHeaderField: "Cookie"), forHTTPHeaderField: "Cookie")
+        }
+        guard let target = next.url else { return decline(response) }
+        if chain.contains(target) {
+            end(.failure(.redirectFailed(.init(kind: .loop, chain: chain + [target])), response))
+            return nil
+        }
+        switch RedirectPolicy.carryOver(status: response.statusCode, from: machine.currentRequest, into: &next) {
+        case .ready:
+            break
+        case .bodyNotReplayable:
+            end(.failure(.redirectFailed(.init(kind: .bodyNotReplayable(response.statusCode), chain: chain + [target])), response))
+            return nil
+        }
+        switch limits.redirectPolicy {
+        case .doNotFollow:
+            return decline(response)
+        case .follow(let maximum):
+            guard chain.count <= maximum else {
+                end(.failure(.redirectFailed(.init(kind: .tooMany(maximum), chain: chain + [target])), response))
+                return nil
+            }
+        case .ask(let decide):
+            guard let decided = decide(RedirectContext(response: response, proposedRequest: next, chain: chain)) else {
+                return decline(response)
+            }
+            next = decided
+        }
+        return next
+    }
+
+    /// Not following: the 3xx response is the result. (URLSession reports no response head for
+    /// a redirect it was told not to follow, so it is recorded here.)
+    private func decline(_ response: HTTPURLResponse) -> URLRequest? {
+        didReceive(response: response)
+        return nil
+    }
+
+    func answer(_ challenge: URLAuthenticationChallenge) -> (URLSession.AuthChallengeDisposition, URLCredential?) {
+        let space = challenge.protectionSpace
+        if challenge.previousFailureCount == 0, let credentials = limits.credentials, Self.canAnswer(space.authenticationMethod) {
+            let question = CredentialProvider.Challenge(
+                host: space.host, port: space.port, realm: space.realm,
+                authenticationMethod: space.authenticationMethod, previousFailureCount: challenge.previousFailureCount
+            )
+            if let credential = credentials.answer(question) {
+                return (.useCredential, credential)
+            }
+        }
+        // Declining ends the task at once. Swift 6.3.1's default handling of a 401 with
+        // `WWW-Authenticate` and no credential never completes the task (corelibs #5456).
+        // The 401 response has already arrived; it becomes the operation's status error.
+        machine.declineChallenge()
+        return (.cancelAuthenticationChallenge, nil)
+    }
+
+    /// FoundationNetworking answers only HTTP Basic; answering Digest traps inside it.
+    private static func canAnswer(_ method: String) -> Bool {
+        #if canImport(FoundationNetworking)
+        return method == NSURLAuthenticationMethodHTTPBasic
+        #else
+        return true
+        #endif
+    }
+
+    static func sameOrigin(_ a: URL?, _ b: URL?) -> Bool {
+        guard let a, let b else { return false }
+        return a.scheme?.lowercased() == b.scheme?.lowercased()
+            && a.host?.lowercased() == b.host?.lowercased()
+            && effectivePort(a) == effectivePort(b)
+    }
+
+    static func effectivePort(_ url: URL) -> Int? {
+        if let port = url.port { return port }
+        switch url.scheme?.lowercased() {
+        case "http": return 80
+        case "https": return 443
+        default: return nil
+        }
+    }
+}

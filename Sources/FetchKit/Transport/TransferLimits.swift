@@ -1,0 +1,84 @@
+import Foundation
+
+/// The limits a transfer enforces itself.
+///
+/// Small (a waiting fetch's flight member holds one): what its fetch's configuration sets is
+/// in one immutable ``Settings`` box, shared by every attempt of operations configured alike
+/// (their ``AnyFetchOperation/ConfigurationBox`` makes it once); what an attempt adds is inline.
+struct TransferLimits: Sendable {
+    /// What a fetch's configuration sets.
+    final class Settings: Sendable {
+        let totalTimeout: TimeInterval?
+        let maximumResponseSize: Int64
+        let acceptableStatusCodes: Set<Int>
+        let credentials: CredentialProvider?
+        let redirectPolicy: RedirectPolicy
+
+        init(totalTimeout: TimeInterval?, maximumResponseSize: Int64, acceptableStatusCodes: Set<Int>,
+             credentials: CredentialProvider?, redirectPolicy: RedirectPolicy) {
+            self.totalTimeout = totalTimeout
+            self.maximumResponseSize = maximumResponseSize
+            self.acceptableStatusCodes = acceptableStatusCodes
+            self.credentials = credentials
+            self.redirectPolicy = redirectPolicy
+        }
+    }
+
+    private let settings: Settings
+    /// The longest wait for the next byte. Enforced at sub-second precision by FetchKit;
+    /// URLSession's own (whole-second, truncated) timeout is only a later backstop.
+    var idleTimeout: TimeInterval
+    /// ``fetchStartedAt`` (0 for none: an uptime is never 0) in the low 63 bits, and
+    /// ``acceptsNotModified`` in the top one: one word, so that a waiting member's limits fit
+    /// in three.
+    private var startAndNotModified: UInt64 = 0
+
+    /// When the fetch's first attempt started (uptime ns), for a later attempt: the total
+    /// timeout counts from there. `nil` for a first attempt, whose clock starts with it.
+    var fetchStartedAt: UInt64? {
+        get {
+            let start = startAndNotModified & ~Self.notModifiedBit
+            return start == 0 ? nil : start
+        }
+        set { startAndNotModified = startAndNotModified & Self.notModifiedBit | (newValue ?? 0) & ~Self.notModifiedBit }
+    }
+
+    /// Whether a `304 Not Modified` is a success (the request carried validators).
+    var acceptsNotModified: Bool {
+        get { startAndNotModified & Self.notModifiedBit != 0 }
+        set { startAndNotModified = newValue ? startAndNotModified | Self.notModifiedBit : startAndNotModified & ~Self.notModifiedBit }
+    }
+
+    private static var notModifiedBit: UInt64 { 1 << 63 }
+
+    /// The most the whole fetch may take, every attempt and wait included, or `nil`.
+    var totalTimeout: TimeInterval? { settings.totalTimeout }
+    /// The largest body accepted.
+    var maximumResponseSize: Int64 { settings.maximumResponseSize }
+    /// Status codes that count as success.
+    var acceptableStatusCodes: Set<Int> { settings.acceptableStatusCodes }
+    /// Who answers authentication challenges, if anyone.
+    var credentials: CredentialProvider? { settings.credentials }
+    /// What to do with redirects.
+    var redirectPolicy: RedirectPolicy { settings.redirectPolicy }
+
+    init(idleTimeout: TimeInterval, totalTimeout: TimeInterval? = nil, acceptsNotModified: Bool = false,
+         maximumResponseSize: Int64, acceptableStatusCodes: Set<Int>, credentials: CredentialProvider? = nil,
+         redirectPolicy: RedirectPolicy = .default, fetchStartedAt: UInt64? = nil) {
+        self.init(settings: Settings(totalTimeout: totalTimeout, maximumResponseSize: maximumResponseSize,
+                                     acceptableStatusCodes: acceptableStatusCodes, credentials: credentials,
+                                     redirectPolicy: redirectPolicy),
+                  idleTimeout: idleTimeout)
+        self.acceptsNotModified = acceptsNotModified
+        self.fetchStartedAt = fetchStartedAt
+    }
+
+    init(settings: Settings, idleTimeout: TimeInterval) {
+        self.settings = settings
+        self.idleTimeout = idleTimeout
+    }
+
+    func accepts(_ statusCode: Int) -> Bool {
+        acceptableStatusCodes.contains(statusCode) || (statusCode == 304 && acceptsNotModified)
+    }
+}
