@@ -209,7 +209,7 @@ private final class SendRecorder: TransferOwner, @unchecked Sendable {
     func transferDidSend(bytes: Int64, of total: Int64?) { sent.withLock { $0.append((bytes, total)) } }
     func transferDidReceive(response: HTTPURLResponse, expectedLength: Int64?) {}
     func transferDidReceive(bytes: Int64, of expectedLength: Int64?) {}
-    func transferDidEnd(_ result: TransferResult) {}
+    func transferDidEnd(_ result: TransferResult, of handle: any TransferHandle) {}
 }
 
 @Suite("Upload progress clamping", .timeLimit(.minutes(3)))

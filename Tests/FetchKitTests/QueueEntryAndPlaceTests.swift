@@ -45,7 +45,7 @@ struct SharedFlightPlaceTests {
         ended(busyFlight, &state)
         let next = try #require(helper.started(state.takeActions()).first)
         #expect(next.first == s1, "the shared flight, raised to .high, goes before .normal")
-        #expect(Array(next.members) == [s2, s3], "with the members it still has")
+        #expect(next.members == [s2, s3], "with the members it still has")
         #expect(state.transferCounts == .init(inFlight: 1, waiting: 1))
     }
 

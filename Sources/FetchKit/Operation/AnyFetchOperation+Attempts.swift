@@ -193,15 +193,11 @@ extension AnyFetchOperation {
         core.withLock { $0.attemptGranted(self) }
     }
 
-    /// How the transfer that `handle` stands for ended, from a queue: ignored unless `handle`
-    /// is the current attempt's (a cancel that raced with the end may stop an attempt that its
-    /// freed queue had already told).
-    func transferDidEnd(_ result: TransferResult, of handle: any TransferHandle) {
+    /// How the attempt that `handle` stands for ended: ignored unless `handle` is the current
+    /// attempt's (a cancel that raced with the end may stop an attempt that its freed queue had
+    /// already told).
+    func transferDidEnd(_ reported: TransferResult, of handle: any TransferHandle) {
         guard core.withLock({ $0.transfer === handle }) else { return }
-        transferDidEnd(result)
-    }
-
-    func transferDidEnd(_ reported: TransferResult) {
         let (next, result) = nextAttempt(after: reported)
         let stored = storedBodyIfNotModified(result)
         let outcome: LifecycleStateMachine.Outcome

@@ -358,7 +358,7 @@ struct AttemptSetup {
 /// ``FetchQueue`` (which waits for a slot and may share one transfer among identical requests).
 ///
 /// The operation calls ``start()`` once; it may call ``stop()`` at any time after creating it.
-/// Either way the handle reports exactly once, through ``TransferOwner/transferDidEnd(_:)`` —
+/// Either way the handle reports exactly once, through ``TransferOwner/transferDidEnd(_:of:)`` —
 /// after a stop, with ``FetchError/cancelled(_:)`` once it has cleaned up.
 protocol TransferHandle: AnyObject, Sendable {
     func start()

@@ -129,7 +129,7 @@ final class Flight: SlotFlight, TransferOwner, @unchecked Sendable {
     let first: FlightMember
 
     // Confined to the session's router queue.
-    private var members: FlightMembers<FlightMember>
+    private var members: [FlightMember]
     private var transfer: Transfer?
     /// What a member added later has missed: whether its slot was granted and its transfer
     /// started, the latest head and progress, and the result once it ended (kept only by a
@@ -145,7 +145,7 @@ final class Flight: SlotFlight, TransferOwner, @unchecked Sendable {
     /// kept — not before.
     private var leftWhileRunning: FlightMember?
 
-    init(first: FlightMember, members: FlightMembers<FlightMember>) {
+    init(first: FlightMember, members: [FlightMember]) {
         self.first = first
         self.members = members
     }
@@ -176,7 +176,7 @@ final class Flight: SlotFlight, TransferOwner, @unchecked Sendable {
     func remove(_ member: FlightMember) {
         onRouter {
             guard !self.ended, self.members.contains(member) else { return }
-            self.members.remove(member)
+            self.members.removeAll { $0 === member }
             if self.members.isEmpty, let transfer = self.transfer {
                 self.leftWhileRunning = member
                 transfer.stop()
@@ -189,7 +189,8 @@ final class Flight: SlotFlight, TransferOwner, @unchecked Sendable {
     private func begin() {
         guard !members.isEmpty else {
             // Every member left before the slot took effect: the slot goes back.
-            transferDidEnd(.failure(.cancelled(.init(url: first.request.url)), nil))
+            ended = true
+            first.queue?.flightEnded(self, result: .failure(.cancelled(.init(url: first.request.url)), nil))
             return
         }
         granted = true
@@ -216,12 +217,12 @@ final class Flight: SlotFlight, TransferOwner, @unchecked Sendable {
     /// it), then each member hears how it ended. The queue is held until they have: a member's
     /// fetch may be the last work of a queue its owner dropped, and the queue, freed, cancels
     /// what has not heard its result.
-    func transferDidEnd(_ result: TransferResult) {
+    func transferDidEnd(_ result: TransferResult, of handle: any TransferHandle) {
         ended = true
         transfer = nil
         if first.key != nil { self.result = result }
         var told = members
-        members = FlightMembers()
+        members = []
         if let left = leftWhileRunning { told.append(left) }
         leftWhileRunning = nil
         let queue = first.queue
@@ -255,55 +256,6 @@ final class Flight: SlotFlight, TransferOwner, @unchecked Sendable {
     func transferDidReceive(bytes: Int64, of expectedLength: Int64?) {
         received = (bytes, expectedLength)
         for member in members { member.operation.transferDidReceive(bytes: bytes, of: expectedLength) }
-    }
-}
-
-/// The members of a flight, in the order they joined: the first inline, the others in an array
-/// made only when a second joins (most flights have one member).
-struct FlightMembers<Member: Equatable>: Sequence {
-    private var first: Member?
-    private var others: [Member] = []
-
-    init(_ member: Member) {
-        first = member
-    }
-
-    init() {}
-
-    var isEmpty: Bool { first == nil }
-
-    mutating func append(_ member: Member) {
-        if first == nil {
-            first = member
-        } else {
-            others.append(member)
-        }
-    }
-
-    mutating func remove(_ member: Member) {
-        if first == member {
-            first = others.isEmpty ? nil : others.removeFirst()
-        } else {
-            others.removeAll { $0 == member }
-        }
-    }
-
-    func makeIterator() -> Iterator {
-        Iterator(head: first, rest: others.makeIterator())
-    }
-
-    /// The first, then the others: a value, so that walking the members allocates nothing.
-    struct Iterator: IteratorProtocol {
-        fileprivate var head: Member?
-        fileprivate var rest: IndexingIterator<[Member]>
-
-        mutating func next() -> Member? {
-            if let member = head {
-                head = nil
-                return member
-            }
-            return rest.next()
-        }
     }
 }
 

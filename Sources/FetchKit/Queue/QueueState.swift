@@ -19,7 +19,7 @@ protocol SlotHolder: Equatable, Sendable {
 /// ``QueueState`` when it grants the slot, then run by its owner.
 protocol SlotFlight {
     associatedtype Member: SlotHolder
-    init(first: Member, members: FlightMembers<Member>)
+    init(first: Member, members: [Member])
     var first: Member { get }
 }
 
@@ -58,7 +58,7 @@ struct QueueState<Fetch, Flight: SlotFlight> {
         let first: Member
         /// Where it waits: its first member's place, or higher, when a more urgent caller joined.
         var place: SlotPlace
-        var members: FlightMembers<Member>
+        var members: [Member]
     }
 
     var scheduler: SlotScheduler<Member>
@@ -165,7 +165,7 @@ struct QueueState<Fetch, Flight: SlotFlight> {
                 }
                 return
             }
-            waitingShared[key] = WaitingFlight(first: member, place: member.place, members: FlightMembers(member))
+            waitingShared[key] = WaitingFlight(first: member, place: member.place, members: [member])
         }
         scheduler.enqueue(member, host: member.host, at: member.place)
         takeGrants()
@@ -182,7 +182,7 @@ struct QueueState<Fetch, Flight: SlotFlight> {
         }
         if let key = member.key, let index = waitingShared.index(forKey: key),
            waitingShared.values[index].members.contains(member) {
-            waitingShared.values[index].members.remove(member)
+            waitingShared.values[index].members.removeAll { $0 == member }
             if waitingShared.values[index].members.isEmpty {
                 let waiting = waitingShared.remove(at: index).value
                 scheduler.withdraw(at: waiting.place, host: waiting.first.host)
@@ -233,7 +233,7 @@ struct QueueState<Fetch, Flight: SlotFlight> {
             declined = false
             for grant in scheduler.takeGrants(now: now) {
                 let first = grant.ticket
-                var members = FlightMembers(first)
+                var members = [first]
                 if let key = first.key, let waiting = waitingShared[key], waiting.first == first {
                     waitingShared[key] = nil
                     members = waiting.members

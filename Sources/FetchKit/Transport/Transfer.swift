@@ -25,7 +25,7 @@ protocol TransferOwner: AnyObject, Sendable {
     /// More of the body arrived. Called on the router queue.
     func transferDidReceive(bytes: Int64, of expectedLength: Int64?)
     /// The transfer is over and has cleaned up. Called once, on the router queue.
-    func transferDidEnd(_ result: TransferResult)
+    func transferDidEnd(_ result: TransferResult, of handle: any TransferHandle)
 }
 
 extension TransferOwner {
@@ -38,7 +38,7 @@ extension TransferOwner {
 /// Everything mutable here is confined to the session router's serial queue: URLSession
 /// callbacks, the timer, ``start()`` and ``stop()`` all run there. Its states are a
 /// ``TransferStateMachine``; this class wires it to URLSession and performs its actions. The
-/// transfer reports to its owner exactly once, through ``TransferOwner/transferDidEnd(_:)``,
+/// transfer reports to its owner exactly once, through ``TransferOwner/transferDidEnd(_:of:)``,
 /// after it has stopped its task, timer and sink — whichever of completion, failure, timeout
 /// or stop comes first.
 final class Transfer: TransferHandle, @unchecked Sendable {
@@ -261,7 +261,7 @@ final class Transfer: TransferHandle, @unchecked Sendable {
         if failed { sink.abandon() }
         let owner = self.owner
         self.owner = nil
-        owner?.transferDidEnd(result)
+        owner?.transferDidEnd(result, of: self)
     }
 
     // MARK: Timeouts
