@@ -231,7 +231,7 @@ struct BookedScheduler<Ticket: Hashable & Sendable> {
 
     mutating func raise(_ ticket: Ticket, to priority: Operation.QueuePriority) {
         guard let place = places[ticket], let host = hosts[ticket],
-              let raised = scheduler.raise(at: place, host: host, to: priority)
+              let raised = scheduler.raise(at: place, host: host, to: SlotScheduler<Ticket>.level(of: priority))
         else { return }
         places[ticket] = raised
     }
@@ -272,8 +272,8 @@ struct SlotSchedulerPlaceTests {
         var scheduler = SlotScheduler<Int>(maximumTotal: 1, maximumPerHost: 1)
         let low = scheduler.enqueue(1, host: "h", priority: .low)
         _ = scheduler.enqueue(2, host: "h", priority: .normal)
-        #expect(scheduler.raise(at: low, host: "h", to: .veryLow) == nil, "never down")
-        let raised = scheduler.raise(at: low, host: "h", to: .high)
+        #expect(scheduler.raise(at: low, host: "h", to: SlotScheduler<Int>.level(of: .veryLow)) == nil, "never down")
+        let raised = scheduler.raise(at: low, host: "h", to: SlotScheduler<Int>.level(of: .high))
         #expect(raised != nil && raised != low)
         #expect(scheduler.withdraw(at: low, host: "h") == nil)
         #expect(scheduler.waitingTickets.sorted() == [1, 2])

@@ -55,7 +55,7 @@ struct LazyFields<Fields: DefaultConstructible> {
     /// The field's type is asked, not the value: a metatype cast allocates nothing (and is
     /// resolved at compile time for a concrete field), where casting the value to an
     /// existential boxed it — two heap allocations for a large optional, on every write of a
-    /// default (`core.monitoring?.received(…)` writes `nil` back when there is no monitoring).
+    /// default (`core.observed?.received(…)` writes `nil` back when there is no record).
     private static func isDefault<T>(_ value: T, of field: WritableKeyPath<Fields, T>) -> Bool {
         if let optional = T.self as? any OptionalValue.Type {
             // A value that is set is no optional's default: the default is not even made.

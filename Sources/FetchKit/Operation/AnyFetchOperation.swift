@@ -305,8 +305,8 @@ open class AnyFetchOperation: Operation, @unchecked Sendable {
     }
 
     /// The body sink of an attempt that a ``FetchQueue`` runs, made before it waits for its
-    /// slot; or `nil` for a body kept in memory, whose sink the queue makes when it grants the
-    /// slot (``Flight/makeSink()``): a waiting fetch holds none. A download makes its sink now
+    /// slot; or `nil` for a body kept in memory, whose sink its flight makes when the queue
+    /// grants the slot: a waiting fetch holds none. A download makes its sink now
     /// (it checks its destination, and the operation asks it whether the disk fell behind).
     func makeBodySinkBeforeGrant() -> (any ResponseBodySink)? {
         nil

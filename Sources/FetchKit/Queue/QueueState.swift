@@ -377,12 +377,4 @@ enum QueueAction<Flight: SlotFlight> {
     case hideActivityLater(generation: Int)
     /// At `at` (uptime ns), call ``QueueState/wakeFired(_:)`` with `token`.
     case wake(at: UInt64, token: Int)
-
-    /// Whether it is appended to an ordered queue while the lock is held.
-    var isOrdered: Bool {
-        switch self {
-        case .announceCounts, .announceActivity: return true
-        default: return false
-        }
-    }
 }

@@ -125,7 +125,7 @@ struct SlotScheduler<Ticket: Sendable>: Sendable {
     }
 
     /// Level 0 is `.veryHigh`, 4 is `.veryLow`.
-    private static func level(of priority: Operation.QueuePriority) -> Int {
+    static func level(of priority: Operation.QueuePriority) -> Int {
         switch priority {
         case .veryHigh: return 0
         case .high: return 1
@@ -191,11 +191,6 @@ struct SlotScheduler<Ticket: Sendable>: Sendable {
         let raised = reservePlace(level: level)
         enqueue(ticket, host: host, at: raised)
         return raised
-    }
-
-    /// ``raise(at:host:to:)`` to the level of `priority`.
-    mutating func raise(at place: SlotPlace, host: String, to priority: Operation.QueuePriority) -> SlotPlace? {
-        raise(at: place, host: host, to: Self.level(of: priority))
     }
 
     /// Takes the ticket waiting at `place` for `host` out of line. Returns it, or `nil` if it
