@@ -44,20 +44,19 @@ struct OperationFootprintTests {
 
     @Test(.enabled(if: InstanceSize.isKnown))
     func aWaitingFetchsPlaceInItsQueueIsOneSmallAllocation() throws {
-        // The member keeps where it waits in the scheduler (no table of waiting tickets beside
-        // the lines), and still fits a 128-byte allocation: at most 120 bytes, with malloc's
-        // 8-byte header. Its limits are three words.
+        // The member is immutable and knows where it waits in the scheduler (reserved when it
+        // was made: no table of waiting tickets beside the lines), and fits a 128-byte
+        // allocation: at most 120 bytes, with malloc's 8-byte header. Its limits are three words.
         #expect(MemoryLayout<TransferLimits>.size <= 24)
         #expect(try #require(InstanceSize.of(FlightMember.self)) <= 120)
     }
 
     @Test(.enabled(if: InstanceSize.isKnown))
-    func anOperationCarriesItsQueueEntryInA240ByteAllocation() throws {
-        // The queue's record of a fetch is on its operation (its registry maps identifiers to
-        // operations: 16 bytes a slot, not 80 in two tables): Foundation's `Operation` is 160
-        // bytes, then the core, the entry and the claim's identifier, at most 232 (240 with
-        // malloc's header).
-        #expect(try #require(InstanceSize.of(FetchOperation<Data>.self)) <= 232)
+    func anOperationCarriesNothingOfItsQueue() throws {
+        // The queue keeps slots and identifiers (its registry maps identifiers to operations: 16
+        // bytes a slot) and writes nothing into an operation: Foundation's `Operation` is 160
+        // bytes, then the core and the claim's identifier, at most 176 (184 with malloc's header).
+        #expect(try #require(InstanceSize.of(FetchOperation<Data>.self)) <= 176)
     }
 
     @Test func anAttemptsPackedStartAndNotModifiedFlagAreIndependent() {
@@ -75,11 +74,11 @@ struct OperationFootprintTests {
     }
 
     @Test func aWaitingFlightIsAFewWordsInItsQueuesTables() {
-        // A queue keeps one record per waiting flight, and a key per shareable one (80 and
-        // 104 bytes before): what only a running flight has is kept apart, a key is boxed.
+        // A queue keeps a record only for a shareable flight that waits (any other waiting
+        // attempt is its entry in line), a few words; a key is boxed.
         #expect(MemoryLayout<FetchQueue.State.WaitingFlight>.stride <= 32)
         #expect(MemoryLayout<FlightKey?>.size == MemoryLayout<Int>.size, "a key is one reference")
-        #expect(MemoryLayout<TransferLimits>.size <= 89, "packed (97 bytes before)")
+        #expect(MemoryLayout<TransferLimits>.size <= 24, "packed")
     }
 
     @Test func anAttemptsLimitsAreAFewWords() {

@@ -6,7 +6,8 @@ import FoundationNetworking
 /// What makes two requests the same fetch: identical GETs with identical limits, on one session.
 ///
 /// One reference: the fields are in an immutable box made only for a request that may share,
-/// so that a handle or a dictionary slot holds 8 bytes, not the fields.
+/// so that a handle or a dictionary slot holds one reference, not the fields
+/// (`OperationFootprintTests.aWaitingFlightIsAFewWordsInItsQueuesTables`).
 struct FlightKey: Hashable, Sendable {
     private struct Fields: Hashable, Sendable {
         let url: String
