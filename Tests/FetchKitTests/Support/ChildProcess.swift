@@ -45,17 +45,24 @@ final class ChildProcess: Sendable {
     let pid: pid_t
     /// Opens once the test closed the child's standard output (``StandardOutput/pipeClosedAfterFirstLine``).
     let outputClosed = Countdown(1)
+    /// Opens once the child's standard error holds the `errorMarker` given to `init` (a server
+    /// that says it is ready there), or ended without it (see ``errorMarkerFound``).
+    let errorMarkerSeen = Countdown(1)
+    private let markerFound = Locked(false)
+    /// Whether the child wrote the `errorMarker` given to `init` to its standard error.
+    var errorMarkerFound: Bool { markerFound.current }
     /// The exit, and the end of each of the two pipes.
     private let ended = Countdown(3)
     private let output = Locked((stdout: Data(), stderr: Data()))
     private let ending = Locked<Ending?>(nil)
 
-    /// Starts `name` (an executable beside the test bundle) with `arguments`, and `environment`
-    /// added to the test process's.
+    /// Starts `name` (an executable beside the test bundle, or an absolute path) with
+    /// `arguments`, and `environment` added to the test process's. When `errorMarker` is given,
+    /// ``errorMarkerSeen`` opens as soon as the child wrote it to its standard error.
     init(_ name: String, _ arguments: [String], standardOutput: StandardOutput = .pipe,
-         environment: [String: String] = [:]) throws {
+         environment: [String: String] = [:], errorMarker: String? = nil) throws {
         let directory = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
-        let path = directory.appendingPathComponent(name).path
+        let path = name.hasPrefix("/") ? name : directory.appendingPathComponent(name).path
         let outPipe = try Self.makeOutput(standardOutput)
         let errPipe = try Self.makePipe()
         var actions = posix_spawn_file_actions_t()
@@ -83,7 +90,8 @@ final class ChildProcess: Sendable {
             throw SpawnError(description: "posix_spawn \(path): error \(spawned)")
         }
         pid = child
-        let (ended, output, ending, spawnedPID, outputClosed) = (self.ended, self.output, self.ending, child, self.outputClosed)
+        let (ended, output, ending, spawnedPID, outputClosed, errorMarkerSeen, markerFound) =
+            (self.ended, self.output, self.ending, child, self.outputClosed, self.errorMarkerSeen, self.markerFound)
         // Both pipes are read to the end as the child writes (a full pipe would block it), and
         // the exit is awaited, on threads of their own: a blocking call on one of Swift
         // concurrency's few threads could starve the test itself.
@@ -99,7 +107,15 @@ final class ChildProcess: Sendable {
             ended.signal()
         }
         Thread.detachNewThread {
-            let data = Self.readToEnd(errPipe.read)
+            var marker = errorMarker.map { Data($0.utf8) }
+            let data = Self.readToEnd(errPipe.read) { soFar in
+                if let seeking = marker, soFar.range(of: seeking) != nil {
+                    marker = nil
+                    markerFound.withLock { $0 = true }
+                    errorMarkerSeen.signal()
+                }
+            }
+            if marker != nil { errorMarkerSeen.signal() }
             output.withLock { $0.stderr = data }
             ended.signal()
         }
@@ -177,7 +193,8 @@ final class ChildProcess: Sendable {
     }
 
     /// Reads to the end: end of file, or `EIO` from a pseudo-terminal whose other end closed.
-    private static func readToEnd(_ descriptor: Int32) -> Data {
+    /// `onRead` sees what was read so far after each read.
+    private static func readToEnd(_ descriptor: Int32, onRead: (Data) -> Void = { _ in }) -> Data {
         defer { close(descriptor) }
         var data = Data()
         var buffer = [UInt8](repeating: 0, count: 64 << 10)
@@ -185,6 +202,7 @@ final class ChildProcess: Sendable {
             let count = buffer.withUnsafeMutableBytes { read(descriptor, $0.baseAddress, $0.count) }
             if count > 0 {
                 data.append(contentsOf: buffer[0..<count])
+                onRead(data)
             } else if count == 0 || errno != EINTR {
                 return data
             }

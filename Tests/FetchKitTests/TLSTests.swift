@@ -1,0 +1,88 @@
+import Foundation
+import LoopbackServer
+import Testing
+
+// HTTPS end to end: nginx terminates TLS (and HTTP/2) on 127.0.0.1 with certificates a test CA
+// made for this run, in front of the LoopbackServer. libcurl on Linux trusts the system bundle
+// and nothing else, so TLSProbe runs the fetches in a private mount namespace where a bundle
+// holding the test CA is mounted over it; the machine's own bundle is never modified.
+
+@Suite("HTTPS through nginx with a test CA", .timeLimit(.minutes(3)),
+       .disabled(if: TLSTools.unavailable != nil, Comment(rawValue: TLSTools.unavailable ?? "")))
+struct TLSTests {
+    @Test func aTrustedServerServesAGetAndAMebibyteThroughAQueue() async throws {
+        let machineBundle = FileManager.default.contents(atPath: TestPKI.systemBundle)
+        let ((results, port), log) = try await withTLSServer { server, pki in
+            let results = try await runTLSProbe([server.url(.valid, "/bytes/100"), server.url(.valid, "/bytes/1048576")],
+                                                trusting: pki.trustBundle)
+            #expect(server.backend.requestCount(path: "/bytes/100") == 1)
+            #expect(server.backend.requestCount(path: "/bytes/1048576") == 1)
+            return (results, server.ports[.valid])
+        }
+        for (result, count) in zip(results, [100, 1_048_576]) {
+            #expect(result.succeeded, "\(result)")
+            #expect(result.fields["status"] == "200", "\(result)")
+            #expect(result.fields["bytes"] == "\(count)", "\(result)")
+            #expect(result.fields["pattern"] == "match", "\(result)")
+            #expect(result.fields["attempts"] == "1", "\(result)")
+        }
+        let served = log.filter { $0.hasPrefix("\(port ?? 0) ") }
+        #expect(served.count == 2 && served.allSatisfy { $0.contains(" HTTP/2.0 200 GET /bytes/") }, "\(log)")
+        #expect(served.contains { $0.hasSuffix(" 1048576") }, "\(log)")
+        #expect(FileManager.default.contents(atPath: TestPKI.systemBundle) == machineBundle,
+                "the machine's CA bundle is the same after the run")
+    }
+
+    @Test func theSameServerFailsWhereItsCAIsNotTrusted() async throws {
+        let (results, _) = try await withTLSServer { server, _ in
+            let results = try await runTLSProbe([server.url(.valid, "/bytes/100")], trusting: nil)
+            #expect(server.backend.requestsReceived == 0, "no request reaches the server")
+            return results
+        }
+        let result = try #require(results.first)
+        #expect(!result.succeeded, "\(result)")
+        #expect(result.fields["kind"] == "transport", "\(result)")
+        #expect(result.fields["urlerror"] == "-1", "\(result)")
+        #expect(result.text.contains("SSL certificate problem: unable to get local issuer certificate"), "\(result)")
+        #expect(result.fields["attempts"] == "1", "not retried: \(result)")
+    }
+
+    /// What libcurl (7.88.1, OpenSSL 3.0) says of each certificate the client must refuse.
+    static let refusals: [(TestPKI.Kind, String)] = [
+        (.expired, "SSL certificate problem: certificate has expired"),
+        (.wrongHost, "SSL: no alternative certificate subject name matches target host name '127.0.0.1'"),
+        (.selfSigned, "SSL certificate problem: self-signed certificate"),
+        (.intermediateMissing, "SSL certificate problem: unable to get local issuer certificate"),
+    ]
+
+    @Test(arguments: refusals)
+    func aBadCertificateFailsEvenWithTheCATrusted(kind: TestPKI.Kind, message: String) async throws {
+        let (results, _) = try await withTLSServer { server, pki in
+            let results = try await runTLSProbe([server.url(kind, "/bytes/100"), server.url(.valid, "/bytes/100")],
+                                                trusting: pki.trustBundle)
+            #expect(server.backend.requestCount(path: "/bytes/100") == 1, "only the valid server's request reaches it")
+            return results
+        }
+        let (refused, control) = (results[0], results[1])
+        #expect(control.succeeded, "the valid certificate is trusted in the same process: \(control)")
+        #expect(!refused.succeeded, "\(refused)")
+        #expect(refused.fields["kind"] == "transport", "\(refused)")
+        #expect(refused.fields["urlerror"] == "-1", "\(refused)")
+        #expect(refused.text.contains(message), "\(refused)")
+        #expect(refused.fields["attempts"] == "1", "not retried: \(refused)")
+    }
+
+    @Test func twentySmallFetchesGoOverHTTP2() async throws {
+        let count = 20
+        let ((results, port), log) = try await withTLSServer { server, pki in
+            let urls = (0..<count).map { server.url(.valid, "/bytes/\(1000 + $0)") }
+            return (try await runTLSProbe(urls, trusting: pki.trustBundle), server.ports[.valid])
+        }
+        for (index, result) in results.enumerated() {
+            #expect(result.succeeded && result.fields["bytes"] == "\(1000 + index)" && result.fields["pattern"] == "match", "\(result)")
+        }
+        let served = log.filter { $0.hasPrefix("\(port ?? 0) ") }
+        #expect(served.count == count, "\(log)")
+        #expect(served.allSatisfy { $0.contains(" HTTP/2.0 200 ") }, "every request came over HTTP/2: \(served)")
+    }
+}
