@@ -47,28 +47,36 @@ struct TLSTests {
         #expect(result.fields["attempts"] == "1", "not retried: \(result)")
     }
 
-    /// What libcurl (7.88.1, OpenSSL 3.0) says of each certificate the client must refuse.
-    static let refusals: [(TestPKI.Kind, String)] = [
-        (.expired, "SSL certificate problem: certificate has expired"),
-        (.wrongHost, "SSL: no alternative certificate subject name matches target host name '127.0.0.1'"),
-        (.selfSigned, "SSL certificate problem: self-signed certificate"),
-        (.intermediateMissing, "SSL certificate problem: unable to get local issuer certificate"),
+    /// A certificate the client must refuse, what libcurl (7.88.1, OpenSSL 3.0) says of it, and
+    /// a certificate differing from it only in what makes it bad, which the client accepts.
+    struct Refusal: Sendable, CustomTestStringConvertible {
+        let kind: TestPKI.Kind
+        let message: String
+        let control: TestPKI.Kind
+        var testDescription: String { kind.rawValue }
+    }
+
+    static let refusals = [
+        Refusal(kind: .expired, message: "SSL certificate problem: certificate has expired", control: .valid),
+        Refusal(kind: .wrongHost, message: "SSL: no alternative certificate subject name matches target host name '127.0.0.1'", control: .valid),
+        Refusal(kind: .selfSigned, message: "SSL certificate problem: self-signed certificate", control: .valid),
+        Refusal(kind: .intermediateMissing, message: "SSL certificate problem: unable to get local issuer certificate", control: .intermediateSent),
     ]
 
     @Test(arguments: refusals)
-    func aBadCertificateFailsEvenWithTheCATrusted(kind: TestPKI.Kind, message: String) async throws {
+    func aBadCertificateFailsEvenWithTheCATrusted(_ refusal: Refusal) async throws {
         let (results, _) = try await withTLSServer { server, pki in
-            let results = try await runTLSProbe([server.url(kind, "/bytes/100"), server.url(.valid, "/bytes/100")],
+            let results = try await runTLSProbe([server.url(refusal.kind, "/bytes/100"), server.url(refusal.control, "/bytes/100")],
                                                 trusting: pki.trustBundle)
-            #expect(server.backend.requestCount(path: "/bytes/100") == 1, "only the valid server's request reaches it")
+            #expect(server.backend.requestCount(path: "/bytes/100") == 1, "only the control's request reaches the server")
             return results
         }
         let (refused, control) = (results[0], results[1])
-        #expect(control.succeeded, "the valid certificate is trusted in the same process: \(control)")
+        #expect(control.succeeded, "\(refusal.control) is accepted in the same process: \(control)")
         #expect(!refused.succeeded, "\(refused)")
         #expect(refused.fields["kind"] == "transport", "\(refused)")
         #expect(refused.fields["urlerror"] == "-1", "\(refused)")
-        #expect(refused.text.contains(message), "\(refused)")
+        #expect(refused.text.contains(refusal.message), "\(refused)")
         #expect(refused.fields["attempts"] == "1", "not retried: \(refused)")
     }
 

@@ -23,6 +23,9 @@ struct TestPKI: Sendable {
         /// Issued by an intermediate CA (itself issued by the test CA) that the server does not
         /// send: the client cannot build a chain to the CA it trusts.
         case intermediateMissing
+        /// Issued by the same intermediate CA, which the server sends after it: the chain is
+        /// complete (what ``intermediateMissing`` lacks, and only that).
+        case intermediateSent
         /// Like ``valid`` (issued by the test CA for 127.0.0.1) with another key pair: for a
         /// pin that matches one and not the other.
         case otherKey
@@ -36,7 +39,8 @@ struct TestPKI: Sendable {
     /// The test CA's certificate (PEM).
     var caCertificate: URL { directory.file("ca.pem") }
 
-    /// The server certificate of `kind` (PEM, the leaf only).
+    /// The server certificate of `kind` (PEM: the leaf, then the intermediate CA for
+    /// ``Kind/intermediateSent``).
     func certificate(_ kind: Kind) -> URL { directory.file("\(kind.rawValue).pem") }
 
     /// The private key of `kind`'s certificate (PEM).
@@ -84,7 +88,7 @@ struct TestPKI: Sendable {
             let signer: [String]
             switch kind {
             case .selfSigned: signer = ["-signkey", privateKey(kind).path]
-            case .intermediateMissing: signer = ["-CA", intermediate.path + ".pem", "-CAkey", intermediate.path + ".key"]
+            case .intermediateMissing, .intermediateSent: signer = ["-CA", intermediate.path + ".pem", "-CAkey", intermediate.path + ".key"]
             case .valid, .expired, .wrongHost, .otherKey: signer = ["-CA", ca.path + ".pem", "-CAkey", ca.path + ".key"]
             }
             try await issue(key: privateKey(kind).path, subject: "/CN=\(kind == .wrongHost ? "wrong-host.invalid" : "127.0.0.1")",
@@ -92,6 +96,10 @@ struct TestPKI: Sendable {
                                          "keyUsage=critical,digitalSignature", "extendedKeyUsage=serverAuth"],
                             signer: signer, serial: serial + 2, days: kind == .expired ? -1 : 2,
                             output: certificate(kind).path)
+            if kind == .intermediateSent {
+                let chain = try Data(contentsOf: certificate(kind)) + Data(contentsOf: URL(fileURLWithPath: intermediate.path + ".pem"))
+                try chain.write(to: certificate(kind))
+            }
         }
         var bundle = FileManager.default.contents(atPath: Self.systemBundle) ?? Data()
         if !bundle.isEmpty, bundle.last != UInt8(ascii: "\n") { bundle.append(UInt8(ascii: "\n")) }
