@@ -528,6 +528,10 @@ extension FetchError {
             /// POST) must resend the request body, but the body is a stream
             /// (`httpBodyStream`), which cannot be replayed. Set `httpBody` instead.
             case bodyNotReplayable(Int)
+            /// A redirect from `https` to plain `http`, refused: following it would send the
+            /// request, and read the answer, unprotected. Allow it per operation with
+            /// ``FetchConfiguration/allowsInsecureRedirects``.
+            case insecureRedirect
         }
         /// What went wrong.
         public let kind: Kind
@@ -552,6 +556,8 @@ extension FetchError {
             case .tooMany(let limit): return "More than \(limit) redirects: \(path)."
             case .bodyNotReplayable(let status):
                 return "Cannot follow the \(status) redirect \(path): it must resend the request body, and a body stream cannot be replayed."
+            case .insecureRedirect:
+                return "Refused a redirect from HTTPS to plain HTTP: \(path). Set allowsInsecureRedirects to follow such redirects."
             }
         }
     }
