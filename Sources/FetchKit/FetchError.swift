@@ -71,8 +71,13 @@ public enum FetchError: Error, Sendable, Equatable {
     case cancelled(Cancellation)
     /// A FetchKit timeout fired: no data for the idle timeout, or not done within the total one.
     case timedOut(Timeout)
-    /// The transfer failed below HTTP: refused, reset, DNS, TLS… The `URLError` is kept.
+    /// The transfer failed below HTTP: refused, reset, DNS… The `URLError` is kept. (A failed
+    /// TLS handshake or certificate check is ``FetchError/tls(_:)``.)
     case transport(URLError)
+    /// The TLS connection could not be trusted or made: an untrusted certificate, a host name
+    /// it does not cover, a certificate out of its dates, a failed handshake. Never retried:
+    /// the server would present the same certificate. The TLS library's own words are kept.
+    case tls(TLSFailure)
     /// The server answered with a status code the operation does not accept.
     case unacceptableStatus(StatusFailure)
     /// The response body is larger than the operation allows; the transfer was stopped.
@@ -105,6 +110,8 @@ extension FetchError {
         case timedOut
         /// ``FetchError/transport(_:)``.
         case transport
+        /// ``FetchError/tls(_:)``.
+        case tls
         /// ``FetchError/unacceptableStatus(_:)``.
         case unacceptableStatus
         /// ``FetchError/responseTooLarge(_:)``.
@@ -135,6 +142,7 @@ extension FetchError {
         case .cancelled: return .cancelled
         case .timedOut: return .timedOut
         case .transport: return .transport
+        case .tls: return .tls
         case .unacceptableStatus: return .unacceptableStatus
         case .responseTooLarge: return .responseTooLarge
         case .lengthMismatch: return .lengthMismatch
@@ -528,6 +536,10 @@ extension FetchError {
             /// POST) must resend the request body, but the body is a stream
             /// (`httpBodyStream`), which cannot be replayed. Set `httpBody` instead.
             case bodyNotReplayable(Int)
+            /// A redirect from `https` to plain `http`, refused: following it would send the
+            /// request, and read the answer, unprotected. Allow it per operation with
+            /// ``FetchConfiguration/allowsInsecureRedirects``.
+            case insecureRedirect
         }
         /// What went wrong.
         public let kind: Kind
@@ -552,6 +564,8 @@ extension FetchError {
             case .tooMany(let limit): return "More than \(limit) redirects: \(path)."
             case .bodyNotReplayable(let status):
                 return "Cannot follow the \(status) redirect \(path): it must resend the request body, and a body stream cannot be replayed."
+            case .insecureRedirect:
+                return "Refused a redirect from HTTPS to plain HTTP: \(path). Set allowsInsecureRedirects to follow such redirects."
             }
         }
     }
@@ -599,6 +613,98 @@ extension FetchError {
             case .unframedEncodedBody(let coding):
                 return "\(target) sent a \(coding.prefix(40))-encoded body with neither Content-Length nor chunked framing, "
                     + "so a complete body cannot be told from a truncated one."
+            }
+        }
+    }
+
+    /// Details of ``FetchError/tls(_:)``.
+    public struct TLSFailure: Sendable, Equatable, CustomStringConvertible {
+        /// Why the connection was not made.
+        public enum Reason: Sendable, Equatable {
+            /// The certificate does not chain to a trusted authority: an unknown or private CA,
+            /// a self-signed certificate, or an intermediate the server did not send.
+            case untrusted
+            /// The certificate does not cover the host name (or IP address) asked for.
+            case hostNameMismatch
+            /// The certificate has expired.
+            case expired
+            /// The certificate is not valid yet.
+            case notYetValid
+            /// The server's public key is not one of those pinned for it.
+            case pinMismatch
+            /// The handshake failed: no common protocol or cipher, an alert from the server, a
+            /// server that does not speak TLS.
+            case handshakeFailed
+        }
+
+        /// Why the connection was not made.
+        public let reason: Reason
+        /// What the TLS library said (libcurl's message on Linux), unredacted of anything but
+        /// URLs.
+        public let message: String
+        /// The URL asked for.
+        public let url: URL?
+
+        /// Creates the details of a TLS failure.
+        ///
+        /// - Parameters:
+        ///   - reason: Why the connection was not made.
+        ///   - message: What the TLS library said.
+        ///   - url: The URL asked for.
+        public init(reason: Reason, message: String, url: URL?) {
+            self.reason = reason
+            self.message = message
+            self.url = url
+        }
+
+        /// A sentence naming the redacted URL, the reason, and the TLS library's words.
+        public var description: String {
+            let target = url.map(Redaction.redacted) ?? "the server"
+            let why = switch reason {
+            case .untrusted: "its certificate is not trusted"
+            case .hostNameMismatch: "its certificate is not for this host name"
+            case .expired: "its certificate has expired"
+            case .notYetValid: "its certificate is not valid yet"
+            case .pinMismatch: "its public key does not match the pinned key"
+            case .handshakeFailed: "the TLS handshake failed"
+            }
+            return Redaction.redacted(text: Prose.sentence("TLS connection to \(target) refused: \(why) (\(message))"), mentioning: [url])
+        }
+
+        /// The failure a TLS library's `message` describes, or `nil` if it is not about TLS.
+        ///
+        /// On Linux, FoundationNetworking reports every TLS failure as `URLError` -1 with
+        /// libcurl's message, so the message is what tells them apart (libcurl's wording with
+        /// OpenSSL's verify strings: "SSL certificate problem: certificate has expired",
+        /// "SSL: no alternative certificate subject name matches target host name …",
+        /// "SSL: public key does not match pinned public key", "OpenSSL SSL_connect: …").
+        static func classify(message: String) -> Reason? {
+            let text = message.lowercased()
+            if text.contains("pinned public key") { return .pinMismatch }
+            if text.contains("does not match target host name") || text.contains("subject name matches target host")
+                || text.contains("unable to obtain common name") {
+                return .hostNameMismatch
+            }
+            if text.hasPrefix("ssl certificate problem") || text.hasPrefix("ssl peer certificate") {
+                if text.contains("certificate has expired") { return .expired }
+                if text.contains("not yet valid") { return .notYetValid }
+                return .untrusted
+            }
+            if text.hasPrefix("openssl") || text.hasPrefix("ssl connect error") || text.hasPrefix("tls connect error")
+                || text.contains("ssl routines") || text.contains("ssl_connect") || text.contains("ssl_error_") {
+                return .handshakeFailed
+            }
+            return nil
+        }
+
+        /// The failure an Apple platform's `URLError` code reports, if it is one about TLS.
+        static func classify(code: URLError.Code) -> Reason? {
+            switch code {
+            case .serverCertificateUntrusted, .serverCertificateHasUnknownRoot: return .untrusted
+            case .serverCertificateHasBadDate: return .expired
+            case .serverCertificateNotYetValid: return .notYetValid
+            case .secureConnectionFailed, .clientCertificateRejected, .clientCertificateRequired: return .handshakeFailed
+            default: return nil
             }
         }
     }
@@ -656,6 +762,7 @@ extension FetchError: CustomStringConvertible, LocalizedError {
             // The code first: the system's message may or may not end with a full stop.
             return Redaction.redacted(text: Prose.sentence("\(target) failed (URLError \(error.code.rawValue)): \(error.localizedDescription)"),
                                       mentioning: failing)
+        case .tls(let details): return details.description
         case .unacceptableStatus(let details): return details.description
         case .responseTooLarge(let details): return details.description
         case .lengthMismatch(let details): return details.description

@@ -296,6 +296,7 @@ final class Downloader: @unchecked Sendable {
         case .cancelled(let details): details.url
         case .timedOut(let details): details.url
         case .transport(let urlError): urlError.failingURL
+        case .tls(let details): details.url
         case .unacceptableStatus(let details): details.url
         case .responseTooLarge(let details): details.url
         case .lengthMismatch(let details): details.url

@@ -25,6 +25,7 @@ struct ErrorValueTests {
             .cancelled(.init(url: url)),
             .timedOut(.init(kind: .idle, interval: 1.5, url: url)),
             .transport(URLError(.timedOut, userInfo: [NSLocalizedDescriptionKey: "The request timed out."])),
+            .tls(.init(reason: .untrusted, message: "SSL certificate problem: self-signed certificate", url: url)),
             .unacceptableStatus(.init(statusCode: 503, headers: ["Retry-After": "1"], bodyPrefix: Data("Try later.".utf8), url: url)),
             .responseTooLarge(.init(limit: 10, expectedLength: 20, url: url)),
             .lengthMismatch(.init(expected: 10, received: 5, url: url)),
@@ -60,7 +61,10 @@ struct ErrorValueTests {
             errors.append(.invalidResponse(.init(reason: .conflictingContentLength("10, 20"), url: url)))
             errors.append(.invalidResponse(.init(reason: .invalidContentLength("ten."), url: url)))
             errors.append(.invalidResponse(.init(reason: .unframedEncodedBody(coding: "gzip"), url: url)))
+            let tlsReasons: [FetchError.TLSFailure.Reason] = [.untrusted, .hostNameMismatch, .expired, .notYetValid, .pinMismatch, .handshakeFailed]
+            errors += tlsReasons.map { .tls(.init(reason: $0, message: "SSL certificate problem: self-signed certificate", url: url)) }
         }
+        errors.append(.redirectFailed(.init(kind: .insecureRedirect, chain: [url, otherURL])))
         errors += [
             .transport(URLError(.timedOut, userInfo: [NSLocalizedDescriptionKey: "The request timed out."])),
             .transport(URLError(.cannotConnectToHost, userInfo: [
@@ -124,7 +128,7 @@ struct ErrorValueTests {
 
     @Test func codeNamesEveryCase() {
         #expect(Self.oneOfEach().map(\.code) == FetchError.Code.allCases)
-        #expect(Set(FetchError.Code.allCases).count == 12)
+        #expect(Set(FetchError.Code.allCases).count == 13)
         let error: FetchError = .cancelled(.init(url: Self.url))
         #expect(error.code == .cancelled)
         #expect(error.isCancellation)

@@ -271,7 +271,8 @@ extension TransferLimits.Settings {
             maximumResponseSize: configuration.maximumResponseSize,
             acceptableStatusCodes: configuration.acceptableStatusCodes,
             credentials: configuration.credentials,
-            redirectPolicy: configuration.redirectPolicy
+            redirectPolicy: configuration.redirectPolicy,
+            allowsInsecureRedirects: configuration.allowsInsecureRedirects
         )
     }
 }

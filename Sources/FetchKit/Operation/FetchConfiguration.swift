@@ -86,6 +86,13 @@ public struct FetchConfiguration: Sendable {
     /// What to do with redirects. Default: ``RedirectPolicy/default``, following up to 10.
     public var redirectPolicy: RedirectPolicy
 
+    /// Whether a redirect from `https` to plain `http` is followed. Default `false`: such a
+    /// redirect fails with ``FetchError/RedirectFailure/Kind/insecureRedirect``, and nothing is
+    /// sent over plain HTTP. When `true`, the downgraded request carries no `Authorization`,
+    /// `Proxy-Authorization` or `Cookie` the fetch had (it leaves the origin), the session's
+    /// `Secure` cookies are not sent, and ``credentials`` answer no challenge after it.
+    public var allowsInsecureRedirects: Bool
+
     /// Who answers authentication challenges. `nil` (the default) declines them: the operation
     /// fails with the 401 at once. See ``CredentialProvider`` for how credentials are keyed.
     public var credentials: CredentialProvider?
@@ -111,6 +118,7 @@ public struct FetchConfiguration: Sendable {
         requiresSuccessfulDependencies: Bool = true,
         retryPolicy: RetryPolicy = .default,
         redirectPolicy: RedirectPolicy = .default,
+        allowsInsecureRedirects: Bool = false,
         credentials: CredentialProvider? = nil,
         validatorStore: ValidatorStore? = nil
     ) {
@@ -123,6 +131,7 @@ public struct FetchConfiguration: Sendable {
         self.requiresSuccessfulDependencies = requiresSuccessfulDependencies
         self.retryPolicy = retryPolicy
         self.redirectPolicy = redirectPolicy
+        self.allowsInsecureRedirects = allowsInsecureRedirects
         self.credentials = credentials
         self.validatorStore = validatorStore
     }
@@ -142,6 +151,7 @@ extension FetchConfiguration {
               validatorStore === other.validatorStore,
               credentials == nil, other.credentials == nil,
               retryPolicy == other.retryPolicy,
+              allowsInsecureRedirects == other.allowsInsecureRedirects,
               acceptableStatusCodes == other.acceptableStatusCodes
         else { return false }
         switch (parseQueue.target, other.parseQueue.target) {

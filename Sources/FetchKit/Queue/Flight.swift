@@ -22,6 +22,7 @@ struct FlightKey: Hashable, Sendable {
         /// A later attempt's deadline counts from its fetch's start: only the same deadline shares.
         let fetchStartedAt: UInt64?
         let redirects: Int?
+        let allowsInsecureRedirects: Bool
         let acceptsNotModified: Bool
     }
 
@@ -82,6 +83,7 @@ struct FlightKey: Hashable, Sendable {
             totalTimeout: limits.totalTimeout,
             fetchStartedAt: limits.fetchStartedAt,
             redirects: redirects,
+            allowsInsecureRedirects: limits.allowsInsecureRedirects,
             acceptsNotModified: limits.acceptsNotModified
         ))
     }

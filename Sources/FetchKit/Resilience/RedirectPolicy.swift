@@ -6,8 +6,10 @@ import FoundationNetworking
 /// What a fetch does when the server redirects it.
 ///
 /// Whatever the policy, FetchKit never forwards `Authorization`, `Proxy-Authorization` or
-/// `Cookie` headers to another origin (scheme, host and port), and a chain that comes back to
-/// a URL it already visited fails at once with ``FetchError/redirectFailed(_:)``.
+/// `Cookie` headers to another origin (scheme, host and port), a chain that comes back to a URL
+/// it already visited fails at once with ``FetchError/redirectFailed(_:)``, and a redirect from
+/// `https` to plain `http` fails with ``FetchError/RedirectFailure/Kind/insecureRedirect``
+/// unless ``FetchConfiguration/allowsInsecureRedirects`` is set.
 ///
 /// ## Method and body
 ///
@@ -48,6 +50,11 @@ extension RedirectPolicy {
         case ready
         /// The body must be sent again, and it is a stream.
         case bodyNotReplayable
+    }
+
+    /// Whether a redirect from `from` to `to` leaves HTTPS for plain HTTP.
+    static func isDowngrade(from: URL?, to: URL?) -> Bool {
+        from?.scheme?.lowercased() == "https" && to?.scheme?.lowercased() == "http"
     }
 
     /// The header fields that describe a body, dropped with it.

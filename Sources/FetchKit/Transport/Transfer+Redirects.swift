@@ -88,6 +88,10 @@ extension Transfer {
             }
             next = decided
         }
+        if RedirectPolicy.isDowngrade(from: from, to: next.url), !limits.allowsInsecureRedirects {
+            end(.failure(.redirectFailed(.init(kind: .insecureRedirect, chain: chain + [next.url ?? target])), response))
+            return nil
+        }
         return next
     }
 
@@ -100,7 +104,10 @@ extension Transfer {
 
     func answer(_ challenge: URLAuthenticationChallenge) -> (URLSession.AuthChallengeDisposition, URLCredential?) {
         let space = challenge.protectionSpace
-        if challenge.previousFailureCount == 0, let credentials = limits.credentials, Self.canAnswer(space.authenticationMethod) {
+        // Credentials meant for HTTPS are not given over plain HTTP after a downgrade.
+        let downgraded = RedirectPolicy.isDowngrade(from: machine.url, to: machine.currentRequest.url)
+        if challenge.previousFailureCount == 0, !downgraded, let credentials = limits.credentials,
+           Self.canAnswer(space.authenticationMethod) {
             let question = CredentialProvider.Challenge(
                 host: space.host, port: space.port, realm: space.realm,
                 authenticationMethod: space.authenticationMethod, previousFailureCount: challenge.previousFailureCount

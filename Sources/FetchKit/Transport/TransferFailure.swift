@@ -19,6 +19,11 @@ extension TransferStateMachine {
            [.unknown, .networkConnectionLost, .cannotParseResponse].contains(error.code) {
             return .lengthMismatch(.init(expected: expected, received: receivedBytes, url: response.url ?? url))
         }
+        let message = error.localizedDescription
+        if let reason = FetchError.TLSFailure.classify(code: error.code)
+            ?? (error.code == .unknown ? FetchError.TLSFailure.classify(message: message) : nil) {
+            return .tls(.init(reason: reason, message: message, url: url))
+        }
         switch error.code {
         case .cancelled:
             // Not ours (ours end the transfer before URLSession reports): the session was

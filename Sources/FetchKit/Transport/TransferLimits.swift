@@ -13,14 +13,16 @@ struct TransferLimits: Sendable {
         let acceptableStatusCodes: Set<Int>
         let credentials: CredentialProvider?
         let redirectPolicy: RedirectPolicy
+        let allowsInsecureRedirects: Bool
 
         init(totalTimeout: TimeInterval?, maximumResponseSize: Int64, acceptableStatusCodes: Set<Int>,
-             credentials: CredentialProvider?, redirectPolicy: RedirectPolicy) {
+             credentials: CredentialProvider?, redirectPolicy: RedirectPolicy, allowsInsecureRedirects: Bool = false) {
             self.totalTimeout = totalTimeout
             self.maximumResponseSize = maximumResponseSize
             self.acceptableStatusCodes = acceptableStatusCodes
             self.credentials = credentials
             self.redirectPolicy = redirectPolicy
+            self.allowsInsecureRedirects = allowsInsecureRedirects
         }
     }
 
@@ -61,6 +63,8 @@ struct TransferLimits: Sendable {
     var credentials: CredentialProvider? { settings.credentials }
     /// What to do with redirects.
     var redirectPolicy: RedirectPolicy { settings.redirectPolicy }
+    /// Whether a redirect from `https` to `http` is followed.
+    var allowsInsecureRedirects: Bool { settings.allowsInsecureRedirects }
 
     init(idleTimeout: TimeInterval, totalTimeout: TimeInterval? = nil, acceptsNotModified: Bool = false,
          maximumResponseSize: Int64, acceptableStatusCodes: Set<Int>, credentials: CredentialProvider? = nil,
