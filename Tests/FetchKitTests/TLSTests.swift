@@ -1,4 +1,5 @@
 import Foundation
+import FetchKit
 import LoopbackServer
 import Testing
 
@@ -41,26 +42,28 @@ struct TLSTests {
         }
         let result = try #require(results.first)
         #expect(!result.succeeded, "\(result)")
-        #expect(result.fields["kind"] == "transport", "\(result)")
-        #expect(result.fields["urlerror"] == "-1", "\(result)")
+        #expect(result.fields["kind"] == "tls", "\(result)")
+        #expect(result.fields["reason"] == "untrusted", "\(result)")
         #expect(result.text.contains("SSL certificate problem: unable to get local issuer certificate"), "\(result)")
         #expect(result.fields["attempts"] == "1", "not retried: \(result)")
     }
 
-    /// A certificate the client must refuse, what libcurl (7.88.1, OpenSSL 3.0) says of it, and
-    /// a certificate differing from it only in what makes it bad, which the client accepts.
+    /// A certificate the client must refuse, the reason FetchKit gives, what libcurl (7.88.1,
+    /// OpenSSL 3.0) says of it, and a certificate differing from it only in what makes it bad,
+    /// which the client accepts.
     struct Refusal: Sendable, CustomTestStringConvertible {
         let kind: TestPKI.Kind
+        let reason: FetchError.TLSFailure.Reason
         let message: String
         let control: TestPKI.Kind
         var testDescription: String { kind.rawValue }
     }
 
     static let refusals = [
-        Refusal(kind: .expired, message: "SSL certificate problem: certificate has expired", control: .valid),
-        Refusal(kind: .wrongHost, message: "SSL: no alternative certificate subject name matches target host name '127.0.0.1'", control: .valid),
-        Refusal(kind: .selfSigned, message: "SSL certificate problem: self-signed certificate", control: .valid),
-        Refusal(kind: .intermediateMissing, message: "SSL certificate problem: unable to get local issuer certificate", control: .intermediateSent),
+        Refusal(kind: .expired, reason: .expired, message: "SSL certificate problem: certificate has expired", control: .valid),
+        Refusal(kind: .wrongHost, reason: .hostNameMismatch, message: "SSL: no alternative certificate subject name matches target host name '127.0.0.1'", control: .valid),
+        Refusal(kind: .selfSigned, reason: .untrusted, message: "SSL certificate problem: self-signed certificate", control: .valid),
+        Refusal(kind: .intermediateMissing, reason: .untrusted, message: "SSL certificate problem: unable to get local issuer certificate", control: .intermediateSent),
     ]
 
     @Test(arguments: refusals)
@@ -74,8 +77,8 @@ struct TLSTests {
         let (refused, control) = (results[0], results[1])
         #expect(control.succeeded, "\(refusal.control) is accepted in the same process: \(control)")
         #expect(!refused.succeeded, "\(refused)")
-        #expect(refused.fields["kind"] == "transport", "\(refused)")
-        #expect(refused.fields["urlerror"] == "-1", "\(refused)")
+        #expect(refused.fields["kind"] == "tls", "\(refused)")
+        #expect(refused.fields["reason"] == "\(refusal.reason)", "\(refused)")
         #expect(refused.text.contains(refusal.message), "\(refused)")
         #expect(refused.fields["attempts"] == "1", "not retried: \(refused)")
     }

@@ -7,7 +7,7 @@
 // Fetches every URL at once through one FetchQueue (default retry policy) and prints one line
 // per URL, in the order given:
 //   <index> ok status=<code> bytes=<count> pattern=<match|mismatch|none> attempts=<n>
-//   <index> error kind=<FetchError.Code> urlerror=<code|none> attempts=<n> text=<libcurl's message> description=<FetchError's description>
+//   <index> error kind=<FetchError.Code> reason=<TLSFailure.Reason|none> urlerror=<code|none> attempts=<n> text=<libcurl's message> description=<FetchError's description>
 // `pattern` compares the body of a `/bytes/<n>` URL with the LoopbackServer's byte pattern.
 // Exits 0 once every fetch ended (whatever its result), 2 on bad usage.
 import FetchKit
@@ -36,12 +36,15 @@ func report(_ url: URL, _ operation: FetchOperation<Data>, _ result: Result<Data
         let status = operation.response?.statusCode ?? 0
         return "ok status=\(status) bytes=\(body.count) pattern=\(pattern) attempts=\(operation.attempts)"
     case .failure(let error):
-        var urlError = "none", text = ""
+        var urlError = "none", reason = "none", text = ""
         if case .transport(let underlying) = error {
             urlError = "\(underlying.code.rawValue)"
             text = underlying.localizedDescription
+        } else if case .tls(let failure) = error {
+            reason = "\(failure.reason)"
+            text = failure.message
         }
-        return "error kind=\(error.code) urlerror=\(urlError) attempts=\(operation.attempts) text=\(oneLine(text)) description=\(oneLine(error.description))"
+        return "error kind=\(error.code) reason=\(reason) urlerror=\(urlError) attempts=\(operation.attempts) text=\(oneLine(text)) description=\(oneLine(error.description))"
     }
 }
 
