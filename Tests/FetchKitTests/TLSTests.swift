@@ -96,4 +96,24 @@ struct TLSTests {
         #expect(served.count == count, "\(log)")
         #expect(served.allSatisfy { $0.contains(" HTTP/2.0 200 ") }, "every request came over HTTP/2: \(served)")
     }
+
+    @Test func aRedirectFromHTTPSToPlainHTTPIsRefusedBeforeAnythingIsSentInTheClear() async throws {
+        let (results, _) = try await withTLSServer { server, pki in
+            // Not 127.0.0.1: nginx rewrites a Location naming its upstream into its own https URL.
+            let plain = "http://localhost:\(server.backend.port)/bytes/100"
+            let secure = server.url(.valid, "/bytes/100").absoluteString
+            func redirect(to target: String) -> URL {
+                let query = target.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? ""
+                return server.url(.valid, "/redirect-to?url=\(query)")
+            }
+            let results = try await runTLSProbe([redirect(to: plain), redirect(to: secure)], trusting: pki.trustBundle)
+            #expect(server.backend.requestCount(path: "/redirect-to") == 2)
+            #expect(server.backend.requestCount(path: "/bytes/100") == 1, "only the HTTPS redirect was followed")
+            return results
+        }
+        let (downgraded, control) = (results[0], results[1])
+        #expect(!downgraded.succeeded && downgraded.fields["kind"] == "redirectFailed", "\(downgraded)")
+        #expect("\(downgraded)".contains("HTTPS to plain HTTP"), "the error says why: \(downgraded)")
+        #expect(control.succeeded && control.fields["bytes"] == "100", "an HTTPS to HTTPS redirect is followed: \(control)")
+    }
 }
