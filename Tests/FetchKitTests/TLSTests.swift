@@ -106,14 +106,18 @@ struct TLSTests {
                 let query = target.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? ""
                 return server.url(.valid, "/redirect-to?url=\(query)")
             }
-            let results = try await runTLSProbe([redirect(to: plain), redirect(to: secure)], trusting: pki.trustBundle)
-            #expect(server.backend.requestCount(path: "/redirect-to") == 2)
-            #expect(server.backend.requestCount(path: "/bytes/100") == 1, "only the HTTPS redirect was followed")
-            return results
+            // One probe each: a refused and a followed redirect at once on one HTTP/2 connection
+            // crash FoundationNetworking now and then (a `try!` on CURLOPT_BUFFERSIZE, libcurl
+            // error 43, as it reuses the easy handle for the followed one): issue 22, point 2.
+            let refused = try await runTLSProbe([redirect(to: plain)], trusting: pki.trustBundle)
+            #expect(server.backend.requestCount(path: "/bytes/100") == 0, "nothing was sent in the clear")
+            let followed = try await runTLSProbe([redirect(to: secure)], trusting: pki.trustBundle)
+            #expect(server.backend.requestCount(path: "/bytes/100") == 1)
+            return refused + followed
         }
-        let (downgraded, control) = (results[0], results[1])
+        let downgraded = results[0]
         #expect(!downgraded.succeeded && downgraded.fields["kind"] == "redirectFailed", "\(downgraded)")
         #expect("\(downgraded)".contains("HTTPS to plain HTTP"), "the error says why: \(downgraded)")
-        #expect(control.succeeded && control.fields["bytes"] == "100", "an HTTPS to HTTPS redirect is followed: \(control)")
+        #expect(results[1].succeeded && results[1].fields["bytes"] == "100", "an HTTPS to HTTPS redirect is followed: \(results[1])")
     }
 }

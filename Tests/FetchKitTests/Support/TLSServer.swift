@@ -208,7 +208,7 @@ func runTLSProbe(_ urls: [URL], trusting trustBundle: URL?) async throws -> [Pro
     let (ending, stdout, stderr) = try await child.finish(timeout: 120)
     let lines = stdout.split(separator: "\n").map(String.init)
     guard ending == .exit(0), lines.count == urls.count else {
-        throw ParseTestError(reason: "TLSProbe ended by \(ending)\n\(stdout)\(stderr.suffix(2000))")
+        throw ParseTestError(reason: "TLSProbe ended by \(ending)\n\(stdout)\(stderr.prefix(6000))")
     }
     return lines.map(ProbeResult.init)
 }
