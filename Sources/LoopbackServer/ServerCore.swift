@@ -195,10 +195,11 @@ final class ServerCore: @unchecked Sendable {
         condition.unlock()
     }
 
-    /// Counts pattern body bytes handed to the kernel.
+    /// Counts pattern body bytes handed to the kernel, and wakes whoever waits on the count.
     func patternSent(_ count: Int) {
         condition.lock()
         counters.patternBytesSent += count
+        condition.broadcast()
         condition.unlock()
     }
 

@@ -91,6 +91,26 @@ struct LifecycleTests {
         }
     }
 
+    /// The fetchkit Ctrl-C test waits for `patternBytesSent` before it signals: a count that
+    /// woke no waiter left it waiting for the next unrelated event (the end of a 4 GB body).
+    @Test("waitUntil wakes when body bytes are sent, with nothing else happening")
+    func waitWakesOnBodyBytes() async throws {
+        try await withServerAsync { server in
+            server.route("/part") { _ in
+                .script([.write(HTTPResponse.rawHead(status: 200, headers: ["Content-Length": "2000"])),
+                         .writePattern(offset: 0, count: 1000), .stall])
+            }
+            let client = try RawClient(port: server.port)
+            try client.sendRequest("GET", "/part")
+            #expect(await server.waitUntil { $0.requestsInFlight == 1 })
+            // Only the bytes can end this wait before its (long) deadline.
+            let started = DispatchTime.now().uptimeNanoseconds
+            #expect(await server.waitUntil(timeout: 30) { $0.patternBytesSent >= 1000 })
+            let waited = Double(DispatchTime.now().uptimeNanoseconds - started) / 1e9
+            #expect(waited < 15, "woke after \(waited) s: at the deadline, not when the bytes were sent")
+        }
+    }
+
     @Test("stop() returns promptly while clients sit in /never, /delay and /trickle")
     func stopIsPrompt() throws {
         let server = try LoopbackServer()
