@@ -80,8 +80,23 @@ final class ChildProcess: Sendable {
         variables.merge(environment) { $1 }
         let envp = variables.map { strdup("\($0)=\($1)") } + [nil]
         defer { for pointer in envp { free(pointer) } }
+        // As a shell starts it: no signal blocked, and the signals a user sends at their
+        // defaults. (The test thread that spawns it blocks nearly every signal, as each of
+        // libdispatch's threads does, and a child inherits that mask: run with it, the tool
+        // never meets the one thread that can take a Ctrl-C before its handler does.)
+        var attributes = posix_spawnattr_t()
+        posix_spawnattr_init(&attributes)
+        defer { posix_spawnattr_destroy(&attributes) }
+        var unblocked = sigset_t()
+        sigemptyset(&unblocked)
+        posix_spawnattr_setsigmask(&attributes, &unblocked)
+        var defaults = sigset_t()
+        sigemptyset(&defaults)
+        for number in [SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE] { sigaddset(&defaults, number) }
+        posix_spawnattr_setsigdefault(&attributes, &defaults)
+        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
         var child: pid_t = 0
-        let spawned = posix_spawn(&child, path, &actions, nil, argv, envp)
+        let spawned = posix_spawn(&child, path, &actions, &attributes, argv, envp)
         close(outPipe.write)
         close(errPipe.write)
         guard spawned == 0 else {
