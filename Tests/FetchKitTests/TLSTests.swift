@@ -107,14 +107,13 @@ struct TLSTests {
                 let query = target.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? ""
                 return server.url(.valid, "/redirect-to?url=\(query)")
             }
-            // One probe each: a refused and a followed redirect at once on one HTTP/2 connection
-            // crash FoundationNetworking now and then (a `try!` on CURLOPT_BUFFERSIZE, libcurl
-            // error 43, as it reuses the easy handle for the followed one): issue 22, point 2.
-            let refused = try await runTLSProbe([redirect(to: plain)], trusting: pki.trustBundle)
-            #expect(server.backend.requestCount(path: "/bytes/100") == 0, "nothing was sent in the clear")
-            let followed = try await runTLSProbe([redirect(to: secure)], trusting: pki.trustBundle)
-            #expect(server.backend.requestCount(path: "/bytes/100") == 1)
-            return refused + followed
+            // At once, on one HTTP/2 connection (FoundationNetworking's own following of the
+            // second would crash: see TLSRedirectTests).
+            let results = try await runTLSProbe([redirect(to: plain), redirect(to: secure)], trusting: pki.trustBundle)
+            #expect(server.backend.requestCount(path: "/bytes/100") == 1, "only the followed one reached /bytes/100")
+            #expect(!server.backend.recordedRequests.contains { $0.headers["Host"]?.hasPrefix("localhost") == true },
+                    "nothing was sent in the clear")
+            return results
         }
         let downgraded = results[0]
         #expect(!downgraded.succeeded && downgraded.fields["kind"] == "redirectFailed", "\(downgraded)")

@@ -330,6 +330,12 @@ struct TransferStateMachineTests {
         #expect(resending)
     }
 
+    @Test func aTransferThatNeverStartedSendsNoRedirectedRequest() {
+        var machine = machine()
+        let resending = machine.resend(now: Self.second)
+        #expect(!resending, "nothing to resend before the first request went out")
+    }
+
     @Test func aDeclinedChallengeEndsWithItsStatusNotACancel() {
         var machine = machine()
         _ = machine.start(now: Self.second)

@@ -164,7 +164,7 @@ extension SessionRouter: URLSessionDataDelegate {
             guard task.state == .running else { return }
             switch decision {
             case .follow(let next): completionHandler(cookies.sending(next))
-            case .stop: completionHandler(nil)
+            case .stop, .resend: completionHandler(nil)
             case .abandon: task.cancel()
             }
         }

@@ -10,12 +10,23 @@ extension Transfer {
     enum RedirectDecision {
         /// Follow this request.
         case follow(URLRequest)
+        /// Answer `nil`: the transfer sends this request in a task of its own
+        /// (``Transfer/followsInANewTask(_:)``).
+        case resend(URLRequest)
         /// Do not follow: the 3xx response ends the task.
         case stop
         /// The transfer already ended and cancelled its task: leave the callback unanswered.
         /// (Answering a redirect of a cancelled task traps in FoundationNetworking:
         /// "Received callback for HTTP redirection, but we're not waiting for it".)
         case abandon
+
+        /// The request that goes on, in this task or a new one.
+        var followed: URLRequest? {
+            switch self {
+            case .follow(let request), .resend(let request): return request
+            case .stop, .abandon: return nil
+            }
+        }
     }
 
     func redirect(_ response: HTTPURLResponse, to next: URLRequest) -> RedirectDecision {
@@ -26,18 +37,31 @@ extension Transfer {
         guard let request = decideRedirect(response, to: next) else { return .stop }
         machine.follow(request)
         owner?.transferDidRedirect(response, to: request)
-        guard request.httpBody?.isEmpty == false || request.httpBodyStream != nil else {
-            return .follow(request)
-        }
-        // FoundationNetworking sends a redirected request without its body (it drops the
-        // task's body on every redirect), so a request that keeps its body goes on in a new
-        // task. The old one is answered `nil` and left to finish unheard: its 3xx is drained.
+        guard Self.followsInANewTask(request) else { return .follow(request) }
+        // The old task is answered `nil` and left to finish unheard: its 3xx is drained.
         if let task {
             session.router.unregister(task)
             self.task = nil
         }
         queue.async { self.resend(request) }
-        return .stop
+        return .resend(request)
+    }
+
+    /// Whether the redirected `request` goes on in a task of its own rather than in the task
+    /// that got the 3xx.
+    ///
+    /// On Linux, always. FoundationNetworking follows a redirect by reconfiguring the task's
+    /// libcurl handle, and libcurl (7.88) keeps a transfer's receive buffer while its HTTP/2
+    /// connection still carries other streams: setting the buffer size then fails (error 43)
+    /// and FoundationNetworking's `try!` kills the process — any redirect over a shared HTTP/2
+    /// connection (`TLSRedirectTests`). It also sends a redirected request without its body.
+    /// Elsewhere, only a request that keeps its body.
+    static func followsInANewTask(_ request: URLRequest) -> Bool {
+        #if canImport(FoundationNetworking)
+        return true
+        #else
+        return request.httpBody?.isEmpty == false || request.httpBodyStream != nil
+        #endif
     }
 
     /// Sends the redirected `request`, with its body, in a task of its own.

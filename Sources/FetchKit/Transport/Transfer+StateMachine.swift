@@ -309,9 +309,10 @@ struct TransferStateMachine {
         currentRequest = request
     }
 
-    /// A redirected request is sent again in a task of its own: `false` if the transfer ended.
+    /// A redirected request is sent again in a task of its own: `false` if the transfer ended
+    /// (or never started: a redirect comes only to a transfer awaiting its head).
     mutating func resend(now: UInt64) -> Bool {
-        guard !isEnded else { return false }
+        guard case .awaitingHead = state else { return false }
         lastActivity = now
         return true
     }
