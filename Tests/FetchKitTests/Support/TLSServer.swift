@@ -207,22 +207,34 @@ func runTLSProbe(_ urls: [URL], options: [String] = [], trusting trustBundle: UR
 /// - Throws: When the probe fails to run or does not print `lines` lines.
 func runTLSProbe(arguments: [String], lines expected: Int, trusting trustBundle: URL?) async throws -> [ProbeResult] {
     let probe = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("TLSProbe").path
-    let child: ChildProcess
-    if let trustBundle {
-        guard let unshare = TLSTools.unshare, let shell = TLSTools.shell else { throw ParseTestError(reason: "unshare is not installed") }
-        // unshare makes the new namespace's mounts private: the bind mount never reaches the
-        // machine's namespace, and it ends with the probe.
-        let script = "mount --bind \"$1\" \(TestPKI.systemBundle) && shift && exec \"$@\""
-        child = try ChildProcess(unshare, ["--mount", "--", shell, "-c", script, "sh", trustBundle.path, probe] + arguments)
-    } else {
-        child = try ChildProcess(probe, arguments)
-    }
+    let child = try ChildProcess(trusting: trustBundle, probe, arguments)
     let (ending, stdout, stderr) = try await child.finish(timeout: 120)
     let lines = stdout.split(separator: "\n").map(String.init)
     guard ending == .exit(0), lines.count == expected else {
         throw ParseTestError(reason: "TLSProbe ended by \(ending)\n\(stdout)\(stderr.prefix(6000))")
     }
     return lines.map(ProbeResult.init)
+}
+
+extension ChildProcess {
+    /// Starts `executable` (built beside the test bundle, or an absolute path) with
+    /// `trustBundle` as the system's CA bundle, in a private mount namespace (the machine's own
+    /// bundle is untouched); without one, as it is.
+    ///
+    /// - Throws: When `unshare` is missing or the process cannot start.
+    convenience init(trusting trustBundle: URL?, _ executable: String, _ arguments: [String]) throws {
+        guard let trustBundle else {
+            try self.init(executable, arguments)
+            return
+        }
+        guard let unshare = TLSTools.unshare, let shell = TLSTools.shell else { throw ParseTestError(reason: "unshare is not installed") }
+        // unshare makes the new namespace's mounts private: the bind mount never reaches the
+        // machine's namespace, and it ends with the process.
+        let script = "mount --bind \"$1\" \(TestPKI.systemBundle) && shift && exec \"$@\""
+        let path = executable.hasPrefix("/") ? executable
+            : URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent(executable).path
+        try self.init(unshare, ["--mount", "--", shell, "-c", script, "sh", trustBundle.path, path] + arguments)
+    }
 }
 
 /// Runs `body` with a fresh ``TestPKI`` and a ``TLSServer`` using it, then stops the server
