@@ -110,6 +110,7 @@ struct HTTP2Tests {
         // The cancelled stream and the ones that carried on shared one TLS connection.
         let cancelledConnection = stalled.first { $0[4] != "206" }?[1]
         #expect(trickles.count == 3 && trickles.allSatisfy { $0[1] == cancelledConnection }, "one connection: \(lines)")
+        print("HTTP/2 cancel mid-body: ended \(cancel.fields["elapsed_ms"] ?? "?") ms after cancel(); nginx logged the streams: \(stalled.map { $0.joined(separator: " ") })")
     }
 
     /// An idle timeout ends a stream whose server stalled mid-body, on time; a fetch beside it
