@@ -215,7 +215,6 @@ final class TLSBenchServer {
                 uwsgi_temp_path \(file("nginx/uwsgi"));
                 scgi_temp_path \(file("nginx/scgi"));
                 keepalive_requests 100000;
-                http2_max_requests 100000;
                 proxy_http_version 1.1;
                 proxy_set_header Connection "";
                 proxy_buffering off;
