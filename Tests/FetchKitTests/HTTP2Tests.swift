@@ -54,8 +54,10 @@ struct HTTP2Tests {
         #expect(limitedLines.count == small && measuredLines.count == measured, "\(lines)")
         #expect((limitedLines + measuredLines).allSatisfy { $0[3] == "HTTP/2.0" && $0[4] == "200" }, "every request over HTTP/2: \(lines)")
         // Streams, not connections: each probe is a fresh process (a session of its own), and
-        // libcurl multiplexes the requests in flight onto its TLS connections; never more of
-        // them than the limit (one in every run here so far: the number is printed).
+        // libcurl multiplexes the requests in flight onto its TLS connections, never more of
+        // them than the limit: one, or two or three when transfers start before the first
+        // connection has negotiated HTTP/2 (FoundationNetworking does not set
+        // CURLOPT_PIPEWAIT). 20 at 6 per host: one in 7 runs of 11. The numbers are printed.
         let limitedConnections = Set(limitedLines.map { $0[1] }), measuredConnections = Set(measuredLines.map { $0[1] })
         #expect((1...perHost).contains(limitedConnections.count), "TLS connections for \(small) fetches at \(perHost) per host: \(limitedConnections)")
         #expect((1...measuredPerHost).contains(measuredConnections.count), "TLS connections for \(measured) fetches at \(measuredPerHost) per host: \(measuredConnections)")
