@@ -7,6 +7,7 @@
 //   swift run -c release fetchkit-bench endless-body [--limit MiB] [--chunks B,...] [--runs R] [--no-raw]
 //   swift run -c release fetchkit-bench disk-memory [--size MiB] [--runs R] [--no-ranges]
 //   swift run -c release fetchkit-bench idle-cpu [--transfers N] [--seconds S] [--runs R]
+//   swift run -c release fetchkit-bench https [--runs R] [--quick]   (as root: nginx, openssl, unshare)
 import FetchKit
 import Foundation
 import LoopbackServer
@@ -40,6 +41,12 @@ benchmarks:
       CPU used while N transfers wait S seconds on a silent server and on trickled bodies:
       FetchKit, raw URLSession, and FetchKit with its socket fix off (FETCHKIT_QUIET_SOCKETS=0)
       (default N = 8, S = 5, R = 3)
+  https [--runs R] [--quick]
+      FetchKit vs raw URLSession over HTTPS through nginx (a CA made with openssl for the run),
+      HTTP/1.1 and HTTP/2: 1 KiB × 4000 at C=16 and 16 MiB × 32 at C=4 (--quick: 1000 and 8;
+      default R = 5), with the TLS connections nginx logged per run. The clients run in a
+      private mount namespace that trusts the CA (unshare --mount: root); where that cannot be
+      done, or nginx, openssl or unshare is missing, the rows are skipped and it says why
   serve
       runs the loopback server until interrupted and prints its URL, for other clients
 
@@ -85,6 +92,8 @@ do {
         guard arguments.count == 4 || arguments.count == 5 else { throw BenchError("bad child arguments") }
         try ThroughputBenchmark.child(client: arguments[1], scenario: arguments[2], base: arguments[3],
                                       count: arguments.count == 5 ? Int(arguments[4]) : nil)
+    case "https":
+        try HTTPSBenchmark.run(runs: try option("--runs", in: arguments, default: 5), quick: arguments.contains("--quick"))
     case "serve":
         let server = try LoopbackServer(recordRequests: false)
         print(server.baseURL.absoluteString)

@@ -283,6 +283,9 @@ final class Downloader: @unchecked Sendable {
             return "the server announced \(mismatch.expected) bytes but \(mismatch.received) arrived"
         case .cancelled:
             return "cancelled"
+        case .tls(let failure):
+            // The same sentence without the URL, which the summary prints beside it.
+            return clause(FetchError.TLSFailure(reason: failure.reason, message: failure.message, url: nil).description)
         default:
             // The summary prints the URL beside the reason: the reason does not repeat it.
             return clause(withoutURL(error.description, url(of: error)))

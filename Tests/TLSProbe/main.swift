@@ -1,40 +1,62 @@
-// A probe for FetchKitTests' TLS suite: fetches URLs through a FetchQueue and prints what came
+// A probe for FetchKitTests' TLS suites: fetches URLs through a FetchQueue and prints what came
 // back. libcurl on Linux trusts only /etc/ssl/certs/ca-certificates.crt, so the tests run this
 // in a private mount namespace with a bundle holding their test CA bind-mounted over that
 // path; the test process itself has many threads and cannot enter a namespace of its own.
 //
-// Usage: TLSProbe <url>...
-// Fetches every URL at once through one FetchQueue (default retry policy) and prints one line
-// per URL, in the order given:
-//   <index> ok status=<code> bytes=<count> pattern=<match|mismatch|none> attempts=<n>
-//   <index> error kind=<FetchError.Code> reason=<TLSFailure.Reason|none> urlerror=<code|none> attempts=<n> text=<libcurl's message> description=<FetchError's description>
-// `pattern` compares the body of a `/bytes/<n>` URL with the LoopbackServer's byte pattern.
+// Usage: TLSProbe [--per-host N] [--idle-timeout S] [--no-retry] <url>...
+// Fetches every URL at once through one FetchQueue (overall limit 64 with --per-host, else 8;
+// per-host limit N, else the default; default retry policy unless --no-retry; an idle timeout
+// of S seconds if given) and prints one line per URL, in the order given:
+//   <index> ok status=<code> bytes=<count> pattern=<match|mismatch|none> attempts=<n> elapsed_ms=<ms>
+//   <index> error kind=<FetchError.Code> reason=<TLSFailure.Reason|none> urlerror=<code|none> attempts=<n> elapsed_ms=<ms> text=<libcurl's message> description=<FetchError's description>
+// `pattern` compares the body of a `/bytes/<n>` or `/trickle/<n>/…` URL with the
+// LoopbackServer's byte pattern; `elapsed_ms` runs from the enqueue to the result.
+//
+// Usage: TLSProbe cancel-resume <directory> <download-url> <url>...
+// On one HTTP/2 connection: a DownloadOperation of <download-url> into <directory>/file, and
+// once <n> bytes of its body arrived, <n> being the URL's last path component (its server then
+// stalls; a `Range` request gets the rest), fetches of the other URLs
+// (bodies that trickle); once each of them received part of its body, the download is
+// cancelled while they carry on. Then a second download to the same file resumes. Prints:
+//   cancel error kind=<code> elapsed_ms=<ms from cancel() to the result> received=<bytes> partial=<bytes kept>
+//   <index> ok … (one line per other URL, as above)
+//   resume ok bytes=<file size> resumed=<bytes from the partial file> pattern=<match|mismatch> attempts=<n>
+//     (or `resume error kind=… description=…`)
 // Exits 0 once every fetch ended (whatever its result), 2 on bad usage.
 import FetchKit
 import Foundation
 import LoopbackServer
-
-let urls = CommandLine.arguments.dropFirst().map { URL(string: $0) }
-guard !urls.isEmpty, urls.allSatisfy({ $0 != nil }) else {
-    FileHandle.standardError.write(Data("usage: TLSProbe <url>...\n".utf8))
-    exit(2)
-}
 
 /// One line without line breaks, for a message that may hold any text.
 func oneLine(_ text: String) -> String {
     text.replacingOccurrences(of: "\n", with: " ").replacingOccurrences(of: "\r", with: " ")
 }
 
+func usageError(_ message: String) -> Never {
+    FileHandle.standardError.write(Data("TLSProbe: \(message)\nusage: TLSProbe [--per-host N] [--idle-timeout S] [--no-retry] <url>... | TLSProbe cancel-resume <directory> <download-url> <url>...\n".utf8))
+    exit(2)
+}
+
+/// The pattern bytes a `/bytes/<n>` or `/trickle/<n>/<chunk>/<ms>` URL serves, if it is one.
+func expectedBody(_ url: URL) -> Data? {
+    let parts = url.pathComponents
+    if parts.count == 3, parts[1] == "bytes", let count = Int(parts[2]) { return BytePattern.data(offset: 0, count: count) }
+    if parts.count == 5, parts[1] == "trickle", let count = Int(parts[2]) { return BytePattern.data(offset: 0, count: count) }
+    return nil
+}
+
+func milliseconds(since start: ContinuousClock.Instant) -> Int {
+    let elapsed = ContinuousClock.now - start
+    return Int(elapsed.components.seconds * 1000 + elapsed.components.attoseconds / 1_000_000_000_000_000)
+}
+
 /// The line for one fetch.
-func report(_ url: URL, _ operation: FetchOperation<Data>, _ result: Result<Data, FetchError>) -> String {
+func report(_ url: URL, _ operation: FetchOperation<Data>, _ result: Result<Data, FetchError>, elapsed: Int) -> String {
     switch result {
     case .success(let body):
-        var pattern = "none"
-        if url.pathComponents.count == 3, url.pathComponents[1] == "bytes", let count = Int(url.pathComponents[2]) {
-            pattern = body == BytePattern.data(offset: 0, count: count) ? "match" : "mismatch"
-        }
+        let pattern = expectedBody(url).map { $0 == body ? "match" : "mismatch" } ?? "none"
         let status = operation.response?.statusCode ?? 0
-        return "ok status=\(status) bytes=\(body.count) pattern=\(pattern) attempts=\(operation.attempts)"
+        return "ok status=\(status) bytes=\(body.count) pattern=\(pattern) attempts=\(operation.attempts) elapsed_ms=\(elapsed)"
     case .failure(let error):
         var urlError = "none", reason = "none", text = ""
         if case .transport(let underlying) = error {
@@ -44,26 +66,113 @@ func report(_ url: URL, _ operation: FetchOperation<Data>, _ result: Result<Data
             reason = "\(failure.reason)"
             text = failure.message
         }
-        return "error kind=\(error.code) reason=\(reason) urlerror=\(urlError) attempts=\(operation.attempts) text=\(oneLine(text)) description=\(oneLine(error.description))"
+        return "error kind=\(error.code) reason=\(reason) urlerror=\(urlError) attempts=\(operation.attempts) elapsed_ms=\(elapsed) text=\(oneLine(text)) description=\(oneLine(error.description))"
     }
 }
 
-let queue = FetchQueue(maximumConcurrentTransfers: 8)
-let lines = await withTaskGroup(of: (Int, String).self) { group in
-    for (index, url) in urls.compactMap({ $0 }).enumerated() {
-        group.addTask {
-            let operation = FetchOperation<Data>(url: url)
-            let result: Result<Data, FetchError>
-            do throws(FetchError) {
-                result = .success(try await queue.fetch(operation))
-            } catch {
-                result = .failure(error)
-            }
-            return (index, report(url, operation, result))
+/// Fetches `operation` through `queue` and returns its line.
+func fetchLine(_ queue: FetchQueue, _ operation: FetchOperation<Data>) async -> String {
+    let start = ContinuousClock.now
+    let result: Result<Data, FetchError>
+    do throws(FetchError) {
+        result = .success(try await queue.fetch(operation))
+    } catch {
+        result = .failure(error)
+    }
+    return report(operation.request?.url ?? URL(fileURLWithPath: "/"), operation, result, elapsed: milliseconds(since: start))
+}
+
+/// Waits until `operation` received at least `bytes` of its body (or ended).
+func waitForBody(_ operation: AnyFetchOperation, atLeast bytes: Int64) async {
+    for await progress in operation.progressUpdates where progress.bytesReceived >= bytes { return }
+}
+
+/// The plain mode: every URL at once.
+func fetchAll(_ arguments: [String]) async {
+    var arguments = arguments[...]
+    var perHost: Int?, idleTimeout: TimeInterval?, retries = true
+    while let first = arguments.first, first.hasPrefix("--") {
+        arguments = arguments.dropFirst()
+        switch first {
+        case "--per-host":
+            guard let value = arguments.first.flatMap(Int.init), value > 0 else { usageError("--per-host needs a number") }
+            perHost = value
+            arguments = arguments.dropFirst()
+        case "--idle-timeout":
+            guard let value = arguments.first.flatMap(TimeInterval.init), value > 0 else { usageError("--idle-timeout needs seconds") }
+            idleTimeout = value
+            arguments = arguments.dropFirst()
+        case "--no-retry":
+            retries = false
+        default:
+            usageError("unknown option \(first)")
         }
     }
-    var lines = [String](repeating: "", count: urls.count)
-    for await (index, line) in group { lines[index] = "\(index) \(line)" }
-    return lines
+    let urls = arguments.map { URL(string: $0) }
+    let (timeout, retrying) = (idleTimeout, retries)
+    guard !urls.isEmpty, urls.allSatisfy({ $0 != nil }) else { usageError("no URLs") }
+    let queue = perHost.map { FetchQueue(maximumConcurrentTransfers: 64, maximumTransfersPerHost: $0) }
+        ?? FetchQueue(maximumConcurrentTransfers: 8)
+    let lines = await withTaskGroup(of: (Int, String).self) { group in
+        for (index, url) in urls.compactMap({ $0 }).enumerated() {
+            group.addTask {
+                let operation = FetchOperation<Data>(url: url)
+                operation.configuration.idleTimeout = timeout
+                if !retrying { operation.configuration.retryPolicy = .none }
+                return (index, await fetchLine(queue, operation))
+            }
+        }
+        var lines = [String](repeating: "", count: urls.count)
+        for await (index, line) in group { lines[index] = "\(index) \(line)" }
+        return lines
+    }
+    print(lines.joined(separator: "\n"))
 }
-print(lines.joined(separator: "\n"))
+
+/// The `cancel-resume` mode (see the usage above).
+func cancelAndResume(directory: URL, download downloadURL: URL, others: [URL]) async {
+    let queue = FetchQueue(maximumConcurrentTransfers: 16, maximumTransfersPerHost: 16)
+    let destination = directory.appendingPathComponent("file")
+    guard let stalledAt = downloadURL.pathComponents.last.flatMap(Int64.init) else { usageError("the download URL ends with the bytes it sends before it stalls") }
+
+    let download = DownloadOperation(url: downloadURL, destination: destination)
+    let downloading = Task { () -> Result<URL, FetchError> in
+        do throws(FetchError) { return .success(try await queue.fetch(download)) } catch { return .failure(error) }
+    }
+    await waitForBody(download, atLeast: stalledAt)
+    let operations = others.map { FetchOperation<Data>(url: $0) }
+    let fetching = operations.map { operation in Task { await fetchLine(queue, operation) } }
+    for operation in operations { await waitForBody(operation, atLeast: 1) }
+    let cancelled = ContinuousClock.now
+    download.cancel()
+    let result = await downloading.value
+    let elapsed = milliseconds(since: cancelled)
+    let partial = (try? FileManager.default.attributesOfItem(atPath: download.partialFileURL.path)[.size] as? Int) ?? -1
+    var received: Int64 = -1
+    for await progress in download.progressUpdates { received = progress.bytesReceived }
+    switch result {
+    case .success: print("cancel ok elapsed_ms=\(elapsed) received=\(received) partial=\(partial)")
+    case .failure(let error): print("cancel error kind=\(error.code) elapsed_ms=\(elapsed) received=\(received) partial=\(partial)")
+    }
+    for (index, task) in fetching.enumerated() { print("\(index) \(await task.value)") }
+
+    let resumed = DownloadOperation(url: downloadURL, destination: destination)
+    do throws(FetchError) {
+        let file = try await queue.fetch(resumed)
+        let body = (try? Data(contentsOf: file)) ?? Data()
+        let total = resumed.response?.expectedContentLength ?? 0
+        let expected = BytePattern.data(offset: 0, count: body.count)
+        print("resume ok status=\(resumed.response?.statusCode ?? 0) bytes=\(body.count) resumed=\(resumed.resumedBytes) pattern=\(body == expected ? "match" : "mismatch") attempts=\(resumed.attempts) content_length=\(total)")
+    } catch {
+        print("resume error kind=\(error.code) attempts=\(resumed.attempts) description=\(oneLine(error.description))")
+    }
+}
+
+let arguments = Array(CommandLine.arguments.dropFirst())
+if arguments.first == "cancel-resume" {
+    guard arguments.count >= 4, let download = URL(string: arguments[2]) else { usageError("cancel-resume needs a directory and URLs") }
+    let others = arguments.dropFirst(3).compactMap { URL(string: $0) }
+    await cancelAndResume(directory: URL(fileURLWithPath: arguments[1]), download: download, others: others)
+} else {
+    await fetchAll(arguments)
+}

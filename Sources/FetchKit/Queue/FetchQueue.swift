@@ -44,6 +44,8 @@ public struct FetchID: Hashable, Comparable, Sendable, CustomStringConvertible {
 /// ``maximumConcurrentTransfers`` overall and one of ``maximumTransfersPerHost`` for its host
 /// (scheme, host and port). While it waits, no URLSession task exists and no timeout clock runs;
 /// a host at its limit never holds up another host. The highest `queuePriority` goes first.
+/// A slot is a request in flight, not a connection: over HTTP/2 the requests to one host are
+/// streams sharing its connections (see <doc:CoordinatingManyFetches>).
 ///
 /// Each fetch sends its own request unless you opt in to coalescing with
 /// ``coalescesIdenticalRequests``; then identical GETs in flight at once share one transfer
@@ -96,7 +98,8 @@ public final class FetchQueue: @unchecked Sendable {
     /// - Parameters:
     ///   - name: A name for diagnostics.
     ///   - maximumConcurrentTransfers: Transfers in flight at once, overall. Default 8.
-    ///   - maximumTransfersPerHost: Transfers in flight at once to one host. Default 4.
+    ///   - maximumTransfersPerHost: Transfers (requests) in flight at once to one host,
+    ///     whether they share an HTTP/2 connection or not. Default 4.
     ///   - monitors: Who observes every fetch's life (see ``FetchEventMonitor``), called in
     ///     this order for each event. Default none.
     ///   - coalescesIdenticalRequests: Whether identical GETs in flight at once share one
@@ -359,6 +362,10 @@ public final class FetchQueue: @unchecked Sendable {
 
     /// Transfers in flight at once to one host — scheme, host and port (at least 1). May be
     /// changed at any time.
+    ///
+    /// It counts requests, not connections. Over HTTP/2 the requests to a host are streams
+    /// that libcurl multiplexes onto its connections (usually one), so this bounds the
+    /// streams in flight; over HTTP/1.1 each request in flight has a connection of its own.
     public var maximumTransfersPerHost: Int {
         get { state.withLock { $0.scheduler.maximumPerHost } }
         set { changeScheduler { $0.setLimits(total: $0.maximumTotal, perHost: newValue) } }

@@ -98,8 +98,10 @@ final class TLSServer: Sendable {
 
     /// Stops nginx (a fast shutdown: SIGTERM) and waits for its master and workers to exit.
     ///
-    /// - Returns: The access log, one line per request: `<port> <protocol> <status> <method> <uri> <body bytes>`,
-    ///   complete once nginx exited.
+    /// - Returns: The access log, one line per request:
+    ///   `<port> <connection> <request on it> <protocol> <status> <method> <uri> <body bytes>`
+    ///   (`<connection>` is nginx's serial number of the client connection, TLS included, and
+    ///   `<request on it>` counts from 1), complete once nginx exited.
     @discardableResult
     func stop() async throws -> [String] {
         nginx.send(SIGTERM)
@@ -131,7 +133,7 @@ final class TLSServer: Sendable {
             pid \(directory)/nginx.pid;
             events { worker_connections 512; }
             http {
-                log_format fetchkit '$server_port $server_protocol $status $request_method $request_uri $body_bytes_sent';
+                log_format fetchkit '$server_port $connection $connection_requests $server_protocol $status $request_method $request_uri $body_bytes_sent';
                 access_log \(directory)/access.log fetchkit;
                 client_body_temp_path \(directory)/client-body;
                 proxy_temp_path \(directory)/proxy;
@@ -191,26 +193,48 @@ struct ProbeResult: CustomStringConvertible {
 /// Runs ``TLSProbe`` on `urls`: with `trustBundle`, in a private mount namespace where that
 /// bundle is the system's (the machine's own is untouched); without, as it is.
 ///
+/// - Parameter options: The probe's options, before the URLs (`--per-host 3`…).
 /// - Returns: One result per URL, in order.
 /// - Throws: When the probe fails to run or does not print a line per URL.
-func runTLSProbe(_ urls: [URL], trusting trustBundle: URL?) async throws -> [ProbeResult] {
+func runTLSProbe(_ urls: [URL], options: [String] = [], trusting trustBundle: URL?) async throws -> [ProbeResult] {
+    try await runTLSProbe(arguments: options + urls.map(\.absoluteString), lines: urls.count, trusting: trustBundle)
+}
+
+/// Runs ``TLSProbe`` with `arguments` (a mode of its own, such as `cancel-resume`), trusting
+/// `trustBundle` as ``runTLSProbe(_:options:trusting:)`` does.
+///
+/// - Returns: The `lines` lines it printed.
+/// - Throws: When the probe fails to run or does not print `lines` lines.
+func runTLSProbe(arguments: [String], lines expected: Int, trusting trustBundle: URL?) async throws -> [ProbeResult] {
     let probe = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("TLSProbe").path
-    let child: ChildProcess
-    if let trustBundle {
-        guard let unshare = TLSTools.unshare, let shell = TLSTools.shell else { throw ParseTestError(reason: "unshare is not installed") }
-        // unshare makes the new namespace's mounts private: the bind mount never reaches the
-        // machine's namespace, and it ends with the probe.
-        let script = "mount --bind \"$1\" \(TestPKI.systemBundle) && shift && exec \"$@\""
-        child = try ChildProcess(unshare, ["--mount", "--", shell, "-c", script, "sh", trustBundle.path, probe] + urls.map(\.absoluteString))
-    } else {
-        child = try ChildProcess(probe, urls.map(\.absoluteString))
-    }
+    let child = try ChildProcess(trusting: trustBundle, probe, arguments)
     let (ending, stdout, stderr) = try await child.finish(timeout: 120)
     let lines = stdout.split(separator: "\n").map(String.init)
-    guard ending == .exit(0), lines.count == urls.count else {
+    guard ending == .exit(0), lines.count == expected else {
         throw ParseTestError(reason: "TLSProbe ended by \(ending)\n\(stdout)\(stderr.prefix(6000))")
     }
     return lines.map(ProbeResult.init)
+}
+
+extension ChildProcess {
+    /// Starts `executable` (built beside the test bundle, or an absolute path) with
+    /// `trustBundle` as the system's CA bundle, in a private mount namespace (the machine's own
+    /// bundle is untouched); without one, as it is.
+    ///
+    /// - Throws: When `unshare` is missing or the process cannot start.
+    convenience init(trusting trustBundle: URL?, _ executable: String, _ arguments: [String]) throws {
+        guard let trustBundle else {
+            try self.init(executable, arguments)
+            return
+        }
+        guard let unshare = TLSTools.unshare, let shell = TLSTools.shell else { throw ParseTestError(reason: "unshare is not installed") }
+        // unshare makes the new namespace's mounts private: the bind mount never reaches the
+        // machine's namespace, and it ends with the process.
+        let script = "mount --bind \"$1\" \(TestPKI.systemBundle) && shift && exec \"$@\""
+        let path = executable.hasPrefix("/") ? executable
+            : URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent(executable).path
+        try self.init(unshare, ["--mount", "--", shell, "-c", script, "sh", trustBundle.path, path] + arguments)
+    }
 }
 
 /// Runs `body` with a fresh ``TestPKI`` and a ``TLSServer`` using it, then stops the server

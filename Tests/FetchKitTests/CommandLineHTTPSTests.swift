@@ -1,0 +1,51 @@
+import Foundation
+import LoopbackServer
+import Testing
+@testable import FetchKit
+
+/// The `fetchkit` command over HTTPS (issue 22, point 6), against nginx with a test CA: run in a
+/// private mount namespace where that CA is in the system bundle, it downloads; run where the
+/// CA is not trusted, it fails with one line naming the TLS failure.
+@Suite("The fetchkit command over HTTPS", .timeLimit(.minutes(3)),
+       .disabled(if: TLSTools.unavailable != nil, Comment(rawValue: TLSTools.unavailable ?? "")),
+       .disabled(if: runsUnderSanitizer, "under a sanitizer: the command runs in a process of its own, and CI's time goes to openssl and nginx"))
+struct CommandLineHTTPSTests {
+    @Test func downloadsWhereTheCAIsTrustedAndSaysWhyNotWhereItIsNot() async throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let size = 3 << 20
+        let ((trusted, untrusted, selfSigned), log) = try await withTLSServer { server, pki in
+            func run(_ url: URL, trusting bundle: URL?, into name: String) async throws -> (status: Int32, stdout: String, stderr: String) {
+                let output = directory.file(name)
+                try FileManager.default.createDirectory(at: output, withIntermediateDirectories: true)
+                let child = try ChildProcess(trusting: bundle, "fetchkit", [url.absoluteString, "-o", output.path])
+                let (ending, stdout, stderr) = try await child.finish(timeout: 120)
+                guard case .exit(let status) = ending else { throw ParseTestError(reason: "fetchkit ended by \(ending)\n\(stdout)\(stderr)") }
+                return (status, stdout, stderr)
+            }
+            let trusted = try await run(server.url(.valid, "/bytes/\(size)"), trusting: pki.trustBundle, into: "trusted")
+            let untrusted = try await run(server.url(.valid, "/bytes/100"), trusting: nil, into: "untrusted")
+            let selfSigned = try await run(server.url(.selfSigned, "/bytes/100"), trusting: pki.trustBundle, into: "self-signed")
+            #expect(server.backend.requestCount(path: "/bytes/100") == 0, "no refused request reached the server")
+            return (trusted, untrusted, selfSigned)
+        }
+        #expect(trusted.status == 0, "\(trusted)")
+        #expect(FileManager.default.contents(atPath: directory.file("trusted/\(size)").path) == BytePattern.data(offset: 0, count: size))
+        #expect(trusted.stdout.contains("Downloaded 1 of 1 file "), "\(trusted)")
+        #expect(log.contains { $0.contains(" HTTP/2.0 200 GET /bytes/\(size) \(size)") }, "over HTTP/2: \(log)")
+
+        for (run, words) in [(untrusted, "unable to get local issuer certificate"), (selfSigned, "self-signed certificate")] {
+            #expect(run.status != 0, "\(run)")
+            let failures = (run.stdout + run.stderr).split(separator: "\n").filter { $0.contains("✗") }
+            #expect(failures.count == 1, "one line for the failure: \(run)")
+            #expect(failures.first.map { $0.contains("TLS connection to the server refused: its certificate is not trusted") && $0.contains(words) } == true,
+                    "names the TLS failure: \(run)")
+            // The summary names the URL once, beside the reason (which does not repeat it).
+            let summary = run.stdout.split(separator: "\n").first { $0.hasPrefix("  100: ") }.map(String.init) ?? ""
+            #expect(summary.components(separatedBy: "https://127.0.0.1:").count == 2 && summary.contains("TLS connection to the server refused"),
+                    "\(run)")
+        }
+        #expect(!FileManager.default.fileExists(atPath: directory.file("untrusted/100").path))
+        #expect(!FileManager.default.fileExists(atPath: directory.file("self-signed/100").path))
+    }
+}
