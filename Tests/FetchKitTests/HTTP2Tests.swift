@@ -116,17 +116,19 @@ struct HTTP2Tests {
     }
 
     /// An idle timeout ends a stream whose server stalled mid-body, on time; a fetch beside it
-    /// on the same connection succeeds.
+    /// on the same connection succeeds. (4.5 s: the fetch beside it, whose answer is held 200 ms,
+    /// must not time out on a loaded two-core machine, TLS handshake included; at 1.5 s it
+    /// did once, in a CI run beside four builds.)
     @Test func anIdleTimeoutEndsAStalledStream() async throws {
         let (results, _) = try await withTLSServer { server, pki in
             try await runTLSProbe([server.url(.valid, "/stall-mid-body/200000"), server.url(.valid, "/bytes/100?delay=200")],
-                                  options: ["--idle-timeout", "1.5", "--no-retry"], trusting: pki.trustBundle)
+                                  options: ["--idle-timeout", "4.5", "--no-retry"], trusting: pki.trustBundle)
         }
         let (stalled, beside) = (results[0], results[1])
         #expect(stalled.fields["kind"] == "timedOut", "\(stalled)")
-        #expect(stalled.errorDescription.contains("1.5"), "names its interval: \(stalled)")
+        #expect(stalled.errorDescription.contains("no data for 4.5 s"), "names its interval: \(stalled)")
         let elapsed = Int(stalled.fields["elapsed_ms"] ?? "") ?? -1
-        #expect(elapsed >= 1_400 && elapsed < 30_000, "after about 1.5 s: \(stalled)")
+        #expect(elapsed >= 4_400 && elapsed < 60_000, "after about 4.5 s: \(stalled)")
         #expect(beside.succeeded && beside.fields["bytes"] == "100", "\(beside)")
     }
 }
