@@ -64,7 +64,8 @@ import Musl
 /// ``configuration`` reports the configuration as you gave it.
 ///
 /// What belongs where: a `FetchSession` holds what URLSession shares between requests —
-/// connections, cookies, proxy, extra headers, TLS settings, and monitors that observe them all. ``FetchConfiguration`` holds what
+/// connections, cookies, proxy, extra headers, TLS settings (``TrustSettings``: a private CA,
+/// pinned keys), and monitors that observe them all. ``FetchConfiguration`` holds what
 /// is per fetch — limits, timeouts, policies, credentials. A ``FetchQueue`` holds what is per
 /// group of fetches — the concurrency bounds. Create few sessions and keep them: each has its
 /// own connection pool, and connections are never shared between sessions.
