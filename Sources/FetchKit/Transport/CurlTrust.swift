@@ -157,8 +157,9 @@ final class CurlTrust: URLCache, @unchecked Sendable {
         return true
     }
 
-    /// The CA file libcurl would use on `handle` (`CURLINFO_CAINFO`: its built-in default, as
-    /// nothing has set one yet), or the first of FoundationNetworking's own list that exists.
+    /// The CA file libcurl uses by default (`CURLINFO_CAINFO`: its built-in default, the path
+    /// FoundationNetworking keeps too), or, if it has none, the first of FoundationNetworking's
+    /// own list that can be read.
     private func defaultBundlePath(of handle: UnsafeMutableRawPointer) -> String? {
         let get = unsafeBitCast(getInfo, to: GetStringInfo.self)
         var value: UnsafePointer<CChar>?
