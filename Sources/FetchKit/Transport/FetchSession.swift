@@ -210,8 +210,10 @@ public final class FetchSession: @unchecked Sendable {
     }
 
     /// Resumes `task` and, where FetchKit sets the trust options per task, makes sure they were
-    /// set — FoundationNetworking asks for them inside `resume()`. If not (never, once the
-    /// session's probe passed), cancels the task at once and returns `false`.
+    /// set — FoundationNetworking asks for them inside `resume()`. If not, cancels the task at
+    /// once and returns `false`. (A defence in depth: the session's probe proved the same path
+    /// in the same process; if it failed all the same, the cancel is queued behind the task's
+    /// start on URLSession's queue, not before it.)
     func resume(_ task: URLSessionTask) -> Bool {
         task.resume()
         #if canImport(FoundationNetworking) && (canImport(Glibc) || canImport(Musl))

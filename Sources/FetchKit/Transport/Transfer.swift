@@ -123,7 +123,7 @@ final class Transfer: TransferHandle, @unchecked Sendable {
     func resumeProtected(_ task: URLSessionDataTask) -> Bool {
         guard session.resume(task) else {
             end(.failure(.invalidRequest(.init(reason: .trustNotEnforceable(
-                "the session's trust settings were not set on this request's libcurl handle, so it was cancelled before it could be sent"),
+                "the session's trust settings were not set on this request's libcurl handle, so it was cancelled at once"),
                 url: request.url)), nil))
             return false
         }
