@@ -179,6 +179,10 @@ extension FetchError {
             /// them could ever start (the name, or type, of one operation in the cycle). The
             /// operation was not enqueued.
             case dependencyCycle(String)
+            /// The session's ``TrustSettings`` could not be enforced for this request, so it was
+            /// not sent (why): on Linux, an operation with ``FetchConfiguration/credentials``
+            /// on such a session (see ``FetchSession/init(configuration:monitors:trust:)``).
+            case trustNotEnforceable(String)
         }
 
         /// What was wrong.
@@ -220,6 +224,8 @@ extension FetchError {
                 return "Not enqueued\(target): the operation was already enqueued, started or finished."
             case .dependencyCycle(let dependency):
                 return "Not enqueued\(target): its dependencies form a cycle through \(Prose.clause(dependency)), so none of them could ever start."
+            case .trustNotEnforceable(let why):
+                return Prose.sentence("Not sent\(target): the session's trust settings cannot be enforced for it: \(why)")
             }
         }
     }

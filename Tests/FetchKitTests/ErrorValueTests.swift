@@ -46,7 +46,7 @@ struct ErrorValueTests {
             let reasons: [FetchError.InvalidRequest.Reason] = [
                 .missing, .unsupportedScheme("ftp"), .unsupportedScheme(nil), .malformed("the method is not a token."),
                 .preparationFailed(underlying), .startedBeforeReady, .sessionInvalidated, .alreadyEnqueued,
-                .dependencyCycle("'login'"),
+                .dependencyCycle("'login'"), .trustNotEnforceable("credentials cannot be answered here."),
             ]
             errors += reasons.map { .invalidRequest(.init(reason: $0, url: url)) }
             errors.append(.cancelled(.init(url: url)))

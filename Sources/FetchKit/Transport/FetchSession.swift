@@ -64,7 +64,8 @@ import Musl
 /// ``configuration`` reports the configuration as you gave it.
 ///
 /// What belongs where: a `FetchSession` holds what URLSession shares between requests —
-/// connections, cookies, proxy, extra headers, TLS settings, and monitors that observe them all. ``FetchConfiguration`` holds what
+/// connections, cookies, proxy, extra headers, TLS settings (``TrustSettings``: a private CA,
+/// pinned keys), and monitors that observe them all. ``FetchConfiguration`` holds what
 /// is per fetch — limits, timeouts, policies, credentials. A ``FetchQueue`` holds what is per
 /// group of fetches — the concurrency bounds. Create few sessions and keep them: each has its
 /// own connection pool, and connections are never shared between sessions.
@@ -96,20 +97,132 @@ public final class FetchSession: @unchecked Sendable {
                   quietsWaitingSockets: CurlSocketCallback.isEnabledByDefault)
     }
 
+    /// Creates a session that trusts what `trust` adds and requires the keys it pins, or
+    /// refuses to be made.
+    ///
+    /// Certificate verification stays on whatever the settings say (see ``TrustSettings``).
+    ///
+    /// **How they are enforced.** On Apple platforms, in URLSession's server-trust challenge:
+    /// the chain is evaluated with the system's anchors and the added ones, for the host name,
+    /// then the leaf certificate's key is checked against the host's pins. On Linux, where
+    /// FoundationNetworking offers neither a challenge nor a setting, FetchKit sets libcurl's
+    /// `CURLOPT_CAINFO_BLOB` (the system bundle, read when the session is made, followed by the
+    /// added CAs) and `CURLOPT_PINNEDPUBLICKEY` on each task's own libcurl handle before the
+    /// task starts — through the session's URL cache slot, the one point at which
+    /// FoundationNetworking hands over a new task's handle before it uses it. libcurl reuses a
+    /// connection only for a request with the same CAs and pin, so a pooled connection made
+    /// without a pin never carries a pinned request. A pin mismatch fails with
+    /// ``FetchError/tls(_:)`` and ``FetchError/TLSFailure/Reason/pinMismatch`` before the
+    /// request is sent; a server whose chain ends at no trusted CA with
+    /// ``FetchError/TLSFailure/Reason/untrusted``.
+    ///
+    /// **When it is refused.** The settings are never silently ignored: where FetchKit cannot
+    /// be sure to enforce them, this initializer throws and no session exists. On Linux the
+    /// whole path (the handle found by reflection, libcurl's functions found at run time,
+    /// both options taking) is proved on a task that is cancelled before it is resumed, so
+    /// nothing is sent; a FoundationNetworking of another layout makes it throw
+    /// ``TrustConfigurationError/Reason/notEnforceable(_:)``. So does a `configuration` with a
+    /// `urlCache` (FetchKit needs that slot). And on Linux, two uses of such a session fail
+    /// before sending anything rather than go unprotected: an operation with
+    /// ``FetchConfiguration/credentials`` (FoundationNetworking answers a challenge on a new
+    /// handle FetchKit cannot reach) fails with
+    /// ``FetchError/InvalidRequest/Reason/trustNotEnforceable(_:)``; a redirect to a host with
+    /// other pins is sent in a task of its own, set up for that host.
+    ///
+    /// Settings are fixed for the session's life; the system bundle is read once, when it is
+    /// made. Create the session once and keep it.
+    ///
+    /// - Parameters:
+    ///   - configuration: The configuration to copy. Defaults to ``defaultConfiguration()``.
+    ///   - monitors: Who observes every fetch that uses this session (see
+    ///     ``init(configuration:monitors:)``).
+    ///   - trust: The CAs to trust besides the system's, and the keys to pin.
+    /// - Throws: ``TrustConfigurationError`` when the settings cannot be enforced here.
+    public convenience init(configuration: URLSessionConfiguration = FetchSession.defaultConfiguration(),
+                            monitors: [any FetchEventMonitor] = [],
+                            trust: TrustSettings) throws(TrustConfigurationError) {
+        try self.init(configuration: configuration, monitors: monitors, trust: trust, handleLookup: nil)
+    }
+
+    /// Creates a session with `trust`; `handleLookup` replaces how a task's libcurl handle is
+    /// found (tests: one that finds none, to see the refusal).
+    convenience init(configuration: URLSessionConfiguration, monitors: [any FetchEventMonitor], trust: TrustSettings,
+                     handleLookup: (@Sendable (URLSessionTask) -> UnsafeMutableRawPointer?)?) throws(TrustConfigurationError) {
+        #if canImport(FoundationNetworking) && (canImport(Glibc) || canImport(Musl))
+        var hook: CurlTrust?
+        if !trust.isEmpty {
+            guard configuration.urlCache == nil else {
+                throw TrustConfigurationError(.notEnforceable(
+                    "the session's configuration has a urlCache, and FetchKit needs that slot to set the trust options on each task"))
+            }
+            hook = try CurlTrust(settings: trust, lookup: handleLookup ?? CurlTrust.easyHandle(of:))
+        }
+        self.init(configuration: configuration, monitors: monitors, quietsWaitingSockets: CurlSocketCallback.isEnabledByDefault,
+                  trust: trust, curlTrust: hook)
+        // Before any other task: proves that each task's handle will take the options.
+        try hook?.probe(urlSession)
+        #else
+        self.init(configuration: configuration, monitors: monitors, quietsWaitingSockets: CurlSocketCallback.isEnabledByDefault,
+                  trust: trust)
+        #endif
+    }
+
     /// Creates a session, with or without the fix for the socket wake-ups of FoundationNetworking
     /// (see ``quietsWaitingSockets``): tests and the benchmark compare both.
-    init(configuration: URLSessionConfiguration, monitors: [any FetchEventMonitor], quietsWaitingSockets quiet: Bool) {
+    init(configuration: URLSessionConfiguration, monitors: [any FetchEventMonitor], quietsWaitingSockets quiet: Bool,
+         trust: TrustSettings = TrustSettings(), curlTrust: AnyObject? = nil) {
         self.monitors = monitors
+        self.trust = trust
         monitorChannel = MonitorChannel(monitors, label: "FetchKit.FetchSession.monitors")
         // URLSession copies the configuration it is given; so does this, to change its copy only.
         given = configuration.copy() as? URLSessionConfiguration ?? configuration
         let own = configuration.copy() as? URLSessionConfiguration ?? configuration
-        router = SessionRouter(cookies: CookieJar(takingOverFrom: own))
+        router = SessionRouter(cookies: CookieJar(takingOverFrom: own), trust: trust)
+        #if canImport(FoundationNetworking) && (canImport(Glibc) || canImport(Musl))
+        self.curlTrust = curlTrust as? CurlTrust
+        if let hook = self.curlTrust { own.urlCache = hook }
+        #endif
         urlSession = URLSession(configuration: own, delegate: router, delegateQueue: router.delegateQueue)
         // Before any task exists, so that nothing else touches libcurl's handle yet.
         Self.fixConnectionPoolSize(of: urlSession,
                                    to: max(Self.connectionPoolSize, configuration.httpMaximumConnectionsPerHost))
         quietsWaitingSockets = quiet && CurlSocketCallback.install(on: urlSession)
+    }
+
+    /// What this session trusts beyond the system's CAs, and the keys it pins (empty unless
+    /// made with ``init(configuration:monitors:trust:)``).
+    public let trust: TrustSettings
+
+    #if canImport(FoundationNetworking) && (canImport(Glibc) || canImport(Musl))
+    /// Sets ``trust`` on each task's libcurl handle (Linux); `nil` when there is nothing to set.
+    let curlTrust: CurlTrust?
+    #endif
+
+    /// Whether the trust settings are set on each task's libcurl handle, by FetchKit (Linux with
+    /// settings): then a request needs a task of its own for each set of pins, and challenges
+    /// cannot be answered (FoundationNetworking answers on a handle of its own making).
+    var setsTrustPerTask: Bool {
+        #if canImport(FoundationNetworking) && (canImport(Glibc) || canImport(Musl))
+        return curlTrust != nil
+        #else
+        return false
+        #endif
+    }
+
+    /// Resumes `task` and, where FetchKit sets the trust options per task, makes sure they were
+    /// set — FoundationNetworking asks for them inside `resume()`. If not, cancels the task at
+    /// once and returns `false`. (A defence in depth: the session's probe proved the same path
+    /// in the same process; if it failed all the same, the cancel is queued behind the task's
+    /// start on URLSession's queue, not before it.)
+    func resume(_ task: URLSessionTask) -> Bool {
+        task.resume()
+        #if canImport(FoundationNetworking) && (canImport(Glibc) || canImport(Musl))
+        if let curlTrust, curlTrust.take(task) != true {
+            task.cancel()
+            return false
+        }
+        #endif
+        return true
     }
 
     /// Whether this session's transfers wait without waking up (on Linux): whether the fix for

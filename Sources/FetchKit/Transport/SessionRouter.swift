@@ -35,8 +35,12 @@ final class SessionRouter: NSObject, @unchecked Sendable {
     private let transfers = Protected([Int: Transfer]())
     private static let queueKey = DispatchSpecificKey<ObjectIdentifier>()
 
-    init(cookies: CookieJar) {
+    /// What the session trusts (Apple platforms evaluate it in the server-trust challenge).
+    let trust: TrustSettings
+
+    init(cookies: CookieJar, trust: TrustSettings = TrustSettings()) {
         self.cookies = cookies
+        self.trust = trust
         #if canImport(FoundationNetworking)
         let delegateQueue = ArrivalDelegateQueue()
         #else
@@ -117,14 +121,9 @@ extension SessionRouter: URLSessionDataDelegate {
         // transfer unregistered itself then.
     }
 
-    func urlSession(
-        _ session: URLSession,
-        didReceive challenge: URLAuthenticationChallenge,
-        completionHandler: @escaping @Sendable (URLSession.AuthChallengeDisposition, URLCredential?) -> Void
-    ) {
-        // Session-level challenges are server trust; the system's evaluation decides.
-        completionHandler(.performDefaultHandling, nil)
-    }
+    // No session-level challenge method: without one, URLSession (Apple platforms) hands the
+    // server-trust challenge to the task-level method below, where the transfer is known.
+    // FoundationNetworking delivers no server-trust challenge at all.
 
     func urlSession(
         _ session: URLSession,
@@ -132,6 +131,29 @@ extension SessionRouter: URLSessionDataDelegate {
         didReceive challenge: URLAuthenticationChallenge,
         completionHandler: @escaping @Sendable (URLSession.AuthChallengeDisposition, URLCredential?) -> Void
     ) {
+        #if !canImport(FoundationNetworking)
+        switch challenge.protectionSpace.authenticationMethod {
+        case NSURLAuthenticationMethodServerTrust:
+            // The system's evaluation decides, unless the session has trust settings.
+            guard !trust.isEmpty, let serverTrust = challenge.protectionSpace.serverTrust else {
+                completionHandler(.performDefaultHandling, nil)
+                return
+            }
+            if let refusal = ServerTrustEvaluation.refusal(of: serverTrust, host: challenge.protectionSpace.host, settings: trust) {
+                completionHandler(.cancelAuthenticationChallenge, nil)
+                handle { [self] in transfer(for: task)?.refuseServerTrust(refusal) }
+            } else {
+                completionHandler(.useCredential, URLCredential(trust: serverTrust))
+            }
+            return
+        case NSURLAuthenticationMethodClientCertificate, NSURLAuthenticationMethodNTLM, NSURLAuthenticationMethodNegotiate:
+            // Session-level kinds, which FetchKit leaves to the system as before.
+            completionHandler(.performDefaultHandling, nil)
+            return
+        default:
+            break
+        }
+        #endif
         handle { [self] in
             guard let transfer = transfer(for: task) else {
                 completionHandler(.cancelAuthenticationChallenge, nil)

@@ -55,6 +55,9 @@ extension Transfer {
     /// connection still carries other streams: setting the buffer size then fails (error 43)
     /// and FoundationNetworking's `try!` kills the process — any redirect over a shared HTTP/2
     /// connection (`TLSRedirectTests`). It also sends a redirected request without its body.
+    /// And a session's ``TrustSettings`` rely on it there: FetchKit sets the pins of the host a
+    /// task starts with on its handle (``CurlTrust``), so a redirect to a host with other pins
+    /// must not go on in the same task (`TrustSettingsTLSTests`).
     /// Elsewhere, only a request that keeps its body.
     static func followsInANewTask(_ request: URLRequest) -> Bool {
         #if canImport(FoundationNetworking)
@@ -67,7 +70,15 @@ extension Transfer {
     /// Sends the redirected `request`, with its body, in a task of its own.
     private func resend(_ request: URLRequest) {
         guard machine.resend(now: Self.now()), let task = makeTask(for: request) else { return }
-        task.resume()
+        resumeProtected(task)
+    }
+
+    /// The server's certificate was refused by the session's trust settings (Apple platforms,
+    /// in the server-trust challenge, already answered): the transfer fails with the reason.
+    func refuseServerTrust(_ reason: FetchError.TLSFailure.Reason) {
+        let message = reason == .pinMismatch ? "the server's public key does not match a key pinned for \(request.url?.host ?? "the host")"
+                                             : "the server's certificate chain was not trusted"
+        end(.failure(.tls(.init(reason: reason, message: message, url: machine.currentRequest.url)), nil))
     }
 
     private func decideRedirect(_ response: HTTPURLResponse, to next: URLRequest) -> URLRequest? {

@@ -102,11 +102,32 @@ final class Transfer: TransferHandle, @unchecked Sendable {
         case .fail(let error):
             end(.failure(error, nil))
         case .send:
+            if session.setsTrustPerTask, limits.credentials != nil {
+                end(.failure(.invalidRequest(.init(reason: .trustNotEnforceable(Self.credentialsRefusal), url: request.url)), nil))
+                return
+            }
             guard let task = makeTask(for: request) else { return }
             session.router.deadlines.schedule(self, at: machine.nextDeadline)
-            task.resume()
+            guard resumeProtected(task) else { return }
             owner?.transferDidStart()
         }
+    }
+
+    /// Why a session that sets its trust options per task (Linux) refuses credentials.
+    static let credentialsRefusal = "on Linux, FoundationNetworking answers an authentication challenge on a libcurl handle of its own making, "
+        + "which FetchKit cannot set the session's trust settings on; set no credentials, or send an Authorization header yourself"
+
+    /// Resumes `task` through the session, which makes sure its trust settings were set on it
+    /// (Linux); if they were not, the task is already cancelled and the transfer fails.
+    @discardableResult
+    func resumeProtected(_ task: URLSessionDataTask) -> Bool {
+        guard session.resume(task) else {
+            end(.failure(.invalidRequest(.init(reason: .trustNotEnforceable(
+                "the session's trust settings were not set on this request's libcurl handle, so it was cancelled at once"),
+                url: request.url)), nil))
+            return false
+        }
+        return true
     }
 
     // MARK: URLSession callbacks (router queue)
