@@ -305,6 +305,7 @@ final class Downloader: @unchecked Sendable {
         case .lengthMismatch(let details): details.url
         case .parseFailed(let details): details.url
         case .invalidResponse(let details): details.url
+        case .digestMismatch(let details): details.url
         case .dependencyFailed, .fileSystem, .redirectFailed: nil
         }
     }
