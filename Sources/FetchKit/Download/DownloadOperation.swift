@@ -52,6 +52,10 @@ import FoundationNetworking
 /// that reaches it fails with ``FetchError/responseTooLarge(_:)`` having written at most the cap,
 /// and its partial file is removed.
 ///
+/// **Checksums.** Set ``expectedDigest`` (a SHA-256) and the file is hashed as it is written,
+/// resumed bytes included, and moved into place only if it matches; otherwise the download fails
+/// with ``FetchError/digestMismatch(_:)`` and its partial file is removed.
+///
 /// Errors specific to downloads are ``FetchError/fileSystem(_:)``: an unwritable destination
 /// (checked before anything is sent), a full disk, a failed move, a link where a file should
 /// be. A body shorter or longer than its `Content-Length` is ``FetchError/lengthMismatch(_:)``.

@@ -12,9 +12,11 @@ import Darwin
 /// libcrypto's `SHA256_Init`/`_Update`/`_Final` (libcurl, under FoundationNetworking, has
 /// already loaded libcrypto into the process; it is used only if it is loaded), on Apple
 /// platforms CommonCrypto's `CC_SHA256_*` (part of libSystem). libcrypto uses the CPU's SHA
-/// instructions where there are any. Measured on two cores (KVM, x86-64 with SHA-NI, release
-/// build): libcrypto hashes ~1.9 GB/s, the Swift one ~0.4 GB/s — see `fetchkit-bench
-/// throughput` for what each costs a download to disk.
+/// instructions where there are any. Measured on two shared cores (KVM, x86-64 with SHA-NI):
+/// libcrypto 1.8 GB/s (`openssl speed -evp sha256 -bytes 1048576`), the Swift one about
+/// 0.2 GB/s of CPU time (`swiftc -O -wmo`, 1 MiB pieces) — below what a download writes to disk,
+/// so that with it a download to disk is bound by the hash; with libcrypto it is not
+/// (`fetchkit-bench throughput --only 256m-disk --digest`, README *Benchmarks*).
 ///
 /// `FETCHKIT_DIGEST_IMPLEMENTATION=portable` in the environment forces the Swift one
 /// (benchmarks and tests).
@@ -46,7 +48,7 @@ final class DigestHasher: @unchecked Sendable {
 
     init(_ algorithm: FileDigest.Algorithm) {
         self.algorithm = algorithm
-        if ProcessInfo.processInfo.environment["FETCHKIT_DIGEST_IMPLEMENTATION"] != "portable", let system = SystemSHA256.loaded {
+        if !Self.forcesPortable, let system = SystemSHA256.loaded {
             let context = UnsafeMutableRawPointer.allocate(byteCount: SystemSHA256.contextSize, alignment: 16)
             context.initializeMemory(as: UInt8.self, repeating: 0, count: SystemSHA256.contextSize)
             _ = system.initialize(context)
@@ -59,6 +61,9 @@ final class DigestHasher: @unchecked Sendable {
             checkpoint = .portable(PortableSHA256())
         }
     }
+
+    /// `FETCHKIT_DIGEST_IMPLEMENTATION=portable`, read once, when the first hasher is made.
+    private static let forcesPortable = ProcessInfo.processInfo.environment["FETCHKIT_DIGEST_IMPLEMENTATION"] == "portable"
 
     deinit {
         if case .system(_, let context) = backend { context.deallocate() }
