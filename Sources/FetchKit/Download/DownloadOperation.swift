@@ -146,6 +146,9 @@ open class DownloadOperation: AnyFetchOperation, OutputProducing, @unchecked Sen
 
     /// The digest the file must have, or `nil` (the default) not to check one.
     ///
+    /// It is the digest of the file as written: the bytes after any `Content-Encoding` was
+    /// decoded, as a published checksum of the file gives it.
+    ///
     /// FetchKit hashes the bytes as they are written, on the thread that writes them, and
     /// compares before moving the file into place. A resumed download hashes the part already
     /// on disk once, when it resumes, and goes on from there; a transfer continued after the disk
