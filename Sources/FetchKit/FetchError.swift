@@ -96,6 +96,10 @@ public enum FetchError: Error, Sendable, Equatable {
     /// `Content-Length` values, or a content-coded body that only the connection closing ends.
     /// Not retried: the server would answer the same way.
     case invalidResponse(InvalidResponse)
+    /// A download's file is not the one expected: its digest differs from
+    /// ``DownloadOperation/expectedDigest``. The file was not moved into place, and its partial
+    /// file was removed. Not retried.
+    case digestMismatch(DigestMismatch)
 }
 
 extension FetchError {
@@ -128,6 +132,8 @@ extension FetchError {
         case redirectFailed
         /// ``FetchError/invalidResponse(_:)``.
         case invalidResponse
+        /// ``FetchError/digestMismatch(_:)``.
+        case digestMismatch
     }
 
     /// The error's kind, without its payload.
@@ -151,6 +157,7 @@ extension FetchError {
         case .fileSystem: return .fileSystem
         case .redirectFailed: return .redirectFailed
         case .invalidResponse: return .invalidResponse
+        case .digestMismatch: return .digestMismatch
         }
     }
 }
@@ -752,6 +759,44 @@ extension FetchError {
     }
 }
 
+extension FetchError {
+    /// Details of ``FetchError/digestMismatch(_:)``.
+    public struct DigestMismatch: Sendable, Equatable, CustomStringConvertible {
+        /// The digest the download was to have (``DownloadOperation/expectedDigest``).
+        public let expected: FileDigest
+        /// The digest of the bytes that arrived.
+        public let actual: FileDigest
+        /// How many bytes were hashed: the whole file, resumed bytes included.
+        public let byteCount: Int64
+        /// The URL being downloaded.
+        public let url: URL?
+        /// The destination, where the file was not moved.
+        public let path: String
+
+        /// Creates the details of a digest mismatch.
+        ///
+        /// - Parameters:
+        ///   - expected: The digest the download was to have.
+        ///   - actual: The digest of the bytes that arrived.
+        ///   - byteCount: How many bytes were hashed.
+        ///   - url: The URL being downloaded.
+        ///   - path: The destination.
+        public init(expected: FileDigest, actual: FileDigest, byteCount: Int64, url: URL?, path: String) {
+            self.expected = expected
+            self.actual = actual
+            self.byteCount = byteCount
+            self.url = url
+            self.path = path
+        }
+
+        /// A sentence naming the redacted URL, the destination and both digests.
+        public var description: String {
+            "\(url.map(Redaction.redacted) ?? "The download") failed its \(expected.algorithm.name) check: expected \(expected.hex), "
+                + "got \(actual.hex) for \(byteCount) bytes; \(path) was not written."
+        }
+    }
+}
+
 extension FetchError: CustomStringConvertible, LocalizedError {
     /// A sentence a person can read, naming the redacted URL and the cause.
     public var description: String {
@@ -777,6 +822,7 @@ extension FetchError: CustomStringConvertible, LocalizedError {
         case .fileSystem(let details): return details.description
         case .redirectFailed(let details): return details.description
         case .invalidResponse(let details): return details.description
+        case .digestMismatch(let details): return details.description
         }
     }
 

@@ -8,11 +8,14 @@ final class FetchKitClient: @unchecked Sendable {
     private let scenario: Scenario
     private let base: URL
     private let directory: URL
+    /// What each download's file must hash to (to disk only).
+    private let digest: FileDigest?
 
-    init(scenario: Scenario, base: URL, directory: URL) {
+    init(scenario: Scenario, base: URL, directory: URL, digest: FileDigest? = nil) {
         self.scenario = scenario
         self.base = base
         self.directory = directory
+        self.digest = digest
     }
 
     func run() -> Measurement {
@@ -35,6 +38,7 @@ final class FetchKitClient: @unchecked Sendable {
                 }
             case .disk:
                 let operation = DownloadOperation(url: url, destination: directory.appendingPathComponent("fetchkit-\(index)"))
+                operation.expectedDigest = digest
                 queue.enqueue(operation, on: .global) { result in
                     let length = (try? result.get()).flatMap { DownloadOperation.size(of: $0) } ?? 0
                     if tally.add(bytes: length, ok: length == expected) { done.signal() }

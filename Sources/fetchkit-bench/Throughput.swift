@@ -1,3 +1,4 @@
+import FetchKit
 import Foundation
 import LoopbackServer
 
@@ -10,6 +11,8 @@ enum ThroughputBenchmark {
     static let clients = ["raw", "fetchkit"]
     /// With `--fix-off`: FetchKit with its fix for FoundationNetworking's socket wake-ups off too.
     static let clientsWithFixOff = ["raw", "fetchkit", "fetchkit-unfixed"]
+    /// With `--digest`: FetchKit checking a SHA-256, with libcrypto's and with its own (to disk only).
+    static let digestClients = ["fetchkit-sha256", "fetchkit-sha256-swift"]
 
     struct Sample {
         let measurement: Measurement
@@ -19,8 +22,8 @@ enum ThroughputBenchmark {
     /// Runs the table and returns the samples by workload name and client.
     @discardableResult
     static func run(runs: Int, quick: Bool, base externalBase: URL?, only: Set<String>,
-                    fixOff: Bool = false) throws -> [String: [String: [Sample]]] {
-        let clients = fixOff ? clientsWithFixOff : clients
+                    fixOff: Bool = false, digest: Bool = false) throws -> [String: [String: [Sample]]] {
+        let clients = (fixOff ? clientsWithFixOff : clients) + (digest ? digestClients : [])
         let server = externalBase == nil ? try LoopbackServer(recordRequests: false) : nil
         defer { server?.stop() }
         let base = externalBase ?? server!.baseURL
@@ -29,9 +32,19 @@ enum ThroughputBenchmark {
         print("FetchKit vs raw URLSession — \(externalBase == nil ? "loopback server" : base.absoluteString), release build,")
         print("\(runs) interleaved runs, medians; every client × workload × run in a fresh process\n")
         var samples: [String: [String: [Sample]]] = [:]
+        var digests: [Int: String] = [:]
+        if digest {
+            for scenario in scenarios where scenario.destination == .disk && digests[scenario.bodySize] == nil {
+                digests[scenario.bodySize] = try patternSHA256(count: scenario.bodySize)
+            }
+        }
         for run in 0..<runs {
             for scenario in scenarios {
                 for client in run.isMultiple(of: 2) ? clients : clients.reversed() {
+                    if digestClients.contains(client) {
+                        guard let hex = digests[scenario.bodySize] else { continue }
+                        setenv("FETCHKIT_BENCH_SHA256", hex, 1)
+                    }
                     server?.resetCounters()
                     let output = try runSelf(["throughput-child", client, scenario.name, base.absoluteString, String(scenario.count)])
                     guard let measurement = Measurement(parsing: output) else {
@@ -45,7 +58,64 @@ enum ThroughputBenchmark {
         }
         printTable(scenarios, samples)
         if fixOff { printFixTable(scenarios, samples) }
+        if digest { printDigestTable(scenarios, samples) }
         return samples
+    }
+
+    /// The SHA-256 of the server's first `count` pattern bytes, from `sha256sum` on a file of them.
+    private static func patternSHA256(count: Int) throws -> String {
+        let file = FileManager.default.temporaryDirectory.appendingPathComponent("fetchkit-bench-pattern-\(getpid())")
+        _ = FileManager.default.createFile(atPath: file.path, contents: nil)
+        defer { try? FileManager.default.removeItem(at: file) }
+        let handle = try FileHandle(forWritingTo: file)
+        var offset = 0
+        while offset < count {
+            let step = min(count - offset, 8 << 20)
+            try handle.write(contentsOf: BytePattern.data(offset: offset, count: step))
+            offset += step
+        }
+        try handle.close()
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/sha256sum")
+        process.arguments = [file.path]
+        let pipe = Pipe()
+        process.standardOutput = pipe
+        try process.run()
+        let output = pipe.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        let hex = String(decoding: output, as: UTF8.self).prefix { $0 != " " }
+        guard process.terminationStatus == 0, hex.count == 64 else { throw BenchError("sha256sum failed: \(hex)") }
+        return String(hex)
+    }
+
+    /// FetchKit to disk checking a SHA-256 (libcrypto's, and FetchKit's own), against FetchKit
+    /// without a digest and raw URLSession, from the same interleaved runs.
+    private static func printDigestTable(_ scenarios: [Scenario], _ samples: [String: [String: [Sample]]]) {
+        print("\nFetchKit to disk checking the file's SHA-256 (DownloadOperation.expectedDigest):\n")
+        let columns = [28, 12, 12, 16, 16, 12, 12]
+        let header = ["workload", "raw", "FetchKit", "FK+SHA libcrypto", "FK+SHA Swift", "lib/FK", "Swift/FK"]
+        print(zip(header, columns).map { pad($0, $1) }.joined())
+        var verdicts: [String] = []
+        for scenario in scenarios where scenario.destination == .disk {
+            guard let raw = samples[scenario.name]?["raw"], let plain = samples[scenario.name]?["fetchkit"],
+                  let system = samples[scenario.name]?["fetchkit-sha256"],
+                  let swift = samples[scenario.name]?["fetchkit-sha256-swift"] else { continue }
+            func rate(_ sample: Sample) -> Double { Double(sample.measurement.bytes) / sample.measurement.seconds / 1e6 }
+            let (rawRate, plainRate) = (median(raw.map(rate)), median(plain.map(rate)))
+            let (systemRate, swiftRate) = (median(system.map(rate)), median(swift.map(rate)))
+            let errors = (system + swift).map(\.measurement.errors).reduce(0, +)
+            let row = [scenario.title, String(format: "%.0f MB/s", rawRate), String(format: "%.0f MB/s", plainRate),
+                       String(format: "%.0f MB/s", systemRate), String(format: "%.0f MB/s", swiftRate),
+                       String(format: "%.2f×", systemRate / plainRate), String(format: "%.2f×", swiftRate / plainRate)]
+            print(zip(row, columns).map { pad($0, $1) }.joined())
+            for (name, value) in [("libcrypto", systemRate), ("Swift", swiftRate)] {
+                let ratio = value / plainRate
+                verdicts.append("\(ratio >= 0.9 ? "✓" : "✗") \(scenario.title): with the \(name) SHA-256 at \(String(format: "%.2f", ratio))× FetchKit without (target ≥ 0.90×)")
+            }
+            if errors > 0 { verdicts.append("✗ \(scenario.title): \(errors) downloads failed their digest check") }
+        }
+        print("")
+        for verdict in verdicts { print(verdict) }
     }
 
     /// FetchKit with and without its fix for the socket wake-ups, beside raw URLSession.
@@ -126,6 +196,12 @@ enum ThroughputBenchmark {
         case "raw": measurement = RawClient(scenario: scenario, base: base, directory: directory).run()
         case "raw-all": measurement = RawClient(scenario: scenario, base: base, directory: directory, allAtOnce: true).run()
         case "fetchkit": measurement = FetchKitClient(scenario: scenario, base: base, directory: directory).run()
+        case "fetchkit-sha256", "fetchkit-sha256-swift":
+            guard let hex = ProcessInfo.processInfo.environment["FETCHKIT_BENCH_SHA256"],
+                  let digest = FileDigest(.sha256, hex: hex) else { throw BenchError("FETCHKIT_BENCH_SHA256 is not a SHA-256") }
+            // Read when the first hasher is made: nothing has touched FetchKit yet.
+            if client == "fetchkit-sha256-swift" { setenv("FETCHKIT_DIGEST_IMPLEMENTATION", "portable", 1) }
+            measurement = FetchKitClient(scenario: scenario, base: base, directory: directory, digest: digest).run()
         case "fetchkit-unfixed":
             // Read once, when the first FetchSession is made: nothing has touched FetchKit yet.
             setenv("FETCHKIT_QUIET_SOCKETS", "0", 1)

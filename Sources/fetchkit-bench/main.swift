@@ -16,13 +16,17 @@ let usage = """
 usage: fetchkit-bench <benchmark> [options]
 
 benchmarks:
-  throughput [--runs R] [--quick] [--url BASE] [--only NAME,...] [--fix-off]
+  throughput [--runs R] [--quick] [--url BASE] [--only NAME,...] [--fix-off] [--digest]
       FetchKit vs raw URLSession on the loopback server (or BASE, a server that serves
       /bytes/{n}): 1 KiB × 5000 at C=1, 1 KiB × 20000 at C=16, 64 KiB × 5000 at C=8,
       16 MiB × 64 at C=4, 256 MiB × 1 into memory and to disk (default R = 5; names:
       1k-serial 1k 64k 16m 256m-memory 256m-disk), with the TCP connections the loopback
       server accepted per run (median, max in brackets; n/a with --url); --fix-off adds
-      FetchKit with its fix for FoundationNetworking's socket wake-ups off, side by side
+      FetchKit with its fix for FoundationNetworking's socket wake-ups off, side by side;
+      --digest adds, to the rows to disk, FetchKit checking the file's SHA-256
+      (DownloadOperation.expectedDigest, taken from sha256sum beforehand) with libcrypto's and
+      with its own Swift SHA-256 (FETCHKIT_DIGEST_IMPLEMENTATION=portable), and a table of both
+      against FetchKit without a digest
   report [--runs R] [--quick] [--count N]
       in one run: the throughput table (default R = 3), peak RSS with 20000 fetches queued
       beside raw URLSession, and bytes per waiting operation beside a BlockOperation
@@ -83,7 +87,7 @@ do {
         } ?? []
         try ThroughputBenchmark.run(runs: try option("--runs", in: arguments, default: 5),
                                     quick: arguments.contains("--quick"), base: base, only: only,
-                                    fixOff: arguments.contains("--fix-off"))
+                                    fixOff: arguments.contains("--fix-off"), digest: arguments.contains("--digest"))
     case "report":
         try ReportBenchmark.run(runs: try option("--runs", in: arguments, default: 3),
                                 quick: arguments.contains("--quick"),

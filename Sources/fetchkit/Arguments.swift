@@ -1,7 +1,7 @@
 import FetchKit
 import Foundation
 
-/// The command line: `fetchkit URL... [-o DIR] [--parallel N] [--per-host N] [--retry N] [--timeout S] [--max-size SIZE] [--force]`.
+/// The command line: `fetchkit URL... [-o DIR] [--parallel N] [--per-host N] [--retry N] [--timeout S] [--max-size SIZE] [--force] [--sha256 HEX]`.
 struct Options: Equatable {
     var urls: [URL] = []
     var outputDirectory = URL(fileURLWithPath: FileManager.default.currentDirectoryPath)
@@ -15,6 +15,8 @@ struct Options: Equatable {
     var showHelp = false
     /// Replace files that are already there (otherwise they are kept, as wget --no-clobber does).
     var force = false
+    /// The SHA-256 the one download must have (`--sha256`).
+    var sha256: FileDigest?
 
     static let usage = """
     usage: fetchkit [URL ...] [options]
@@ -37,6 +39,10 @@ struct Options: Equatable {
                            server is asked whether its copy changed since the file's
                            date, like wget --timestamping, and the answer shown; a
                            partial download is resumed either way)
+      --sha256 HEX         the SHA-256 the file must have (64 hex digits, as sha256sum
+                           prints it); only with exactly one URL. A file that does not
+                           match is not saved, its partial download is removed, and the
+                           mismatch is reported on one line (exit 1)
       -h, --help           show this help
 
     A file that another fetchkit is downloading into the same directory is skipped (it
@@ -103,6 +109,12 @@ struct Options: Equatable {
                 options.maximumSize = size == 0 ? .max : size
             case "--force":
                 options.force = true
+            case "--sha256":
+                let text = try value(for: argument)
+                guard let digest = FileDigest(.sha256, hex: text) else {
+                    throw UsageError(description: "--sha256 needs 64 hexadecimal digits, not '\(Terminal.sanitized(String(text.prefix(80))))'")
+                }
+                options.sha256 = digest
             case "-h", "--help":
                 options.showHelp = true
             default:
@@ -114,6 +126,9 @@ struct Options: Equatable {
         // an error, not the demo (which runs with no argument at all).
         if options.urls.isEmpty, !arguments.isEmpty, !options.showHelp {
             throw UsageError(description: "no URL to download (fetchkit with no argument at all runs the offline demo)")
+        }
+        if options.sha256 != nil, options.urls.count != 1 {
+            throw UsageError(description: "--sha256 checks one download: give exactly one URL, not \(options.urls.count)")
         }
         return options
     }

@@ -206,6 +206,7 @@ final class Downloader: @unchecked Sendable {
         let download = DownloadOperation(url: items[index].url, destination: items[index].destination)
         download.configuration.idleTimeout = options.timeout
         download.configuration.maximumResponseSize = options.maximumSize
+        download.expectedDigest = options.sha256
         // FetchKit retries transient failures itself, with backoff (and Retry-After); a retry
         // resumes the partial file.
         download.configuration.retryPolicy = RetryPolicy(maximumRetries: options.retries)
@@ -283,6 +284,8 @@ final class Downloader: @unchecked Sendable {
             return "the server announced \(mismatch.expected) bytes but \(mismatch.received) arrived"
         case .cancelled:
             return "cancelled"
+        case .digestMismatch(let mismatch):
+            return "SHA-256 mismatch: expected \(mismatch.expected.hex), got \(mismatch.actual.hex); the file was not saved"
         case .tls(let failure):
             // The same sentence without the URL, which the summary prints beside it.
             return clause(FetchError.TLSFailure(reason: failure.reason, message: failure.message, url: nil).description)
@@ -305,6 +308,7 @@ final class Downloader: @unchecked Sendable {
         case .lengthMismatch(let details): details.url
         case .parseFailed(let details): details.url
         case .invalidResponse(let details): details.url
+        case .digestMismatch(let details): details.url
         case .dependencyFailed, .fileSystem, .redirectFailed: nil
         }
     }

@@ -1,7 +1,7 @@
 // fetchkit: download URLs concurrently with FetchKit, or, with no URL, run an offline demo.
 //
 //   swift run fetchkit                                   the demo (no network needed)
-//   swift run fetchkit URL... [-o DIR] [--parallel N] [--per-host N] [--retry N] [--timeout S] [--max-size SIZE] [--force]
+//   swift run fetchkit URL... [-o DIR] [--parallel N] [--per-host N] [--retry N] [--timeout S] [--max-size SIZE] [--force] [--sha256 HEX]
 //
 // Exit status: 0 when every download succeeded, 1 when one failed, 2 for bad arguments, and
 // 130 (SIGINT, Ctrl-C) or 143 (SIGTERM) when a signal stopped the run, whether or not its

@@ -34,8 +34,13 @@ struct ErrorValueTests {
             .fileSystem(.init(kind: .writeFailed, path: "/tmp/items.json", code: 5)),
             .redirectFailed(.init(kind: .loop, chain: [url ?? otherURL, otherURL, url ?? otherURL])),
             .invalidResponse(.init(reason: .conflictingContentLength("10, 20"), url: url)),
+            .digestMismatch(.init(expected: FileDigest(.sha256, hex: String(repeating: "ab", count: 32)) ?? digest,
+                                  actual: digest, byteCount: 10, url: url, path: "/tmp/items.json")),
         ]
     }
+
+    /// The SHA-256 of the empty file.
+    static let digest = FileDigest(.sha256, hex: "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855")!
 
     /// Every kind, reason and optional detail of every case, built from texts that end with a
     /// full stop.
@@ -128,7 +133,7 @@ struct ErrorValueTests {
 
     @Test func codeNamesEveryCase() {
         #expect(Self.oneOfEach().map(\.code) == FetchError.Code.allCases)
-        #expect(Set(FetchError.Code.allCases).count == 13)
+        #expect(Set(FetchError.Code.allCases).count == 14)
         let error: FetchError = .cancelled(.init(url: Self.url))
         #expect(error.code == .cancelled)
         #expect(error.isCancellation)

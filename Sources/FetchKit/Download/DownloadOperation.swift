@@ -52,6 +52,10 @@ import FoundationNetworking
 /// that reaches it fails with ``FetchError/responseTooLarge(_:)`` having written at most the cap,
 /// and its partial file is removed.
 ///
+/// **Checksums.** Set ``expectedDigest`` (a SHA-256) and the file is hashed as it is written,
+/// resumed bytes included, and moved into place only if it matches; otherwise the download fails
+/// with ``FetchError/digestMismatch(_:)`` and its partial file is removed.
+///
 /// Errors specific to downloads are ``FetchError/fileSystem(_:)``: an unwritable destination
 /// (checked before anything is sent), a full disk, a failed move, a link where a file should
 /// be. A body shorter or longer than its `Content-Length` is ``FetchError/lengthMismatch(_:)``.
@@ -72,6 +76,9 @@ open class DownloadOperation: AnyFetchOperation, OutputProducing, @unchecked Sen
 
     private struct DownloadState {
         var resumesPartialDownloads = true
+        var expectedDigest: FileDigest?
+        /// Hands the hasher from transfer to transfer, when a digest is expected.
+        var digest: DigestCarrier?
         var resumedBytes: Int64 = 0
         var downloadedFileURL: URL?
         var notices: [PartialFileNotice] = []
@@ -134,6 +141,36 @@ open class DownloadOperation: AnyFetchOperation, OutputProducing, @unchecked Sen
                 preconditionFailure("FetchKit: resumesPartialDownloads of \(self) set after it started")
             }
             downloadState.withLock { $0.resumesPartialDownloads = newValue }
+        }
+    }
+
+    /// The digest the file must have, or `nil` (the default) not to check one.
+    ///
+    /// It is the digest of the file as written: the bytes after any `Content-Encoding` was
+    /// decoded, as a published checksum of the file gives it.
+    ///
+    /// FetchKit hashes the bytes as they are written, on the thread that writes them, and
+    /// compares before moving the file into place. A resumed download hashes the part already
+    /// on disk once, when it resumes, and goes on from there; a transfer continued after the disk
+    /// fell behind (``backpressureContinuations``) goes on from the hash it had. When the digest
+    /// differs, the download fails with ``FetchError/digestMismatch(_:)`` (not retried): the
+    /// file is not moved to ``destination`` — what was there is untouched — and the partial
+    /// file is removed, so that no later download resumes the bad bytes.
+    ///
+    /// ```swift
+    /// let download = DownloadOperation(url: isoURL, destination: folder.appendingPathComponent("disk.iso"))
+    /// download.expectedDigest = FileDigest(.sha256, hex: publishedChecksum)
+    /// ```
+    ///
+    /// Like ``AnyFetchOperation/configuration``, set it before the operation starts; setting
+    /// it later traps.
+    public var expectedDigest: FileDigest? {
+        get { downloadState.withLock { $0.expectedDigest } }
+        set {
+            guard core.withLock({ $0.machine.phase == .pending }) else {
+                preconditionFailure("FetchKit: expectedDigest of \(self) set after it started")
+            }
+            downloadState.withLock { $0.expectedDigest = newValue }
         }
     }
 
@@ -328,7 +365,8 @@ open class DownloadOperation: AnyFetchOperation, OutputProducing, @unchecked Sen
             requestedOffset: offset,
             keepsResumablePartial: resumesPartialDownloads,
             maximumLength: maximumResponseSize,
-            openFile: openPartialFile
+            openFile: openPartialFile,
+            digest: digestCarrier()
         )
         downloadState.withLock { state in
             // Only a GET can be continued with `Range`.
@@ -338,14 +376,60 @@ open class DownloadOperation: AnyFetchOperation, OutputProducing, @unchecked Sen
         return sink
     }
 
+    /// Bytes of the file read back from disk to hash them (tests: 0 unless the download
+    /// resumed a partial file it did not write itself, or a transfer cut its file back).
+    var digestBytesReadBack: Int64 {
+        downloadState.withLock { $0.digest }?.bytesReadBack ?? 0
+    }
+
+    /// The download's ``DigestCarrier``, made at the first transfer; `nil` without an expected digest.
+    private func digestCarrier() -> DigestCarrier? {
+        downloadState.withLock { state in
+            guard let expected = state.expectedDigest else { return nil }
+            if let carrier = state.digest { return carrier }
+            let carrier = DigestCarrier(expected: expected)
+            state.digest = carrier
+            return carrier
+        }
+    }
+
+    /// Checks the complete partial file against ``expectedDigest``; on a mismatch removes it
+    /// (a corrupt partial file must not be resumed) and throws.
+    ///
+    /// The hash is the one the writers kept while they wrote; if it did not cover exactly the
+    /// file (a read that failed when resuming, a last byte cut off and fetched again), the
+    /// file is hashed whole here.
+    private func verifyDigest(of partial: URL, size: Int64) throws(FetchError) {
+        guard let carrier = downloadState.withLock({ $0.digest }) else { return }
+        let hasher = carrier.take()
+        if hasher.length != size {
+            let fd = LocalFile.open(partial, O_RDONLY)
+            guard fd >= 0 else {
+                throw .fileSystem(.init(kind: .writeFailed, path: partial.path, code: errno))
+            }
+            hasher.catchUp(to: size, descriptor: fd)
+            _ = close(fd)
+            guard hasher.length == size else {
+                throw .fileSystem(.init(kind: .writeFailed, path: partial.path, code: EIO))
+            }
+        }
+        carrier.noteReadBack(hasher.bytesReadBack)
+        let actual = hasher.finish()
+        guard actual != carrier.expected else { return }
+        FileBodySink.removePartial(partialFileURL, partialRecordURL)
+        throw .digestMismatch(.init(expected: carrier.expected, actual: actual, byteCount: size,
+                                    url: core.withLock { $0.sentRequest?.url }, path: destination.path))
+    }
+
     override func makeOutput(from body: ResponseBody?, notModified: Bool) throws -> any Sendable {
         guard case .file(let partial)? = body else { throw FetchError.fileSystem(.init(kind: .writeFailed, path: partialFileURL.path, code: nil)) }
         // The file written is still the partial file (nothing was swapped in since), and the
         // destination is still a regular file or nothing. (rename(2) replaces a link itself,
         // never its target, so even a link planted after this check is not written through.)
-        guard LocalFile.status(partial)?.isPrivateRegularFile == true else {
+        guard let status = LocalFile.status(partial), status.isPrivateRegularFile else {
             throw FetchError.fileSystem(.init(kind: .unsafePath, path: partial.path, code: nil))
         }
+        try verifyDigest(of: partial, size: status.size)
         try checkDestinationFile()
         // rename(2) replaces the destination atomically: it is either the old file or the new.
         let moved = partial.withUnsafeFileSystemRepresentation { from in

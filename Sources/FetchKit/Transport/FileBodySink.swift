@@ -150,9 +150,14 @@ final class FileBodySink: DownloadBodySink {
     /// The file's length counting every chunk handed to ``write(_:)``, written or pending.
     private var acceptedLength: Int64 = 0
     private let openFile: PartialFileOpener
+    /// Hands the download's hasher from transfer to transfer (`nil`: no digest expected).
+    private let digest: DigestCarrier?
+    /// The hasher this transfer took, when the file was opened.
+    private var hasher: DigestHasher?
 
     init(partialURL: URL, recordURL: URL, sourceURL: URL?, requestedOffset: Int64, keepsResumablePartial: Bool,
-         maximumLength: Int64 = .max, openFile: PartialFileOpener = .safe) {
+         maximumLength: Int64 = .max, openFile: PartialFileOpener = .safe, digest: DigestCarrier? = nil) {
+        self.digest = digest
         self.partialURL = partialURL
         self.recordURL = recordURL
         self.sourceURL = sourceURL
@@ -192,6 +197,9 @@ final class FileBodySink: DownloadBodySink {
         length = offset
         acceptedLength = offset
         expectedEnd = expectedLength.map { offset + $0 }
+        if let digest {
+            startHashing(digest, descriptor: fd, offset: offset)
+        }
         let acceptsRanges = response.statusCode == 206
             || (response.value(forHTTPHeaderField: "Accept-Ranges")?.lowercased().contains("bytes") ?? false)
         let record = PartialDownloadRecord(
@@ -207,13 +215,32 @@ final class FileBodySink: DownloadBodySink {
         }
     }
 
+    /// Makes the writer now, with the download's hasher, and first brings the hasher to the
+    /// resume point on the writer's queue (``DigestHasher/catchUp(to:descriptor:)``): a hasher
+    /// that already hashed exactly the bytes before `offset` (the transfer before this one
+    /// wrote them) goes on; a new one (a download resumed by another operation, or another
+    /// process) reads them from the file, once.
+    private func startHashing(_ digest: DigestCarrier, descriptor fd: Int32, offset: Int64) {
+        let hasher = digest.take()
+        self.hasher = hasher
+        let writer = FileWriter(descriptor: fd, throttle: backpressure?.throttle, hasher: hasher)
+        writerBase = offset
+        self.writer = writer
+        writer.perform { hasher.catchUp(to: offset, descriptor: fd) }
+    }
+
+    /// Gives the hasher back for the next transfer or the final check: the writer has drained.
+    private func giveBackHasher() {
+        if let digest, let hasher { digest.giveBack(hasher) }
+    }
+
     func write(_ chunk: Data) throws(FetchError) {
         try admit(chunk.count)
         let writer: FileWriter
         if let existing = self.writer {
             writer = existing
         } else {
-            writer = FileWriter(descriptor: descriptor, throttle: backpressure?.throttle)
+            writer = FileWriter(descriptor: descriptor, throttle: backpressure?.throttle, hasher: hasher)
             writerBase = length
             self.writer = writer
         }
@@ -277,6 +304,7 @@ final class FileBodySink: DownloadBodySink {
             if fd >= 0 { _ = posixClose(fd) }
             throw writeFailure(failure)
         }
+        giveBackHasher()
         if fd >= 0, posixClose(fd) != 0 {
             throw .fileSystem(.init(kind: errno == ENOSPC ? .diskFull : .writeFailed, path: partialURL.path, code: errno))
         }
@@ -301,6 +329,7 @@ final class FileBodySink: DownloadBodySink {
             // a resume asks for. (A write that failed only shortened it.) The backlog is at most
             // the bound here: a resumable GET is stopped when it passes it.
             _ = drainWriter()
+            giveBackHasher()
             if let expectedEnd, length >= expectedEnd, descriptor >= 0, ftruncate(descriptor, off_t(length - 1)) == 0 {
                 // Every byte arrived before the cancel: a resume from the end would ask for an
                 // empty range (a 416). It asks for the last byte again instead.
@@ -360,7 +389,10 @@ final class FileBodySink: DownloadBodySink {
             return
         }
         let (base, expectedEnd) = (writerBase, expectedEnd)
+        let (digest, hasher) = (self.digest, self.hasher)
         writer.whenDrained { [writer] in
+            // Before the continuation can start: it takes the hasher.
+            if let digest, let hasher { digest.giveBack(hasher) }
             let status = writer.status
             let end = base + status.written
             // A `Range` from the end of a complete body asks for nothing, and gets a 416:
@@ -451,7 +483,8 @@ struct PartialFileOpener: Sendable {
 
     static let safe = PartialFileOpener { url, offset throws(FetchError) in
         if offset == 0 { LocalFile.remove(url) }
-        let fd = LocalFile.open(url, O_WRONLY | (offset == 0 ? O_CREAT | O_EXCL : 0))
+        // A resumed file is opened for reading too: an expected digest hashes what is there.
+        let fd = LocalFile.open(url, offset == 0 ? O_WRONLY | O_CREAT | O_EXCL : O_RDWR)
         guard fd >= 0 else {
             let code = errno
             switch code {

@@ -47,13 +47,22 @@ final class FileWriter: @unchecked Sendable {
     /// A test hook run on the writer's queue before each write, with its size: a throttle
     /// that makes the writer slower than the network.
     private let throttle: (@Sendable (Int) -> Void)?
+    /// Hashes each batch once it is written (on ``queue`` only).
+    private let hasher: DigestHasher?
 
     /// - Parameters:
     ///   - descriptor: An open file, positioned where the chunks go. The writer does not close it.
     ///   - throttle: Run before each write (tests only).
-    init(descriptor: Int32, throttle: (@Sendable (Int) -> Void)? = nil) {
+    ///   - hasher: Given every byte written, in order, on the writer's queue.
+    init(descriptor: Int32, throttle: (@Sendable (Int) -> Void)? = nil, hasher: DigestHasher? = nil) {
         self.descriptor = descriptor
         self.throttle = throttle
+        self.hasher = hasher
+    }
+
+    /// Runs `body` on the writer's queue before any chunk appended after this call is written.
+    func perform(_ body: @escaping @Sendable () -> Void) {
+        queue.async(execute: body)
     }
 
     /// Hands `chunk` to the writer; returns at once. The writer is woken once a batch of
@@ -166,6 +175,12 @@ final class FileWriter: @unchecked Sendable {
             let size = batch.reduce(0) { $0 + $1.count }
             throttle?(size)
             let failure = gather(batch[...], into: [])
+            if failure == nil, let hasher {
+                hasher.markCheckpoint()
+                // Hashed after the write, from the same buffers: the bytes are still in the
+                // cache, and a failed write leaves nothing to hash (the download fails).
+                for chunk in batch { hasher.update(chunk) }
+            }
             state.withLock { state in
                 state.status.backlog -= Int64(size)
                 if let failure {

@@ -1,0 +1,101 @@
+import Foundation
+
+/// A digest of a file's bytes: what a ``DownloadOperation`` checks its file against before
+/// moving it into place (``DownloadOperation/expectedDigest``).
+///
+/// ```swift
+/// guard let digest = FileDigest(.sha256, hex: "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08") else { return }
+/// download.expectedDigest = digest
+/// ```
+///
+/// The algorithms are ``Algorithm`` values, not an enum: more can come without breaking code
+/// that names one. Two digests are equal when they are of the same algorithm and the same bytes.
+public struct FileDigest: Sendable, Hashable, CustomStringConvertible {
+    /// A hash algorithm FetchKit can compute while it writes a download.
+    public struct Algorithm: Sendable, Hashable, CustomStringConvertible {
+        /// The algorithm's usual name, lowercase: `sha256`.
+        public let name: String
+        /// The length of its digests in bytes.
+        public let byteCount: Int
+
+        /// SHA-256 (FIPS 180-4): 32 bytes.
+        public static let sha256 = Algorithm(name: "sha256", byteCount: 32)
+
+        /// The algorithms FetchKit supports.
+        public static let all: [Algorithm] = [.sha256]
+
+        /// The algorithm named `name` (case-insensitive: `sha256`, `SHA-256`), if FetchKit supports it.
+        public init?(named name: String) {
+            let key = name.lowercased().filter { $0 != "-" && $0 != "_" }
+            guard let found = Self.all.first(where: { $0.name == key }) else { return nil }
+            self = found
+        }
+
+        private init(name: String, byteCount: Int) {
+            self.name = name
+            self.byteCount = byteCount
+        }
+
+        /// The name, as in `sha256`.
+        public var description: String { name }
+    }
+
+    /// The algorithm.
+    public let algorithm: Algorithm
+    /// The digest's bytes (``Algorithm/byteCount`` of them).
+    public let bytes: [UInt8]
+
+    /// A digest of `algorithm` given as its bytes; `nil` unless there are
+    /// ``Algorithm/byteCount`` of them.
+    public init?(_ algorithm: Algorithm, bytes: [UInt8]) {
+        guard bytes.count == algorithm.byteCount else { return nil }
+        self.algorithm = algorithm
+        self.bytes = bytes
+    }
+
+    /// A digest of `algorithm` written in hexadecimal, as `sha256sum` prints it (either case;
+    /// surrounding spaces allowed). `nil` unless it is exactly ``Algorithm/byteCount`` bytes of hex.
+    public init?(_ algorithm: Algorithm, hex: String) {
+        let digits = Array(hex.trimmingCharacters(in: .whitespaces).utf8)
+        guard digits.count == algorithm.byteCount * 2 else { return nil }
+        var bytes = [UInt8]()
+        bytes.reserveCapacity(algorithm.byteCount)
+        var index = 0
+        while index < digits.count {
+            guard let high = Self.nibble(digits[index]), let low = Self.nibble(digits[index + 1]) else { return nil }
+            bytes.append(high << 4 | low)
+            index += 2
+        }
+        self.init(algorithm, bytes: bytes)
+    }
+
+    /// A digest that FetchKit computed: the length is right by construction.
+    init(uncheckedAlgorithm algorithm: Algorithm, bytes: [UInt8]) {
+        self.algorithm = algorithm
+        self.bytes = bytes
+    }
+
+    /// The bytes in lowercase hexadecimal, as `sha256sum` prints them.
+    public var hex: String {
+        let digits = Array("0123456789abcdef".utf8)
+        var text = [UInt8]()
+        text.reserveCapacity(bytes.count * 2)
+        for byte in bytes {
+            text.append(digits[Int(byte >> 4)])
+            text.append(digits[Int(byte & 0x0f)])
+        }
+        return String(decoding: text, as: UTF8.self)
+    }
+
+    /// `sha256:` and the hex digits.
+    public var description: String { "\(algorithm.name):\(hex)" }
+
+    private static func nibble(_ digit: UInt8) -> UInt8? {
+        switch digit {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): return digit - UInt8(ascii: "0")
+        case UInt8(ascii: "a")...UInt8(ascii: "f"): return digit - UInt8(ascii: "a") + 10
+        case UInt8(ascii: "A")...UInt8(ascii: "F"): return digit - UInt8(ascii: "A") + 10
+        default: return nil
+        }
+    }
+}
