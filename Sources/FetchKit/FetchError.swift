@@ -483,6 +483,18 @@ extension FetchError {
             self.dependencyError = dependencyError
         }
 
+        /// The dependency's own ``FetchError``, when the dependency was a fetch that failed
+        /// (`nil` if it was cancelled without being one, or failed with another error).
+        ///
+        /// ```swift
+        /// if case .dependencyFailed(let failure) = error, failure.dependencyFetchError?.statusCode == 401 {
+        ///     logIn()
+        /// }
+        /// ```
+        public var dependencyFetchError: FetchError? {
+            dependencyError?.error as? FetchError
+        }
+
         /// Whether the dependency was cancelled (as opposed to failing).
         public var dependencyWasCancelled: Bool {
             guard let error = dependencyError?.error as? FetchError else { return dependencyError == nil }

@@ -358,4 +358,26 @@ struct MatchingServerErrorsTests {
         #expect(matched == ["404", "4xx"])
         #expect(operation.result.map { if case .failure(.unacceptableStatus(404)) = $0 { true } else { false } } == true)
     }
+
+    @Test func aFailedDependencysOwnErrorIsTyped() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let login = FetchOperation<Data>(url: server.url("/status/401"))
+        login.configuration.retryPolicy = .none
+        login.name = "login"
+        let getUser = FetchOperation<Data>(url: server.url("/json"))
+        getUser.addDependency(login)
+        let error = await #expect(throws: FetchError.self) { try await FetchQueue().fetch(getUser) }
+        guard case .dependencyFailed(let failure)? = error else {
+            Issue.record("expected dependencyFailed, got \(String(describing: error))")
+            return
+        }
+        #expect(failure.dependencyFetchError?.statusCode == 401)
+        #expect(failure.dependencyFetchError == login.error)
+        #expect(!failure.dependencyWasCancelled)
+        #expect(server.requestCount(path: "/json") == 0)
+
+        let cancelled = FetchError.DependencyFailure(dependency: "'other'", dependencyError: nil)
+        #expect(cancelled.dependencyFetchError == nil)
+    }
 }
