@@ -323,6 +323,13 @@ open class AnyFetchOperation: Operation, @unchecked Sendable {
         nil
     }
 
+    /// Whether the operation can make its output from a `304 Not Modified` when its validator
+    /// store kept no body for the URL. `true` here (a download keeps its file); a
+    /// ``FetchOperation`` says.
+    var revalidatesWithoutStoredBody: Bool {
+        true
+    }
+
     /// Last checks of a prepared, valid request, once, before the first attempt (a download
     /// checks and claims its destination).
     func prepareTransferRequest(_ request: URLRequest) throws(FetchError) -> URLRequest {
