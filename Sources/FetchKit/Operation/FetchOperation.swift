@@ -128,6 +128,17 @@ struct MissingParser: Error, CustomStringConvertible {
     }
 }
 
+/// A ``FetchOperation`` whose output is the body itself: a plain GET, with no subclass.
+///
+/// ```swift
+/// func icon(at url: URL) async throws -> Data {
+///     try await FetchQueue.shared.fetch(DataFetchOperation(url: url))
+/// }
+/// ```
+///
+/// It is `FetchOperation<Data>` under a shorter name, beside ``JSONFetchOperation``.
+public typealias DataFetchOperation = FetchOperation<Data>
+
 /// A ``FetchOperation`` that decodes a JSON body: a JSON GET is one line, with no subclass.
 ///
 /// ```swift
