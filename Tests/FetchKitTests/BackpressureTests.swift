@@ -159,6 +159,53 @@ struct BackpressureTests {
         #expect(contents(destination) == BytePattern.data(offset: 0, count: 65536))
     }
 
+    /// A download cancelled while its disk hangs keeps its partial file once the writer is done,
+    /// and meanwhile holds up no other transfer: the wait for the writer is off the session's
+    /// queue. (It waited on that queue, so a stalled disk stalled every transfer of the session.)
+    @Test(.disabled(if: runsUnderSanitizer, "blocks a writer thread for seconds on purpose; under a sanitizer on two cores, libdispatch's pool grows too slowly around it for the suite's other timings"))
+    func aDownloadCancelledWhileItsDiskHangsHoldsUpNoOtherTransfer() async throws {
+        let server = try LoopbackServer()
+        let directory = try TemporaryDirectory()
+        defer { server.stop(); directory.remove() }
+        let length = 4 << 20
+        server.resumableRoute("/big", length: length, etag: Locked("v1"), cutFull: Locked(false))
+        let destination = directory.file("big.bin")
+        let download = DownloadOperation(url: server.url("/big"), destination: destination)
+        download.configuration.retryPolicy = .none
+        let release = Countdown(1)
+        let firstWrite = Locked(true)
+        // No bound: the transfer is never stopped for the disk, so the cancel finds the writer busy.
+        download.backpressure = Backpressure(bound: .max, throttle: { _ in
+            if firstWrite.withLock({ first in defer { first = false }; return first }) {
+                _ = release.waitBlocking(timeout: 60)
+            }
+        })
+        let received = Countdown(1)
+        download.onProgress(on: .global) { progress in
+            if progress.bytesReceived >= 512 << 10 { received.signal() }
+        }
+        let ended = Countdown(1)
+        download.onCompletion(on: .global) { _ in ended.signal() }
+        download.start()
+        #expect(await received.wait(), "the body flows; its first write hangs")
+        download.cancel()
+        // Meanwhile another fetch on the same (shared) session completes.
+        let other = FetchOperation<Data>(url: server.url("/json"))
+        other.configuration.retryPolicy = .none
+        let otherDone = Countdown(1)
+        other.onCompletion(on: .global) { _ in otherDone.signal() }
+        other.start()
+        let otherFinished = await otherDone.wait(timeout: 10)
+        release.signal()
+        #expect(await ended.wait())
+        #expect(otherFinished, "a fetch completed while the cancelled download waited for its disk")
+        #expect(other.error == nil)
+        #expect(download.error?.isCancellation == true)
+        let partial = try #require(contents(download.partialFileURL), "the resumable partial file is kept")
+        #expect(partial.count >= 512 << 10 && partial == BytePattern.data(offset: 0, count: partial.count),
+                "every byte that reached the writer is on disk, in order")
+    }
+
     @Test(.disabled(if: runsUnderSanitizer, "blocks a writer thread for seconds on purpose; under a sanitizer on two cores, libdispatch's pool grows too slowly around it for the suite's other timings"))
     func aHangingWriteDoesNotHoldUpTheTransfer() async throws {
         let server = try LoopbackServer()

@@ -279,9 +279,22 @@ final class Transfer: TransferHandle, @unchecked Sendable {
             DispatchQueue.global().async { task.cancel() }
         }
         if !ending.drainTask { task = nil }
-        if failed { sink.abandon() }
         let owner = self.owner
         self.owner = nil
+        if failed, !ending.drainTask, let download, download.storesLater {
+            // A download keeps its partial file once the writer has written what it was handed
+            // (a resume asks for what follows). That wait is off this queue — every transfer of
+            // the session shares it, and a stalled disk must not stall them all — and the end is
+            // reported back here, after the sink let go of the file.
+            download.whenWritten { [self] in
+                queue.async {
+                    self.sink.abandon()
+                    owner?.transferDidEnd(result, of: self)
+                }
+            }
+            return
+        }
+        if failed { sink.abandon() }
         owner?.transferDidEnd(result, of: self)
     }
 
