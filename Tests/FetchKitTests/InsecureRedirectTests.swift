@@ -46,7 +46,11 @@ struct InsecureRedirectTests {
         let response = try #require(HTTPURLResponse(url: url, statusCode: 302, httpVersion: "HTTP/1.1", headerFields: ["Location": to]))
         var next = transfer.request
         next.url = URL(string: to)
-        return transfer.redirect(response, to: next)
+        // On the transfer's queue, as URLSession's callbacks are; then whatever the redirect
+        // queued there behind it (a resend) has run before the test reads the transfer again.
+        let decision = transfer.queue.sync { transfer.redirect(response, to: next) }
+        transfer.queue.sync {}
+        return decision
     }
 
     /// A Basic challenge from api.example.com on `port`.
