@@ -14,6 +14,16 @@ private func slowDisk(bytesPerMicrosecond: Int) -> @Sendable (Int) -> Void {
     return { size in usleep(useconds_t(size / rate)) }
 }
 
+/// A disk whose first write hangs until `release` (60 s at most); the others go at once.
+private func hangingFirstWrite(until release: Countdown) -> @Sendable (Int) -> Void {
+    let first = Locked(true)
+    return { _ in
+        if first.withLock({ value in defer { value = false }; return value }) {
+            _ = release.waitBlocking(timeout: 60)
+        }
+    }
+}
+
 @Suite("Backpressure: a download's memory stays bounded when the disk falls behind", .timeLimit(.minutes(3)))
 struct BackpressureTests {
     private func contents(_ url: URL) -> Data? { FileManager.default.contents(atPath: url.path) }
@@ -173,13 +183,8 @@ struct BackpressureTests {
         let download = DownloadOperation(url: server.url("/big"), destination: destination)
         download.configuration.retryPolicy = .none
         let release = Countdown(1)
-        let firstWrite = Locked(true)
         // No bound: the transfer is never stopped for the disk, so the cancel finds the writer busy.
-        download.backpressure = Backpressure(bound: .max, throttle: { _ in
-            if firstWrite.withLock({ first in defer { first = false }; return first }) {
-                _ = release.waitBlocking(timeout: 60)
-            }
-        })
+        download.backpressure = Backpressure(bound: .max, throttle: hangingFirstWrite(until: release))
         let received = Countdown(1)
         download.onProgress(on: .global) { progress in
             if progress.bytesReceived >= 512 << 10 { received.signal() }
@@ -216,12 +221,7 @@ struct BackpressureTests {
         let destination = directory.file("big.bin")
         let download = DownloadOperation(url: server.url("/big"), destination: destination)
         let release = Countdown(1)
-        let firstWrite = Locked(true)
-        download.backpressure = Backpressure(bound: 1 << 20, throttle: { _ in
-            if firstWrite.withLock({ first in defer { first = false }; return first }) {
-                _ = release.waitBlocking(timeout: 60)
-            }
-        })
+        download.backpressure = Backpressure(bound: 1 << 20, throttle: hangingFirstWrite(until: release))
         // The first write is one batch (256 KiB): a router held up by it would stop short of this.
         let receivedWhileHeld = Countdown(1)
         download.onProgress(on: .immediate) { progress in
