@@ -178,14 +178,6 @@ final class DigestHasher: @unchecked Sendable {
             return FileDigest(uncheckedAlgorithm: algorithm, bytes: portable.finish())
         }
     }
-
-    /// The digest of `bytes` at once.
-    static func digest(_ algorithm: FileDigest.Algorithm, of bytes: some Collection<UInt8>) -> FileDigest {
-        let hasher = DigestHasher(algorithm)
-        let array = Array(bytes)
-        array.withUnsafeBytes { hasher.update($0) }
-        return hasher.finish()
-    }
 }
 
 /// The system's SHA-256, found with `dlsym` in what the process has loaded.
