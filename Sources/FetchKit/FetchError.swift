@@ -100,6 +100,10 @@ public enum FetchError: Error, Sendable, Equatable {
     /// ``DownloadOperation/expectedDigest``. The file was not moved into place, and its partial
     /// file was removed. Not retried.
     case digestMismatch(DigestMismatch)
+    /// The queue's ``FetchAuthentication`` could not give the fetch a credential the server
+    /// accepts: none is set, its refresh failed or was refused, the refresh limit was reached,
+    /// or the server refused the refreshed one too. Nothing was sent without a credential.
+    case authenticationFailed(AuthenticationFailure)
 }
 
 extension FetchError {
@@ -134,6 +138,8 @@ extension FetchError {
         case invalidResponse
         /// ``FetchError/digestMismatch(_:)``.
         case digestMismatch
+        /// ``FetchError/authenticationFailed(_:)``.
+        case authenticationFailed
     }
 
     /// The error's kind, without its payload.
@@ -158,6 +164,7 @@ extension FetchError {
         case .redirectFailed: return .redirectFailed
         case .invalidResponse: return .invalidResponse
         case .digestMismatch: return .digestMismatch
+        case .authenticationFailed: return .authenticationFailed
         }
     }
 }
@@ -583,6 +590,61 @@ extension FetchError {
         }
     }
 
+    /// Why a fetch that needed the queue's credential did not get one the server accepts (see
+    /// ``FetchAuthentication``).
+    public struct AuthenticationFailure: Sendable, Equatable, CustomStringConvertible {
+        /// What went wrong.
+        public indirect enum Reason: Sendable, Equatable {
+            /// No credential is set (never logged in, or logged out): nothing was sent.
+            case noCredential
+            /// The refresh of the credential failed — its operation's error, such as the refresh
+            /// endpoint's `400` or `401`, or its cancellation. Every fetch that waited for it
+            /// fails once with this, and so does each later fetch of the same credential, without
+            /// another refresh, until a new credential is set.
+            case refreshFailed(FetchError)
+            /// The server refused the credential again after the fetch was sent with a refreshed
+            /// one (the status it answered, usually 401). The fetch is not refreshed twice.
+            case refused(statusCode: Int)
+            /// More than `maximum` refreshes started within `window` seconds: a backstop against
+            /// a server that keeps refusing fresh credentials. The fetch was not sent.
+            case refreshLimitReached(maximum: Int, window: TimeInterval)
+        }
+
+        /// What went wrong.
+        public let reason: Reason
+        /// The ``FetchCredential/generation`` of the credential concerned (0 if none was set).
+        public let generation: UInt64
+        /// The URL of the fetch.
+        public internal(set) var url: URL?
+
+        /// Creates the details of an authentication failure.
+        ///
+        /// - Parameters:
+        ///   - reason: What went wrong.
+        ///   - generation: The credential's generation (0 if none was set).
+        ///   - url: The URL of the fetch.
+        public init(reason: Reason, generation: UInt64, url: URL?) {
+            self.reason = reason
+            self.generation = generation
+            self.url = url
+        }
+
+        /// A sentence naming the redacted URL and what went wrong.
+        public var description: String {
+            let target = url.map(Redaction.redacted) ?? "The request"
+            switch reason {
+            case .noCredential:
+                return "\(target) was not sent: no credential is set (log in first)."
+            case .refreshFailed(let error):
+                return "\(target) was not authorised: refreshing credential \(generation) failed: \(Prose.clause(error.description))."
+            case .refused(let statusCode):
+                return "\(target) was not authorised: the server refused the refreshed credential \(generation) too (HTTP \(statusCode))."
+            case .refreshLimitReached(let maximum, let window):
+                return "\(target) was not sent: more than \(maximum) credential refreshes within \(Int(window)) s; refreshing stopped."
+            }
+        }
+    }
+
     /// Details of ``FetchError/invalidResponse(_:)``.
     public struct InvalidResponse: Sendable, Equatable, CustomStringConvertible {
         /// What was wrong with the response head.
@@ -823,6 +885,7 @@ extension FetchError: CustomStringConvertible, LocalizedError {
         case .redirectFailed(let details): return details.description
         case .invalidResponse(let details): return details.description
         case .digestMismatch(let details): return details.description
+        case .authenticationFailed(let details): return details.description
         }
     }
 

@@ -309,6 +309,7 @@ final class Downloader: @unchecked Sendable {
         case .parseFailed(let details): details.url
         case .invalidResponse(let details): details.url
         case .digestMismatch(let details): details.url
+        case .authenticationFailed(let details): details.url
         case .dependencyFailed, .fileSystem, .redirectFailed: nil
         }
     }

@@ -84,6 +84,14 @@ public protocol FetchEventMonitor: Sendable {
     ///   - fetch: The fetch; its typed result is on `fetch.operation`.
     ///   - error: Why it failed, or `nil` on success.
     func fetch(_ fetch: MonitoredFetch, didFinishWith error: FetchError?)
+    /// The queue's ``FetchAuthentication`` started refreshing its credential, or the refresh
+    /// ended (succeeded or failed), with the generation concerned: once each per refresh,
+    /// however many fetches wait for it.
+    ///
+    /// - Parameters:
+    ///   - fetch: The refresh operation, which the monitor also hears of as a fetch.
+    ///   - event: What happened.
+    func fetch(_ fetch: MonitoredFetch, didRefreshCredential event: CredentialRefreshEvent)
 }
 
 extension FetchEventMonitor {
@@ -95,6 +103,7 @@ extension FetchEventMonitor {
     public func fetch(_ fetch: MonitoredFetch, willRetry event: RetryEvent) {}
     public func fetch(_ fetch: MonitoredFetch, didCollect metrics: FetchMetrics) {}
     public func fetch(_ fetch: MonitoredFetch, didFinishWith error: FetchError?) {}
+    public func fetch(_ fetch: MonitoredFetch, didRefreshCredential event: CredentialRefreshEvent) {}
 }
 
 enum MonitorDefaults {
@@ -174,6 +183,7 @@ enum MonitorEvent: Sendable {
     case retry(RetryEvent)
     case metrics(FetchMetrics)
     case finished(FetchError?)
+    case credentialRefresh(CredentialRefreshEvent)
 
     func deliver(_ fetch: MonitoredFetch, to monitor: any FetchEventMonitor) {
         switch self {
@@ -184,6 +194,7 @@ enum MonitorEvent: Sendable {
         case .retry(let event): monitor.fetch(fetch, willRetry: event)
         case .metrics(let metrics): monitor.fetch(fetch, didCollect: metrics)
         case .finished(let error): monitor.fetch(fetch, didFinishWith: error)
+        case .credentialRefresh(let event): monitor.fetch(fetch, didRefreshCredential: event)
         }
     }
 }

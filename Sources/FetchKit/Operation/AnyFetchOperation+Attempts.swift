@@ -67,7 +67,26 @@ extension AnyFetchOperation {
             limits.fetchStartedAt = firstStart
             deadline = left
         }
-        let attemptSetup = prepareAttempt(request, attempt: attempt)
+        // The credential, if the queue has one for this request: current now, or worth a wait.
+        var credential: (FetchCredential, FetchAuthentication)?
+        if let coordinator, let authentication = authentication(for: request, on: coordinator) {
+            switch authentication.beginAttempt(url: request.url, on: coordinator) {
+            case .send(let current):
+                credential = (current, authentication)
+            case .wait(let generation, _):
+                waitForRefresh(of: generation, by: authentication, prepared: request)
+                return
+            case .fail(let error):
+                abandonSetup(error)
+                return
+            }
+        }
+        var attemptSetup = prepareAttempt(request, attempt: attempt)
+        if let (current, authentication) = credential {
+            // Last, over the app's own headers; kept out of the request the operation records.
+            authentication.authenticator.apply(current, to: &attemptSetup.request)
+        }
+        core.withLock { $0.authGeneration = credential?.0.generation ?? 0 }
         limits.acceptsNotModified = attemptSetup.acceptsNotModified
         let handle: any TransferHandle
         if let coordinator {
@@ -106,7 +125,7 @@ extension AnyFetchOperation {
 
     /// The attempt's setup ends without a transfer: with `error`, or, if a cancel came during
     /// the setup, as cancelled (the cancel left the reporting to the setup).
-    private func abandonSetup(_ error: FetchError) {
+    func abandonSetup(_ error: FetchError) {
         let complete = core.withLock { core in
             core.machine.failBeforeTransfer(error)
                 || core.machine.attemptEnded(.failure(error)) == .complete
@@ -130,7 +149,7 @@ extension AnyFetchOperation {
 
     /// A retry's delay, or a continuation's wait for the disk, is over: the next attempt
     /// begins, unless a cancel ended the wait first.
-    private func waitEnded(continuing: Bool) {
+    func waitEnded(continuing: Bool) {
         if core.withLock({ $0.machine.resumeAfterWait() }) {
             beginAttempt(continuing: continuing)
         }
@@ -149,6 +168,9 @@ extension AnyFetchOperation {
         case retry(RetryEvent)
         /// A download continues once the disk has caught up with `sink`.
         case continuation(any DownloadBodySink)
+        /// The server refused the credential: send again with the current one, once the refresh
+        /// of `generation` is over (at once for `nil`).
+        case authenticate(FetchAuthentication?, generation: UInt64)
     }
 
     /// Whether another attempt follows one that ended with `result`, by the policy, the total
@@ -169,6 +191,9 @@ extension AnyFetchOperation {
         }
         // Stopped for the disk to catch up: continue as the same attempt once it has.
         if let sink = sinkThatFellBehind() { return (.continuation(sink), result) }
+        if case .failure(_, let response?) = result, let refused = afterRefusal(response, error: error) {
+            return refused
+        }
         guard let delay = configuration.value.retryPolicy.delay(after: error, attempt: attempt, method: request?.httpMethod ?? "GET")
         else { return (.none, result) }
         // Silent for the whole idle timeout without a word: the timeout the user set is how
@@ -246,6 +271,10 @@ extension AnyFetchOperation {
             case .continuation(let sink):
                 // From what is on disk, once the writer has caught up and the stopped task is over.
                 sink.whenReadyToContinue { self.waitEnded(continuing: true) }
+            case .authenticate(let authentication?, let generation):
+                joinRefresh(of: generation, by: authentication)
+            case .authenticate(nil, _):
+                DispatchQueue.global().async { self.waitEnded(continuing: false) }
             case .none:
                 preconditionFailure("unreachable: the lifecycle waits only when another attempt follows")
             }

@@ -234,6 +234,11 @@ extension AnyFetchOperation {
         /// The fetch's deadline passed while the current attempt waited for a slot: it was
         /// stopped, and ends as a total timeout rather than a cancel.
         var attemptOverdue = false
+        /// The credential generation the current attempt carries (0: none; see
+        /// AnyFetchOperation+Authentication.swift).
+        var authGeneration: UInt64 = 0
+        /// The fetch was sent again because its credential was refused: a second refusal ends it.
+        var authResent = false
     }
 
     /// State that only some callers ask for, boxed at first use (see ``Core``). Reached only
@@ -390,6 +395,13 @@ protocol TransferCoordinator: AnyObject, Sendable {
     /// The operation finished: called once, in the terminal transition, before any completion
     /// handler runs.
     func operationDidComplete(_ operation: AnyFetchOperation, id: FetchID)
+
+    /// The credential its operations carry, if any (see ``FetchAuthentication``).
+    var authentication: FetchAuthentication? { get }
+
+    /// Runs the refresh of `authentication`'s credential of `generation`, and tells it of the
+    /// end once.
+    func runRefresh(_ operation: FetchOperation<FetchCredential>, generation: UInt64, for authentication: FetchAuthentication)
 }
 
 /// What runs when an operation finishes (see ``AnyFetchOperation/CompletionEntry``).

@@ -101,6 +101,12 @@ public struct FetchConfiguration: Sendable {
     /// ``ValidatorStore``.
     public var validatorStore: ValidatorStore?
 
+    /// Whether the ``FetchQueue/authentication`` of the queue that runs the fetch applies to it
+    /// (when its URL is one of the authentication's origins). Default `true`; `false` sends it
+    /// without the credential, and it never waits for a refresh. FetchKit sets it to `false` on
+    /// the refresh operation it runs.
+    public var authenticates = true
+
     /// The default ``maximumResponseSize``: 512 MiB.
     public static let defaultMaximumResponseSize: Int64 = 512 << 20
 
@@ -152,6 +158,7 @@ extension FetchConfiguration {
               credentials == nil, other.credentials == nil,
               retryPolicy == other.retryPolicy,
               allowsInsecureRedirects == other.allowsInsecureRedirects,
+              authenticates == other.authenticates,
               acceptableStatusCodes == other.acceptableStatusCodes
         else { return false }
         switch (parseQueue.target, other.parseQueue.target) {

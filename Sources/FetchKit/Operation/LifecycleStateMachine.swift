@@ -247,6 +247,27 @@ struct LifecycleStateMachine: Sendable {
         return true
     }
 
+    /// The attempt's setup found that it must wait before anything is sent (for the refresh
+    /// of its credential): `executing(waiting)`, which ``resumeAfterWait()`` or
+    /// ``failWhileWaiting(_:)`` ends.
+    ///
+    /// - Returns: `false` if a cancel came during the setup (report it as for ``attachTransfer()``).
+    mutating func waitDuringSetup() -> Bool {
+        guard case .executing(.settingUp) = state else { return false }
+        state = .executing(.waiting)
+        return true
+    }
+
+    /// What the operation waited for failed (its credential's refresh): it ends with `error`.
+    ///
+    /// - Returns: `true` if the caller must now ``complete()``; `false` if a cancel ended the
+    ///   wait first.
+    mutating func failWhileWaiting(_ error: FetchError) -> Bool {
+        guard case .executing(.waiting) = state else { return false }
+        state = .finishing(.completing(.failure(error)))
+        return true
+    }
+
     /// Whether an attempt's transfer is attached and no cancel has stopped it.
     var isTransferring: Bool {
         if case .executing(.transferring) = state { return true }

@@ -73,6 +73,9 @@ public final class FetchQueue: @unchecked Sendable {
     let monitorChannel: MonitorChannel?
     /// How long the network-activity flag stays on after the last transfer ended.
     public let networkActivityHideDelay: TimeInterval
+    /// The credential its fetches to the authentication's origins carry, refreshed once for
+    /// any number of refusals; `nil` for none. See ``FetchAuthentication``.
+    public let authentication: FetchAuthentication?
 
     let operationQueue: OperationQueue
     /// Runs the network-activity hide timer: after the delay, call the closure. Replaceable so
@@ -107,18 +110,21 @@ public final class FetchQueue: @unchecked Sendable {
     ///     own request.
     ///   - networkActivityHideDelay: How long ``isNetworkActive`` stays `true` after the last
     ///     transfer, so that it does not flicker between back-to-back requests. Default 0.25 s.
+    ///   - authentication: The credential of an API, applied to the fetches to its origins and
+    ///     refreshed once for any number of refusals (see ``FetchAuthentication``). Default none.
     public convenience init(
         name: String = "FetchKit.FetchQueue",
         maximumConcurrentTransfers: Int = FetchQueue.defaultMaximumConcurrentTransfers,
         maximumTransfersPerHost: Int = FetchQueue.defaultMaximumTransfersPerHost,
         monitors: [any FetchEventMonitor] = [],
         coalescesIdenticalRequests: Bool = false,
-        networkActivityHideDelay: TimeInterval = 0.25
+        networkActivityHideDelay: TimeInterval = 0.25,
+        authentication: FetchAuthentication? = nil
     ) {
         self.init(name: name, maximumConcurrentTransfers: maximumConcurrentTransfers,
                   maximumTransfersPerHost: maximumTransfersPerHost,
                   monitors: monitors, coalescesIdenticalRequests: coalescesIdenticalRequests,
-                  networkActivityHideDelay: networkActivityHideDelay,
+                  networkActivityHideDelay: networkActivityHideDelay, authentication: authentication,
                   activityTimer: { delay, fire in DispatchQueue.global().asyncAfter(deadline: .now() + delay, execute: fire) })
     }
 
@@ -129,9 +135,11 @@ public final class FetchQueue: @unchecked Sendable {
         monitors: [any FetchEventMonitor],
         coalescesIdenticalRequests: Bool,
         networkActivityHideDelay: TimeInterval,
+        authentication: FetchAuthentication? = nil,
         activityTimer: @escaping @Sendable (TimeInterval, @escaping @Sendable () -> Void) -> Void
     ) {
         self.activityTimer = activityTimer
+        self.authentication = authentication
         self.name = name
         self.monitors = monitors
         monitorChannel = MonitorChannel(monitors, label: "\(name).monitors")

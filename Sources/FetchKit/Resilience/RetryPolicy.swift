@@ -91,7 +91,7 @@ public struct RetryPolicy: Sendable, Equatable {
         case .unacceptableStatus(let failure):
             return retryableStatusCodes.contains(failure.statusCode)
         case .invalidRequest, .cancelled, .responseTooLarge, .parseFailed, .dependencyFailed, .fileSystem, .redirectFailed,
-             .invalidResponse, .tls, .digestMismatch:
+             .invalidResponse, .tls, .digestMismatch, .authenticationFailed:
             return false
         }
     }

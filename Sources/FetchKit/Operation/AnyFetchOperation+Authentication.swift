@@ -1,0 +1,93 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+// The credential of the operation's queue (see ``FetchAuthentication``), in the operation's
+// own lifecycle: an attempt that must wait for a refresh waits in `executing(waiting)`, like a
+// retry's delay — no transfer, no slot — and the refresh's end resumes it (or fails it).
+// Each attempt records the generation it carries (`Record.authGeneration`); a refused one is
+// sent again once (`Record.authResent`).
+extension AnyFetchOperation {
+    /// The queue's authentication, if it applies to `request`: a configured origin, and a
+    /// fetch that does not opt out.
+    func authentication(for request: URLRequest, on coordinator: any TransferCoordinator) -> FetchAuthentication? {
+        guard let authentication = coordinator.authentication, authentication.covers(request.url),
+              core.withLock({ $0.settings.configurationBox.value.authenticates })
+        else { return nil }
+        return authentication
+    }
+
+    /// During an attempt's setup, before anything is recorded or sent: wait for the refresh of
+    /// `generation`, then begin the attempt again from `prepared`.
+    func waitForRefresh(of generation: UInt64, by authentication: FetchAuthentication, prepared: URLRequest) {
+        let waiting = core.withLock { core -> Bool in
+            guard core.machine.waitDuringSetup() else { return false }
+            // The first attempt waits before its request was recorded: the next starts from it.
+            if core.preparedRequest == nil { core.attemptBase = prepared }
+            return true
+        }
+        guard waiting else {
+            // Cancelled during the setup: reported now.
+            abandonSetup(.cancelled(.init(url: prepared.url)))
+            return
+        }
+        joinRefresh(of: generation, by: authentication)
+    }
+
+    /// In `executing(waiting)`: the next attempt begins when the refresh of `generation` is
+    /// over, or the fetch fails with the refresh's error. A cancel meanwhile completes it at
+    /// once, and the refresh's end then changes nothing.
+    func joinRefresh(of generation: UInt64, by authentication: FetchAuthentication) {
+        authentication.join(generation: generation) { [self] error in
+            if let error {
+                failWaiting(error)
+            } else {
+                waitEnded(continuing: false)
+            }
+        }
+    }
+
+    private func failWaiting(_ error: FetchError) {
+        let complete = core.withLock { core -> Bool in
+            var named = error
+            if case .authenticationFailed(var failure) = error {
+                failure.url = core.preparedRequest?.url
+                named = .authenticationFailed(failure)
+            }
+            return core.machine.failWhileWaiting(named)
+        }
+        if complete { completeNow() }
+    }
+
+    /// What follows an attempt whose `response` ended it with `error`, if the server refused
+    /// the credential it carried; `nil` if it did not carry one, or was not refused.
+    func afterRefusal(_ response: HTTPURLResponse, error: FetchError) -> (next: NextAttempt, result: TransferResult)? {
+        let (generation, resent, coordinator, request) = core.withLock { core in
+            (core.authGeneration, core.authResent, core.coordinator, core.preparedRequest)
+        }
+        guard generation != 0, let coordinator, let authentication = coordinator.authentication,
+              authentication.authenticator.isRefused(response)
+        else { return nil }
+        // A stream cannot be sent again: the refusal stands.
+        if request?.httpBodyStream != nil { return nil }
+        let url = request?.url
+        // Refused again after it was sent with a newer credential: one refresh per fetch.
+        if resent {
+            let failure = FetchError.AuthenticationFailure(reason: .refused(statusCode: response.statusCode),
+                                                           generation: generation, url: url)
+            return (.none, .failure(.authenticationFailed(failure), response))
+        }
+        let next: NextAttempt
+        switch authentication.refused(generation: generation, url: url, on: coordinator) {
+        case .send:
+            next = .authenticate(nil, generation: generation)
+        case .wait(let refreshing, _):
+            next = .authenticate(authentication, generation: refreshing)
+        case .fail(let failure):
+            return (.none, .failure(failure, response))
+        }
+        core.withLock { $0.authResent = true }
+        return (next, .failure(error, response))
+    }
+}

@@ -1,0 +1,394 @@
+import Foundation
+import LoopbackServer
+import Testing
+@testable import FetchKit
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+/// An API on the loopback server that accepts one token at a time, counts `/refresh` and
+/// records each request's `Authorization` (the server records every request's headers).
+private final class TokenAPI: @unchecked Sendable {
+    let server: LoopbackServer
+    /// The token `/api/...` accepts (nil: none).
+    let valid: Locked<String?>
+    /// What `/refresh` answers: the new token, or a status.
+    let refreshAnswer: Locked<Result<String, HTTPStatusAnswer>>
+    /// Held until open, if set: `/refresh` waits for it before answering.
+    let refreshGate: Locked<ServerGate?> = Locked(nil)
+    /// Counts the refused requests, so that a refresh can wait for all of them.
+    let refusals: Locked<Int> = Locked(0)
+    /// Counts the refresh requests as they arrive (before they are answered).
+    let refreshArrivals: Locked<Int> = Locked(0)
+
+    struct HTTPStatusAnswer: Error { let status: Int }
+
+    init(valid: String?, refreshTo newToken: String) throws {
+        server = try LoopbackServer()
+        self.valid = Locked(valid)
+        refreshAnswer = Locked(.success(newToken))
+        let api = self
+        for path in (0..<60).map({ "/api/item/\($0)" }) + ["/api/upload", "/api/slow", "/api/redirect"] {
+            server.route(path) { request in api.answer(request) }
+        }
+        server.route("/public") { _ in .text("public") }
+        server.route("/refresh") { request in
+            api.refreshArrivals.withLock { $0 += 1 }
+            api.refreshGate.withLock { $0 }?.wait(timeout: 60)
+            switch api.refreshAnswer.withLock({ $0 }) {
+            case .success(let token): return .text(token)
+            case .failure(let answer): return .text("no", status: answer.status)
+            }
+        }
+    }
+
+    func answer(_ request: HTTPRequest) -> HTTPResponse {
+        let expected = valid.withLock { $0 }.map { "Bearer \($0)" }
+        if let expected, request.headers["Authorization"] == expected {
+            return .text("ok \(request.path)")
+        }
+        refusals.withLock { $0 += 1 }
+        // A challenge, as real APIs send: on Linux it must not hang the fetch.
+        return HTTPResponse.text("unauthorised", status: 401).with(header: "WWW-Authenticate", "Bearer realm=\"api\"")
+    }
+
+    var refreshCount: Int { server.requestCount(path: "/refresh") }
+
+    func authorizations(_ path: String) -> [String?] {
+        server.requests(path: path).map { $0.headers["Authorization"] }
+    }
+
+    func url(_ path: String) -> URL { server.url(path) }
+}
+
+/// The app's refresh: POST /refresh with the refresh token; the body is the new access token.
+private final class RefreshToken: FetchOperation<FetchCredential>, @unchecked Sendable {
+    init(url: URL, refreshToken: String) {
+        var request = URLRequest(url: url)
+        request.httpMethod = "POST"
+        request.httpBody = Data(refreshToken.utf8)
+        super.init(request: request)
+    }
+
+    override func parseResponseBody(_ body: Data) throws -> FetchCredential {
+        FetchCredential(token: String(decoding: body, as: UTF8.self), refreshToken: "r2")
+    }
+}
+
+private struct TestAuthenticator: FetchAuthenticator {
+    let refreshURL: URL
+    func makeRefreshOperation(for credential: FetchCredential) -> FetchOperation<FetchCredential> {
+        RefreshToken(url: refreshURL, refreshToken: credential.refreshToken ?? "")
+    }
+}
+
+/// Records the refresh events the queue's monitors hear.
+private final class RefreshEvents: FetchEventMonitor, @unchecked Sendable {
+    let events = Locked<[CredentialRefreshEvent]>([])
+    let ended: Countdown
+    init(expectedEnds: Int = 1) { ended = Countdown(expectedEnds) }
+    func fetch(_ fetch: MonitoredFetch, didRefreshCredential event: CredentialRefreshEvent) {
+        events.withLock { $0.append(event) }
+        if case .started = event { return }
+        ended.signal()
+    }
+}
+
+@Suite("Authenticated APIs: one refresh for any number of 401s", .timeLimit(.minutes(3)))
+struct CredentialRefreshTests {
+    private func setUp(valid: String? = "new", credential: FetchCredential? = FetchCredential(token: "old", refreshToken: "r1"),
+                       perHost: Int = FetchQueue.defaultMaximumTransfersPerHost, total: Int = FetchQueue.defaultMaximumConcurrentTransfers,
+                       name: String = #function) throws -> (TokenAPI, FetchAuthentication, FetchQueue, RefreshEvents) {
+        let api = try TokenAPI(valid: valid, refreshTo: "new")
+        let authentication = FetchAuthentication(authenticator: TestAuthenticator(refreshURL: api.url("/refresh")),
+                                                 credential: credential, origins: [api.server.baseURL])
+        let events = RefreshEvents()
+        let queue = FetchQueue(name: name, maximumConcurrentTransfers: total, maximumTransfersPerHost: perHost,
+                               monitors: [events], authentication: authentication)
+        return (api, authentication, queue, events)
+    }
+
+    /// Enqueues a GET of each path; returns the operations and a countdown of their completions,
+    /// whose `overSignals` shows a completion delivered twice.
+    private func fetchAll(_ paths: [String], _ api: TokenAPI, on queue: FetchQueue) -> ([FetchOperation<Data>], Countdown) {
+        let done = Countdown(paths.count)
+        let operations = paths.map { FetchOperation<Data>(url: api.url($0)) }
+        for operation in operations { queue.enqueue(operation, on: .global) { _ in done.signal() } }
+        return (operations, done)
+    }
+
+    private func items(_ count: Int) -> [String] { (0..<count).map { "/api/item/\($0)" } }
+
+    /// Holds `/refresh` until `count` requests were refused, so that every fetch is a waiter.
+    private func holdRefreshUntilRefused(_ count: Int, _ api: TokenAPI) -> ServerGate {
+        let gate = ServerGate()
+        api.refreshGate.withLock { $0 = gate }
+        Task.detached {
+            _ = await api.server.waitUntil(timeout: 60) { _ in api.refusals.withLock { $0 } >= count }
+            gate.open()
+        }
+        return gate
+    }
+
+    @Test func fiftyFetchesWithAnExpiredTokenShareOneRefresh() async throws {
+        let (api, authentication, queue, events) = try setUp()
+        let paths = items(50)
+        let (operations, done) = fetchAll(paths, api, on: queue)
+        #expect(await done.wait(timeout: 60))
+        #expect(done.overSignals == 0)
+        #expect(operations.allSatisfy { $0.error == nil }, "\(operations.compactMap(\.error).prefix(3))")
+        #expect(api.refreshCount == 1)
+        for path in paths {
+            let sent = api.authorizations(path)
+            #expect(sent.count <= 2 && sent.last == "Bearer new", "\(path): \(sent)")
+        }
+        #expect(api.authorizations("/refresh") == [nil], "the refresh carries no credential")
+        #expect(authentication.credential?.token == "new")
+        #expect(authentication.credential?.generation == 2)
+        #expect(await events.ended.wait())
+        #expect(events.events.withLock { $0 } == [.started(generation: 1), .succeeded(generation: 1, newGeneration: 2)])
+    }
+
+    @Test func aLate401ForTheOldTokenIsSentAgainWithoutASecondRefresh() async throws {
+        let (api, _, queue, _) = try setUp()
+        let straggle = ServerGate()
+        api.server.route("/api/slow") { request in
+            let refused = api.answer(request)
+            guard refused.status == 401 else { return refused }
+            straggle.wait(timeout: 60)
+            return refused.delayed(milliseconds: 300)
+        }
+        let slow = FetchOperation<Data>(url: api.url("/api/slow"))
+        let slowDone = Countdown(1)
+        queue.enqueue(slow, on: .global) { _ in slowDone.signal() }
+        #expect(await api.server.waitUntil(timeout: 30) { _ in api.refusals.withLock { $0 } == 1 })
+        // Another fetch is refused, refreshes, and succeeds while the slow one is held.
+        let (fast, fastDone) = fetchAll(["/api/item/0"], api, on: queue)
+        #expect(await fastDone.wait())
+        #expect(fast[0].error == nil)
+        straggle.open()
+        #expect(await slowDone.wait())
+        #expect(slow.error == nil, "\(String(describing: slow.error))")
+        #expect(api.authorizations("/api/slow") == ["Bearer old", "Bearer new"])
+        #expect(api.refreshCount == 1)
+    }
+
+    @Test(arguments: [400, 401])
+    func aFailedRefreshFailsEveryWaiterOnceAndLaterFetchesAtOnce(status: Int) async throws {
+        let (api, authentication, queue, events) = try setUp()
+        api.refreshAnswer.withLock { $0 = .failure(.init(status: status)) }
+        _ = holdRefreshUntilRefused(10, api)
+        let paths = items(10)
+        let (operations, done) = fetchAll(paths, api, on: queue)
+        #expect(await done.wait())
+        #expect(done.overSignals == 0)
+        for operation in operations {
+            guard case .authenticationFailed(let failure)? = operation.error,
+                  case .refreshFailed(let refreshError) = failure.reason else {
+                Issue.record("\(String(describing: operation.error))")
+                continue
+            }
+            #expect(refreshError.statusCode == status)
+            #expect(failure.generation == 1)
+            #expect(failure.url == operation.request?.url)
+        }
+        #expect(paths.allSatisfy { api.authorizations($0) == ["Bearer old"] }, "nothing was sent again")
+        #expect(api.refreshCount == 1)
+        #expect(operations[0].error?.description.contains("refreshing credential 1 failed") == true)
+        // A later fetch of the same credential fails at once: no request, no refresh.
+        let later = FetchOperation<Data>(url: api.url("/api/item/20"))
+        guard case .authenticationFailed(let failure)? = await outcome(of: queue, later),
+              case .refreshFailed = failure.reason else {
+            Issue.record("\(String(describing: later.error))")
+            return
+        }
+        #expect(api.server.requestCount(path: "/api/item/20") == 0)
+        #expect(api.refreshCount == 1)
+        #expect(await events.ended.wait())
+        #expect(events.events.withLock { $0 }.count == 2)
+        // A new credential re-arms it.
+        authentication.setCredential(FetchCredential(token: "new"))
+        let again = FetchOperation<Data>(url: api.url("/api/item/21"))
+        #expect(await outcome(of: queue, again) == nil)
+        #expect(api.authorizations("/api/item/21") == ["Bearer new"])
+    }
+
+    @Test func aServerThatRefusesTheNewTokenEndsEachFetchAfterTwoRequests() async throws {
+        let (api, _, queue, _) = try setUp(valid: nil)
+        _ = holdRefreshUntilRefused(10, api)
+        let paths = items(10)
+        let (operations, done) = fetchAll(paths, api, on: queue)
+        #expect(await done.wait())
+        #expect(done.overSignals == 0)
+        for operation in operations {
+            guard case .authenticationFailed(let failure)? = operation.error else {
+                Issue.record("\(String(describing: operation.error))")
+                continue
+            }
+            #expect(failure.reason == .refused(statusCode: 401))
+        }
+        #expect(paths.allSatisfy { api.authorizations($0) == ["Bearer old", "Bearer new"] })
+        #expect(api.refreshCount == 1)
+    }
+
+    @Test func twoSlotsPerHostAndTenRefusalsDoNotDeadlock() async throws {
+        let (api, _, queue, _) = try setUp(perHost: 2)
+        let started = Date()
+        let (operations, done) = fetchAll(items(10), api, on: queue)
+        #expect(await done.wait(timeout: 60))
+        #expect(Date().timeIntervalSince(started) < 20)
+        #expect(operations.allSatisfy { $0.error == nil })
+        #expect(api.refreshCount == 1)
+        #expect(api.authorizations("/refresh") == [nil])
+    }
+
+    @Test func aCredentialAboutToExpireIsRefreshedBeforeItIsSent() async throws {
+        let expired = FetchCredential(token: "old", refreshToken: "r1", expiresAt: Date(timeIntervalSinceNow: 5))
+        let (api, _, queue, _) = try setUp(credential: expired)
+        let paths = items(10)
+        let (operations, done) = fetchAll(paths, api, on: queue)
+        #expect(await done.wait())
+        #expect(operations.allSatisfy { $0.error == nil })
+        #expect(api.refusals.withLock { $0 } == 0, "the server saw no 401")
+        #expect(paths.allSatisfy { api.authorizations($0) == ["Bearer new"] })
+        #expect(api.refreshCount == 1)
+    }
+
+    @Test func aRedirectToAnotherOriginDropsTheCredential() async throws {
+        let (api, _, queue, _) = try setUp(credential: FetchCredential(token: "new"))
+        let other = try LoopbackServer()
+        defer { other.stop() }
+        other.route("/landing") { _ in .text("landed") }
+        api.server.route("/api/redirect") { _ in
+            HTTPResponse(status: 302).with(header: "Location", other.url("/landing").absoluteString)
+        }
+        let redirected = FetchOperation<Data>(url: api.url("/api/redirect"))
+        #expect(await outcome(of: queue, redirected) == nil)
+        #expect(api.authorizations("/api/redirect") == ["Bearer new"])
+        #expect(other.requests(path: "/landing").map { $0.headers["Authorization"] } == [nil])
+        // And a fetch to the other origin on the same queue carries none.
+        #expect(await outcome(of: queue, FetchOperation<Data>(url: other.url("/landing"))) == nil)
+        #expect(other.requests(path: "/landing").allSatisfy { $0.headers["Authorization"] == nil })
+    }
+
+    @Test func cancellingOneWaiterLeavesTheRefreshAndTheOthers() async throws {
+        let (api, _, queue, _) = try setUp()
+        let gate = ServerGate()
+        api.refreshGate.withLock { $0 = gate }
+        let (operations, done) = fetchAll(items(10), api, on: queue)
+        #expect(await waitForWaiters(10, api, queue))
+        // An unauthenticated fetch is not held up by the refresh.
+        let open = FetchOperation<Data>(url: api.url("/public"))
+        open.configuration.authenticates = false
+        #expect(await outcome(of: queue, open) == nil)
+        #expect(api.server.requests(path: "/public").map { $0.headers["Authorization"] } == [nil])
+        operations[3].cancel()
+        gate.open()
+        #expect(await done.wait())
+        #expect(done.overSignals == 0)
+        #expect(operations[3].error?.isCancellation == true)
+        #expect(operations.enumerated().allSatisfy { $0.offset == 3 || $0.element.error == nil })
+        #expect(api.refreshCount == 1)
+        #expect(api.authorizations("/api/item/3") == ["Bearer old"])
+    }
+
+    @Test func cancelAllDuringTheRefreshCancelsItAndFinishesEachWaiterOnce() async throws {
+        let (api, authentication, queue, events) = try setUp()
+        let gate = ServerGate()
+        api.refreshGate.withLock { $0 = gate }
+        let paths = items(10)
+        let (operations, done) = fetchAll(paths, api, on: queue)
+        #expect(await waitForWaiters(10, api, queue))
+        queue.cancelAll()
+        #expect(await done.wait())
+        gate.open()
+        #expect(operations.allSatisfy { $0.error?.isCancellation == true })
+        #expect(await events.ended.wait())
+        guard case .failed(1, let error)? = events.events.withLock({ $0.last }) else {
+            Issue.record("\(events.events.withLock { $0 })")
+            return
+        }
+        #expect(error.isCancellation)
+        #expect(done.overSignals == 0)
+        #expect(paths.allSatisfy { api.authorizations($0) == ["Bearer old"] })
+        #expect(authentication.credential?.generation == 1)
+    }
+
+    @Test func aPOSTBodyIsSentAgainByteForByte() async throws {
+        let (api, _, queue, _) = try setUp()
+        var request = URLRequest(url: api.url("/api/upload"))
+        request.httpMethod = "POST"
+        let body = Data((0..<100_000).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ 7) })
+        request.httpBody = body
+        let upload = FetchOperation<Data>(request: request)
+        #expect(await outcome(of: queue, upload) == nil)
+        let sent = api.server.requests(path: "/api/upload")
+        #expect(sent.map(\.body) == [body, body])
+        #expect(sent.map { $0.headers["Authorization"] } == ["Bearer old", "Bearer new"])
+        #expect(api.refreshCount == 1)
+    }
+
+    @Test func aStreamBodyIsNotSentAgain() async throws {
+        let (api, _, queue, _) = try setUp()
+        var request = URLRequest(url: api.url("/api/upload"))
+        request.httpMethod = "POST"
+        request.httpBodyStream = InputStream(data: Data("stream".utf8))
+        let upload = FetchOperation<Data>(request: request)
+        #expect(await outcome(of: queue, upload)?.statusCode == 401, "the refusal stands")
+        #expect(api.server.requestCount(path: "/api/upload") == 1)
+    }
+
+    @Test func withoutACredentialNothingIsSent() async throws {
+        let (api, authentication, queue, _) = try setUp(credential: nil)
+        let fetch = FetchOperation<Data>(url: api.url("/api/item/0"))
+        guard case .authenticationFailed(let failure)? = await outcome(of: queue, fetch) else {
+            Issue.record("\(String(describing: fetch.error))")
+            return
+        }
+        #expect(failure.reason == .noCredential)
+        #expect(api.server.requestCount(path: "/api/item/0") == 0)
+        authentication.setCredential(FetchCredential(token: "new"))
+        #expect(await outcome(of: queue, FetchOperation<Data>(url: api.url("/api/item/1"))) == nil)
+        authentication.logOut()
+        #expect(await outcome(of: queue, FetchOperation<Data>(url: api.url("/api/item/2")))?.code == .authenticationFailed)
+        #expect(api.server.requestCount(path: "/api/item/2") == 0)
+    }
+
+    @Test func theRefreshLimitIsABackstopWithItsOwnError() async throws {
+        // Every refresh "succeeds" with a token the server refuses; each fetch is a new one.
+        let api = try TokenAPI(valid: nil, refreshTo: "new")
+        let authentication = FetchAuthentication(authenticator: TestAuthenticator(refreshURL: api.url("/refresh")),
+                                                 credential: FetchCredential(token: "old"), origins: [api.server.baseURL],
+                                                 maximumRefreshes: 2, refreshWindow: 600)
+        let queue = FetchQueue(name: #function, authentication: authentication)
+        var errors: [FetchError?] = []
+        for index in 0..<4 {
+            errors.append(await outcome(of: queue, FetchOperation<Data>(url: api.url("/api/item/\(index)"))))
+        }
+        #expect(api.refreshCount == 2)
+        guard case .authenticationFailed(let failure)? = errors[2] else {
+            Issue.record("\(errors)")
+            return
+        }
+        #expect(failure.reason == .refreshLimitReached(maximum: 2, window: 600))
+        #expect(api.server.requests(path: "/api/item/2").allSatisfy { $0.headers["Authorization"] != nil },
+                "nothing is sent without the credential")
+    }
+
+    /// Until `count` requests were refused and only the refresh is left in flight at the
+    /// server (the refused fetches wait for it, holding no slot).
+    private func waitForWaiters(_ count: Int, _ api: TokenAPI, _ queue: FetchQueue) async -> Bool {
+        guard await api.server.waitUntil(timeout: 60, { _ in api.refusals.withLock { $0 } >= count }) else { return false }
+        guard await api.server.waitUntil(timeout: 60, { _ in api.refreshArrivals.withLock { $0 } == 1 }) else { return false }
+        return await api.server.waitUntil(timeout: 60) { $0.requestsInFlight == 1 }
+    }
+
+    private func outcome(of queue: FetchQueue, _ operation: FetchOperation<Data>) async -> FetchError? {
+        do {
+            _ = try await queue.fetch(operation)
+            return nil
+        } catch {
+            return error
+        }
+    }
+}
