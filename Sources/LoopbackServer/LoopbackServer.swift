@@ -91,6 +91,14 @@ public final class LoopbackServer: @unchecked Sendable {
         core.resetCounters()
     }
 
+    /// Wakes every ``waitUntil(timeout:_:)`` and ``blockingWait(timeout:until:)``, so that
+    /// their predicates are evaluated again. Call it from a route handler after changing state
+    /// of the test's own that such a predicate reads: the server wakes its waiters only when its
+    /// own counters change.
+    public func wakeWaiters() {
+        core.wakeWaiters()
+    }
+
     /// Blocks the calling thread until `predicate` holds for the counters or `timeout`
     /// seconds pass. Returns whether the predicate held. The predicate runs under the
     /// server's lock, so it must be quick and must not call back into the server.

@@ -203,6 +203,13 @@ final class ServerCore: @unchecked Sendable {
         condition.unlock()
     }
 
+    /// Wakes the counter waiters, to re-evaluate predicates over state outside the server.
+    func wakeWaiters() {
+        condition.lock()
+        condition.broadcast()
+        condition.unlock()
+    }
+
     var snapshot: ServerCounters {
         condition.lock()
         defer { condition.unlock() }

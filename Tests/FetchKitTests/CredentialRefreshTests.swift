@@ -34,6 +34,7 @@ private final class TokenAPI: @unchecked Sendable {
         server.route("/public") { _ in .text("public") }
         server.route("/refresh") { request in
             api.refreshArrivals.withLock { $0 += 1 }
+            api.server.wakeWaiters()
             api.refreshGate.withLock { $0 }?.wait(timeout: 60)
             switch api.refreshAnswer.withLock({ $0 }) {
             case .success(let token): return .text(token)
@@ -48,6 +49,7 @@ private final class TokenAPI: @unchecked Sendable {
             return .text("ok \(request.path)")
         }
         refusals.withLock { $0 += 1 }
+        server.wakeWaiters()
         // A challenge, as real APIs send: on Linux it must not hang the fetch.
         return HTTPResponse.text("unauthorised", status: 401).with(header: "WWW-Authenticate", "Bearer realm=\"api\"")
     }
@@ -312,6 +314,51 @@ struct CredentialRefreshTests {
         #expect(done.overSignals == 0)
         #expect(paths.allSatisfy { api.authorizations($0) == ["Bearer old"] })
         #expect(authentication.credential?.generation == 1)
+    }
+
+    @Test func aFetchThatWaitedForItsSlotIsSentWithTheCredentialOfItsGrant() async throws {
+        let (api, authentication, queue, _) = try setUp(total: 1)
+        let hold = ServerGate()
+        api.server.route("/hold") { _ in
+            hold.wait(timeout: 60)
+            return .text("held")
+        }
+        let holder = FetchOperation<Data>(url: api.url("/hold"))
+        holder.configuration.authenticates = false
+        queue.enqueue(holder, on: .global) { _ in }
+        #expect(await api.server.waitUntil(timeout: 30) { $0.requestsInFlight == 1 })
+        // Made with the old credential, then waiting for the one slot.
+        let waiting = Countdown(1)
+        let observation = queue.onTransferCountsChange(on: .global) { counts in
+            if counts.waiting == 1 { waiting.signal() }
+        }
+        let (operations, done) = fetchAll(["/api/item/0"], api, on: queue)
+        #expect(await waiting.wait())
+        authentication.setCredential(FetchCredential(token: "new"))
+        hold.open()
+        #expect(await done.wait())
+        withExtendedLifetime(observation) {}
+        #expect(operations[0].error == nil, "\(String(describing: operations[0].error))")
+        #expect(api.authorizations("/api/item/0") == ["Bearer new"], "the credential of the grant, not of the setup")
+        #expect(api.refreshCount == 0)
+    }
+
+    @Test func aFetchWaitingForARefreshEndsAtItsTotalTimeout() async throws {
+        let (api, _, queue, _) = try setUp()
+        let gate = ServerGate()
+        api.refreshGate.withLock { $0 = gate }
+        defer { gate.open() }
+        let fetch = FetchOperation<Data>(url: api.url("/api/item/0"))
+        fetch.configuration.totalTimeout = 1.5
+        let started = Date()
+        guard case .timedOut(let timeout)? = await outcome(of: queue, fetch) else {
+            Issue.record("\(String(describing: fetch.error))")
+            return
+        }
+        #expect(timeout.kind == .total)
+        #expect(timeout.url == api.url("/api/item/0"))
+        #expect(Date().timeIntervalSince(started) < 30, "not held until the refresh ends (60 s)")
+        #expect(api.authorizations("/api/item/0") == ["Bearer old"])
     }
 
     @Test func aPOSTBodyIsSentAgainByteForByte() async throws {

@@ -11,7 +11,8 @@ import FoundationNetworking
 /// every fetch of that queue to one of its ``origins`` then carries the current credential,
 /// applied by your ``FetchAuthenticator`` to each attempt's request just before it waits for
 /// its slot — after ``AnyFetchOperation/makeRequest()``, so your own headers cannot overwrite
-/// it. A fetch to another origin, or one whose ``FetchConfiguration/authenticates`` is `false`,
+/// it — and again when the slot is granted if the credential changed meanwhile (so
+/// ``FetchAuthenticator/apply(_:to:)`` must be quick: it may run on the session's queue). A fetch to another origin, or one whose ``FetchConfiguration/authenticates`` is `false`,
 /// is left alone and never waits for a refresh. A redirect to another origin drops it.
 ///
 /// Each attempt remembers the ``FetchCredential/generation`` it was sent with. When the server
@@ -134,6 +135,15 @@ public final class FetchAuthentication: Sendable {
         if !state.withLock({ $0.join(generation: generation, waiter) }) { waiter(nil) }
     }
 
+    /// Whether the refresh of `generation` is still wanted: it has not ended, been cancelled,
+    /// or been made moot by a credential set meanwhile.
+    func isRefreshing(_ generation: UInt64) -> Bool {
+        state.withLock { state in
+            if case .refreshing(let running, _) = state.refresh { return running == generation }
+            return false
+        }
+    }
+
     private func startIfAsked(_ decision: Decision, on coordinator: any TransferCoordinator) {
         guard case .wait(let generation, let credential?) = decision else { return }
         // Off the caller's thread (the session's queue): the operation is your code.
@@ -172,4 +182,14 @@ public enum CredentialRefreshEvent: Sendable, Equatable {
     case succeeded(generation: UInt64, newGeneration: UInt64?)
     /// It failed with `error`.
     case failed(generation: UInt64, error: FetchError)
+}
+
+/// The credential an attempt's request carries, and the request without it: when the queue
+/// grants the attempt's slot, the current credential replaces it if it changed meanwhile.
+struct AttemptCredential: Sendable {
+    let authentication: FetchAuthentication
+    /// The generation of the credential the request was made with.
+    let generation: UInt64
+    /// The request as the operation made it, before the credential was applied.
+    let bareRequest: URLRequest
 }

@@ -82,8 +82,12 @@ extension AnyFetchOperation {
             }
         }
         var attemptSetup = prepareAttempt(request, attempt: attempt)
+        var carried: AttemptCredential?
         if let (current, authentication) = credential {
             // Last, over the app's own headers; kept out of the request the operation records.
+            // The queue puts the then-current credential on it when it grants the slot.
+            carried = AttemptCredential(authentication: authentication, generation: current.generation,
+                                        bareRequest: attemptSetup.request)
             authentication.authenticator.apply(current, to: &attemptSetup.request)
         }
         core.withLock { $0.authGeneration = credential?.0.generation ?? 0 }
@@ -92,7 +96,8 @@ extension AnyFetchOperation {
         if let coordinator {
             // A body kept in memory gets its sink when the queue grants the slot.
             handle = coordinator.makeTransfer(for: self, id: id, request: attemptSetup.request, limits: limits,
-                                              sink: makeBodySinkBeforeGrant(), resumedFrom: attemptSetup.resumedFrom)
+                                              sink: makeBodySinkBeforeGrant(), resumedFrom: attemptSetup.resumedFrom,
+                                              credential: carried)
         } else if claimed {
             // Its queue was freed (and is cancelling it): no transfer outside the queue's limits.
             abandonSetup(.cancelled(.init(url: request.url)))

@@ -39,6 +39,15 @@ extension AnyFetchOperation {
     /// over, or the fetch fails with the refresh's error. A cancel meanwhile completes it at
     /// once, and the refresh's end then changes nothing.
     func joinRefresh(of generation: UInt64, by authentication: FetchAuthentication) {
+        // The fetch's total timeout holds while it waits: a refresh slower than what is left
+        // of it does not hold the fetch past its deadline.
+        let (total, firstStart) = core.withLock { ($0.settings.configurationBox.transferSettings.totalTimeout, $0.firstTransferStart) }
+        if let total, firstStart != 0 {
+            let left = total - Double(Transfer.now() &- firstStart) / 1e9
+            DispatchQueue.global().asyncAfter(deadline: .now() + max(0, left)) { [self] in
+                failWaiting(.timedOut(.init(kind: .total, interval: total, url: nil)))
+            }
+        }
         authentication.join(generation: generation) { [self] error in
             if let error {
                 failWaiting(error)
@@ -48,12 +57,20 @@ extension AnyFetchOperation {
         }
     }
 
+    /// The queue granted the attempt's slot with a newer credential than the one it was made
+    /// with (see ``FlightMember/requestAtGrant()``): a refusal now concerns that one.
+    func credentialChangedAtGrant(to generation: UInt64) {
+        core.withLock { $0.authGeneration = generation }
+    }
+
     private func failWaiting(_ error: FetchError) {
         let complete = core.withLock { core -> Bool in
             var named = error
             if case .authenticationFailed(var failure) = error {
                 failure.url = core.preparedRequest?.url
                 named = .authenticationFailed(failure)
+            } else if case .timedOut(let timeout) = error {
+                named = .timedOut(.init(kind: timeout.kind, interval: timeout.interval, url: core.preparedRequest?.url))
             }
             return core.machine.failWhileWaiting(named)
         }
@@ -63,10 +80,11 @@ extension AnyFetchOperation {
     /// What follows an attempt whose `response` ended it with `error`, if the server refused
     /// the credential it carried; `nil` if it did not carry one, or was not refused.
     func afterRefusal(_ response: HTTPURLResponse, error: FetchError) -> (next: NextAttempt, result: TransferResult)? {
-        let (generation, resent, coordinator, request) = core.withLock { core in
-            (core.authGeneration, core.authResent, core.coordinator, core.preparedRequest)
+        let (generation, resent, coordinator, request, cancelled) = core.withLock { core in
+            (core.authGeneration, core.authResent, core.coordinator, core.preparedRequest, core.machine.isCancelled)
         }
-        guard generation != 0, let coordinator, let authentication = coordinator.authentication,
+        // A cancelled fetch starts no refresh: `cancelAll` would not reach it.
+        guard !cancelled, generation != 0, let coordinator, let authentication = coordinator.authentication,
               authentication.authenticator.isRefused(response)
         else { return nil }
         // A stream cannot be sent again: the refusal stands.

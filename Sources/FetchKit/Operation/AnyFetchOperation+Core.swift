@@ -383,13 +383,16 @@ protocol TransferCoordinator: AnyObject, Sendable {
     ///   - id: The identifier the coordinator gave the operation when it claimed it.
     ///   - resumedFrom: Where a download's attempt resumes its partial file (its `Range`), 0
     ///     otherwise: if the server answers `206`, progress counts from there.
+    ///   - credential: The credential `request` carries, if any: the current one replaces it
+    ///     when the slot is granted.
     func makeTransfer(
         for operation: AnyFetchOperation,
         id: FetchID,
         request: URLRequest,
         limits: TransferLimits,
         sink: (any ResponseBodySink)?,
-        resumedFrom: Int64
+        resumedFrom: Int64,
+        credential: AttemptCredential?
     ) -> any TransferHandle
 
     /// The operation finished: called once, in the terminal transition, before any completion

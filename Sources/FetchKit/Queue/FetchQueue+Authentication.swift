@@ -6,6 +6,8 @@ import Foundation
 extension FetchQueue {
     func runRefresh(_ operation: FetchOperation<FetchCredential>, generation: UInt64, for authentication: FetchAuthentication) {
         // An operation handed over twice cannot run again, and its configuration is frozen.
+        // A credential set meanwhile made it moot: nothing is sent.
+        guard authentication.isRefreshing(generation) else { return }
         let pending = operation.core.withLock { !$0.claimed && $0.machine.phase == .pending }
         guard pending else {
             authentication.refreshEnded(generation: generation, .failure(Self.alreadyEnqueued(operation)))

@@ -12,7 +12,7 @@ extension FetchQueue: TransferCoordinator {
     }
 
     func makeTransfer(for operation: AnyFetchOperation, id: FetchID, request: URLRequest, limits: TransferLimits,
-                      sink: (any ResponseBodySink)?, resumedFrom: Int64) -> any TransferHandle {
+                      sink: (any ResponseBodySink)?, resumedFrom: Int64, credential: AttemptCredential?) -> any TransferHandle {
         // Outside the queue's lock: the session is read under the operation's, and the
         // priority is Foundation's.
         let session = operation.session
@@ -23,7 +23,7 @@ extension FetchQueue: TransferCoordinator {
         }
         let key = coalesces ? FlightKey(request: request, limits: limits, session: session, sink: sink) : nil
         return FlightMember(operation: operation, id: id, request: request, limits: limits, session: session, sink: sink,
-                            key: key, resumedFrom: resumedFrom, queue: self, host: host, place: place)
+                            key: key, resumedFrom: resumedFrom, credential: credential, queue: self, host: host, place: place)
     }
 
     /// A flight's transfer ended: its slot is freed (a host that asked for a pause is held) and

@@ -198,7 +198,7 @@ final class Flight: SlotFlight, TransferOwner, @unchecked Sendable {
         }
         granted = true
         for member in members { member.operation.attemptGranted() }
-        let transfer = Transfer(request: first.request, session: first.session, limits: first.limits,
+        let transfer = Transfer(request: first.requestAtGrant(), session: first.session, limits: first.limits,
                                 sink: first.sink ?? first.operation.makeBodySink(), owner: self)
         self.transfer = transfer
         transfer.start()
@@ -292,11 +292,13 @@ final class FlightMember: SlotHolder, TransferHandle, Sendable {
         let sink: (any ResponseBodySink)?
         let key: FlightKey?
         let resumedFrom: Int64
+        let credential: AttemptCredential?
 
-        init(sink: (any ResponseBodySink)?, key: FlightKey?, resumedFrom: Int64) {
+        init(sink: (any ResponseBodySink)?, key: FlightKey?, resumedFrom: Int64, credential: AttemptCredential?) {
             self.sink = sink
             self.key = key
             self.resumedFrom = resumedFrom
+            self.credential = credential
         }
     }
 
@@ -307,16 +309,29 @@ final class FlightMember: SlotHolder, TransferHandle, Sendable {
     /// Where the attempt resumes a download's partial file (with `Range`), or 0.
     var resumedFrom: Int64 { attachments?.resumedFrom ?? 0 }
 
+    /// The request to send now that the slot is granted: with the current credential if the
+    /// one it was made with has changed meanwhile (a fetch that waited while the credential was
+    /// refreshed or set is not sent with the old one). On the router queue.
+    func requestAtGrant() -> URLRequest {
+        guard let carried = attachments?.credential, let current = carried.authentication.credential,
+              current.generation != carried.generation
+        else { return request }
+        var fresh = carried.bareRequest
+        carried.authentication.authenticator.apply(current, to: &fresh)
+        operation.credentialChangedAtGrant(to: current.generation)
+        return fresh
+    }
+
     init(operation: AnyFetchOperation, id: FetchID, request: URLRequest, limits: TransferLimits, session: FetchSession,
-         sink: (any ResponseBodySink)?, key: FlightKey?, resumedFrom: Int64 = 0,
+         sink: (any ResponseBodySink)?, key: FlightKey?, resumedFrom: Int64 = 0, credential: AttemptCredential? = nil,
          queue: FetchQueue?, host: String, place: SlotPlace) {
         self.operation = operation
         self.id = id
         self.request = request
         self.limits = limits
         self.session = session
-        attachments = sink == nil && key == nil && resumedFrom == 0
-            ? nil : Attachments(sink: sink, key: key, resumedFrom: resumedFrom)
+        attachments = sink == nil && key == nil && resumedFrom == 0 && credential == nil
+            ? nil : Attachments(sink: sink, key: key, resumedFrom: resumedFrom, credential: credential)
         self.queue = queue
         self.host = host
         self.place = place
