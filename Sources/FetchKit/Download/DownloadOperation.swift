@@ -95,6 +95,8 @@ open class DownloadOperation: AnyFetchOperation, OutputProducing, @unchecked Sen
         var lockHolder: Int32?
         /// Lets go of the destination once the download finished (``finishedBeforeCompletions()``).
         var letGo: (@Sendable (AnyFetchOperation) -> Void)?
+        /// Runs if it succeeded, before any completion handler: its journal forgets it.
+        var succeeded: (@Sendable () -> Void)?
     }
 
     private let downloadState = Protected(DownloadState())
@@ -285,11 +287,21 @@ open class DownloadOperation: AnyFetchOperation, OutputProducing, @unchecked Sen
     }
 
     override func finishedBeforeCompletions() {
-        let letGo = downloadState.withLock { state in
-            defer { state.letGo = nil }
-            return state.letGo
+        let (letGo, succeeded) = downloadState.withLock { state in
+            defer { state.letGo = nil; state.succeeded = nil }
+            return (state.letGo, state.succeeded)
         }
         letGo?(self)
+        if error == nil { succeeded?() }
+    }
+
+    /// Runs `body` when the download succeeds, before any completion handler (a
+    /// ``DownloadJournal`` forgets it then). Call it before the download starts.
+    func whenSucceeded(_ body: @escaping @Sendable () -> Void) {
+        downloadState.withLock { state in
+            let earlier = state.succeeded
+            state.succeeded = { earlier?(); body() }
+        }
     }
 
     /// Each attempt continues the partial file if it can: a retry resumes what the failed

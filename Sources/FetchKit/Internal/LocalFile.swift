@@ -97,17 +97,34 @@ enum LocalFile {
     ///
     /// - Returns: Whether the file was written in full. If another process planted something at
     ///   `url` in between, the exclusive create fails and nothing is written.
+    ///
+    /// - Parameters:
+    ///   - mode: The new file's permissions.
+    ///   - sync: Whether to flush the file to disk (`fsync`) before closing it.
     @discardableResult
-    static func replace(_ url: URL, with data: Data) -> Bool {
+    static func replace(_ url: URL, with data: Data, mode: mode_t = 0o644, sync: Bool = false) -> Bool {
         remove(url)
-        let fd = open(url, O_WRONLY | O_CREAT | O_EXCL)
+        let fd = open(url, O_WRONLY | O_CREAT | O_EXCL, mode: mode)
         guard fd >= 0 else { return false }
         let written = data.withUnsafeBytes { buffer in
             whole(buffer) { base, remaining in posixWrite(fd, base, remaining) }
         }
+        let synced = !sync || fsync(fd) == 0
         let closed = close(fd) == 0
-        if !(written && closed) { remove(url) }
-        return written && closed
+        let complete = written && synced && closed
+        if !complete { remove(url) }
+        return complete
+    }
+
+    /// Flushes `directory`'s entries to disk (after a `rename(2)` into it), as far as the file
+    /// system allows.
+    static func syncDirectory(_ directory: URL) {
+        let fd = directory.withUnsafeFileSystemRepresentation { path in
+            path.map { posixOpen($0, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0) } ?? -1
+        }
+        guard fd >= 0 else { return }
+        _ = fsync(fd)
+        _ = close(fd)
     }
 }
 

@@ -1,0 +1,320 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+/// A list of downloads that survives a restart, a crash or `kill -9`: what was tracked and has
+/// not completed yet.
+///
+/// ```swift
+/// let journal = try DownloadJournal(contentsOf: support.appendingPathComponent("downloads.json"))
+/// // At launch: enqueue what the last run left unfinished; each resumes its partial file.
+/// for restored in journal.restore().downloads {
+///     queue.enqueue(restored.operation, on: .global) { _ in }
+/// }
+/// // A new download: tracked until it completes.
+/// let download = DownloadOperation(url: isoURL, destination: folder.appendingPathComponent("big.iso"))
+/// try journal.track(download)
+/// queue.enqueue(download, on: .global) { _ in }
+/// ```
+///
+/// **What it keeps.** An entry per tracked download: an identifier (yours, or a new UUID), the
+/// URL, the destination, the expected digest (``DownloadOperation/expectedDigest``) and the
+/// request's headers. A download that succeeds leaves the journal; one that fails or is cancelled
+/// stays, so that ``restore(request:)`` tries it again (``remove(_:)`` forgets it). A restored
+/// download resumes its partial file as any download to the same destination from the same URL
+/// does (see ``DownloadOperation``): after `kill -9` the partial file is resumed from its length,
+/// and a digest is checked over the whole file.
+///
+/// **Secrets.** Unless you pass `storesSecrets: true`, nothing secret is written: a URL with a
+/// password or a sensitive query parameter (``Redaction``) is kept only redacted, and sensitive
+/// headers (`Authorization`, `Cookie`, …) not at all. Such an entry is not
+/// ``Entry/isComplete``: ``restore(request:)`` asks your closure for its request, by identifier.
+///
+/// **Crash safety.** Every change rewrites the whole journal to a new file beside it, flushed to
+/// disk (`fsync`), then renamed over the old one: a crash at any moment leaves the old list or the
+/// new one, never a torn file. The file is private to this user (mode 0600), never written through
+/// a link, and read only if it is a private regular file of at most 16 MiB. One process at a time
+/// uses a journal: it holds an advisory lock (`flock(2)`) on `<name>.lock` beside it, and a second
+/// ``init(contentsOf:storesSecrets:)`` fails with ``JournalError/Kind/inUse(by:)``.
+public final class DownloadJournal: Sendable {
+    /// One download of the journal.
+    public struct Entry: Sendable, Equatable, Codable {
+        /// The identifier you gave ``DownloadJournal/track(_:identifier:)``, or a UUID.
+        public let identifier: String
+        /// The URL, if the journal holds it in clear: `nil` when it holds a secret and the journal
+        /// does not store secrets.
+        public let url: URL?
+        /// The URL with its secrets redacted, for a person.
+        public let redactedURL: String
+        /// Where the file goes.
+        public let destination: URL
+        /// The expected digest, as `sha256:<hex>`, if the download had one.
+        public let expectedDigest: String?
+        /// The request's method, if not `GET`.
+        public let method: String?
+        /// The request's headers that the journal holds.
+        public let headers: [String: String]
+        /// Whether the entry holds the whole request: no secret was left out.
+        public let isComplete: Bool
+
+        /// The request the entry describes, if it is complete.
+        public var request: URLRequest? {
+            guard isComplete, let url else { return nil }
+            var request = URLRequest(url: url)
+            if let method { request.httpMethod = method }
+            for (name, value) in headers { request.setValue(value, forHTTPHeaderField: name) }
+            return request
+        }
+    }
+
+    /// Why a journal could not be opened, read or written.
+    public struct JournalError: Error, Sendable, Equatable, CustomStringConvertible {
+        /// What went wrong.
+        public enum Kind: Sendable, Equatable {
+            /// Another process uses the journal; its ID, if known.
+            case inUse(by: Int32?)
+            /// The file is not a private regular file of this user's, is larger than 16 MiB, or
+            /// cannot be read (`errno`, if known).
+            case unreadable(Int32?)
+            /// The file is not a journal FetchKit wrote.
+            case malformed
+            /// The new journal could not be written (`errno`, if known): the previous one stands.
+            case writeFailed(Int32?)
+            /// The identifier is already tracked.
+            case duplicateIdentifier(String)
+            /// The download has already started: track it before you enqueue it.
+            case alreadyStarted
+        }
+
+        /// What went wrong.
+        public let kind: Kind
+        /// The journal's path.
+        public let path: String
+
+        public var description: String {
+            switch kind {
+            case .inUse(let pid):
+                return "the download journal \(path) is in use by another process" + (pid.map { " (pid \($0))" } ?? "")
+            case .unreadable(let code):
+                return "the download journal \(path) cannot be read" + Self.reason(code)
+                    + " (it must be a regular file of this user's, not a link, of at most 16 MiB)"
+            case .malformed:
+                return "the download journal \(path) is not a FetchKit journal"
+            case .writeFailed(let code):
+                return "the download journal \(path) could not be written" + Self.reason(code)
+            case .duplicateIdentifier(let identifier):
+                return "the download journal \(path) already tracks '\(identifier)'"
+            case .alreadyStarted:
+                return "a download must be tracked before it starts (journal \(path))"
+            }
+        }
+
+        private static func reason(_ code: Int32?) -> String {
+            code.map { ": " + String(cString: strerror($0)) } ?? ""
+        }
+    }
+
+    /// The journal's file.
+    public let fileURL: URL
+    /// Whether secrets are written in clear.
+    public let storesSecrets: Bool
+
+    private let lock: PartialFileLock
+    private let state: Protected<[Entry]>
+
+    /// The most a journal file may hold: 16 MiB.
+    static let maximumSize = 16 << 20
+
+    private struct File: Codable {
+        var version: Int
+        var entries: [Entry]
+    }
+
+    /// Opens the journal at `fileURL`, or starts an empty one there (the file is written at the
+    /// first change). Its directory must exist.
+    ///
+    /// - Parameters:
+    ///   - fileURL: The journal's file.
+    ///   - storesSecrets: Whether URLs with passwords or tokens and sensitive headers are written
+    ///     in clear. Default `false`.
+    /// - Throws: ``JournalError``: another process uses it, or the file is not a journal.
+    public init(contentsOf fileURL: URL, storesSecrets: Bool = false) throws(JournalError) {
+        let fileURL = fileURL.standardizedFileURL
+        self.fileURL = fileURL
+        self.storesSecrets = storesSecrets
+        let path = fileURL.path
+        switch PartialFileLock.acquire(at: fileURL.appendingPathExtension("lock")) {
+        case .success(let lock): self.lock = lock
+        case .failure(.held(let pid)): throw JournalError(kind: .inUse(by: pid), path: path)
+        case .failure(.unusable(let code)): throw JournalError(kind: .unreadable(code), path: path)
+        }
+        var entries: [Entry] = []
+        if let status = LocalFile.status(fileURL) {
+            guard status.isPrivateRegularFile, let data = LocalFile.read(fileURL, limit: Self.maximumSize) else {
+                lock.release()
+                throw JournalError(kind: .unreadable(nil), path: path)
+            }
+            guard let file = try? JSONDecoder().decode(File.self, from: data), file.version == 1 else {
+                lock.release()
+                throw JournalError(kind: .malformed, path: path)
+            }
+            entries = file.entries
+        }
+        state = Protected(entries)
+    }
+
+    deinit {
+        lock.release()
+    }
+
+    /// The downloads tracked and not completed, in the order they were tracked.
+    public var entries: [Entry] {
+        state.withLock { $0 }
+    }
+
+    /// Tracks `download` until it succeeds: the journal is written now, before it starts, and
+    /// again when it succeeds (the entry leaves, before the download's completion handlers
+    /// run). Call it before you enqueue the download. The download holds the journal until it
+    /// finishes.
+    ///
+    /// - Parameters:
+    ///   - download: A download that has not started.
+    ///   - identifier: Yours, to find the entry again (``restore(request:)`` hands it back);
+    ///     default a new UUID.
+    /// - Returns: The entry's identifier.
+    @discardableResult
+    public func track(_ download: DownloadOperation, identifier: String? = nil) throws(JournalError) -> String {
+        let identifier = identifier ?? UUID().uuidString
+        guard download.core.withLock({ $0.machine.phase == .pending }), let request = download.request else {
+            throw JournalError(kind: .alreadyStarted, path: fileURL.path)
+        }
+        let entry = makeEntry(identifier: identifier, request: request, destination: download.destination,
+                              digest: download.expectedDigest)
+        try change { entries throws(JournalError) in
+            guard !entries.contains(where: { $0.identifier == identifier }) else {
+                throw JournalError(kind: .duplicateIdentifier(identifier), path: fileURL.path)
+            }
+            entries.append(entry)
+        }
+        download.whenSucceeded { try? self.remove(identifier) }
+        return identifier
+    }
+
+    /// Forgets the entry `identifier` (nothing happens if there is none).
+    public func remove(_ identifier: String) throws(JournalError) {
+        try change { entries in entries.removeAll { $0.identifier == identifier } }
+    }
+
+    /// The downloads to enqueue again: one per entry, each resuming its partial file.
+    ///
+    /// An entry that is not ``Entry/isComplete`` (a secret was left out) gets its request from
+    /// `request`; one it returns `nil` for, or whose digest or URL cannot be read, is listed in
+    /// `unresolved` and stays in the journal. The operations are tracked: each leaves the journal
+    /// when it succeeds.
+    ///
+    /// - Parameter request: Makes the request of an entry: called for every entry, complete or not
+    ///   (return `entry.request` to keep what the journal holds). Default: the entry's own.
+    public func restore(request: (Entry) -> URLRequest? = { $0.request })
+        -> (downloads: [(identifier: String, operation: DownloadOperation)], unresolved: [Entry]) {
+        var downloads: [(identifier: String, operation: DownloadOperation)] = []
+        var unresolved: [Entry] = []
+        for entry in entries {
+            var digest: FileDigest?
+            if let text = entry.expectedDigest {
+                digest = Self.digest(from: text)
+                if digest == nil {
+                    unresolved.append(entry)
+                    continue
+                }
+            }
+            guard entry.destination.isFileURL, let made = request(entry) else {
+                unresolved.append(entry)
+                continue
+            }
+            let operation = DownloadOperation(request: made, destination: entry.destination)
+            operation.expectedDigest = digest
+            let identifier = entry.identifier
+            operation.whenSucceeded { try? self.remove(identifier) }
+            downloads.append((identifier, operation))
+        }
+        return (downloads, unresolved)
+    }
+
+    // MARK: Writing
+
+    private func makeEntry(identifier: String, request: URLRequest, destination: URL, digest: FileDigest?) -> Entry {
+        let url = request.url
+        let redacted = url.map(Redaction.redacted) ?? ""
+        let urlHasSecret = url.map { Redaction.redacted($0) != $0.absoluteString } ?? false
+        var headers: [String: String] = [:]
+        var leftOut = urlHasSecret && !storesSecrets
+        for (name, value) in request.allHTTPHeaderFields ?? [:] {
+            if !storesSecrets && Redaction.isSensitiveHeaderName(name) {
+                leftOut = true
+            } else {
+                headers[name] = value
+            }
+        }
+        let method = request.httpMethod.flatMap { $0.uppercased() == "GET" ? nil : $0 }
+        return Entry(identifier: identifier, url: leftOut && urlHasSecret ? nil : url, redactedURL: redacted,
+                     destination: destination.standardizedFileURL, expectedDigest: digest?.description,
+                     method: method, headers: headers, isComplete: !leftOut && url != nil)
+    }
+
+    /// Applies `body` to the entries and writes the journal, under the lock; on a failed write the
+    /// entries are as they were.
+    private func change(_ body: (inout [Entry]) throws(JournalError) -> Void) throws(JournalError) {
+        let outcome = state.withLock { entries -> Result<Void, JournalError> in
+            var changed = entries
+            do throws(JournalError) {
+                try body(&changed)
+                guard changed != entries || LocalFile.status(fileURL) == nil else { return .success(()) }
+                try write(changed)
+            } catch {
+                return .failure(error)
+            }
+            entries = changed
+            return .success(())
+        }
+        try outcome.get()
+    }
+
+    /// Writes `entries` to a new file beside the journal, flushes it, and renames it over the
+    /// journal; then flushes the directory, so that the rename itself survives a crash.
+    private func write(_ entries: [Entry]) throws(JournalError) {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys]
+        guard let data = try? encoder.encode(File(version: 1, entries: entries)), data.count <= Self.maximumSize else {
+            throw JournalError(kind: .writeFailed(nil), path: fileURL.path)
+        }
+        let directory = fileURL.deletingLastPathComponent()
+        let temporary = directory.appendingPathComponent(".\(fileURL.lastPathComponent).\(getpid()).new")
+        guard LocalFile.replace(temporary, with: data, mode: 0o600, sync: true) else {
+            throw JournalError(kind: .writeFailed(errno), path: fileURL.path)
+        }
+        let renamed = temporary.withUnsafeFileSystemRepresentation { from in
+            fileURL.withUnsafeFileSystemRepresentation { to in
+                guard let from, let to else { return false }
+                return rename(from, to) == 0
+            }
+        }
+        guard renamed else {
+            let code = errno
+            LocalFile.remove(temporary)
+            throw JournalError(kind: .writeFailed(code), path: fileURL.path)
+        }
+        LocalFile.syncDirectory(directory)
+    }
+
+    private static func digest(from text: String) -> FileDigest? {
+        let parts = text.split(separator: ":", maxSplits: 1)
+        guard parts.count == 2, let algorithm = FileDigest.Algorithm(named: String(parts[0])) else { return nil }
+        return FileDigest(algorithm, hex: String(parts[1]))
+    }
+}
