@@ -104,7 +104,8 @@ struct Options: Equatable {
                            response's status
       --summary-interval S   seconds between plain progress lines (one per active
                            file: bytes, total, rate) when the output is not a terminal
-                           (default 5; 0 for none). A terminal gets a live display
+                           (default 5, at least 0.1; 0 for none). A terminal gets a
+                           live display
       -V, --version        print the version and exit
       -h, --help           show this help
 

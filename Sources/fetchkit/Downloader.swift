@@ -128,7 +128,7 @@ final class Downloader: @unchecked Sendable {
                 timer = source
             } else if options.summaryInterval > 0, options.verbosity != .quiet {
                 let source = DispatchSource.makeTimerSource(queue: ui)
-                let interval = DispatchTimeInterval.milliseconds(Int(options.summaryInterval * 1000))
+                let interval = DispatchTimeInterval.milliseconds(max(100, Int(options.summaryInterval * 1000)))
                 source.schedule(deadline: .now() + interval, repeating: interval)
                 source.setEventHandler { [self] in display.plainProgress(items) }
                 source.resume()

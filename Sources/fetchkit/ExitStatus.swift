@@ -7,7 +7,7 @@ import FetchKit
 enum ExitStatus: Int32, CaseIterable {
     /// Every download succeeded, or was already there and kept.
     case success = 0
-    /// A failure of no class below (a request FetchKit refused, a dependency, a parse).
+    /// A failure of no class below (a request FetchKit refused to send).
     case failure = 1
     /// Bad arguments, or a bad line in an `-i` list: nothing was downloaded.
     case usage = 2
@@ -75,7 +75,7 @@ enum ExitStatus: Int32, CaseIterable {
     /// The table `--help` prints.
     static let table = """
       0   every download succeeded, or was already there and kept
-      1   another failure (a refused request, an unreadable response)
+      1   another failure (a request FetchKit refused to send)
       2   bad arguments or a bad line in an -i list (nothing downloaded)
       3   a file or the output directory could not be written, or another
           fetchkit is downloading the same file

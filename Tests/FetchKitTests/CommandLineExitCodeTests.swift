@@ -102,4 +102,12 @@ struct CommandLineExitCodeTests {
         #expect(ExitStatus.of(failures: [.network], succeeded: 0, signal: 2) == 130)
         #expect(ExitStatus.of(failures: [], succeeded: 0, signal: 15) == 143)
     }
+
+    /// The classes the loopback server cannot provoke through the command, which checks
+    /// its requests before FetchKit does.
+    @Test func aRequestFetchKitRefusesIsAnotherFailureAndATotalTimeoutANetworkOne() {
+        #expect(ExitStatus(.invalidRequest(.init(reason: .missing, url: nil))) == .failure)
+        #expect(ExitStatus.failure.rawValue == 1)
+        #expect(ExitStatus(.timedOut(.init(kind: .total, interval: 1, url: nil))) == .network)
+    }
 }

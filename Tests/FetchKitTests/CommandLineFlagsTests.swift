@@ -53,6 +53,20 @@ struct CommandLineFlagsTests {
         #expect(!FileManager.default.fileExists(atPath: try #require(failed["path"] as? String)))
     }
 
+    @Test func jsonAndQuietPrintOnlyTheJSONAndAFileKeptIsReported() async throws {
+        let server = try LoopbackServer()
+        let directory = try TemporaryDirectory()
+        defer { server.stop(); directory.remove() }
+        try Data("mine".utf8).write(to: directory.file("300"))
+        let result = try await runTool("fetchkit", [server.url("/bytes/300").absoluteString, server.url("/bytes/400").absoluteString,
+                                                    "--json", "-q", "-o", directory.url.path])
+        #expect(result.status == 0, "\(result)")
+        #expect(result.stderr.isEmpty, "\(result.stderr)")
+        let objects = try jsonLines(result.stdout)
+        #expect(objects.map { $0["result"] as? String }.sorted { ($0 ?? "") < ($1 ?? "") } == ["downloaded", "kept"], "\(result.stdout)")
+        #expect(objects.first { $0["result"] as? String == "kept" }?["bytes"] as? Int == 4)
+    }
+
     @Test func quietPrintsNothingButAFailedFileOnStandardError() async throws {
         let server = try LoopbackServer()
         let directory = try TemporaryDirectory()
@@ -181,14 +195,17 @@ struct CommandLineFlagsTests {
         let server = try LoopbackServer()
         let directory = try TemporaryDirectory()
         defer { server.stop(); directory.remove() }
-        // 100 chunks, one each 100 ms: never idle, 10 s in all.
-        let started = Date()
-        let result = try await runTool("fetchkit", [server.url("/trickle/100000/1000/100").absoluteString, "-o", directory.url.path,
-                                                    "--max-time", "0.5", "--timeout", "5"])
+        // A chunk every 100 ms, for ever: never idle, so only --max-time can end it (a run
+        // that ignored it would hang until the child's deadline turns it into a failure).
+        server.route("/endless") { _ in
+            HTTPResponse(status: 200, headers: ["Content-Type": "application/octet-stream"],
+                         body: .chunkedPattern(count: .max, chunkSize: 100, intervalMilliseconds: 100))
+        }
+        let result = try await runTool("fetchkit", [server.url("/endless").absoluteString, "-o", directory.url.path,
+                                                    "--max-time", "0.5", "--timeout", "30"])
         #expect(result.status == ExitStatus.network.rawValue, "\(result)")
-        #expect(Date().timeIntervalSince(started) < 8, "stopped at the deadline, not at the end")
-        #expect(result.stdout.contains("✗ 100  not complete within 0.5 s (--max-time)"), "\(result.stdout)")
-        #expect(!FileManager.default.fileExists(atPath: directory.file("100").path))
+        #expect(result.stdout.contains("✗ endless  not complete within 0.5 s (--max-time)"), "\(result.stdout)")
+        #expect(!FileManager.default.fileExists(atPath: directory.file("endless").path))
     }
 
     @Test func outsideATerminalProgressIsAPlainLinePerActiveFileEveryInterval() async throws {
