@@ -1,68 +1,146 @@
 import FetchKit
 import Foundation
 
-/// The command line: `fetchkit URL... [-o DIR] [--parallel N] [--per-host N] [--retry N] [--timeout S] [--max-size SIZE] [--force] [--sha256 HEX]`.
+/// The command line: `fetchkit [URL ...] [-i FILE] [options]` (see ``usage``).
 struct Options: Equatable {
-    var urls: [URL] = []
+    /// The downloads, in the order given: the URLs on the command line and in `-i` lists.
+    var entries: [InputList.Entry] = []
+    var urls: [URL] { entries.map(\.url) }
     var outputDirectory = URL(fileURLWithPath: FileManager.default.currentDirectoryPath)
     var parallel = 4
     var perHost = 2
     var retries = 2
+    /// Seconds without data before an attempt fails (`--timeout`, `--read-timeout`).
     var timeout: TimeInterval = 30
+    /// Seconds for each whole download, retries included (`--max-time`); `nil` for no limit.
+    var maxTime: TimeInterval?
     /// The largest file to download, in bytes (decoded, as written to disk); `Int64.max` for
     /// no limit.
     var maximumSize = DownloadOperation.defaultMaximumDownloadSize
     var showHelp = false
+    var showVersion = false
     /// Replace files that are already there (otherwise they are kept, as wget --no-clobber does).
     var force = false
-    /// The SHA-256 the one download must have (`--sha256`).
+    /// The SHA-256 the one download must have (`--sha256`); also in ``entries``.
     var sha256: FileDigest?
+    /// One JSON object per file on standard output (`--json`); human output goes to standard error.
+    var json = false
+    var verbosity = Verbosity.normal
+    /// Request headers (`-H`, then `-A`), in order; a later one of the same name replaces an earlier one.
+    var headers: [Header] = []
+    /// Name each file as the response's `Content-Disposition` says (`--content-disposition`).
+    var contentDisposition = false
+    /// Seconds between the plain progress lines printed when the output is not a terminal
+    /// (`--summary-interval`, as aria2c calls it); 0 for none.
+    var summaryInterval: TimeInterval = 5
+    // Room for the download-manager flags of issue 24 (`--limit-rate RATE`, `--continue`):
+    // they take their place beside these once the library parts land.
+
+    enum Verbosity: Equatable {
+        /// `-q`: nothing but a line per failed file, on standard error.
+        case quiet
+        case normal
+        /// `-v`: also each request's headers (secrets redacted) and each response's status.
+        case verbose
+    }
+
+    /// A request header from `-H 'Name: value'` or `-A`.
+    struct Header: Equatable {
+        let name: String
+        let value: String
+    }
 
     static let usage = """
-    usage: fetchkit [URL ...] [options]
+    usage: fetchkit [URL ...] [-i FILE] [options]
 
     Downloads the URLs concurrently with FetchKit. With no argument at all, runs an offline
     demo: a local server on 127.0.0.1 serves sample RSS feeds, and FetchKit refreshes them all.
     Options without a URL (fetchkit -o DIR, as an empty xargs runs it) are a usage error.
+    Options that take a value accept it as the next argument or after '=' (--retry=3).
 
-    options:
+    what to download:
+      -i, --input-file FILE  read URLs from FILE ('-' for standard input): one a line,
+                           optionally followed by 'sha256:' and the file's 64 hex digits;
+                           blank lines and lines starting with '#' are skipped. A bad line
+                           stops the run before anything is downloaded (exit 2)
       -o, --output DIR     directory to save into (default: the current directory)
-      --parallel N         downloads at once, overall (default 4)
-      --per-host N         downloads at once to one host (default 2)
-      --retry N            retries per download after a transient failure (default 2)
-      --timeout S          seconds without data before a download fails (default 30)
-      --max-size SIZE      largest file to save, counted on the bytes written (after
-                           decompression); K, M, G, T suffixes (powers of 1024); 0 for no
-                           limit (default 16G). A larger download fails and leaves no file.
+      --content-disposition  name each file as the server's Content-Disposition header
+                           says (filename*= or filename=), made safe as names from URLs
+                           are; without one, the URL's name. A name already taken in DIR
+                           gets -1, -2... unless --force (also -J)
       --force              replace files that are already in DIR (default: a file
                            already there is kept, like wget --no-clobber, and the
                            server is asked whether its copy changed since the file's
                            date, like wget --timestamping, and the answer shown; a
                            partial download is resumed either way)
+
+    how:
+      --parallel N         downloads at once, overall (default 4)
+      --per-host N         downloads at once to one host (default 2)
+      --retry N            retries per download after a transient failure (default 2)
+      --timeout S          seconds without data before an attempt fails (default 30;
+                           also --read-timeout)
+      -m, --max-time S     seconds for each whole download, retries included (default:
+                           no limit)
+      --max-size SIZE      largest file to save, counted on the bytes written (after
+                           decompression); K, M, G, T suffixes (powers of 1024); 0 for no
+                           limit (default 16G). A larger download fails and leaves no file.
       --sha256 HEX         the SHA-256 the file must have (64 hex digits, as sha256sum
-                           prints it); only with exactly one URL. A file that does not
-                           match is not saved, its partial download is removed, and the
-                           mismatch is reported on one line (exit 1)
+                           prints it); only with exactly one download (an -i list gives
+                           one per line). A file that does not match is not saved, its
+                           partial download is removed, and the mismatch is one line
+      -H, --header 'Name: value'  send this request header (repeatable; a later one of
+                           the same name replaces an earlier one). Names are HTTP tokens;
+                           values may not hold control characters
+      -A, --user-agent TEXT  the User-Agent to send (default: fetchkit/\(Version.current))
+
+    output:
+      --json               one JSON object per file on standard output, as it ends:
+                           url (redacted), path, bytes, status (HTTP), sha256 (when
+                           checked), seconds, result, error (a class below) and message;
+                           the human output goes to standard error
+      -q, --quiet          print nothing but one line per failed file (standard error)
+      -v, --verbose        also print each request's headers (secrets redacted) and each
+                           response's status
+      --summary-interval S   seconds between plain progress lines (one per active
+                           file: bytes, total, rate) when the output is not a terminal
+                           (default 5, at least 0.1; 0 for none). A terminal gets a
+                           live display
+      -V, --version        print the version and exit
       -h, --help           show this help
 
     A file that another fetchkit is downloading into the same directory is skipped (it
-    counts as failed), never written by both.
+    counts as failed, exit 3), never written by both. Output that goes away (fetchkit … |
+    head -1) stops the printing, not the downloads: the exit status is still theirs.
 
-    Exits 0 when every download succeeded, 1 when any failed, 2 on bad arguments, 130
-    (143) when Ctrl-C (SIGTERM) stopped it. Output that goes away (fetchkit … | head -1)
-    stops the printing, not the downloads: the exit status is still theirs.
+    exit status:
+    \(ExitStatus.table)
     """
 
     struct UsageError: Error, CustomStringConvertible {
         let description: String
+        /// Whether the usage follows the message (not after a bad line in a list, which is
+        /// its own one line).
+        var showsUsage = true
+
+        /// An error that is one line, without the usage after it.
+        static func line(_ text: String) -> UsageError {
+            UsageError(description: text, showsUsage: false)
+        }
     }
 
     static func parse(_ arguments: [String]) throws(UsageError) -> Options {
         var options = Options()
         var index = 0
         var onlyURLs = false
+        /// The value after `=` in `--name=value`.
+        var inlineValue: String?
 
         func value(for option: String) throws(UsageError) -> String {
+            if let inline = inlineValue {
+                inlineValue = nil
+                return inline
+            }
             index += 1
             guard index < arguments.count else { throw UsageError(description: "\(option) needs a value") }
             return arguments[index]
@@ -70,23 +148,37 @@ struct Options: Equatable {
         func count(for option: String, allowZero: Bool = false) throws(UsageError) -> Int {
             let text = try value(for: option)
             guard let number = Int(text), number > 0 || (allowZero && number == 0) else {
-                throw UsageError(description: "\(option) needs a \(allowZero ? "non-negative" : "positive") whole number, not '\(text)'")
+                throw UsageError(description: "\(option) needs a \(allowZero ? "non-negative" : "positive") whole number, not '\(shown(text))'")
             }
             return number
         }
+        func seconds(for option: String, allowZero: Bool = false) throws(UsageError) -> TimeInterval {
+            let text = try value(for: option)
+            guard let seconds = TimeInterval(text), seconds > 0 || (allowZero && seconds == 0), seconds.isFinite,
+                  seconds <= 31_536_000 else {
+                throw UsageError(description: "\(option) needs a \(allowZero ? "" : "positive ")number of seconds (at most a year), not '\(shown(text))'")
+            }
+            return seconds
+        }
 
         while index < arguments.count {
-            let argument = arguments[index]
+            var argument = arguments[index]
+            inlineValue = nil
+            if !onlyURLs, argument.hasPrefix("--"), let equals = argument.firstIndex(of: "=") {
+                inlineValue = String(argument[argument.index(after: equals)...])
+                argument = String(argument[..<equals])
+            }
             switch argument {
-            case _ where onlyURLs || !argument.hasPrefix("-"):
-                guard let url = URL(string: argument), let scheme = url.scheme?.lowercased(),
-                      scheme == "http" || scheme == "https", url.host?.isEmpty == false else {
+            case _ where onlyURLs || !argument.hasPrefix("-") || argument == "-":
+                guard let url = httpURL(argument) else {
                     // Echoed for the user, who may be reading a CI log: redacted and escaped.
                     throw UsageError(description: "not an http or https URL: '\(Terminal.sanitized(Redaction.redacted(argument)))'")
                 }
-                options.urls.append(url)
+                options.entries.append(InputList.Entry(url: url, sha256: nil))
             case "--":
                 onlyURLs = true
+            case "-i", "--input-file":
+                options.entries += try InputList.read(try value(for: argument))
             case "-o", "--output":
                 options.outputDirectory = URL(fileURLWithPath: try value(for: argument), isDirectory: true)
             case "--parallel":
@@ -95,16 +187,14 @@ struct Options: Equatable {
                 options.perHost = try count(for: argument)
             case "--retry":
                 options.retries = try count(for: argument, allowZero: true)
-            case "--timeout":
-                let text = try value(for: argument)
-                guard let seconds = TimeInterval(text), seconds > 0, seconds.isFinite else {
-                    throw UsageError(description: "--timeout needs a positive number of seconds, not '\(text)'")
-                }
-                options.timeout = seconds
+            case "--timeout", "--read-timeout":
+                options.timeout = try seconds(for: argument)
+            case "-m", "--max-time":
+                options.maxTime = try seconds(for: argument)
             case "--max-size":
                 let text = try value(for: argument)
                 guard let size = Self.size(text) else {
-                    throw UsageError(description: "--max-size needs a size such as 500M, 2G or 0 for no limit, not '\(text)'")
+                    throw UsageError(description: "--max-size needs a size such as 500M, 2G or 0 for no limit, not '\(shown(text))'")
                 }
                 options.maximumSize = size == 0 ? .max : size
             case "--force":
@@ -112,25 +202,102 @@ struct Options: Equatable {
             case "--sha256":
                 let text = try value(for: argument)
                 guard let digest = FileDigest(.sha256, hex: text) else {
-                    throw UsageError(description: "--sha256 needs 64 hexadecimal digits, not '\(Terminal.sanitized(String(text.prefix(80))))'")
+                    throw UsageError(description: "--sha256 needs 64 hexadecimal digits, not '\(shown(text))'")
                 }
                 options.sha256 = digest
+            case "-H", "--header":
+                options.headers.append(try header(try value(for: argument)))
+            case "-A", "--user-agent":
+                let text = try value(for: argument)
+                guard !text.isEmpty, isValidHeaderValue(text) else {
+                    throw UsageError(description: "\(argument) needs text without control characters (CR, LF, NUL...)")
+                }
+                options.headers.append(Header(name: "User-Agent", value: text))
+            case "--content-disposition", "-J":
+                options.contentDisposition = true
+            case "--json":
+                options.json = true
+            case "-q", "--quiet":
+                options.verbosity = .quiet
+            case "-v", "--verbose":
+                options.verbosity = .verbose
+            case "--summary-interval":
+                options.summaryInterval = try seconds(for: argument, allowZero: true)
+            case "-V", "--version":
+                options.showVersion = true
             case "-h", "--help":
                 options.showHelp = true
             default:
-                throw UsageError(description: "unknown option '\(argument)'")
+                throw UsageError(description: "unknown option '\(shown(argument))'")
+            }
+            if inlineValue != nil {
+                throw UsageError(description: "\(argument) takes no value")
             }
             index += 1
         }
+        if options.showHelp || options.showVersion { return options }
         // `fetchkit -o dir` from an empty `xargs`, or a script whose URL list came out empty:
         // an error, not the demo (which runs with no argument at all).
-        if options.urls.isEmpty, !arguments.isEmpty, !options.showHelp {
+        if options.entries.isEmpty, !arguments.isEmpty {
             throw UsageError(description: "no URL to download (fetchkit with no argument at all runs the offline demo)")
         }
-        if options.sha256 != nil, options.urls.count != 1 {
-            throw UsageError(description: "--sha256 checks one download: give exactly one URL, not \(options.urls.count)")
+        if let digest = options.sha256 {
+            guard options.entries.count == 1 else {
+                throw UsageError(description: "--sha256 checks one download: give exactly one URL, not \(options.entries.count) (an -i list takes a sha256: on each line)")
+            }
+            if let listed = options.entries[0].sha256, listed != digest {
+                throw UsageError(description: "--sha256 and the list give the download two different digests")
+            }
+            options.entries[0] = InputList.Entry(url: options.entries[0].url, sha256: digest)
         }
         return options
+    }
+
+    /// `text` as a URL to download: `http` or `https`, with a host; `nil` otherwise.
+    static func httpURL(_ text: String) -> URL? {
+        guard let url = URL(string: text), let scheme = url.scheme?.lowercased(),
+              scheme == "http" || scheme == "https", url.host?.isEmpty == false else { return nil }
+        return url
+    }
+
+    /// A header from `-H 'Name: value'`. The value is never echoed: it may be a credential.
+    static func header(_ text: String) throws(UsageError) -> Header {
+        guard let colon = text.firstIndex(of: ":") else {
+            throw UsageError(description: "-H needs 'Name: value', with a colon after the name")
+        }
+        let name = String(text[..<colon])
+        let value = text[text.index(after: colon)...].trimmingCharacters(in: CharacterSet(charactersIn: " \t"))
+        guard !name.isEmpty, name.unicodeScalars.allSatisfy(isTokenCharacter) else {
+            throw UsageError(description: "-H: '\(shown(name))' is not a header name (letters, digits and !#$%&'*+-.^_`|~ only)")
+        }
+        guard !value.isEmpty else {
+            throw UsageError(description: "-H \(name): needs a value")
+        }
+        guard isValidHeaderValue(value) else {
+            throw UsageError(description: "-H \(name): the value holds a control character (CR, LF, NUL...), which could forge a header")
+        }
+        return Header(name: name, value: value)
+    }
+
+    /// A `tchar` of RFC 9110.
+    static func isTokenCharacter(_ scalar: Unicode.Scalar) -> Bool {
+        switch scalar {
+        case "a"..."z", "A"..."Z", "0"..."9": true
+        case "!", "#", "$", "%", "&", "'", "*", "+", "-", ".", "^", "_", "`", "|", "~": true
+        default: false
+        }
+    }
+
+    /// A field value of RFC 9110: no control characters but the horizontal tab, no C1 controls.
+    static func isValidHeaderValue(_ text: String) -> Bool {
+        text.unicodeScalars.allSatisfy { scalar in
+            scalar == "\t" || !(scalar.value < 0x20 || (0x7F...0x9F).contains(scalar.value))
+        }
+    }
+
+    /// An argument echoed in a message: at most 80 characters, escaped for the terminal.
+    static func shown(_ text: String) -> String {
+        Terminal.sanitized(String(text.prefix(80)))
     }
 
     /// A size in bytes: digits with an optional K, M, G or T suffix (powers of 1024, with or

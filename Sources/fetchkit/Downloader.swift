@@ -29,7 +29,11 @@ final class Downloader: @unchecked Sendable {
 
     struct Item {
         let url: URL
-        let destination: URL
+        /// Where the file goes: named from its URL, then (``Options/contentDisposition``) as
+        /// the server says once it is complete.
+        var destination: URL
+        /// The SHA-256 it must have (`--sha256`, or its line in an `-i` list).
+        var sha256: FileDigest? = nil
         var name: String { destination.lastPathComponent }
         var state = State.waiting
         /// The bytes received, and those this run moved (for its rate).
@@ -46,6 +50,16 @@ final class Downloader: @unchecked Sendable {
         var otherProcess: Int32?
         /// When kept because it was already there: what the server said of it.
         var verdict: ExistingFile.Verdict?
+        /// The status of the last response.
+        var status: Int?
+        /// The SHA-256 the finished file was checked against.
+        var verifiedDigest: FileDigest?
+
+        /// The class of its failure, if it failed.
+        var exitStatus: ExitStatus? {
+            guard case .failed(let error) = state else { return nil }
+            return otherProcess != nil ? .fileSystem : ExitStatus(error)
+        }
 
         /// Why it failed, in a few words (see ``Downloader/reason(_:)``).
         func failureReason(_ error: FetchError) -> String {
@@ -59,7 +73,6 @@ final class Downloader: @unchecked Sendable {
     private let queue: FetchQueue
     private let finished = DispatchSemaphore(value: 0)
     private var items: [Item] = []
-    private var anyFailed = false
     /// The signal that stopped the run.
     private var interruption: Int32?
     private var display: ProgressDisplay
@@ -72,11 +85,14 @@ final class Downloader: @unchecked Sendable {
             maximumConcurrentTransfers: options.parallel,
             maximumTransfersPerHost: options.perHost
         )
-        display = ProgressDisplay(interactive: Terminal.isInteractive)
+        // With --json, standard output carries the JSON lines only; people read standard error.
+        let human = options.json ? Terminal.errors : Terminal.output
+        display = ProgressDisplay(out: human, interactive: Terminal.isInteractive(human.descriptor), verbosity: options.verbosity)
     }
 
-    /// Runs every download and returns the exit status: 0 if all succeeded, 1 otherwise, and
-    /// 128 + the signal's number (130 for SIGINT, 143 for SIGTERM) if a signal stopped it.
+    /// Runs every download and returns the exit status (``ExitStatus``): 0 if all succeeded, a
+    /// failure class's code otherwise, and 128 + the signal's number (130 for SIGINT, 143 for
+    /// SIGTERM) if a signal stopped it.
     func run() -> Int32 {
         let directory = options.outputDirectory.standardizedFileURL
         do {
@@ -84,29 +100,37 @@ final class Downloader: @unchecked Sendable {
         } catch {
             Terminal.error("fetchkit: cannot use \(Terminal.sanitized(directory.path)) as the output directory: "
                 + Terminal.sanitized(error.localizedDescription))
-            return 1
+            return ExitStatus.fileSystem.rawValue
         }
         let names = Self.fileNames(for: options.urls)
-        items = zip(options.urls, names).map { Item(url: $0, destination: directory.appendingPathComponent($1)) }
+        items = zip(options.entries, names).map { Item(url: $0.url, destination: directory.appendingPathComponent($1), sha256: $0.sha256) }
         // Like wget --no-clobber: a file already there is kept, not replaced, unless --force;
         // the server is asked whether its copy changed (see ExistingFile).
         if !options.force { checkExistingFiles() }
         display.header("Downloading \(items.count) file\(items.count == 1 ? "" : "s") to \(Terminal.sanitized(directory.path)) "
             + "(\(options.parallel) at once, \(options.perHost) per host)")
 
-        // The live display redraws ten times a second, on a terminal only. (A dispatch source
+        // The live display redraws ten times a second, on a terminal only; elsewhere (a CI
+        // log), a plain line per active file every --summary-interval. (A dispatch source
         // must never be released while suspended, so it exists only when it runs.)
         var timer: DispatchSourceTimer?
         let signals = watchSignals()
         ui.sync {
-            for item in items {
-                if case .skipped = item.state { display.finished(item) }
+            for index in items.indices {
+                if case .skipped = items[index].state { ended(index) }
             }
             startAll()
             if display.interactive {
                 let source = DispatchSource.makeTimerSource(queue: ui)
                 source.schedule(deadline: .now(), repeating: .milliseconds(100))
                 source.setEventHandler { [self] in display.render(items, startedAt: startedAt) }
+                source.resume()
+                timer = source
+            } else if options.summaryInterval > 0, options.verbosity != .quiet {
+                let source = DispatchSource.makeTimerSource(queue: ui)
+                let interval = DispatchTimeInterval.milliseconds(max(100, Int(options.summaryInterval * 1000)))
+                source.schedule(deadline: .now() + interval, repeating: interval)
+                source.setEventHandler { [self] in display.plainProgress(items) }
                 source.resume()
                 timer = source
             }
@@ -119,8 +143,8 @@ final class Downloader: @unchecked Sendable {
             display.render(items, startedAt: startedAt, final: true)
             display.summary(items, directory: directory, elapsed: Date().timeIntervalSince(startedAt),
                             interruptedBy: interruption.map(Self.signalName))
-            if let interruption { return 128 + interruption }
-            return anyFailed ? 1 : 0
+            let succeeded = items.filter { switch $0.state { case .done, .skipped: true; default: false } }.count
+            return ExitStatus.of(failures: items.compactMap(\.exitStatus), succeeded: succeeded, signal: interruption)
         }
     }
 
@@ -131,7 +155,7 @@ final class Downloader: @unchecked Sendable {
         for index in items.indices {
             guard let file = ExistingFile.regularFile(at: items[index].destination) else { continue }
             items[index].state = .skipped
-            checks.append((index, ExistingFile.check(items[index].url, against: file, timeout: options.timeout), file))
+            checks.append((index, ExistingFile.check(request(for: items[index].url), against: file, timeout: options.timeout), file))
         }
         let group = DispatchGroup()
         for entry in checks {
@@ -196,17 +220,17 @@ final class Downloader: @unchecked Sendable {
             finished.signal()
             return
         }
-        queue.enqueue(batch: downloads, on: .dispatch(ui), completion: { [self] status in
-            anyFailed = status.failed > 0
+        queue.enqueue(batch: downloads, on: .dispatch(ui), completion: { [self] _ in
             finished.signal()
         })
     }
 
     private func makeDownload(_ index: Int) -> DownloadOperation {
-        let download = DownloadOperation(url: items[index].url, destination: items[index].destination)
+        let download = DownloadOperation(request: request(for: items[index].url), destination: items[index].destination)
         download.configuration.idleTimeout = options.timeout
+        download.configuration.totalTimeout = options.maxTime
         download.configuration.maximumResponseSize = options.maximumSize
-        download.expectedDigest = options.sha256
+        download.expectedDigest = items[index].sha256
         // FetchKit retries transient failures itself, with backoff (and Retry-After); a retry
         // resumes the partial file.
         download.configuration.retryPolicy = RetryPolicy(maximumRetries: options.retries)
@@ -230,6 +254,8 @@ final class Downloader: @unchecked Sendable {
             for notice in download.partialFileNotices {
                 display.note(items[index], notice.description)
             }
+            items[index].status = download.response?.statusCode ?? download.error?.statusCode
+            if options.verbosity == .verbose { display.exchange(items[index], request: download.sentRequest, response: download.response) }
             if let error = download.error {
                 if case .cancelled = error, interruption != nil {
                     if case .waiting = items[index].state {} else { items[index].started = true }
@@ -242,14 +268,45 @@ final class Downloader: @unchecked Sendable {
             } else {
                 ExistingFile.stamp(download.destination, from: download.response)
                 items[index].state = .done
+                items[index].verifiedDigest = download.expectedDigest
                 let size = DownloadOperation.sizeOfFile(at: download.destination) ?? items[index].received
                 items[index].meter.completed(size: size, resumedBytes: download.resumedBytes)
                 items[index].expected = items[index].received
+                if options.contentDisposition { rename(index, as: download.response?.value(forHTTPHeaderField: "Content-Disposition")) }
             }
             items[index].finishedAt = Date()
-            display.finished(items[index])
+            ended(index)
         }
         return download
+    }
+
+    /// A file's end: its line, and its JSON line.
+    private func ended(_ index: Int) {
+        display.finished(items[index])
+        if options.json { Terminal.output.write(JSONReport.line(for: items[index])) }
+    }
+
+    /// `--content-disposition`: names the finished file as the server's header says, made
+    /// safe, never onto a name another download of this run takes, nor (without `--force`)
+    /// onto a file already there.
+    private func rename(_ index: Int, as header: String?) {
+        guard let name = ContentDisposition.safeName(in: header, for: items[index].url) else { return }
+        let reserved = Set(items.indices.filter { $0 != index }.map { items[$0].destination.lastPathComponent })
+        do {
+            items[index].destination = try ContentDisposition.place(items[index].destination, as: name, replacing: options.force, reserved: reserved)
+        } catch {
+            display.note(items[index], "kept under this name: \(error.localizedDescription)")
+        }
+    }
+
+    /// The request for `url`: the `-H` headers in order, then the `User-Agent`.
+    private func request(for url: URL) -> URLRequest {
+        var request = URLRequest(url: url)
+        request.setValue("fetchkit/\(Version.current)", forHTTPHeaderField: "User-Agent")
+        for header in options.headers {
+            request.setValue(header.value, forHTTPHeaderField: header.name)
+        }
+        return request
     }
 
     // MARK: Helpers
@@ -274,7 +331,10 @@ final class Downloader: @unchecked Sendable {
             // The system's message may quote the URL.
             return clause(Redaction.redacted(text: urlError.localizedDescription, mentioning: [urlError.failingURL]))
         case .timedOut(let timeout):
-            return "no data for \(Format.duration(timeout.interval))"
+            switch timeout.kind {
+            case .idle: return "no data for \(Format.duration(timeout.interval))"
+            case .total: return "not complete within \(Format.duration(timeout.interval)) (--max-time)"
+            }
         case .responseTooLarge(let limit):
             // The cap counts decoded bytes: the length a gzip response announces is the
             // compressed one, and says nothing about the cap unless it is over it.

@@ -40,9 +40,10 @@ enum ExistingFile {
         return (Int64(status.st_size), Date(timeIntervalSince1970: TimeInterval(seconds)))
     }
 
-    /// The conditional `HEAD` that asks whether the server's copy of `url` differs from `file`.
-    static func check(_ url: URL, against file: (size: Int64, modified: Date), timeout: TimeInterval) -> FetchOperation<Data> {
-        var request = URLRequest(url: url)
+    /// The conditional `HEAD` that asks whether the server's copy differs from `file`:
+    /// `download` (its URL and headers) as a `HEAD`.
+    static func check(_ download: URLRequest, against file: (size: Int64, modified: Date), timeout: TimeInterval) -> FetchOperation<Data> {
+        var request = download
         request.httpMethod = "HEAD"
         request.setValue(httpDate(file.modified), forHTTPHeaderField: "If-Modified-Since")
         let check = FetchOperation<Data>(request: request)

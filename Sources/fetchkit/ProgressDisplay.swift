@@ -2,41 +2,87 @@ import FetchKit
 import Foundation
 
 /// Draws download progress: on a terminal, a live block redrawn in place under the lines of
-/// finished files; elsewhere, one plain line per event.
+/// finished files; elsewhere, one plain line per event, and every few seconds one per active
+/// file. Quiet (`-q`), it prints only a line per failed file, on standard error.
 struct ProgressDisplay {
+    /// Where it writes: standard output, or standard error when `--json` has standard output.
+    let out: OutputStream
     let interactive: Bool
+    let verbosity: Options.Verbosity
     private var liveLines = 0
 
-    init(interactive: Bool) {
-        self.interactive = interactive
+    init(out: OutputStream = Terminal.output, interactive: Bool, verbosity: Options.Verbosity = .normal) {
+        self.out = out
+        self.interactive = interactive && verbosity != .quiet
+        self.verbosity = verbosity
+    }
+
+    private var quiet: Bool { verbosity == .quiet }
+
+    private func write(_ text: String) {
+        if !quiet { out.write(text) }
     }
 
     func header(_ text: String) {
-        Terminal.write(text + "\n")
+        write(text + "\n")
     }
 
-    /// A file finished: a permanent line.
+    /// A file finished: a permanent line (quiet: a failure only, with its URL, on standard error).
     mutating func finished(_ item: Downloader.Item) {
+        if quiet {
+            if case .failed(let error) = item.state {
+                Terminal.errors.write("fetchkit: \(item.shownName): \(Terminal.sanitized(item.failureReason(error))) "
+                    + "(\(Terminal.sanitized(Redaction.redacted(item.url))))\n")
+            }
+            return
+        }
         clearLive()
-        Terminal.write(Self.finalLine(item) + "\n")
+        write(Self.finalLine(item) + "\n")
     }
 
     /// A line of its own, above the live block.
     mutating func note(_ text: String) {
         clearLive()
-        Terminal.write(text + "\n")
+        write(text + "\n")
     }
 
     mutating func retrying(_ item: Downloader.Item, attempt: Int, of attempts: Int, reason: String) {
         clearLive()
-        Terminal.write("  ↻ \(item.shownName): \(Terminal.sanitized(reason)); retrying (attempt \(attempt) of \(attempts))\n")
+        write("  ↻ \(item.shownName): \(Terminal.sanitized(reason)); retrying (attempt \(attempt) of \(attempts))\n")
     }
 
     /// Something the user should know about a file, such as a partial download that was
     /// ignored: a permanent line.
     mutating func note(_ item: Downloader.Item, _ text: String) {
         clearLive()
-        Terminal.write("  ! \(item.shownName): \(Terminal.sanitized(text))\n")
+        write("  ! \(item.shownName): \(Terminal.sanitized(text))\n")
+    }
+
+    /// `-v`: what was sent for a file and what came back — the request's headers, the values
+    /// of credentials and cookies redacted, and the response's status.
+    mutating func exchange(_ item: Downloader.Item, request: URLRequest?, response: HTTPURLResponse?) {
+        clearLive()
+        var text = ""
+        if let request {
+            text += "  > \(item.shownName): \(request.httpMethod ?? "GET") \(Terminal.sanitized(Redaction.redacted(request.url ?? item.url)))\n"
+            for (name, value) in (request.allHTTPHeaderFields ?? [:]).sorted(by: { $0.key.lowercased() < $1.key.lowercased() }) {
+                text += "  >   \(Terminal.sanitized(name)): \(Terminal.sanitized(Redaction.redacted(headerValue: value, forName: name)))\n"
+            }
+        }
+        if let response {
+            text += "  < \(item.shownName): HTTP \(response.statusCode)"
+            if let length = response.value(forHTTPHeaderField: "Content-Length") { text += ", Content-Length \(Terminal.sanitized(String(length.prefix(40))))" }
+            text += "\n"
+        }
+        write(text)
+    }
+
+    /// Where the output is not a terminal (a CI log): a plain line per active file — bytes,
+    /// total, rate — with no escape sequence.
+    func plainProgress(_ items: [Downloader.Item]) {
+        let active = items.filter { if case .active = $0.state { return true }; return false }
+        guard !active.isEmpty else { return }
+        write(active.map { Self.activeLine($0) + "\n" }.joined())
     }
 
     /// Redraws the live block: the active files and the total.
@@ -44,7 +90,7 @@ struct ProgressDisplay {
         guard interactive else { return }
         clearLive()
         guard !final else { return }
-        let width = Terminal.width
+        let width = Terminal.width(of: out.descriptor)
         var lines: [String] = []
         let active = items.filter { if case .active = $0.state { return true }; return false }
         for item in active.prefix(8) {
@@ -52,7 +98,7 @@ struct ProgressDisplay {
         }
         if active.count > 8 { lines.append("    … and \(active.count - 8) more downloading") }
         lines.append(Format.fit(Self.totalLine(items, startedAt: startedAt), width - 1))
-        Terminal.write(lines.joined(separator: "\n") + "\n")
+        write(lines.joined(separator: "\n") + "\n")
         liveLines = lines.count
     }
 
@@ -81,7 +127,7 @@ struct ProgressDisplay {
             }
         }
         if items.contains(where: { $0.kept ?? 0 > 0 }) { text += "Run the same command again to resume.\n" }
-        Terminal.write(text)
+        write(text)
     }
 
     /// After a signal: "; 2 partial files kept to resume, 1 not started, 1 stopped with nothing kept".
@@ -103,7 +149,7 @@ struct ProgressDisplay {
     private mutating func clearLive() {
         guard interactive, liveLines > 0 else { return }
         // Up to the first live line, then clear to the end of the screen.
-        Terminal.write("\u{1B}[\(liveLines)F\u{1B}[J")
+        write("\u{1B}[\(liveLines)F\u{1B}[J")
         liveLines = 0
     }
 

@@ -8,12 +8,22 @@ import Darwin
 /// Where the tool writes: a terminal gets a live, redrawn display; a pipe or file gets lines.
 enum Terminal {
     static var isInteractive: Bool {
-        isatty(STDOUT_FILENO) == 1 && ProcessInfo.processInfo.environment["TERM"] != "dumb"
+        isInteractive(STDOUT_FILENO)
+    }
+
+    /// Whether `descriptor` is a terminal that draws escape sequences.
+    static func isInteractive(_ descriptor: Int32) -> Bool {
+        isatty(descriptor) == 1 && ProcessInfo.processInfo.environment["TERM"] != "dumb"
     }
 
     static var width: Int {
+        width(of: STDOUT_FILENO)
+    }
+
+    /// The width in columns of the terminal at `descriptor`; 80 if it has none.
+    static func width(of descriptor: Int32) -> Int {
         var size = winsize()
-        if ioctl(STDOUT_FILENO, UInt(TIOCGWINSZ), &size) == 0, size.ws_col > 20 { return Int(size.ws_col) }
+        if ioctl(descriptor, UInt(TIOCGWINSZ), &size) == 0, size.ws_col > 20 { return Int(size.ws_col) }
         return 80
     }
 

@@ -1,13 +1,15 @@
 // fetchkit: download URLs concurrently with FetchKit, or, with no URL, run an offline demo.
 //
 //   swift run fetchkit                                   the demo (no network needed)
-//   swift run fetchkit URL... [-o DIR] [--parallel N] [--per-host N] [--retry N] [--timeout S] [--max-size SIZE] [--force] [--sha256 HEX]
+//   swift run fetchkit URL... [-i FILE] [options]        see `fetchkit --help`
 //
-// Exit status: 0 when every download succeeded, 1 when one failed, 2 for bad arguments, and
-// 130 (SIGINT, Ctrl-C) or 143 (SIGTERM) when a signal stopped the run, whether or not its
-// output could be printed to the end (a closed pipe stops the printing, not the downloads).
-// Partial files that the server allows resuming are kept, and the same command resumes them
-// with `Range` requests.
+// Exit status (ExitStatus.swift, one code per failure class): 0 when every download succeeded,
+// 2 for bad arguments, a failure class's code (3 file, 4 network, 5 TLS, 7 protocol, 8 HTTP,
+// 9 checksum, 10 size, 1 other) when the downloads failed for one, 11 when some succeeded or
+// they failed for several, and 130 (SIGINT, Ctrl-C) or 143 (SIGTERM) when a signal stopped the
+// run, whether or not its output could be printed to the end (a closed pipe stops the printing,
+// not the downloads). Partial files that the server allows resuming are kept, and the same
+// command resumes them with `Range` requests.
 import FetchKit
 import Foundation
 #if canImport(Glibc)
@@ -24,11 +26,15 @@ let options: Options
 do {
     options = try Options.parse(Array(CommandLine.arguments.dropFirst()))
 } catch {
-    Terminal.error("fetchkit: \(error.description)\n\n\(Options.usage)")
-    exit(2)
+    Terminal.error("fetchkit: \(error.description)" + (error.showsUsage ? "\n\n\(Options.usage)" : " (fetchkit --help shows the usage)"))
+    exit(ExitStatus.usage.rawValue)
 }
 if options.showHelp {
     print(Options.usage)
-    exit(0)
+    exit(ExitStatus.success.rawValue)
+}
+if options.showVersion {
+    print("fetchkit \(Version.current)")
+    exit(ExitStatus.success.rawValue)
 }
 exit(options.urls.isEmpty ? Demo.run() : Downloader(options: options).run())

@@ -33,7 +33,7 @@ struct CommandLineDigestTests {
         let wrong = String(repeating: "0", count: 64)
         let result = try await runTool("fetchkit", [server.url("/bytes/100003").absoluteString, "-o", directory.url.path,
                                                     "--sha256", wrong])
-        #expect(result.status == 1)
+        #expect(result.status == 9, "ExitStatus.checksum")
         // The file's line, as every failure has one (the summary repeats it with the URL).
         let lines = result.stdout.split(separator: "\n").filter { $0.contains("✗ 100003") }
         #expect(lines.count == 1, "\(result.stdout)")

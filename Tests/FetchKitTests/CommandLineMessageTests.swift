@@ -27,7 +27,7 @@ struct CommandLineRealUseMessageTests {
 
         let result = try await runTool("fetchkit", [url, "-o", directory.url.path, "--max-size", "1M", "--retry", "0"])
 
-        #expect(result.status == 1)
+        #expect(result.status == 10, "ExitStatus.sizeLimit")
         #expect(result.stdout.contains("✗ logs.tar  larger than the 1 MiB limit (--max-size, counted after decompression)"), "\(result.stdout)")
         #expect(!result.stdout.contains("announced"), "\(result.stdout)")
         #expect(!result.stdout.contains("1048576"), "\(result.stdout)")
@@ -41,7 +41,7 @@ struct CommandLineRealUseMessageTests {
         defer { server.stop(); directory.remove() }
         let url = server.url("/bytes/3145728").absoluteString
         let result = try await runTool("fetchkit", [url, "-o", directory.url.path, "--max-size", "2M", "--retry", "0"])
-        #expect(result.status == 1)
+        #expect(result.status == 10, "ExitStatus.sizeLimit")
         #expect(result.stdout.contains("larger than the 2 MiB limit (--max-size, counted after decompression); the server announced 3.0 MiB"), "\(result.stdout)")
         #expect(occurrences(of: url, in: result.stdout) == 1, "\(result.stdout)")
     }
@@ -53,7 +53,7 @@ struct CommandLineRealUseMessageTests {
         defer { server.stop(); directory.remove() }
         let urls = [server.url("/lie/5000/100").absoluteString, server.url("/garbage").absoluteString]
         let result = try await runTool("fetchkit", urls + ["-o", directory.url.path, "--retry", "0"])
-        #expect(result.status == 1)
+        #expect(result.status == 4, "ExitStatus.network: a body cut short and garbage are both what a connection delivered")
         #expect(result.stdout.contains("the server announced 5000 bytes but 100 arrived"), "\(result.stdout)")
         for url in urls {
             #expect(occurrences(of: url, in: result.stdout) == 1, "\(url) in:\n\(result.stdout)")

@@ -21,7 +21,7 @@ struct CommandLineTests {
         defer { server.stop(); directory.remove() }
         let urls = ["/bytes/100000", "/bytes/5000", "/status/404"].map { server.url($0).absoluteString }
         let result = try await runTool("fetchkit", urls + ["-o", directory.url.path, "--parallel", "2"])
-        #expect(result.status == 1, "a failed download makes the exit status 1")
+        #expect(result.status == 11, "one failed, others succeeded: ExitStatus.someFailed")
         #expect(FileManager.default.contents(atPath: directory.file("100000").path) == BytePattern.data(offset: 0, count: 100_000))
         #expect(FileManager.default.contents(atPath: directory.file("5000").path) == BytePattern.data(offset: 0, count: 5000))
         #expect(!FileManager.default.fileExists(atPath: directory.file("404").path))
@@ -73,7 +73,7 @@ struct CommandLineTests {
         defer { server.stop(); directory.remove() }
         let url = server.url("/flaky/cli-hard/5/503").absoluteString
         let result = try await runTool("fetchkit", [url, "-o", directory.url.path, "--retry", "1"])
-        #expect(result.status == 1)
+        #expect(result.status == 8, "ExitStatus.httpStatus")
         #expect(server.requestCount(path: "/flaky/cli-hard/5/503") == 2)
     }
 
@@ -83,7 +83,7 @@ struct CommandLineTests {
         defer { server.stop(); directory.remove() }
         let url = server.url("/stall-head").absoluteString
         let result = try await runTool("fetchkit", [url, "-o", directory.url.path, "--timeout", "0.3", "--retry", "0"])
-        #expect(result.status == 1)
+        #expect(result.status == 4, "ExitStatus.network")
         #expect(result.stdout.contains("no data for"))
     }
 
@@ -162,7 +162,7 @@ struct CommandLineFileTests {
 
         let result = try await runTool("fetchkit", [server.url("/bytes/5000").absoluteString, "-o", directory.url.path])
 
-        #expect(result.status == 1)
+        #expect(result.status == 3, "ExitStatus.fileSystem")
         #expect(contents(secret) == secretBytes)
         #expect((try? FileManager.default.destinationOfSymbolicLink(atPath: directory.file("5000").path)) == secret.path)
         #expect(result.stdout.contains("symbolic link"), "\(result.stdout)")
@@ -175,7 +175,7 @@ struct CommandLineFileTests {
         defer { server.stop(); directory.remove() }
         try FileManager.default.createDirectory(at: directory.file("5000"), withIntermediateDirectories: false)
         let result = try await runTool("fetchkit", [server.url("/bytes/5000").absoluteString, "-o", directory.url.path])
-        #expect(result.status == 1)
+        #expect(result.status == 3, "ExitStatus.fileSystem")
         #expect(result.stdout.contains("Is a directory"), "\(result.stdout)")
         #expect(try FileManager.default.contentsOfDirectory(atPath: directory.file("5000").path).isEmpty)
         #expect(server.requestCount(path: "/bytes/5000") == 0)
@@ -281,7 +281,7 @@ struct CommandLineFileTests {
         let directory = try TemporaryDirectory()
         defer { server.stop(); directory.remove() }
         let result = try await runTool("fetchkit", [server.url("/bytes/5000").absoluteString, "-o", directory.url.path, "--max-size", "1K"])
-        #expect(result.status == 1)
+        #expect(result.status == 10, "ExitStatus.sizeLimit")
         #expect(result.stdout.contains("larger than the 1 KiB limit"), "\(result.stdout)")
         #expect(try FileManager.default.contentsOfDirectory(atPath: directory.url.path).isEmpty)
 
@@ -299,7 +299,7 @@ struct CommandLineFileTests {
         server.route("/bomb.bin") { _ in HTTPResponse(status: 200, headers: ["Content-Encoding": "gzip"], body: bomb) }
         let result = try await runTool("fetchkit", [server.url("/bomb.bin").absoluteString, "-o", directory.url.path,
                                                     "--max-size", "2M", "--retry", "0"])
-        #expect(result.status == 1)
+        #expect(result.status == 10, "ExitStatus.sizeLimit")
         #expect(result.stdout.contains("larger than the 2 MiB limit"), "\(result.stdout)")
         #expect(try FileManager.default.contentsOfDirectory(atPath: directory.url.path).isEmpty, "no partial file is left")
     }

@@ -58,16 +58,19 @@ final class ChildProcess: Sendable {
 
     /// Starts `name` (an executable beside the test bundle, or an absolute path) with
     /// `arguments`, and `environment` added to the test process's. When `errorMarker` is given,
-    /// ``errorMarkerSeen`` opens as soon as the child wrote it to its standard error.
+    /// ``errorMarkerSeen`` opens as soon as the child wrote it to its standard error. With
+    /// `input`, the child's standard input is a pipe that gives it those bytes, then ends.
     init(_ name: String, _ arguments: [String], standardOutput: StandardOutput = .pipe,
-         environment: [String: String] = [:], errorMarker: String? = nil) throws {
+         environment: [String: String] = [:], errorMarker: String? = nil, input: Data? = nil) throws {
         let directory = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
         let path = name.hasPrefix("/") ? name : directory.appendingPathComponent(name).path
         let outPipe = try Self.makeOutput(standardOutput)
         let errPipe = try Self.makePipe()
+        let inPipe = try input.map { _ in try Self.makeInputSocket() }
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
         defer { posix_spawn_file_actions_destroy(&actions) }
+        if let inPipe { posix_spawn_file_actions_adddup2(&actions, inPipe.read, 0) }
         posix_spawn_file_actions_adddup2(&actions, outPipe.write, 1)
         posix_spawn_file_actions_adddup2(&actions, errPipe.write, 2)
         // Nothing else of the test process (sockets, other children's pipes) goes along.
@@ -99,6 +102,26 @@ final class ChildProcess: Sendable {
         let spawned = posix_spawn(&child, path, &actions, &attributes, argv, envp)
         close(outPipe.write)
         close(errPipe.write)
+        if let inPipe {
+            close(inPipe.read)
+            let bytes = input ?? Data()
+            // Written on a thread of its own (a full buffer blocks until the child reads), then
+            // closed: the child reads to the end. A child that stops reading early fails the
+            // send (MSG_NOSIGNAL), rather than kill the test process with SIGPIPE.
+            #if canImport(Glibc)
+            let noSignal = Int32(MSG_NOSIGNAL)
+            #else
+            let noSignal: Int32 = 0   // Darwin: SO_NOSIGPIPE would be the way; the tests run on Linux
+            #endif
+            Thread.detachNewThread {
+                var rest = bytes[...]
+                while !rest.isEmpty {
+                    let count = rest.withUnsafeBytes { socketSend(inPipe.write, $0.baseAddress, $0.count, noSignal) }
+                    if count > 0 { rest = rest.dropFirst(count) } else if errno != EINTR { break }
+                }
+                close(inPipe.write)
+            }
+        }
         guard spawned == 0 else {
             close(outPipe.read)
             close(errPipe.read)
@@ -154,6 +177,21 @@ final class ChildProcess: Sendable {
             _ = fcntl(ends[0], F_SETFD, FD_CLOEXEC)
             _ = fcntl(ends[1], F_SETFD, FD_CLOEXEC)
         }
+        return (ends[0], ends[1])
+    }
+
+    /// A connected pair of Unix sockets for the child's standard input (`read` its end): the
+    /// test writes with `send(MSG_NOSIGNAL)`, which a pipe does not offer.
+    private static func makeInputSocket() throws -> (read: Int32, write: Int32) {
+        var ends: [Int32] = [0, 0]
+        #if canImport(Glibc)
+        let type = Int32(SOCK_STREAM.rawValue)
+        #else
+        let type = SOCK_STREAM
+        #endif
+        guard socketpair(AF_UNIX, type, 0, &ends) == 0 else { throw SpawnError(description: "socketpair: errno \(errno)") }
+        _ = fcntl(ends[0], F_SETFD, FD_CLOEXEC)
+        _ = fcntl(ends[1], F_SETFD, FD_CLOEXEC)
         return (ends[0], ends[1])
     }
 
@@ -244,4 +282,9 @@ final class ChildProcess: Sendable {
     func stop() {
         if ending.current == nil { kill(pid, SIGKILL) }
     }
+}
+
+/// send(2), by a name that ``ChildProcess/send(_:)`` does not hide.
+private func socketSend(_ socket: Int32, _ bytes: UnsafeRawPointer?, _ count: Int, _ flags: Int32) -> Int {
+    send(socket, bytes, count, flags)
 }

@@ -1,0 +1,121 @@
+import FetchKit
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// The list `-i FILE` (or `-i -`, standard input) names: one download a line, as wget's and
+/// aria2c's `-i` read them.
+///
+/// ```
+/// # a comment, and blank lines, are skipped
+/// https://example.com/a.iso
+/// https://example.com/b.iso sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08
+/// ```
+///
+/// A line is a URL, then optionally, after spaces or a tab, the SHA-256 the file must have
+/// (`sha256:` and 64 hex digits). A list is hostile input like any other: a line that is not
+/// one of these, longer than ``maximumLineBytes``, not UTF-8 or holding a NUL stops the run
+/// before anything is downloaded, with one line naming the list and the line number and the
+/// URL redacted; so does a list of more than ``maximumEntries`` downloads or ``maximumBytes``
+/// bytes (an endless standard input is refused, not held in memory).
+enum InputList {
+    /// The longest line read: 64 KiB (a signed URL is a few KiB).
+    static let maximumLineBytes = 64 << 10
+    /// The most downloads one list holds.
+    static let maximumEntries = 1_000_000
+    /// The largest list read: 256 MiB.
+    static let maximumBytes = 256 << 20
+
+    /// One download of the list.
+    struct Entry: Equatable {
+        let url: URL
+        let sha256: FileDigest?
+    }
+
+    /// Reads the list at `path` (`-` for standard input).
+    static func read(_ path: String) throws(Options.UsageError) -> [Entry] {
+        let shown = path == "-" ? "standard input" : Terminal.sanitized(path)
+        let descriptor: Int32
+        if path == "-" {
+            descriptor = STDIN_FILENO
+        } else {
+            descriptor = open(path, O_RDONLY | O_CLOEXEC)
+            guard descriptor >= 0 else {
+                throw .line("-i: cannot read \(shown): \(String(cString: strerror(errno)))")
+            }
+        }
+        defer { if descriptor != STDIN_FILENO { close(descriptor) } }
+
+        var entries: [Entry] = []
+        var line: [UInt8] = []
+        var number = 0
+        var total = 0
+        var buffer = [UInt8](repeating: 0, count: 64 << 10)
+        func finishLine() throws(Options.UsageError) {
+            number += 1
+            if let entry = try parse(line, number: number, list: shown) {
+                guard entries.count < maximumEntries else {
+                    throw .line("\(shown):\(number): more than \(maximumEntries) downloads in one list")
+                }
+                entries.append(entry)
+            }
+            line.removeAll(keepingCapacity: true)
+        }
+        while true {
+            let count = buffer.withUnsafeMutableBytes { systemRead(descriptor, $0.baseAddress, $0.count) }
+            if count < 0 {
+                if errno == EINTR { continue }
+                throw .line("-i: cannot read \(shown): \(String(cString: strerror(errno)))")
+            }
+            if count == 0 { break }
+            total += count
+            guard total <= maximumBytes else {
+                throw .line("\(shown):\(number + 1): the list is larger than \(maximumBytes >> 20) MiB")
+            }
+            for byte in buffer[0..<count] {
+                if byte == UInt8(ascii: "\n") {
+                    try finishLine()
+                } else {
+                    guard line.count < maximumLineBytes else {
+                        throw .line("\(shown):\(number + 1): line longer than \(maximumLineBytes / 1024) KiB")
+                    }
+                    line.append(byte)
+                }
+            }
+        }
+        if !line.isEmpty { try finishLine() }
+        return entries
+    }
+
+    /// The entry on one line, `nil` for a blank line or a comment.
+    static func parse(_ bytes: [UInt8], number: Int, list: String) throws(Options.UsageError) -> Entry? {
+        let at = "\(list):\(number)"
+        guard !bytes.contains(0) else { throw .line("\(at): a NUL byte in the line") }
+        guard var text = String(validating: bytes, as: UTF8.self) else { throw .line("\(at): the line is not UTF-8") }
+        if number == 1, text.hasPrefix("\u{FEFF}") { text.removeFirst() }
+        let fields = text.split(whereSeparator: { $0 == " " || $0 == "\t" || $0 == "\r" })
+        guard let first = fields.first, !first.hasPrefix("#") else { return nil }
+        guard let url = Options.httpURL(String(first)) else {
+            throw .line("\(at): not an http or https URL: '\(Terminal.sanitized(Redaction.redacted(String(first.prefix(2048)))))'")
+        }
+        var digest: FileDigest?
+        for field in fields.dropFirst() {
+            guard field.lowercased().hasPrefix("sha256:"), digest == nil else {
+                throw .line("\(at): after the URL, only 'sha256:' and 64 hex digits, not '\(Terminal.sanitized(String(field.prefix(80))))'")
+            }
+            guard let parsed = FileDigest(.sha256, hex: String(field.dropFirst("sha256:".count))) else {
+                throw .line("\(at): sha256: needs 64 hexadecimal digits, not '\(Terminal.sanitized(String(field.dropFirst(7).prefix(80))))'")
+            }
+            digest = parsed
+        }
+        return Entry(url: url, sha256: digest)
+    }
+}
+
+/// read(2), by a name that no `read` in scope hides.
+private func systemRead(_ descriptor: Int32, _ buffer: UnsafeMutableRawPointer?, _ count: Int) -> Int {
+    read(descriptor, buffer, count)
+}

@@ -1,0 +1,135 @@
+import FetchKit
+import Foundation
+import LoopbackServer
+import Testing
+@testable import fetchkit
+
+/// Runs fetchkit with `input` on its standard input.
+func runTool(_ name: String, _ arguments: [String], input: Data) async throws -> (status: Int32, stdout: String, stderr: String) {
+    let child = try ChildProcess(name, arguments, input: input)
+    let (ending, stdout, stderr) = try await child.finish()
+    guard case .exit(let status) = ending else {
+        throw ParseTestError(reason: "\(name) ended by \(ending)\n\(stdout)\(stderr)")
+    }
+    return (status, stdout, stderr)
+}
+
+/// The SHA-256 of `data` in hex, from `sha256sum` (an implementation that is not FetchKit's).
+func sha256sum(_ data: Data) async throws -> String {
+    let result = try await runTool("/usr/bin/sha256sum", ["-"], input: data)
+    return String(result.stdout.prefix { $0 != " " })
+}
+
+/// `fetchkit -i FILE` and `-i -`: lists of URLs, with comments, blank lines and digests, and
+/// the hostile lines a list can hold.
+@Suite("The fetchkit command: -i lists", .timeLimit(.minutes(3)))
+struct CommandLineInputTests {
+    @Test func aListFileDownloadsEveryURLSkippingCommentsAndBlankLinesAndChecksDigests() async throws {
+        let server = try LoopbackServer()
+        let directory = try TemporaryDirectory()
+        defer { server.stop(); directory.remove() }
+        let hex = try await sha256sum(BytePattern.data(offset: 0, count: 3001))
+        let list = """
+        \u{FEFF}# downloads for the test
+           
+        \(server.url("/bytes/1000").absoluteString)\r
+        \t\(server.url("/bytes/2000").absoluteString)   # not a comment: a bad field
+        """
+        // The second line has a stray field: first see that it is refused, with its number.
+        try Data(list.utf8).write(to: directory.file("bad.txt"))
+        let refused = try await runTool("fetchkit", ["-i", directory.file("bad.txt").path, "-o", directory.file("out").path])
+        #expect(refused.status == 2, "\(refused)")
+        #expect(refused.stderr.contains("bad.txt:4: after the URL, only 'sha256:'"), "\(refused.stderr)")
+        #expect(server.requestsReceived == 0, "nothing is downloaded from a list with a bad line")
+
+        let good = """
+        \u{FEFF}# downloads for the test
+
+        \(server.url("/bytes/1000").absoluteString)\r
+          # an indented comment
+        \t\(server.url("/bytes/2000").absoluteString)
+        \(server.url("/bytes/3001").absoluteString)  sha256:\(hex.uppercased())
+        """
+        try Data(good.utf8).write(to: directory.file("list.txt"))
+        let result = try await runTool("fetchkit", ["--input-file", directory.file("list.txt").path, "-o", directory.file("out").path])
+        #expect(result.status == 0, "\(result)")
+        for size in [1000, 2000, 3001] {
+            #expect(FileManager.default.contents(atPath: directory.file("out/\(size)").path) == BytePattern.data(offset: 0, count: size))
+        }
+        #expect(result.stdout.contains("Downloaded 3 of 3 files"), "\(result.stdout)")
+    }
+
+    @Test func standardInputIsAListAndItsDigestsAreChecked() async throws {
+        let server = try LoopbackServer()
+        let directory = try TemporaryDirectory()
+        defer { server.stop(); directory.remove() }
+        let wrong = String(repeating: "ab", count: 32)
+        let list = "\(server.url("/bytes/500").absoluteString)\n\(server.url("/bytes/700").absoluteString) sha256:\(wrong)\n"
+        let result = try await runTool("fetchkit", ["-i", "-", "-o", directory.url.path], input: Data(list.utf8))
+        #expect(result.status == ExitStatus.someFailed.rawValue, "one saved, one mismatch: \(result)")
+        #expect(FileManager.default.contents(atPath: directory.file("500").path) == BytePattern.data(offset: 0, count: 500))
+        #expect(!FileManager.default.fileExists(atPath: directory.file("700").path), "a wrong digest leaves no file")
+        #expect(result.stdout.contains("✗ 700  SHA-256 mismatch: expected \(wrong)"), "\(result.stdout)")
+    }
+
+    @Test func aListAndAURLTogetherAndOneWrongDigestIsAChecksumFailure() async throws {
+        let server = try LoopbackServer()
+        let directory = try TemporaryDirectory()
+        defer { server.stop(); directory.remove() }
+        let wrong = String(repeating: "0", count: 64)
+        let result = try await runTool("fetchkit", ["-i", "-", "-o", directory.url.path],
+                                       input: Data("\(server.url("/bytes/900").absoluteString) SHA256:\(wrong)".utf8))
+        #expect(result.status == ExitStatus.checksum.rawValue, "\(result)")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: directory.url.path).isEmpty)
+    }
+
+    /// Each hostile line: one line on standard error naming the list and the line, exit 2,
+    /// nothing sent, and the secrets in it (a password, a token) not shown.
+    @Test(arguments: [
+        ("# fine\nftp://user:hunter2@127.0.0.1/file\n", ":2: not an http or https URL: 'ftp://user:REDACTED@127.0.0.1/file'"),
+        ("http://127.0.0.1:9/a?token=hunter2 sha256:xyz\n", ":1: sha256: needs 64 hexadecimal digits, not 'xyz'"),
+        ("http://127.0.0.1:9/a sha256:\(String(repeating: "a", count: 63))\n", ":1: sha256: needs 64 hexadecimal digits"),
+        ("\n\nhttp://127.0.0.1:9/\(String(repeating: "x", count: 70_000))?token=hunter2\n", ":3: line longer than 64 KiB"),
+        ("http://127.0.0.1:9/a\nhttp://127.0.0.1:9/b\u{0}?token=hunter2\n", ":2: a NUL byte in the line"),
+        ("http://127.0.0.1:9/a\n\u{1B}[31mhttp://127.0.0.1:9/hunter2\n", ":2: not an http or https URL: '\\e[31mhttp://127.0.0.1:9/hunter2'"),
+    ])
+    func aHostileLineIsOneUsageErrorWithItsNumber(_ list: String, _ expected: String) async throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        try Data(list.utf8).write(to: directory.file("urls"))
+        let result = try await runTool("fetchkit", ["-i", directory.file("urls").path, "-o", directory.file("out").path])
+        #expect(result.status == 2, "\(result)")
+        #expect(result.stdout.isEmpty)
+        let lines = result.stderr.split(separator: "\n")
+        #expect(lines.count == 1, "one line: \(result.stderr.prefix(500))")
+        #expect(result.stderr.contains("\(directory.file("urls").path)\(expected)"), "\(result.stderr.prefix(500))")
+        if !expected.contains("hunter2") {
+            #expect(!result.stderr.contains("hunter2"), "no secret: \(result.stderr.prefix(500))")
+        }
+        #expect(result.stderr.utf8.count < 3000, "a huge line is not echoed whole")
+        #expect(!FileManager.default.fileExists(atPath: directory.file("out").path), "nothing was done")
+    }
+
+    @Test func invalidUTF8AndAMissingListAreUsageErrors() async throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        try Data([0x68, 0x74, 0xFF, 0xFE, 0x0A]).write(to: directory.file("binary"))
+        let binary = try await runTool("fetchkit", ["-i", directory.file("binary").path])
+        #expect(binary.status == 2)
+        #expect(binary.stderr.contains("binary:1: the line is not UTF-8"), "\(binary.stderr)")
+        let missing = try await runTool("fetchkit", ["-i", directory.file("absent").path])
+        #expect(missing.status == 2)
+        #expect(missing.stderr.contains("-i: cannot read \(directory.file("absent").path): No such file or directory"), "\(missing.stderr)")
+        let empty = try await runTool("fetchkit", ["-i", "-"], input: Data("# nothing\n\n".utf8))
+        #expect(empty.status == 2)
+        #expect(empty.stderr.contains("no URL to download"), "\(empty.stderr)")
+    }
+
+    @Test func sha256IsRefusedForSeveralDownloadsFromAList() async throws {
+        let hex = String(repeating: "a", count: 64)
+        let result = try await runTool("fetchkit", ["-i", "-", "--sha256", hex],
+                                       input: Data("http://127.0.0.1:9/a\nhttp://127.0.0.1:9/b\n".utf8))
+        #expect(result.status == 2)
+        #expect(result.stderr.contains("--sha256 checks one download: give exactly one URL, not 2"), "\(result.stderr)")
+    }
+}
