@@ -373,6 +373,10 @@ public final class FetchQueue: @unchecked Sendable {
 
     /// While `true`, no operation starts and no waiting transfer begins; those in flight go on.
     /// A suspended queue that its owner lets go of is freed, and cancels what it holds.
+    ///
+    /// Cancelling a fetch that waits in a suspended queue answers at once: its completion
+    /// handler runs and an `await` on it throws ``FetchError/cancelled(_:)`` while the queue
+    /// stays suspended (see ``OutputProducing/value``).
     public var isSuspended: Bool {
         get { state.withLock { $0.scheduler.isPaused } }
         set {
