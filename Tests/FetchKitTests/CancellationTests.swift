@@ -163,11 +163,11 @@ struct SuspendedQueueCancellationTests {
             defer { answered.signal() }
             return await awaiting.value
         }
-        let answeredInTime = await answered.wait(timeout: 20)
+        let answeredInTime = await answered.wait(timeout: 60)
         #expect(answeredInTime, "the awaiting caller answered while the queue is suspended")
         if !answeredInTime { queue.isSuspended = false }     // lets the rest of the test end
         #expect(await outcome.value?.isCancellation == true)
-        #expect(await handled.wait(timeout: 20), "the completion handler ran while the queue is suspended")
+        #expect(await handled.wait(timeout: 60), "the completion handler ran while the queue is suspended")
         #expect(queue.isSuspended == answeredInTime)
         #expect(operation.isCancelled)
         #expect(operation.result.map { if case .failure(let error) = $0 { error.isCancellation } else { false } } == true)
@@ -202,15 +202,19 @@ struct SuspendedQueueCancellationTests {
                 return error
             }
         }
-        #expect(await recorder.waitUntil(timeout: 20) { $0.contains { $0.kind == .enqueue } })
+        #expect(await recorder.waitUntil(timeout: 60) { $0.contains { $0.kind == .enqueue } })
         queue.cancelAll()
-        let answeredInTime = await answered.wait(timeout: 20)
+        let answeredInTime = await answered.wait(timeout: 60)
         #expect(answeredInTime, "queue.fetch answered while the queue is suspended")
         if !answeredInTime { queue.isSuspended = false }     // lets the rest of the test end
         #expect(await fetch.value?.isCancellation == true)
         #expect(queue.isSuspended == answeredInTime)
         queue.isSuspended = false
         #expect(await queueDrains(queue.operationQueue))
+        // Monitors hear of events asynchronously: wait for the end, then for everything the
+        // queue sent so far, before counting.
+        #expect(await recorder.waitUntil(timeout: 60) { $0.contains { $0.kind == .finish } }, "the monitor heard the end")
+        #expect(await eventsDrain(queue))
         #expect(recorder.events.current.filter { $0.kind == .finish }.count == 1, "the monitor heard the end once")
         #expect(server.requestsReceived == 0)
     }
