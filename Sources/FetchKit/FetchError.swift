@@ -36,8 +36,9 @@ import FoundationNetworking
 /// build the error it expects and compare:
 ///
 /// ```swift
-/// #expect(operation.error == .cancelled(.init(url: url)))
-/// #expect(operation.error?.statusCode == 404)
+/// let expected: FetchError = .cancelled(.init(url: url))
+/// print(operation.error == expected)             // a test: #expect(operation.error == expected)
+/// print(operation.error?.statusCode == 404)      // a test: #expect(operation.error?.statusCode == 404)
 /// ```
 ///
 /// Two errors are equal when they are the same case with equal payloads: every field of the

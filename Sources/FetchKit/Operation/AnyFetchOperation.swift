@@ -194,10 +194,20 @@ open class AnyFetchOperation: Operation, @unchecked Sendable {
     /// started, so they are fixed, and setting them traps.
     ///
     /// ```swift
-    /// override func makeRequest() throws -> URLRequest? {
-    ///     var request = URLRequest(url: api.appendingPathComponent("user"))
-    ///     request.setValue("Bearer \(login.token!)", forHTTPHeaderField: "Authorization")
-    ///     return request
+    /// nonisolated final class GetProfile: FetchOperation<Data>, @unchecked Sendable {
+    ///     let login: FetchOperation<String>        // a dependency that returns the token
+    ///
+    ///     init(after login: FetchOperation<String>) {
+    ///         self.login = login
+    ///         super.init()
+    ///         addDependency(login)
+    ///     }
+    ///
+    ///     override func makeRequest() throws -> URLRequest? {
+    ///         var request = URLRequest(url: api.appendingPathComponent("profile"))
+    ///         request.setValue("Bearer \(try login.result?.get() ?? "")", forHTTPHeaderField: "Authorization")
+    ///         return request
+    ///     }
     /// }
     /// ```
     ///

@@ -10,12 +10,12 @@ import FoundationNetworking
 /// ``parseResponseBody(_:)`` to return it:
 ///
 /// ```swift
-/// struct User: Decodable, Sendable {
+/// nonisolated struct User: Decodable, Sendable {
 ///     let id: Int
 ///     let name: String
 /// }
 ///
-/// final class GetUser: FetchOperation<User> {
+/// nonisolated final class GetUser: FetchOperation<User>, @unchecked Sendable {
 ///     override func parseResponseBody(_ body: Data) throws -> User {
 ///         try JSONDecoder().decode(User.self, from: body)
 ///     }
@@ -142,7 +142,7 @@ public typealias DataFetchOperation = FetchOperation<Data>
 /// A ``FetchOperation`` that decodes a JSON body: a JSON GET is one line, with no subclass.
 ///
 /// ```swift
-/// struct Repository: Decodable, Sendable {
+/// nonisolated struct Repository: Decodable, Sendable {
 ///     let name: String
 ///     let stars: Int
 /// }

@@ -80,6 +80,27 @@ extension OutputProducing {
         addCompletion(Callback(on: queue, handler))
     }
 
+    /// Calls `handler` on the main actor, exactly once, when the operation has finished, with
+    /// the operation itself and its outcome: one handler can then serve many operations.
+    ///
+    /// Everything else is as for ``onCompletion(_:)``. With a trailing closure, its two
+    /// parameters choose this method: `operation.onCompletion { operation, result in … }`.
+    ///
+    /// - Parameter handler: Receives the operation and its output or error, on the main actor.
+    public func onCompletion(withOperation handler: @escaping @MainActor (Self, Result<Output, FetchError>) -> Void) {
+        addCompletion(Callback(mainActor: { result in handler(self, result) }))
+    }
+
+    /// Calls `handler` on `queue`, exactly once, when the operation has finished, with the
+    /// operation itself and its outcome.
+    ///
+    /// - Parameters:
+    ///   - queue: Where it runs.
+    ///   - handler: Receives the operation and its output or error.
+    public func onCompletion(on queue: CallbackQueue, withOperation handler: @escaping @Sendable (Self, Result<Output, FetchError>) -> Void) {
+        addCompletion(Callback(on: queue) { result in handler(self, result) })
+    }
+
     /// Adds a completion handler for the typed outcome.
     func addCompletion(_ callback: Callback<Result<Output, FetchError>>) {
         addCompletionEntry(CompletionEntry(queue: callback.queue, handler: TypedCompletion(body: callback.body)))
