@@ -23,7 +23,7 @@ import FoundationNetworking
 /// ```swift
 /// switch operation.result {
 /// case .success(let user)?: show(user)
-/// case .failure(.unacceptableStatus(let failure))? where failure.statusCode == 404: showNotFound()
+/// case .failure(.unacceptableStatus(404))?: showNotFound()
 /// case .failure(.cancelled)?: break
 /// case .failure(let error)?: report(error)
 /// case nil: break                                  // not finished yet
@@ -36,12 +36,16 @@ import FoundationNetworking
 /// build the error it expects and compare:
 ///
 /// ```swift
-/// #expect(operation.error == .unacceptableStatus(.init(statusCode: 404, url: url)))
-/// #expect(operation.error == .cancelled(.init(url: url)))
+/// let expected: FetchError = .cancelled(.init(url: url))
+/// print(operation.error == expected)             // a test: #expect(operation.error == expected)
+/// print(operation.error?.statusCode == 404)      // a test: #expect(operation.error?.statusCode == 404)
 /// ```
 ///
 /// Two errors are equal when they are the same case with equal payloads: every field of the
-/// payload compares, the status failure's headers and body prefix included. A `URLError`
+/// payload compares, the status failure's headers and body prefix included — so a status
+/// failure built from a code and a URL equals no real server's answer (it sends headers, and
+/// often a body). Compare a status by its code: ``statusCode``, or the pattern
+/// `case .unacceptableStatus(404)` or `case .unacceptableStatus(500..<600)` (see ``StatusFailure``). A `URLError`
 /// compares as `URLError` does (its code and its `userInfo`). An ``UnderlyingError`` compares
 /// by the `NSError` domain and code of the error it carries and by its description (see
 /// ``UnderlyingError/==(_:_:)``). To match the kind alone, compare ``code``, or use
@@ -338,6 +342,37 @@ extension FetchError {
         /// The body prefix as UTF-8 text, if it is text.
         public var bodyText: String? { String(data: bodyPrefix, encoding: .utf8) }
 
+        /// Matches a status failure by its code alone, in a `switch` or `if case`:
+        ///
+        /// ```swift
+        /// switch operation.result {
+        /// case .failure(.unacceptableStatus(404))?: showNotFound()
+        /// case .failure(.unacceptableStatus(500..<600))?: showRetryLater()
+        /// default: break
+        /// }
+        /// ```
+        ///
+        /// (`==` compares every field — the server's headers and body included — so a
+        /// ``StatusFailure`` built from a code alone never equals one a server sent.)
+        ///
+        /// - Parameters:
+        ///   - statusCode: The code to match.
+        ///   - failure: The failure a fetch ended with.
+        /// - Returns: Whether `failure` has that ``statusCode``.
+        public static func ~= (statusCode: Int, failure: StatusFailure) -> Bool {
+            failure.statusCode == statusCode
+        }
+
+        /// Matches a status failure whose code is in `codes` (`500..<600`, `400...`).
+        ///
+        /// - Parameters:
+        ///   - codes: The codes to match.
+        ///   - failure: The failure a fetch ended with.
+        /// - Returns: Whether `codes` contains `failure`'s ``statusCode``.
+        public static func ~= <Codes: RangeExpression<Int>>(codes: Codes, failure: StatusFailure) -> Bool {
+            codes.contains(failure.statusCode)
+        }
+
         /// The reason phrase registered for ``statusCode`` in the IANA HTTP Status Code Registry
         /// (RFC 9110 §15 and its companions), such as `"Not Found"` for 404; `nil` for a code
         /// with none. 418 has none: RFC 9110 §15.5.19 reserves it as "(Unused)" (the "I'm a
@@ -467,6 +502,18 @@ extension FetchError {
         public init(dependency: String, dependencyError: UnderlyingError?) {
             self.dependency = dependency
             self.dependencyError = dependencyError
+        }
+
+        /// The dependency's own ``FetchError``, when the dependency was a fetch that failed
+        /// (`nil` if it was cancelled without being one, or failed with another error).
+        ///
+        /// ```swift
+        /// if case .dependencyFailed(let failure) = error, failure.dependencyFetchError?.statusCode == 401 {
+        ///     logIn()
+        /// }
+        /// ```
+        public var dependencyFetchError: FetchError? {
+            dependencyError?.error as? FetchError
         }
 
         /// Whether the dependency was cancelled (as opposed to failing).

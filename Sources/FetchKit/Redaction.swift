@@ -8,9 +8,10 @@ import Foundation
 /// of the URL stays, so the message is still useful:
 ///
 /// ```swift
-/// let url = URL(string: "https://bob:hunter2@api.example.com/v1/items?page=2&access_token=abc")!
-/// Redaction.redacted(url)
-/// // "https://bob:REDACTED@api.example.com/v1/items?page=2&access_token=REDACTED"
+/// if let url = URL(string: "https://bob:hunter2@api.example.com/v1/items?page=2&access_token=abc") {
+///     print(Redaction.redacted(url))
+///     // https://bob:REDACTED@api.example.com/v1/items?page=2&access_token=REDACTED
+/// }
 /// ```
 ///
 /// Code that needs the full URL still has it: the `url` properties of errors and operations

@@ -131,3 +131,105 @@ func transfersDrain(_ session: FetchSession) async -> Bool {
         session.router.queue.async { continuation.resume(returning: session.router.activeTransferCount == 0) }
     }
 }
+
+@Suite("Cancelling a fetch its suspended queue has not started", .timeLimit(.minutes(3)))
+struct SuspendedQueueCancellationTests {
+    /// Cancels the awaiting task, never resumes the queue until the answer came: `value` and the
+    /// completion handler answer at once, and the handler runs once only, even after the queue
+    /// resumes and Foundation finishes the operation.
+    @Test func awaitingCallerAndHandlerHearOfTheCancelWhileTheQueueStaysSuspended() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let queue = makeFetchQueue()
+        queue.isSuspended = true
+        let operation = FetchOperation<Data>(url: server.url("/json"))
+        let handlerRuns = Protected(0)
+        let handled = Countdown(1)
+        queue.enqueue(operation, on: .global) { result in
+            if case .failure(let error) = result, error.isCancellation { handlerRuns.withLock { $0 += 1 } }
+            handled.signal()
+        }
+        let awaiting = Task { () -> FetchError? in
+            do throws(FetchError) {
+                _ = try await operation.value
+                return nil
+            } catch {
+                return error
+            }
+        }
+        awaiting.cancel()
+        let answered = Countdown(1)
+        let outcome = Task { () -> FetchError? in
+            defer { answered.signal() }
+            return await awaiting.value
+        }
+        let answeredInTime = await answered.wait(timeout: 60)
+        #expect(answeredInTime, "the awaiting caller answered while the queue is suspended")
+        if !answeredInTime { queue.isSuspended = false }     // lets the rest of the test end
+        #expect(await outcome.value?.isCancellation == true)
+        #expect(await handled.wait(timeout: 60), "the completion handler ran while the queue is suspended")
+        #expect(queue.isSuspended == answeredInTime)
+        #expect(operation.isCancelled)
+        #expect(operation.result.map { if case .failure(let error) = $0 { error.isCancellation } else { false } } == true)
+        if answeredInTime {
+            #expect(!operation.isFinished, "Foundation finishes it only when its queue starts it")
+            #expect(queue.count == 0, "the queue no longer holds a fetch that has completed")
+        }
+
+        queue.isSuspended = false
+        #expect(await queueDrains(queue.operationQueue))
+        #expect(operation.isFinished)
+        #expect(await allSettle([operation]))
+        #expect(handlerRuns.withLock { $0 } == 1)
+        #expect(handled.overSignals == 0, "the handler ran exactly once")
+        #expect(server.requestsReceived == 0)
+    }
+
+    @Test func cancellingThroughTheQueueAnswersAFetchAwaitedOnIt() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let recorder = EventRecorder()
+        let queue = makeFetchQueue(monitors: [recorder])
+        queue.isSuspended = true
+        let operation = FetchOperation<Data>(url: server.url("/json"))
+        let answered = Countdown(1)
+        let fetch = Task { () -> FetchError? in
+            defer { answered.signal() }
+            do throws(FetchError) {
+                _ = try await queue.fetch(operation)
+                return nil
+            } catch {
+                return error
+            }
+        }
+        #expect(await recorder.waitUntil(timeout: 60) { $0.contains { $0.kind == .enqueue } })
+        queue.cancelAll()
+        let answeredInTime = await answered.wait(timeout: 60)
+        #expect(answeredInTime, "queue.fetch answered while the queue is suspended")
+        if !answeredInTime { queue.isSuspended = false }     // lets the rest of the test end
+        #expect(await fetch.value?.isCancellation == true)
+        #expect(queue.isSuspended == answeredInTime)
+        queue.isSuspended = false
+        #expect(await queueDrains(queue.operationQueue))
+        // Monitors hear of events asynchronously: wait for the end, then for everything the
+        // queue sent so far, before counting.
+        #expect(await recorder.waitUntil(timeout: 60) { $0.contains { $0.kind == .finish } }, "the monitor heard the end")
+        #expect(await eventsDrain(queue))
+        #expect(recorder.events.current.filter { $0.kind == .finish }.count == 1, "the monitor heard the end once")
+        #expect(server.requestsReceived == 0)
+    }
+}
+
+/// Waits until Foundation finished every operation and its handlers ran (on a thread of its
+/// own: the wait blocks), or the deadline passes.
+func allSettle(_ operations: [AnyFetchOperation], timeout: TimeInterval = 30) async -> Bool {
+    let settled = Countdown(1)
+    let result = Locked(false)
+    Thread {
+        let deadline = Date(timeIntervalSinceNow: timeout)
+        result.withLock { $0 = operations.allSatisfy { $0.waitUntilFinished(timeout: deadline.timeIntervalSinceNow) } }
+        settled.signal()
+    }.start()
+    _ = await settled.wait(timeout: timeout + 10)
+    return result.current
+}

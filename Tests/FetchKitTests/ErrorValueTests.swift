@@ -338,3 +338,52 @@ struct CommandLineMessageTests {
         }
     }
 }
+
+@Suite("Matching a real server's errors", .timeLimit(.minutes(3)))
+struct MatchingServerErrorsTests {
+    /// The README's comparison of a status: by its code, against a server that sends headers
+    /// and a body (a status failure built from a code alone equals none of them).
+    @Test func aStatusMatchesByItsCode() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let url = server.url("/status/404")
+        let operation = FetchOperation<Data>(url: url)
+        operation.configuration.retryPolicy = .none
+        let error = await #expect(throws: FetchError.self) { try await FetchQueue().fetch(operation) }
+        #expect(error?.statusCode == 404)
+        #expect(error != .unacceptableStatus(.init(statusCode: 404, url: url)),
+                "== compares the server's headers too: this is why the README compares the code")
+        var matched: [String] = []
+        switch error {
+        case .unacceptableStatus(404)?: matched.append("404")
+        default: break
+        }
+        if case .unacceptableStatus(400..<500)? = error { matched.append("4xx") }
+        if case .unacceptableStatus(500...)? = error { matched.append("5xx") }
+        if case .unacceptableStatus(403)? = error { matched.append("403") }
+        #expect(matched == ["404", "4xx"])
+        #expect(operation.result.map { if case .failure(.unacceptableStatus(404)) = $0 { true } else { false } } == true)
+    }
+
+    @Test func aFailedDependencysOwnErrorIsTyped() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let login = FetchOperation<Data>(url: server.url("/status/401"))
+        login.configuration.retryPolicy = .none
+        login.name = "login"
+        let getUser = FetchOperation<Data>(url: server.url("/json"))
+        getUser.addDependency(login)
+        let error = await #expect(throws: FetchError.self) { try await FetchQueue().fetch(getUser) }
+        guard case .dependencyFailed(let failure)? = error else {
+            Issue.record("expected dependencyFailed, got \(String(describing: error))")
+            return
+        }
+        #expect(failure.dependencyFetchError?.statusCode == 401)
+        #expect(failure.dependencyFetchError == login.error)
+        #expect(!failure.dependencyWasCancelled)
+        #expect(server.requestCount(path: "/json") == 0)
+
+        let cancelled = FetchError.DependencyFailure(dependency: "'other'", dependencyError: nil)
+        #expect(cancelled.dependencyFetchError == nil)
+    }
+}

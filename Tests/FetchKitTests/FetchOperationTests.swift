@@ -269,6 +269,44 @@ struct FetchOperationTests {
         }
     }
 
+    /// Frozen at enqueue: whether the queue has started the operation yet makes no difference.
+    @Test func settingTheConfigurationAfterEnqueueTrapsWhetherOrNotTheQueueStartedIt() async {
+        await #expect(processExitsWith: .failure) {
+            let queue = FetchQueue()
+            queue.isSuspended = true                // never started
+            let operation = FetchOperation<Data>(url: URL(fileURLWithPath: "/"))
+            queue.enqueue(operation)
+            operation.configuration.retryPolicy = .none
+        }
+        await #expect(processExitsWith: .failure) {
+            let queue = FetchQueue()
+            queue.isSuspended = true
+            let operation = FetchOperation<Data>(url: URL(fileURLWithPath: "/"))
+            queue.enqueue(operation)
+            operation.request = nil
+        }
+        await #expect(processExitsWith: .failure) {
+            let queue = FetchQueue()
+            let operation = FetchOperation<Data>(url: URL(fileURLWithPath: "/"))
+            _ = try? await queue.fetch(operation)   // started and finished
+            operation.configuration.retryPolicy = .none
+        }
+    }
+
+    @Test func theConfigurationSetBeforeEnqueueIsTheOneUsed() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let queue = FetchQueue()
+        queue.isSuspended = true
+        let operation = FetchOperation<Data>(url: server.url("/bytes/3000"))
+        operation.configuration.maximumResponseSize = 1000
+        queue.enqueue(operation)
+        #expect(operation.configuration.maximumResponseSize == 1000, "readable after enqueue")
+        queue.isSuspended = false
+        await #expect(throws: FetchError.self) { try await operation.value }
+        #expect(operation.error?.sizeLimit?.limit == 1000)
+    }
+
     @Test func redirectsAreFollowed() async throws {
         let server = try LoopbackServer()
         defer { server.stop() }

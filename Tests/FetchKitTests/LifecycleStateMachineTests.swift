@@ -65,12 +65,13 @@ struct LifecycleStateMachineTests {
         }
     }
 
-    @Test func cancelBeforeStartOnlySetsTheFlag() {
+    @Test func cancelBeforeStartDecidesTheOutcomeButDoesNotFinish() {
         var machine = Machine()
-        #expect(machine.cancel(url: nil) == .flagOnly)
+        #expect(machine.cancel(url: nil) == .completeBeforeStart)
         #expect(machine.isCancelled)
         #expect(machine.phase == .pending, "never finished without being started")
         #expect(!machine.isFinished)
+        #expect(isCancelledOutcome(machine.outcome), "completion handlers may hear it now")
         #expect(machine.start() == .finishCancelled)
         #expect(machine.isFinished)
         #expect(isCancelledOutcome(machine.outcome))

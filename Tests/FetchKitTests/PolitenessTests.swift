@@ -113,6 +113,30 @@ struct ConditionalGETTests {
         #expect(third.response?.statusCode == 304)
     }
 
+    /// A plain operation, whose output needs the body, sends no validators that would earn a
+    /// `304` it could make nothing of: it gets the body, as it would without a store.
+    @Test func aPlainOperationGetsTheBodyFromAStoreThatKeepsNone() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let store = ValidatorStore(storesBodies: false)
+        let url = server.url("/etag/v4")
+        for round in 0..<2 {
+            let operation = FetchOperation<Data>(url: url)
+            operation.configuration.validatorStore = store
+            #expect(try await FetchQueue().fetch(operation) == Data("tag v4".utf8), "round \(round)")
+            #expect(!operation.isNotModified)
+        }
+        #expect(store.validators(for: url)?.entityTag == "\"v4\"", "the store still learns the validators")
+        #expect(server.requests(path: "/etag/v4").allSatisfy { $0.headers["If-None-Match"] == nil })
+
+        // An output that needs no body still revalidates: a 304 is a success with nothing in it.
+        let touch = FetchOperation<Void>(url: url)
+        touch.configuration.validatorStore = store
+        try await FetchQueue().fetch(touch)
+        #expect(touch.isNotModified)
+        #expect(server.requests(path: "/etag/v4").last?.headers["If-None-Match"] == "\"v4\"")
+    }
+
     @Test func aStoredBodyIsParsedWhenAsked() async throws {
         let server = try LoopbackServer()
         defer { server.stop() }

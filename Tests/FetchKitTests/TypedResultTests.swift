@@ -42,6 +42,15 @@ final class SampleModel {
 
 @Suite("Typed results", .timeLimit(.minutes(3)))
 struct TypedResultTests {
+    @Test func aDataFetchOperationReturnsTheBody() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let operation: FetchOperation<Data> = DataFetchOperation(url: server.url("/bytes/300"))
+        let body = try await FetchQueue().fetch(operation)
+        #expect(body.count == 300)
+        #expect(operation.responseBody == body)
+    }
+
     private let expected = Sample(ok: true, items: [1, 2, 3], name: "fetchkit")
 
     @Test func resultIsNilUntilFinishedThenTheParsedModel() async throws {

@@ -12,9 +12,9 @@ import FoundationNetworking
 /// place only when it is complete.
 ///
 /// ```swift
-/// let download = DownloadOperation(url: imageURL, destination: folder.appendingPathComponent("big.iso"))
-/// download.onProgress { progress in bar.doubleValue = progress.fractionCompleted ?? 0 }   // on the main actor
-/// queue.enqueue(download) { result in … }                 // result: Result<URL, FetchError>
+/// let image = DownloadOperation(url: imageURL, destination: folder.appendingPathComponent("big.iso"))
+/// image.onProgress { progress in bar.doubleValue = progress.fractionCompleted ?? 0 }   // on the main actor
+/// queue.enqueue(image) { result in model.show(result) }   // result: Result<URL, FetchError>
 /// ```
 ///
 /// The body is written, as it arrives, to a hidden partial file beside the destination
@@ -160,8 +160,8 @@ open class DownloadOperation: AnyFetchOperation, OutputProducing, @unchecked Sen
     /// file is removed, so that no later download resumes the bad bytes.
     ///
     /// ```swift
-    /// let download = DownloadOperation(url: isoURL, destination: folder.appendingPathComponent("disk.iso"))
-    /// download.expectedDigest = FileDigest(.sha256, hex: publishedChecksum)
+    /// let disk = DownloadOperation(url: isoURL, destination: folder.appendingPathComponent("disk.iso"))
+    /// disk.expectedDigest = FileDigest(.sha256, hex: publishedChecksum)
     /// ```
     ///
     /// Like ``AnyFetchOperation/configuration``, set it before the operation starts; setting

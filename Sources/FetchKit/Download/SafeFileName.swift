@@ -22,9 +22,10 @@ import Foundation
 /// The result is deterministic: the same input always gives the same name.
 ///
 /// ```swift
-/// let name = SafeFileName.name(for: URL(string: "https://example.com/a/..%2F..%2Fetc%2Fpasswd")!)
-/// // "_.._.._etc_passwd"
-/// let download = DownloadOperation(url: url, destination: folder.appendingPathComponent(name))
+/// if let hostile = URL(string: "https://example.com/a/..%2F..%2Fetc%2Fpasswd") {
+///     let name = SafeFileName.name(for: hostile)             // "_.._.._etc_passwd"
+///     queue.enqueue(DownloadOperation(url: hostile, destination: folder.appendingPathComponent(name)))
+/// }
 /// ```
 public enum SafeFileName {
     /// The longest name, in UTF-8 bytes, that `SafeFileName` returns: 255, what Linux, macOS

@@ -19,10 +19,21 @@ import FoundationNetworking
 ///    its first transfer gets a slot (never for a fetch that finished without one: cancelled
 ///    while waiting, a failed dependency);
 /// 3. for each attempt, ``fetch(_:didRedirect:to:)`` per redirect followed and
-///    ``fetch(_:didReceive:)`` when an accepted response head arrives; between attempts,
-///    ``fetch(_:willRetry:)``;
+///    ``fetch(_:didReceive:)`` when an accepted response head arrives, then
+///    ``fetch(_:didProgress:)`` as the body (or a request body) moves — throttled, see that
+///    method; between attempts, ``fetch(_:willRetry:)``;
 /// 4. ``fetch(_:didCollect:)`` once, with the fetch's ``FetchMetrics``;
 /// 5. ``fetch(_:didFinishWith:)`` once, last.
+///
+/// Every fetch a monitor hears of is heard of from 1 to 5: its log always begins with
+/// ``fetchWasEnqueued(_:)`` and ends with ``fetch(_:didCollect:)`` and
+/// ``fetch(_:didFinishWith:)``. A fetch that finished without sending a request — cancelled
+/// while it waited for a slot, for its queue (a suspended one included) or for a
+/// dependency, or failed before it was sent (a failed dependency, a request
+/// ``AnyFetchOperation/makeRequest()`` could not make) — produces exactly those three:
+/// ``fetchWasEnqueued(_:)``, ``fetch(_:didCollect:)`` with ``FetchMetrics/attempts`` 0, and
+/// ``fetch(_:didFinishWith:)``. It has no ``fetchDidStart(_:request:)``, because nothing went
+/// out.
 ///
 /// (The one exception: a suspended queue that you let go of cancels the fetches it still holds
 /// without telling its own monitors, which go with it; the monitors of their session still hear
@@ -66,6 +77,20 @@ public protocol FetchEventMonitor: Sendable {
     ///   - fetch: The fetch.
     ///   - response: Its status and headers.
     func fetch(_ fetch: MonitoredFetch, didReceive response: HTTPURLResponse)
+    /// The transfer moved: body bytes arrived, or request body bytes were sent.
+    ///
+    /// Throttled, so that a monitor of many fast transfers is not called per chunk: for each
+    /// fetch, the first report of each attempt (as its response head arrives, 0 bytes
+    /// received), then at most one every 100 ms, and always the report that completes a body
+    /// of known length. Each value is the fetch's progress at that moment, as its
+    /// ``AnyFetchOperation/progressUpdates`` would yield it; between two calls, bytes may have
+    /// arrived that no call reported. The totals of the whole fetch are in
+    /// ``fetch(_:didCollect:)``.
+    ///
+    /// - Parameters:
+    ///   - fetch: The fetch.
+    ///   - progress: Bytes received and expected, and request body bytes sent.
+    func fetch(_ fetch: MonitoredFetch, didProgress progress: FetchProgress)
     /// An attempt failed and the fetch will try again after a wait (see ``RetryPolicy``).
     ///
     /// - Parameters:
@@ -100,6 +125,7 @@ extension FetchEventMonitor {
     public func fetchDidStart(_ fetch: MonitoredFetch, request: URLRequest) {}
     public func fetch(_ fetch: MonitoredFetch, didRedirect response: HTTPURLResponse, to request: URLRequest) {}
     public func fetch(_ fetch: MonitoredFetch, didReceive response: HTTPURLResponse) {}
+    public func fetch(_ fetch: MonitoredFetch, didProgress progress: FetchProgress) {}
     public func fetch(_ fetch: MonitoredFetch, willRetry event: RetryEvent) {}
     public func fetch(_ fetch: MonitoredFetch, didCollect metrics: FetchMetrics) {}
     public func fetch(_ fetch: MonitoredFetch, didFinishWith error: FetchError?) {}
@@ -180,6 +206,7 @@ enum MonitorEvent: Sendable {
     case started(URLRequest)
     case redirected(HTTPURLResponse, URLRequest)
     case response(HTTPURLResponse)
+    case progress(FetchProgress)
     case retry(RetryEvent)
     case metrics(FetchMetrics)
     case finished(FetchError?)
@@ -191,6 +218,7 @@ enum MonitorEvent: Sendable {
         case .started(let request): monitor.fetchDidStart(fetch, request: request)
         case .redirected(let response, let request): monitor.fetch(fetch, didRedirect: response, to: request)
         case .response(let response): monitor.fetch(fetch, didReceive: response)
+        case .progress(let progress): monitor.fetch(fetch, didProgress: progress)
         case .retry(let event): monitor.fetch(fetch, willRetry: event)
         case .metrics(let metrics): monitor.fetch(fetch, didCollect: metrics)
         case .finished(let error): monitor.fetch(fetch, didFinishWith: error)

@@ -50,7 +50,14 @@ extension AnyFetchOperation {
     /// - Parameter onGlobal: This runs on a thread of ``CallbackQueue/global`` (the parse's):
     ///   one handler for that queue then runs right here, last, instead of being handed to
     ///   another of its threads — the same pool, one wake-up fewer per fetch.
+    ///
+    /// An operation cancelled before it started releases them at the cancel, and again when its
+    /// queue starts it (Foundation's `isFinished`): the second time does nothing.
     func releaseCompletions(onGlobal: Bool = false) {
+        if core.withLock({ $0.completionsReleased }) {
+            wakeWaiters()           // isFinished just turned true: run-loop waiters may be done
+            return
+        }
         finishedBeforeCompletions()
         var coordinator: (any TransferCoordinator)?
         var id = FetchID(rawValue: 0)

@@ -10,12 +10,15 @@ import FoundationNetworking
 // the operation's.
 extension AnyFetchOperation {
     /// `request` with the validators the store keeps for its URL (`If-None-Match`,
-    /// `If-Modified-Since`), when it is a GET that sets neither itself.
+    /// `If-Modified-Since`), when it is a GET that sets neither itself — and when the store
+    /// kept the body, or the operation can make its output without it
+    /// (``revalidatesWithoutStoredBody``): a `304` it could make nothing of is not asked for.
     func conditionalRequest(for request: URLRequest) -> AttemptSetup {
         guard let store = validatorStore, request.isGET, let url = request.url,
               request.value(forHTTPHeaderField: "If-None-Match") == nil,
               request.value(forHTTPHeaderField: "If-Modified-Since") == nil,
-              let validators = store.validators(for: url)
+              let validators = store.validators(for: url),
+              validators.body != nil || revalidatesWithoutStoredBody
         else { return AttemptSetup(request: request, acceptsNotModified: false) }
         var request = request
         if let tag = validators.entityTag { request.setValue(tag, forHTTPHeaderField: "If-None-Match") }

@@ -14,13 +14,9 @@ extension AnyFetchOperation {
         var streams: [AsyncStream<FetchProgress>.Continuation] = []
         let action = core.withLock { core in
             let action = core.machine.start()
-            // On its own, it tells its session's monitors itself (a queue's fetch has its record
-            // from the queue's claim).
-            if action != .ignore, !core.claimed,
-               let observed = ObservedFetch.make(id: FetchID.next(), queueMonitors: nil,
-                                                 sessionMonitors: core.settings.configuration.session.monitorChannel) {
-                core.observed = observed
-                observed.send(.enqueued, self)
+            // Cancelled before start, it was heard of at the cancel, which released its handlers.
+            if action != .ignore, !core.completionsReleased {
+                observeAlone(&core)
             }
             switch action {
             case .begin:
@@ -44,16 +40,40 @@ extension AnyFetchOperation {
         prepareAndSend()
     }
 
+    /// On its own (in no ``FetchQueue``), an operation tells its session's monitors itself: it
+    /// makes its record when it starts, or when it is cancelled before that. (A queue's fetch
+    /// has its record from the queue's claim.)
+    private func observeAlone(_ core: inout Core) {
+        guard !core.claimed, core.observed == nil,
+              let observed = ObservedFetch.make(id: FetchID.next(), queueMonitors: nil,
+                                                sessionMonitors: core.settings.configuration.session.monitorChannel)
+        else { return }
+        core.observed = observed
+        observed.send(.enqueued, self)
+    }
+
     /// - Returns: Whether the cancel changed anything (the caller then tells Foundation).
     func lifecycleCancel(foundationCancel: () -> Void) {
         var deliver = false
+        var streams: [AsyncStream<FetchProgress>.Continuation] = []
         let (action, transfer) = core.withLock { core in
             let action = core.machine.cancel(url: (core.sentRequest ?? core.settings.request)?.url)
-            if action != .none {
+            switch action {
+            case .none:
+                break
+            case .completeBeforeStart:
+                // Not started (its queue may be suspended): the outcome is decided, so whoever
+                // waits hears it now; `isFinished` follows when the queue starts it.
+                observeAlone(&core)
+                streams = core.endProgressStreams(succeeded: false)
+                deliver = core.post(.change(StateChange(key: .cancelled, oldValue: false, newValue: true)),
+                                    .releaseCompletions)
+            case .flagOnly, .stopPreparing, .stopTransfer:
                 deliver = core.post(.change(StateChange(key: .cancelled, oldValue: false, newValue: true)))
             }
             return (action, core.transfer)
         }
+        for stream in streams { stream.finish() }
         guard action != .none else { return }
         // Foundation's own flag, and readiness: a cancelled operation becomes ready so that its
         // queue starts it, and start() then finishes it.
@@ -64,7 +84,7 @@ extension AnyFetchOperation {
             completeNow()
         case .stopTransfer:
             transfer?.stop()
-        case .none, .flagOnly:
+        case .none, .flagOnly, .completeBeforeStart:
             break
         }
     }

@@ -27,6 +27,11 @@ struct ObservedFetch {
     private(set) var startedAt: UInt64?
     private(set) var firstResponseAt: UInt64?
     private(set) var bodyLength: Int64 = 0
+    /// When the monitors last heard of the fetch's progress (uptime ns; 0: not in this attempt).
+    private var progressSentAt: UInt64 = 0
+
+    /// The shortest time between two progress events of one fetch: 100 ms.
+    static let progressInterval: UInt64 = 100_000_000
 
     init(id: FetchID, queueMonitors: MonitorChannel?, sessionMonitors: MonitorChannel?,
          enqueuedAt: UInt64 = DispatchTime.now().uptimeNanoseconds) {
@@ -57,10 +62,22 @@ struct ObservedFetch {
         send(.started(request), operation)
     }
 
-    /// An accepted response head arrived.
+    /// An accepted response head arrived: the attempt's first progress report follows at once.
     mutating func received(_ response: HTTPURLResponse, _ operation: AnyFetchOperation) {
         if firstResponseAt == nil { firstResponseAt = DispatchTime.now().uptimeNanoseconds }
+        progressSentAt = 0
         send(.response(response), operation)
+    }
+
+    /// The transfer moved: the monitors hear of it, throttled (see
+    /// ``FetchEventMonitor/fetch(_:didProgress:)``). A batch-only record sends nothing.
+    mutating func progressed(_ progress: FetchProgress, _ operation: AnyFetchOperation) {
+        guard queueMonitors != nil || sessionMonitors != nil else { return }
+        let now = DispatchTime.now().uptimeNanoseconds
+        let completesBody = progress.bytesExpected.map { $0 > 0 && progress.bytesReceived == $0 } ?? false
+        guard progressSentAt == 0 || now &- progressSentAt >= Self.progressInterval || completesBody else { return }
+        progressSentAt = max(1, now)
+        send(.progress(progress), operation)
     }
 
     /// The last two events: the metrics, then the outcome.

@@ -144,6 +144,7 @@ extension AnyFetchOperation {
             change(&core)
             let value = core.currentProgress
             core.yieldProgress(value)
+            core.updateObserved { $0.progressed(value, self) }
             return (value, core.progress, core.progressRelays, toBatch ? core.observed?.batch : nil)
         }
         guard let update else { return }

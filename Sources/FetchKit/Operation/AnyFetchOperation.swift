@@ -114,10 +114,10 @@ open class AnyFetchOperation: Operation, @unchecked Sendable {
         }
     }
 
-    // MARK: Settings (frozen once started)
+    // MARK: Settings (frozen once enqueued or started)
 
-    /// The request to send. Set it before the operation starts (see ``configuration``); or build
-    /// it just before sending by overriding ``makeRequest()``.
+    /// The request to send. Set it before you enqueue the operation (see ``configuration``); or
+    /// build it just before sending by overriding ``makeRequest()``.
     public var request: URLRequest? {
         get { setting(\.request) }
         set { set(\.request, newValue, "request") }
@@ -125,10 +125,14 @@ open class AnyFetchOperation: Operation, @unchecked Sendable {
 
     /// How the operation fetches: session, limits, timeouts, policies, parse queue.
     ///
-    /// Change it before the operation starts — before you enqueue it:
-    /// `operation.configuration.retryPolicy = .none`. From `start()` on it is fixed, and
-    /// setting it (or ``request``) then traps, naming the operation: a change that could not
-    /// take effect is a bug to find, not to ignore.
+    /// Change it before you enqueue the operation: `operation.configuration.retryPolicy = .none`.
+    /// It is frozen — readable, no longer settable — from the moment a ``FetchQueue`` accepts
+    /// the operation (``FetchQueue/enqueue(_:completion:)``, ``FetchQueue/fetch(_:)``, or as
+    /// another fetch's dependency), or from `start()` for an operation run another way. Setting
+    /// it (or ``request``) after that traps, naming the operation, every time — whether or not
+    /// the queue has started the operation yet: a change that might or might not take effect is
+    /// a bug to find, not to ignore. (An `OperationQueue` of your own does not tell the
+    /// operation it was added: there it is frozen at `start()`; set it before adding it.)
     public var configuration: FetchConfiguration {
         get { setting(\.configuration) }
         set { set(\.configuration, newValue, "configuration") }
@@ -190,10 +194,20 @@ open class AnyFetchOperation: Operation, @unchecked Sendable {
     /// started, so they are fixed, and setting them traps.
     ///
     /// ```swift
-    /// override func makeRequest() throws -> URLRequest? {
-    ///     var request = URLRequest(url: api.appendingPathComponent("user"))
-    ///     request.setValue("Bearer \(login.token!)", forHTTPHeaderField: "Authorization")
-    ///     return request
+    /// nonisolated final class GetProfile: FetchOperation<Data>, @unchecked Sendable {
+    ///     let login: FetchOperation<String>        // a dependency that returns the token
+    ///
+    ///     init(after login: FetchOperation<String>) {
+    ///         self.login = login
+    ///         super.init()
+    ///         addDependency(login)
+    ///     }
+    ///
+    ///     override func makeRequest() throws -> URLRequest? {
+    ///         var request = URLRequest(url: api.appendingPathComponent("profile"))
+    ///         request.setValue("Bearer \(try login.result?.get() ?? "")", forHTTPHeaderField: "Authorization")
+    ///         return request
+    ///     }
     /// }
     /// ```
     ///
@@ -319,6 +333,13 @@ open class AnyFetchOperation: Operation, @unchecked Sendable {
         nil
     }
 
+    /// Whether the operation can make its output from a `304 Not Modified` when its validator
+    /// store kept no body for the URL. `true` here (a download keeps its file); a
+    /// ``FetchOperation`` says.
+    var revalidatesWithoutStoredBody: Bool {
+        true
+    }
+
     /// Last checks of a prepared, valid request, once, before the first attempt (a download
     /// checks and claims its destination).
     func prepareTransferRequest(_ request: URLRequest) throws(FetchError) -> URLRequest {
@@ -390,14 +411,15 @@ open class AnyFetchOperation: Operation, @unchecked Sendable {
     }
 
     private func set<Value>(_ keyPath: WritableKeyPath<Settings, Value>, _ value: Value, _ name: String) {
-        let started = core.withLock { core -> Bool in
-            // Frozen once started: the transfer uses the values read at start.
-            guard core.machine.phase == .pending else { return true }
+        let frozen = core.withLock { core -> Bool in
+            // Frozen once a queue accepted it (not only once started, which depends on when the
+            // queue gets to it): the transfer uses the values read at start.
+            guard core.machine.phase == .pending, !core.claimed else { return true }
             core.settings[keyPath: keyPath] = value
             return false
         }
-        if started {
-            preconditionFailure("FetchKit: \(name) of \(self) set after it started; set it before the operation starts (before enqueueing it), and in makeRequest() return the request instead of setting it")
+        if frozen {
+            preconditionFailure("FetchKit: \(name) of \(self) set after it was enqueued or started; set it before enqueueing the operation, and in makeRequest() return the request instead of setting it")
         }
     }
 }

@@ -1,9 +1,9 @@
 import Foundation
 
 /// How an operation fetches: its session, limits, timeouts, policies and queues — every setting
-/// that freezes when the fetch starts, in one value.
+/// that freezes when the fetch is enqueued, in one value.
 ///
-/// Change an operation's configuration before it starts (before you enqueue it):
+/// Change an operation's configuration before you enqueue it:
 ///
 /// ```swift
 /// let operation = JSONFetchOperation<[String]>(url: tagsURL)
@@ -11,9 +11,11 @@ import Foundation
 /// operation.configuration.idleTimeout = 5
 /// ```
 ///
-/// or build one and hand it to several operations. Once an operation has started, its
-/// configuration is fixed: setting it then is a programming error, and traps with a message
-/// naming the operation, rather than being silently ignored.
+/// or build one and hand it to several operations. Once a ``FetchQueue`` has accepted the
+/// operation (or it started, when run another way), its configuration is fixed: setting it then
+/// is a programming error, and traps with a message naming the operation, every time, rather
+/// than take effect or not depending on whether the queue got to it yet (see
+/// ``AnyFetchOperation/configuration``).
 public struct FetchConfiguration: Sendable {
     /// The session whose `URLSession` carries the transfer. Default: ``FetchSession/shared``.
     public var session: FetchSession

@@ -10,12 +10,12 @@ import FoundationNetworking
 /// ``parseResponseBody(_:)`` to return it:
 ///
 /// ```swift
-/// struct User: Decodable, Sendable {
+/// nonisolated struct User: Decodable, Sendable {
 ///     let id: Int
 ///     let name: String
 /// }
 ///
-/// final class GetUser: FetchOperation<User> {
+/// nonisolated final class GetUser: FetchOperation<User>, @unchecked Sendable {
 ///     override func parseResponseBody(_ body: Data) throws -> User {
 ///         try JSONDecoder().decode(User.self, from: body)
 ///     }
@@ -77,15 +77,33 @@ open class FetchOperation<Output: Sendable>: AnyFetchOperation, OutputProducing,
     /// The output after the server answered `304 Not Modified` to a conditional GET (see
     /// ``FetchConfiguration/validatorStore``): nothing changed since the body the store kept.
     ///
-    /// The default parses that body with ``parseResponseBody(_:)``, and throws when the store
-    /// keeps no bodies (``ValidatorStore/storesBodies``). Override it to return what you kept
+    /// The default parses that body with ``parseResponseBody(_:)``. Without a stored body
+    /// (a store made with `storesBodies: false`, ``ValidatorStore/storesBodies``) it returns
+    /// nothing when `Output` is `Void`, and otherwise throws
+    /// (``FetchError/parseFailed(_:)``, naming this hook). Override it to return what you kept
     /// yourself — for example the previous output — without parsing.
+    ///
+    /// A plain `FetchOperation` or ``JSONFetchOperation`` — not subclassed, so using this
+    /// default — never meets that failure: it sends the store's validators only when the store
+    /// kept the body (or its output is `Void`), and otherwise fetches the whole body, as it
+    /// would without a store. A subclass sends them whenever the store has them: it says what
+    /// a `304` yields by overriding this hook.
     ///
     /// - Parameter storedBody: The body the validator store kept for the URL, if any.
     /// - Returns: The output.
     open func outputWhenNotModified(storedBody: Data?) throws -> Output {
-        guard let storedBody else { throw MissingParser(operation: "\(type(of: self))", notModified: true) }
+        guard let storedBody else {
+            if let nothing = () as? Output { return nothing }
+            throw MissingParser(operation: "\(type(of: self))", notModified: true)
+        }
         return try parseResponseBody(storedBody)
+    }
+
+    /// FetchKit's own class, not subclassed, uses the default ``outputWhenNotModified(storedBody:)``:
+    /// it can answer a `304` without a stored body only when its output is `Void`. A subclass
+    /// may override the hook (which FetchKit cannot see), so it revalidates.
+    override var revalidatesWithoutStoredBody: Bool {
+        Output.self == Void.self || type(of: self) != FetchOperation<Output>.self
     }
 
     override func makeOutput(from body: ResponseBody?, notModified: Bool) throws -> any Sendable {
@@ -110,10 +128,21 @@ struct MissingParser: Error, CustomStringConvertible {
     }
 }
 
+/// A ``FetchOperation`` whose output is the body itself: a plain GET, with no subclass.
+///
+/// ```swift
+/// func icon(at url: URL) async throws -> Data {
+///     try await FetchQueue.shared.fetch(DataFetchOperation(url: url))
+/// }
+/// ```
+///
+/// It is `FetchOperation<Data>` under a shorter name, beside ``JSONFetchOperation``.
+public typealias DataFetchOperation = FetchOperation<Data>
+
 /// A ``FetchOperation`` that decodes a JSON body: a JSON GET is one line, with no subclass.
 ///
 /// ```swift
-/// struct Repository: Decodable, Sendable {
+/// nonisolated struct Repository: Decodable, Sendable {
 ///     let name: String
 ///     let stars: Int
 /// }
@@ -155,6 +184,12 @@ open class JSONFetchOperation<Output: Decodable & Sendable>: FetchOperation<Outp
     /// Decodes the body as `Output` with ``decoder``.
     open override func parseResponseBody(_ body: Data) throws -> Output {
         try decoder.decode(Output.self, from: body)
+    }
+
+    /// Not subclassed, it uses the default ``FetchOperation/outputWhenNotModified(storedBody:)``,
+    /// which needs a stored body (see `revalidatesWithoutStoredBody` there).
+    override var revalidatesWithoutStoredBody: Bool {
+        type(of: self) != JSONFetchOperation<Output>.self
     }
 
     /// Adds `Accept: application/json` to the request being sent, unless it has an `Accept`.

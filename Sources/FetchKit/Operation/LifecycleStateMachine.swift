@@ -102,10 +102,14 @@ struct LifecycleStateMachine: Sendable {
     /// Foundation's `isFinished`.
     var isFinished: Bool { phase == .finished }
 
-    /// The outcome, once finished.
+    /// The outcome, once decided: finished, or cancelled before it started (Foundation's
+    /// `isFinished` then waits for `start()`, but the outcome can no longer change).
     var outcome: Outcome? {
-        if case .finished(let outcome) = state { return outcome }
-        return nil
+        switch state {
+        case .finished(let outcome): return outcome
+        case .pending: return storedCancellation
+        default: return nil
+        }
     }
 
     // MARK: Events
@@ -132,8 +136,12 @@ struct LifecycleStateMachine: Sendable {
     enum CancelAction: Sendable, Equatable {
         /// Already cancelled, or finished: nothing changed.
         case none
-        /// The flag is now set; the state is unchanged (pending, or already finishing).
+        /// The flag is now set; the state is unchanged (already finishing).
         case flagOnly
+        /// Cancelled before start: the outcome is decided, so completion handlers and awaiting
+        /// callers hear it now; the state stays pending until `start()`, which Foundation
+        /// requires before `isFinished` (an `OperationQueue` that is suspended starts it later).
+        case completeBeforeStart
         /// Cancelled while preparing or between attempts (no transfer): ``complete()`` now.
         case stopPreparing
         /// Cancelled mid-transfer: stop the transfer; it reports back with ``attemptEnded(_:anotherAttempt:)``.
@@ -147,7 +155,9 @@ struct LifecycleStateMachine: Sendable {
         let cancelled = Outcome.failure(.cancelled(.init(url: url)))
         storedCancellation = cancelled
         switch state {
-        case .pending, .finishing:
+        case .pending:
+            return .completeBeforeStart
+        case .finishing:
             return .flagOnly
         case .executing(.preparing), .executing(.waiting):
             state = .finishing(.completing(cancelled))

@@ -16,7 +16,8 @@ extension OutputProducing {
     ///
     /// Safe to read from any thread at any time: it is stored under the operation's lock when
     /// the operation finishes, before `isFinished` turns true and before any completion
-    /// handler runs.
+    /// handler runs. An operation cancelled before it started has its outcome,
+    /// ``FetchError/cancelled(_:)``, from the cancel on (see ``value``).
     public var result: Result<Output, FetchError>? {
         outcome(as: Output.self)
     }
@@ -28,6 +29,12 @@ extension OutputProducing {
     /// `start()`. Cancelling the awaiting Swift task cancels the operation, which then finishes
     /// promptly, and this throws ``FetchError/cancelled(_:)``: the error is always a
     /// ``FetchError``, never `CancellationError`.
+    ///
+    /// A cancel answers at once even when the operation has not started — waiting in a
+    /// suspended ``FetchQueue`` or `OperationQueue`, or in none: this throws and the completion
+    /// handlers run (once) at the cancel, and the fetch leaves its ``FetchQueue``. Foundation's
+    /// `isFinished` alone waits until the queue starts the operation (as Foundation requires;
+    /// a suspended queue does so when resumed), and so do the operation's dependents.
     ///
     /// ```swift
     /// queue.enqueue(getUser)
@@ -42,7 +49,8 @@ extension OutputProducing {
     /// Calls `handler` on the main actor, exactly once, when the operation has finished.
     ///
     /// It runs after `isFinished` turned true and the results are set — on success, failure
-    /// and cancellation alike. A handler added after the operation finished runs soon after,
+    /// and cancellation alike — except for an operation cancelled before it started, whose
+    /// handlers run at the cancel, before its queue starts it (see ``value``). A handler added after the operation finished runs soon after,
     /// still on the main actor. Handlers are released after they run, so capturing the
     /// operation in one creates no lasting cycle. Completion handlers run on the main actor
     /// unless you name a queue (``onCompletion(on:_:)``), here and on ``FetchQueue``.
@@ -70,6 +78,27 @@ extension OutputProducing {
     ///   - handler: Receives the output or the error.
     public func onCompletion(on queue: CallbackQueue, _ handler: @escaping @Sendable (Result<Output, FetchError>) -> Void) {
         addCompletion(Callback(on: queue, handler))
+    }
+
+    /// Calls `handler` on the main actor, exactly once, when the operation has finished, with
+    /// the operation itself and its outcome: one handler can then serve many operations.
+    ///
+    /// Everything else is as for ``onCompletion(_:)``. With a trailing closure, its two
+    /// parameters choose this method: `operation.onCompletion { operation, result in … }`.
+    ///
+    /// - Parameter handler: Receives the operation and its output or error, on the main actor.
+    public func onCompletion(withOperation handler: @escaping @MainActor (Self, Result<Output, FetchError>) -> Void) {
+        addCompletion(Callback(mainActor: { result in handler(self, result) }))
+    }
+
+    /// Calls `handler` on `queue`, exactly once, when the operation has finished, with the
+    /// operation itself and its outcome.
+    ///
+    /// - Parameters:
+    ///   - queue: Where it runs.
+    ///   - handler: Receives the operation and its output or error.
+    public func onCompletion(on queue: CallbackQueue, withOperation handler: @escaping @Sendable (Self, Result<Output, FetchError>) -> Void) {
+        addCompletion(Callback(on: queue) { result in handler(self, result) })
     }
 
     /// Adds a completion handler for the typed outcome.

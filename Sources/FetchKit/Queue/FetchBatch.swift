@@ -75,8 +75,8 @@ public final class FetchBatch: @unchecked Sendable {
     /// ``Status``, and the sequence ends after the batch completed, its last value finished.
     ///
     /// ```swift
-    /// let batch = queue.enqueue(batch: feeds.map { GetFeed(url: $0) })
-    /// for await status in batch.statusUpdates {
+    /// let refresh = queue.enqueue(batch: feeds.map { GetFeed(url: $0) })
+    /// for await status in refresh.statusUpdates {
     ///     print(status.finished, "of", status.total)
     /// }
     /// ```

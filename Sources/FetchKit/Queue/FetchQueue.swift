@@ -29,8 +29,8 @@ public struct FetchID: Hashable, Comparable, Sendable, CustomStringConvertible {
 ///
 /// ```swift
 /// let queue = FetchQueue(maximumConcurrentTransfers: 8, maximumTransfersPerHost: 2)
-/// for feed in feeds {
-///     queue.enqueue(GetFeed(url: feed.url)) { result in     // on the main actor by default
+/// for url in feedURLs {
+///     queue.enqueue(GetFeed(url: url)) { result in          // on the main actor by default
 ///         switch result {
 ///         case .success(let parsed): store(parsed)
 ///         case .failure(let error): log(error)
@@ -62,8 +62,28 @@ public final class FetchQueue: @unchecked Sendable {
     /// The default ``maximumTransfersPerHost``: 4.
     public static let defaultMaximumTransfersPerHost = 4
 
-    /// A queue for the whole process, with the default limits.
-    public static let shared = FetchQueue(name: "FetchKit.FetchQueue.shared")
+    /// The queue for one-off fetches anywhere in the process: the one-liners
+    /// `try await FetchQueue.shared.fetch(JSONFetchOperation<User>(url: url))`.
+    ///
+    /// Every caller that does not make a queue of its own shares it, so it is sized for many
+    /// unrelated callers rather than for one workload: ``sharedMaximumConcurrentTransfers``
+    /// (64, the connections one session keeps) transfers in flight overall and
+    /// ``sharedMaximumTransfersPerHost`` (6, what browsers allow a host) per host. A few slow
+    /// requests to one server then hold up neither the other servers' fetches nor the rest of
+    /// that server's. It has no monitors and does not coalesce requests.
+    ///
+    /// Make a queue of your own for a workload with limits of its own — a crawl, a batch of
+    /// downloads, a politeness limit for one API — or to suspend, cancel all, or observe your
+    /// fetches as a group: `cancelAll()` or `isSuspended` on the shared queue affects every
+    /// caller of the process.
+    public static let shared = FetchQueue(name: "FetchKit.FetchQueue.shared",
+                                          maximumConcurrentTransfers: sharedMaximumConcurrentTransfers,
+                                          maximumTransfersPerHost: sharedMaximumTransfersPerHost)
+
+    /// ``shared``'s ``maximumConcurrentTransfers``: 64.
+    public static let sharedMaximumConcurrentTransfers = 64
+    /// ``shared``'s ``maximumTransfersPerHost``: 6.
+    public static let sharedMaximumTransfersPerHost = 6
 
     /// The queue's name, for diagnostics.
     public let name: String
@@ -225,6 +245,55 @@ public final class FetchQueue: @unchecked Sendable {
         register(operation, completion: Callback(on: queue, completion)).id
     }
 
+    /// Enqueues an operation; its completion handler runs exactly once, on the main actor, with
+    /// the operation and its outcome — for a handler shared by many operations, or that needs
+    /// the operation's ``AnyFetchOperation/response`` or its subclass's own properties.
+    ///
+    /// Everything else is as for ``enqueue(_:completion:)``.
+    ///
+    /// ```swift
+    /// for url in feedURLs {
+    ///     queue.enqueue(GetFeed(url: url)) { operation, result in     // on the main actor
+    ///         model.show(result, for: operation.request?.url)
+    ///     }
+    /// }
+    /// ```
+    ///
+    /// - Parameters:
+    ///   - operation: The operation to run.
+    ///   - completion: Called once, on the main actor, with the operation and its output or
+    ///     error. (Its label differs from ``enqueue(_:completion:)``'s only so that the two can
+    ///     be told apart by name; with a trailing closure, the closure's two parameters choose
+    ///     this one.)
+    /// - Returns: The fetch's identifier, for ``cancel(_:)`` and ``operation(for:)``.
+    @discardableResult
+    public func enqueue<Fetch: OutputProducing>(
+        _ operation: Fetch,
+        completionWithOperation completion: @escaping @MainActor (Fetch, Result<Fetch.Output, FetchError>) -> Void
+    ) -> FetchID {
+        // The handler holds the operation until it ran (once), as a handler that captures it does.
+        register(operation, completion: Callback(mainActor: { result in completion(operation, result) })).id
+    }
+
+    /// Enqueues an operation; its completion handler runs exactly once, on `queue`, with the
+    /// operation and its outcome.
+    ///
+    /// Everything else is as for ``enqueue(_:completion:)``.
+    ///
+    /// - Parameters:
+    ///   - operation: The operation to run.
+    ///   - queue: Where `completion` runs.
+    ///   - completion: Called once with the operation and its output or error.
+    /// - Returns: The fetch's identifier, for ``cancel(_:)`` and ``operation(for:)``.
+    @discardableResult
+    public func enqueue<Fetch: OutputProducing>(
+        _ operation: Fetch,
+        on queue: CallbackQueue,
+        completionWithOperation completion: @escaping @Sendable (Fetch, Result<Fetch.Output, FetchError>) -> Void
+    ) -> FetchID {
+        register(operation, completion: Callback(on: queue) { result in completion(operation, result) }).id
+    }
+
     /// Enqueues an operation and suspends until it finished; returns its output.
     ///
     /// ```swift
@@ -381,6 +450,10 @@ public final class FetchQueue: @unchecked Sendable {
 
     /// While `true`, no operation starts and no waiting transfer begins; those in flight go on.
     /// A suspended queue that its owner lets go of is freed, and cancels what it holds.
+    ///
+    /// Cancelling a fetch that waits in a suspended queue answers at once: its completion
+    /// handler runs and an `await` on it throws ``FetchError/cancelled(_:)`` while the queue
+    /// stays suspended (see ``OutputProducing/value``).
     public var isSuspended: Bool {
         get { state.withLock { $0.scheduler.isPaused } }
         set {

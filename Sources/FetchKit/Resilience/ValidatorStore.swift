@@ -22,8 +22,11 @@ import FoundationNetworking
 /// }
 /// ```
 ///
-/// A store made with `storesBodies: false` keeps validators only: an operation using it must
-/// override ``FetchOperation/outputWhenNotModified(storedBody:)`` to say what a `304` yields.
+/// A store made with `storesBodies: false` keeps validators only. A subclass using it says
+/// what a `304` yields by overriding ``FetchOperation/outputWhenNotModified(storedBody:)``
+/// (without that, a `304` fails as ``FetchError/parseFailed(_:)`` naming the hook). A plain
+/// ``FetchOperation`` or ``JSONFetchOperation``, which cannot make its output without the body,
+/// sends no validators from such a store and fetches the body whole.
 ///
 /// This works on Linux, where URLCache's revalidation hooks are not dependable: FetchKit sends
 /// the headers and reads the 304 itself.

@@ -4,8 +4,9 @@ import Foundation
 /// moving it into place (``DownloadOperation/expectedDigest``).
 ///
 /// ```swift
-/// guard let digest = FileDigest(.sha256, hex: "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08") else { return }
-/// download.expectedDigest = digest
+/// if let digest = FileDigest(.sha256, hex: "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08") {
+///     download.expectedDigest = digest
+/// }
 /// ```
 ///
 /// The algorithms are ``Algorithm`` values, not an enum: more can come without breaking code
