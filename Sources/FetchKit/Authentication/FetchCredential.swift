@@ -56,6 +56,20 @@ public struct FetchCredential: Sendable, Equatable, CustomStringConvertible {
 /// failed.
 ///
 /// ```swift
+/// /// POST the refresh token; the body of the answer is the new access token.
+/// nonisolated final class RefreshToken: FetchOperation<FetchCredential>, @unchecked Sendable {
+///     init(api: URL, refreshToken: String) {
+///         var request = URLRequest(url: api.appendingPathComponent("refresh"))
+///         request.httpMethod = "POST"
+///         request.httpBody = Data(refreshToken.utf8)
+///         super.init(request: request)
+///     }
+///
+///     override func parseResponseBody(_ body: Data) throws -> FetchCredential {
+///         FetchCredential(token: String(decoding: body, as: UTF8.self), refreshToken: nil)
+///     }
+/// }
+///
 /// nonisolated struct APIAuthenticator: FetchAuthenticator {
 ///     let api: URL
 ///

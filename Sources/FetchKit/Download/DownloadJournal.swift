@@ -12,15 +12,17 @@ import FoundationNetworking
 /// not completed yet.
 ///
 /// ```swift
-/// let journal = try DownloadJournal(contentsOf: support.appendingPathComponent("downloads.json"))
-/// // At launch: enqueue what the last run left unfinished; each resumes its partial file.
-/// for restored in journal.restore().downloads {
-///     queue.enqueue(restored.operation, on: .global) { _ in }
+/// func startDownloads(on queue: FetchQueue) throws {
+///     let journal = try DownloadJournal(contentsOf: folder.appendingPathComponent("downloads.json"))
+///     // At launch: enqueue what the last run left unfinished; each resumes its partial file.
+///     for restored in journal.restore().downloads {
+///         queue.enqueue(restored.operation, on: .global) { _ in }
+///     }
+///     // A new download: tracked until it completes.
+///     let download = DownloadOperation(url: isoURL, destination: folder.appendingPathComponent("big.iso"))
+///     try journal.track(download)
+///     queue.enqueue(download, on: .global) { _ in }
 /// }
-/// // A new download: tracked until it completes.
-/// let download = DownloadOperation(url: isoURL, destination: folder.appendingPathComponent("big.iso"))
-/// try journal.track(download)
-/// queue.enqueue(download, on: .global) { _ in }
 /// ```
 ///
 /// **What it keeps.** An entry per tracked download: an identifier (yours, or a new UUID), the
