@@ -21,6 +21,8 @@ import FoundationNetworking
 /// 3. for each attempt, ``fetch(_:didRedirect:to:)`` per redirect followed and
 ///    ``fetch(_:didReceive:)`` when an accepted response head arrives; between attempts,
 ///    ``fetch(_:willRetry:)``;
+///    ``fetchDidPause(_:)`` and ``fetchDidResume(_:)`` when it is paused and resumed
+///    (``AnyFetchOperation/pause()``), at any time before its end;
 /// 4. ``fetch(_:didCollect:)`` once, with the fetch's ``FetchMetrics``;
 /// 5. ``fetch(_:didFinishWith:)`` once, last.
 ///
@@ -72,6 +74,15 @@ public protocol FetchEventMonitor: Sendable {
     ///   - fetch: The fetch.
     ///   - event: The next attempt's number, the wait, and why the last attempt failed.
     func fetch(_ fetch: MonitoredFetch, willRetry event: RetryEvent)
+    /// The fetch was paused (``AnyFetchOperation/pause()``): its transfer is stopped, and none
+    /// starts until it is resumed. Not an end: ``fetch(_:didFinishWith:)`` still comes once.
+    ///
+    /// - Parameter fetch: The fetch.
+    func fetchDidPause(_ fetch: MonitoredFetch)
+    /// The fetch was resumed (``AnyFetchOperation/resume()``): it waits for a transfer again.
+    ///
+    /// - Parameter fetch: The fetch.
+    func fetchDidResume(_ fetch: MonitoredFetch)
     /// What the fetch measured, just before ``fetch(_:didFinishWith:)``.
     ///
     /// - Parameters:
@@ -93,6 +104,8 @@ extension FetchEventMonitor {
     public func fetch(_ fetch: MonitoredFetch, didRedirect response: HTTPURLResponse, to request: URLRequest) {}
     public func fetch(_ fetch: MonitoredFetch, didReceive response: HTTPURLResponse) {}
     public func fetch(_ fetch: MonitoredFetch, willRetry event: RetryEvent) {}
+    public func fetchDidPause(_ fetch: MonitoredFetch) {}
+    public func fetchDidResume(_ fetch: MonitoredFetch) {}
     public func fetch(_ fetch: MonitoredFetch, didCollect metrics: FetchMetrics) {}
     public func fetch(_ fetch: MonitoredFetch, didFinishWith error: FetchError?) {}
 }
@@ -172,6 +185,8 @@ enum MonitorEvent: Sendable {
     case redirected(HTTPURLResponse, URLRequest)
     case response(HTTPURLResponse)
     case retry(RetryEvent)
+    case paused
+    case resumed
     case metrics(FetchMetrics)
     case finished(FetchError?)
 
@@ -182,6 +197,8 @@ enum MonitorEvent: Sendable {
         case .redirected(let response, let request): monitor.fetch(fetch, didRedirect: response, to: request)
         case .response(let response): monitor.fetch(fetch, didReceive: response)
         case .retry(let event): monitor.fetch(fetch, willRetry: event)
+        case .paused: monitor.fetchDidPause(fetch)
+        case .resumed: monitor.fetchDidResume(fetch)
         case .metrics(let metrics): monitor.fetch(fetch, didCollect: metrics)
         case .finished(let error): monitor.fetch(fetch, didFinishWith: error)
         }
