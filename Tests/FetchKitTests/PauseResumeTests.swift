@@ -107,6 +107,27 @@ struct PauseResumeTests {
         } == true, "\(queue.recorder?.kinds(for: id) ?? [])")
     }
 
+    @Test func aDownloadOnItsOwnPausesAndResumesWithRangeToo() async throws {
+        let server = try LoopbackServer()
+        let directory = try TemporaryDirectory()
+        let gate = ServerGate()
+        defer { gate.open(); server.stop(); directory.remove() }
+        server.heldResumableRoute("/own", length: 50_000, held: 20_000, gate: gate)
+        let download = DownloadOperation(url: server.url("/own"), destination: directory.file("own.bin"))
+        let halfway = reached(20_000, download)
+        let completions = Locked(0)
+        let done = Countdown(1)
+        download.onCompletion(on: .global) { _ in completions.withLock { $0 += 1 }; done.signal() }
+        download.start()
+        #expect(await halfway.wait())
+        #expect(download.pause())
+        #expect(download.resume())          // at once: before or after the stop took, it continues
+        #expect(await done.wait())
+        #expect(completions.current == 1 && download.error == nil)
+        #expect(contents(download.destination) == BytePattern.data(offset: 0, count: 50_000))
+        #expect(server.requests(path: "/own").map { $0.headers["Range"] } == [nil, "bytes=20000-"])
+    }
+
     @Test func pausingAWaitingDownloadTakesItOutOfLineUntilItIsResumed() async throws {
         let server = try LoopbackServer()
         let directory = try TemporaryDirectory()
@@ -117,6 +138,9 @@ struct PauseResumeTests {
         let blocker = server.operation("/held")
         let blockerDone = Countdown(1)
         queue.enqueue(blocker, on: .global) { _ in blockerDone.signal() }
+        // The blocker holds the only slot before the others are enqueued: an `OperationQueue`
+        // starts operations in no set order, and the first to ask takes the slot.
+        #expect(await server.waitUntil { $0.requestsReceived == 1 })
         let destination = directory.file("small.bin")
         let download = DownloadOperation(url: server.url("/bytes/5000"), destination: destination)
         let completions = Locked(0)
@@ -213,10 +237,13 @@ struct PauseResumeTests {
         let running = downloads.prefix(2).map { reached(Int64(held), $0) }
         let done = Countdown(3)
         let completions = Locked(0)
-        for download in downloads {
+        for download in downloads.prefix(2) {
             queue.enqueue(download, on: .global) { _ in completions.withLock { $0 += 1 }; done.signal() }
         }
         for countdown in running { #expect(await countdown.wait()) }
+        // The third waits behind the two in flight.
+        queue.enqueue(downloads[2], on: .global) { _ in completions.withLock { $0 += 1 }; done.signal() }
+        #expect(await counts(of: queue) { $0.inFlight == 2 && $0.waiting == 1 })
         #expect(queue.pauseAll() == 3)
         #expect(await counts(of: queue) { $0.inFlight == 0 && $0.waiting == 0 })
         #expect(server.requestCount(path: "/f2") == 0, "no slot went to the third while the others were paused")
@@ -280,6 +307,9 @@ struct ReprioritizeTests {
         for name in ["a", "b", "c", "d"] { server.orderRoute("/\(name)", order) }
         let queue = makeFetchQueue(total: 1)
         queue.enqueue(server.operation("/held"))
+        // The blocker holds the only slot before the others are enqueued: an `OperationQueue`
+        // starts operations in no set order, and the first to ask takes the slot.
+        #expect(await server.waitUntil { $0.requestsReceived == 1 })
         let done = Countdown(4)
         var ids: [String: FetchID] = [:]
         for name in ["a", "b", "c", "d"] {
@@ -305,6 +335,9 @@ struct ReprioritizeTests {
         for name in ["a", "b"] { server.orderRoute("/\(name)", order) }
         let queue = makeFetchQueue(total: 1)
         queue.enqueue(server.operation("/held"))
+        // The blocker holds the only slot before the others are enqueued: an `OperationQueue`
+        // starts operations in no set order, and the first to ask takes the slot.
+        #expect(await server.waitUntil { $0.requestsReceived == 1 })
         let done = Countdown(2)
         let a = queue.enqueue(server.operation("/a"), on: .global) { _ in done.signal() }
         queue.enqueue(server.operation("/b"), on: .global) { _ in done.signal() }
@@ -329,6 +362,9 @@ struct ReprioritizeTests {
         for name in ["shared", "normal"] { server.orderRoute("/\(name)", order) }
         let queue = makeFetchQueue(total: 1, coalesces: true)
         queue.enqueue(server.operation("/held"))
+        // The blocker holds the only slot before the others are enqueued: an `OperationQueue`
+        // starts operations in no set order, and the first to ask takes the slot.
+        #expect(await server.waitUntil { $0.requestsReceived == 1 })
         let done = Countdown(2)
         let low = server.operation("/shared")
         low.queuePriority = .low

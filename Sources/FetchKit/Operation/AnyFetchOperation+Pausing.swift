@@ -83,11 +83,15 @@ extension AnyFetchOperation {
         case .flagOnly:
             return true
         case .beginAttempt:
-            // Off the caller's thread: a download inspects its partial file first.
-            DispatchQueue.global().async { self.beginAttempt(continuing: true) }
+            // Off the caller's thread (a download inspects its partial file first), on one
+            // serial queue: fetches resumed one after another take their places in that order.
+            Self.resumeQueue.async { self.beginAttempt(continuing: true) }
             return true
         }
     }
+
+    /// Where resumed fetches begin their next attempt, in the order they were resumed.
+    private static let resumeQueue = DispatchQueue(label: "FetchKit.resume")
 
     /// Whether the fetch is paused: ``pause()`` was called, not ``resume()``, and the fetch has
     /// not ended (a fetch whose transfer completed as it was paused is not paused).
