@@ -69,10 +69,12 @@ struct PauseResumeTests {
         let done = Countdown(1)
         let id = queue.enqueue(download, on: .global) { _ in completions.withLock { $0 += 1 }; done.signal() }
         let awaited = Task { try await download.value }
+        #expect(await halfway.wait())
+        // A fetch waits behind it for the only slot.
         let behind = server.operation("/json")
         let behindDone = Countdown(1)
         queue.enqueue(behind, on: .global) { _ in behindDone.signal() }
-        #expect(await halfway.wait())
+        #expect(await counts(of: queue) { $0.inFlight == 1 && $0.waiting == 1 })
 
         // When paused mid-transfer …
         #expect(queue.pause(id))
