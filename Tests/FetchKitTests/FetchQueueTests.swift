@@ -6,7 +6,7 @@ import Testing
 
 /// Records every monitor event of the queues it is given to, and tells waiters of finishes.
 final class EventRecorder: FetchEventMonitor {
-    enum Kind: Equatable { case enqueue, start, redirect, response, retry, metrics, finish }
+    enum Kind: Equatable { case enqueue, start, redirect, response, retry, pause, resume, metrics, finish }
     let events = Locked<[(kind: Kind, id: FetchID)]>([])
     let metrics = Locked<[FetchID: FetchMetrics]>([:])
     let finishObservers = Locked<[Int: @Sendable () -> Void]>([:])
@@ -47,6 +47,8 @@ final class EventRecorder: FetchEventMonitor {
     func fetch(_ fetch: MonitoredFetch, didRedirect response: HTTPURLResponse, to request: URLRequest) { record(.redirect, fetch) }
     func fetch(_ fetch: MonitoredFetch, didReceive response: HTTPURLResponse) { record(.response, fetch) }
     func fetch(_ fetch: MonitoredFetch, willRetry event: RetryEvent) { record(.retry, fetch) }
+    func fetchDidPause(_ fetch: MonitoredFetch) { record(.pause, fetch) }
+    func fetchDidResume(_ fetch: MonitoredFetch) { record(.resume, fetch) }
     func fetch(_ fetch: MonitoredFetch, didCollect metrics: FetchMetrics) {
         self.metrics.withLock { $0[fetch.id] = metrics }
         record(.metrics, fetch)

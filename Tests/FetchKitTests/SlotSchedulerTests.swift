@@ -89,6 +89,30 @@ struct SlotSchedulerTests {
         #expect(order == [1, 3, 2])
     }
 
+    @Test func movingATicketTakesItUpOrDownToTheBackOfItsNewLevel() {
+        var scheduler = SlotScheduler<Int>(maximumTotal: 1, maximumPerHost: 1)
+        let one = scheduler.enqueue(1, host: "h", priority: .normal)
+        let two = scheduler.enqueue(2, host: "h", priority: .normal)
+        scheduler.enqueue(3, host: "h", priority: .normal)
+        let veryLow = scheduler.reservePlace(priority: .veryLow)
+        let high = scheduler.reservePlace(priority: .high)
+        let again = scheduler.reservePlace(priority: .high)
+        let r1 = scheduler.move(at: one, host: "h", to: veryLow)
+        #expect(r1)    // down: last
+        let r2 = scheduler.move(at: two, host: "h", to: high)
+        #expect(r2)        // up: first
+        let r3 = scheduler.move(at: one, host: "h", to: again)
+        #expect(!r3, "not waiting there any more")
+        #expect(scheduler.waitingCount == 3)
+        var order: [Int] = []
+        while scheduler.waitingCount > 0 {
+            let grants = scheduler.takeGrants()
+            order += grants.map(\.ticket)
+            for grant in grants { scheduler.release(host: grant.host) }
+        }
+        #expect(order == [2, 3, 1])
+    }
+
     @Test func reEnqueueingMovesATicketToItsNewPriority() {
         var scheduler = Scheduler(maximumTotal: 1, maximumPerHost: 1)
         scheduler.enqueue(1, host: "h", priority: .normal)

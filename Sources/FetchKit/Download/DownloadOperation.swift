@@ -27,6 +27,8 @@ import FoundationNetworking
 /// download to the same destination from the same URL asks for the rest with `Range` and
 /// `If-Range`; a server that answers `206` continues the file, one that answers `200` (the
 /// file changed, or it ignores ranges) starts it over. Otherwise the partial file is removed.
+/// ``AnyFetchOperation/pause()`` keeps the partial file the same way, and
+/// ``AnyFetchOperation/resume()`` continues it in the same operation, with the same completion.
 ///
 /// **Safe files.** Nothing is written through a link, and nothing outside the destination's
 /// directory is touched. A fresh partial file replaces whatever was at its path (a planted

@@ -72,6 +72,14 @@ public struct FetchEventLogger: FetchEventMonitor {
         write("\(fetch.id) retry \(event.attempt) in \(String(format: "%.2f", event.delay)) s after: \(reason)")
     }
 
+    public func fetchDidPause(_ fetch: MonitoredFetch) {
+        write("\(fetch.id) paused")
+    }
+
+    public func fetchDidResume(_ fetch: MonitoredFetch) {
+        write("\(fetch.id) resumed")
+    }
+
     public func fetch(_ fetch: MonitoredFetch, didCollect metrics: FetchMetrics) {
         pending.withLock { $0[fetch.id] = metrics }
         let firstByte = metrics.timeToFirstByte.map { "first byte \(Self.format(seconds: $0)), " } ?? ""

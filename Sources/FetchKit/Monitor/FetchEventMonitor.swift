@@ -22,6 +22,8 @@ import FoundationNetworking
 ///    ``fetch(_:didReceive:)`` when an accepted response head arrives, then
 ///    ``fetch(_:didProgress:)`` as the body (or a request body) moves — throttled, see that
 ///    method; between attempts, ``fetch(_:willRetry:)``;
+///    ``fetchDidPause(_:)`` and ``fetchDidResume(_:)`` when it is paused and resumed
+///    (``AnyFetchOperation/pause()``), at any time before its end;
 /// 4. ``fetch(_:didCollect:)`` once, with the fetch's ``FetchMetrics``;
 /// 5. ``fetch(_:didFinishWith:)`` once, last.
 ///
@@ -97,6 +99,15 @@ public protocol FetchEventMonitor: Sendable {
     ///   - fetch: The fetch.
     ///   - event: The next attempt's number, the wait, and why the last attempt failed.
     func fetch(_ fetch: MonitoredFetch, willRetry event: RetryEvent)
+    /// The fetch was paused (``AnyFetchOperation/pause()``): its transfer is stopped, and none
+    /// starts until it is resumed. Not an end: ``fetch(_:didFinishWith:)`` still comes once.
+    ///
+    /// - Parameter fetch: The fetch.
+    func fetchDidPause(_ fetch: MonitoredFetch)
+    /// The fetch was resumed (``AnyFetchOperation/resume()``): it waits for a transfer again.
+    ///
+    /// - Parameter fetch: The fetch.
+    func fetchDidResume(_ fetch: MonitoredFetch)
     /// What the fetch measured, just before ``fetch(_:didFinishWith:)``.
     ///
     /// - Parameters:
@@ -127,6 +138,8 @@ extension FetchEventMonitor {
     public func fetch(_ fetch: MonitoredFetch, didReceive response: HTTPURLResponse) {}
     public func fetch(_ fetch: MonitoredFetch, didProgress progress: FetchProgress) {}
     public func fetch(_ fetch: MonitoredFetch, willRetry event: RetryEvent) {}
+    public func fetchDidPause(_ fetch: MonitoredFetch) {}
+    public func fetchDidResume(_ fetch: MonitoredFetch) {}
     public func fetch(_ fetch: MonitoredFetch, didCollect metrics: FetchMetrics) {}
     public func fetch(_ fetch: MonitoredFetch, didFinishWith error: FetchError?) {}
     public func fetch(_ fetch: MonitoredFetch, didRefreshCredential event: CredentialRefreshEvent) {}
@@ -208,6 +221,8 @@ enum MonitorEvent: Sendable {
     case response(HTTPURLResponse)
     case progress(FetchProgress)
     case retry(RetryEvent)
+    case paused
+    case resumed
     case metrics(FetchMetrics)
     case finished(FetchError?)
     case credentialRefresh(CredentialRefreshEvent)
@@ -220,6 +235,8 @@ enum MonitorEvent: Sendable {
         case .response(let response): monitor.fetch(fetch, didReceive: response)
         case .progress(let progress): monitor.fetch(fetch, didProgress: progress)
         case .retry(let event): monitor.fetch(fetch, willRetry: event)
+        case .paused: monitor.fetchDidPause(fetch)
+        case .resumed: monitor.fetchDidResume(fetch)
         case .metrics(let metrics): monitor.fetch(fetch, didCollect: metrics)
         case .finished(let error): monitor.fetch(fetch, didFinishWith: error)
         case .credentialRefresh(let event): monitor.fetch(fetch, didRefreshCredential: event)

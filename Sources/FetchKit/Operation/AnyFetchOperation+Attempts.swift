@@ -40,11 +40,16 @@ extension AnyFetchOperation {
         enum Begin { case setUp(Setup), stopped, unprepared }
         let begin = core.withLock { core -> Begin in
             guard let request = prepared ?? core.preparedRequest else { return .unprepared }
-            // Cancelled first: the cancel completed it.
-            guard core.machine.beginSetup() else { return .stopped }
+            // Cancelled first: the cancel completed it. Paused first: it is parked, and its
+            // resume begins the attempt from the request kept here.
+            guard core.machine.beginSetup() else {
+                if core.machine.isParked, core.preparedRequest == nil { core.attemptBase = request }
+                return .stopped
+            }
             core.attemptAnswered = false
             core.attemptStarted = false
-            return .setUp((request, core.settings.configurationBox, continuing ? core.attempts : core.attempts + 1,
+            // A continuation (or a resume) is the same attempt, unless none was made yet.
+            return .setUp((request, core.settings.configurationBox, continuing && core.attempts > 0 ? core.attempts : core.attempts + 1,
                            core.firstTransferStart, core.coordinator, core.claimed, FetchID(rawValue: claimedID)))
         }
         let setup: Setup
@@ -106,18 +111,21 @@ extension AnyFetchOperation {
             handle = Transfer(request: attemptSetup.request, session: configuration.value.session, limits: limits,
                               sink: makeBodySink(), owner: self)
         }
-        let attached = core.withLock { core -> (attached: Bool, generation: Int32?) in
-            guard core.machine.attachTransfer() else { return (false, nil) }
+        let attached = core.withLock { core -> (attached: Bool, parked: Bool, generation: Int32?) in
+            guard core.machine.attachTransfer() else { return (false, core.machine.isParked, nil) }
             core.transfer = handle
             // A later attempt may wait for a queue slot, where no transfer clock runs: the
             // fetch's deadline still holds there.
-            guard claimed, deadline != nil else { return (true, nil) }
+            guard claimed, deadline != nil else { return (true, false, nil) }
             core.deadlineGeneration &+= 1
-            return (true, core.deadlineGeneration)
+            return (true, false, core.deadlineGeneration)
         }
         // Cancelled during the setup: the handle is dropped unstarted, and the cancel reported.
+        // Paused during the setup: it is dropped unstarted, and the operation stays parked.
         guard attached.attached else {
-            abandonSetup(.cancelled(.init(url: request.url)))
+            if !attached.parked {
+                abandonSetup(.cancelled(.init(url: request.url)))
+            }
             return
         }
         if let generation = attached.generation, let deadline {
@@ -283,8 +291,11 @@ extension AnyFetchOperation {
             case .none:
                 preconditionFailure("unreachable: the lifecycle waits only when another attempt follows")
             }
-        case .ignore:
+        case .park, .ignore:
             break
+        case .beginNextAttempt:
+            // Paused and resumed before the stop took: the next attempt goes on from here.
+            DispatchQueue.global().async { self.beginAttempt(continuing: true) }
         }
     }
 }

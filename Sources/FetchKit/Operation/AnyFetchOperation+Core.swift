@@ -260,6 +260,9 @@ extension AnyFetchOperation {
         var keepAlive: AnyFetchOperation?
         /// The dependencies it had when it left them (cancelled, or finished before them).
         var detachedDependencies: [Operation]?
+        /// The priority its queue gives its attempts, set after it was enqueued
+        /// (``FetchQueue/setPriority(_:of:)``); `nil`: its `queuePriority`.
+        var priorityOverride: Operation.QueuePriority?
     }
 
     /// An entry in the ordered delivery list.

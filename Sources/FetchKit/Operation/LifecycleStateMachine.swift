@@ -20,6 +20,22 @@ import Foundation
 /// transfer (a cancel there completes at once, as while preparing). Whether the policy allows another is worked out where the attempt ends and handed
 /// to ``attemptEnded(_:anotherAttempt:)``, which alone decides what follows (a cancel wins).
 ///
+/// **Pausing.** ``pause()`` and ``resume()`` set and clear a wish beside the state
+/// (``wantsPause``), as `cancelled` is a flag beside it. Where no transfer is attached the wish
+/// takes effect at the next step: an attempt about to be set up, attached or begun after a
+/// wait parks in `executing(paused)` instead, holding no transfer. A transfer attached is
+/// stopped (`executing(stoppingForPause)`) and its end decides: a success is parsed as ever (the
+/// body was complete: the fetch completes, it does not pause), a stopped or failed attempt
+/// parks, or — if the wish was taken back meanwhile — the next attempt begins at once. While
+/// paused, ``resume()`` prepares the next attempt and ``cancel(url:)`` completes at once.
+///
+/// ```
+/// executing(transferring) ──pause──▶ executing(stoppingForPause) ──attemptEnded──▶ executing(paused)
+///                                         │ success: parse                          │ resume
+///                                         ▼                                          ▼
+///                                  finishing(parsing)                      executing(preparing)
+/// ```
+///
 /// `cancelled` is a flag beside the state, as in Foundation. The operation holds this value
 /// under its lock, applies one event, and performs the returned action after unlocking —
 /// Foundation notifications, task cancellation and user callbacks never run under the lock.
@@ -50,6 +66,12 @@ struct LifecycleStateMachine: Sendable {
         /// Between attempts: a retry's delay, or a download's wait for its disk to catch up.
         /// No transfer exists; ``resumeAfterWait()`` prepares the next attempt.
         case waiting
+        /// Paused: its transfer was asked to stop, and its end is awaited. A success is still
+        /// parsed; anything else parks it in ``paused`` (or, resumed meanwhile, begins the
+        /// next attempt).
+        case stoppingForPause
+        /// Paused, holding no transfer and no slot: ``resume()`` prepares the next attempt.
+        case paused
     }
 
     /// What remains to do once the transfer is over.
@@ -80,10 +102,27 @@ struct LifecycleStateMachine: Sendable {
         return nil
     }
     /// The cancellation, boxed (see ``Outcome``).
-    private var storedCancellation: Outcome?
+    private var storedCancellation: Outcome? {
+        if case .cancelled(let outcome)? = mark { return outcome }
+        return nil
+    }
+    /// What is set beside the state: a pause wished for, or the cancellation — in one word, as
+    /// they exclude each other (a cancelled operation is no longer paused, and is not paused).
+    private enum Mark: Sendable {
+        case pauseWanted
+        case cancelled(Outcome)
+    }
+    private var mark: Mark?
     // After the cancellation: the machine then ends in the state's odd tag byte, and the core's
     // next fields fill its tail (OperationFootprintTests.theCoreIsAFewWordsNotAPage).
     private(set) var state: State = .pending
+
+    /// Someone paused the operation and has not resumed it (see ``pause()``). A wish beside the
+    /// state, like the cancellation: it takes effect at the next step where no transfer runs.
+    var wantsPause: Bool {
+        if case .pauseWanted? = mark { return true }
+        return false
+    }
 
     var isCancelled: Bool { cancellation != nil }
 
@@ -153,18 +192,22 @@ struct LifecycleStateMachine: Sendable {
         if isCancelled || isFinished { return .none }
         // One box, shared by the flag and the outcome.
         let cancelled = Outcome.failure(.cancelled(.init(url: url)))
-        storedCancellation = cancelled
+        mark = .cancelled(cancelled)
         switch state {
         case .pending:
             return .completeBeforeStart
         case .finishing:
             return .flagOnly
-        case .executing(.preparing), .executing(.waiting):
+        case .executing(.preparing), .executing(.waiting), .executing(.paused):
             state = .finishing(.completing(cancelled))
             return .stopPreparing
         case .executing(.transferring), .executing(.settingUp):
             state = .finishing(.stoppingTransfer(cancelled))
             return .stopTransfer
+        case .executing(.stoppingForPause):
+            // The stop is under way already: its end completes the operation.
+            state = .finishing(.stoppingTransfer(cancelled))
+            return .flagOnly
         case .finished:
             preconditionFailure("unreachable: finished was handled above")
         }
@@ -172,9 +215,14 @@ struct LifecycleStateMachine: Sendable {
 
     /// An attempt's setup begins (see ``Execution/settingUp``).
     ///
-    /// - Returns: `false` if the operation stopped first (a cancel completes it).
+    /// - Returns: `false` if the operation stopped first (a cancel completes it), or parked,
+    ///   paused (a ``resume()`` begins the attempt again).
     mutating func beginSetup() -> Bool {
         guard case .executing(.preparing) = state else { return false }
+        if wantsPause {
+            state = .executing(.paused)
+            return false
+        }
         state = .executing(.settingUp)
         return true
     }
@@ -184,9 +232,15 @@ struct LifecycleStateMachine: Sendable {
     /// - Returns: `false` if the operation stopped meanwhile (cancelled, failed): the caller
     ///   must discard the transfer without starting it, and, if a cancel came during the
     ///   setup, report it with ``attemptEnded(_:anotherAttempt:)``.
+    ///   A pause that came during the setup parks the operation instead (``isParked``): the
+    ///   caller discards the transfer unstarted, and reports nothing.
     mutating func attachTransfer() -> Bool {
         switch state {
         case .executing(.preparing), .executing(.settingUp):
+            if wantsPause {
+                state = .executing(.paused)
+                return false
+            }
             state = .executing(.transferring)
             return true
         default:
@@ -216,6 +270,11 @@ struct LifecycleStateMachine: Sendable {
         case complete
         /// Wait, then ``resumeAfterWait()`` and begin the next attempt.
         case waitForNextAttempt
+        /// Stopped for a pause: parked in `executing(paused)` until ``resume()``.
+        case park
+        /// Stopped for a pause that was taken back meanwhile: begin the next attempt now (it
+        /// is in `executing(preparing)`).
+        case beginNextAttempt
         /// A late or duplicate report; nothing to do.
         case ignore
     }
@@ -239,6 +298,29 @@ struct LifecycleStateMachine: Sendable {
                 state = .finishing(.completing(result))
                 return .complete
             }
+        case .executing(.stoppingForPause):
+            switch result {
+            case .success:
+                // The body was complete before the stop took: the fetch completes.
+                state = .finishing(.parsing)
+                return .parse
+            case .failure where anotherAttempt:
+                // A retry or a continuation waits as ever (a continuation waits for the stopped
+                // task's last bytes to reach the disk); the wait's end parks it.
+                state = .executing(.waiting)
+                return .waitForNextAttempt
+            case .failure(let error) where !error.isCancellation:
+                // The attempt failed for good before the stop took: that is its end.
+                state = .finishing(.completing(result))
+                return .complete
+            case .failure:
+                if wantsPause {
+                    state = .executing(.paused)
+                    return .park
+                }
+                state = .executing(.preparing)
+                return .beginNextAttempt
+            }
         case .finishing(.stoppingTransfer(let decided)):
             state = .finishing(.completing(decided))
             return .complete
@@ -247,12 +329,93 @@ struct LifecycleStateMachine: Sendable {
         }
     }
 
+    enum PauseAction: Sendable, Equatable {
+        /// Not paused: already paused, cancelled, finishing or finished.
+        case none
+        /// Paused: it takes effect at the next step (pending, preparing, setting up, waiting),
+        /// or the stop under way parks it.
+        case flagOnly
+        /// Paused mid-transfer: stop the transfer; its end comes to ``attemptEnded(_:anotherAttempt:)``.
+        case stopTransfer
+    }
+
+    /// Pauses the operation: from now on it starts no transfer, and a transfer attached is
+    /// stopped. Too late once the transfer has ended (finishing or finished), or once cancelled.
+    mutating func pause() -> PauseAction {
+        guard mark == nil else { return .none }
+        switch state {
+        case .pending, .executing(.preparing), .executing(.settingUp), .executing(.waiting),
+             .executing(.stoppingForPause):
+            mark = .pauseWanted
+            return .flagOnly
+        case .executing(.transferring):
+            mark = .pauseWanted
+            state = .executing(.stoppingForPause)
+            return .stopTransfer
+        case .executing(.paused):
+            preconditionFailure("FetchKit bug: parked without a pause")
+        case .finishing, .finished:
+            return .none
+        }
+    }
+
+    enum ResumeAction: Sendable, Equatable {
+        /// Not paused, or over: nothing changed.
+        case none
+        /// No longer paused; whatever it was doing goes on (its stop under way begins the next
+        /// attempt when it ends).
+        case flagOnly
+        /// It was parked: it is preparing again; begin the next attempt.
+        case beginAttempt
+    }
+
+    /// Takes a ``pause()`` back.
+    mutating func resume() -> ResumeAction {
+        guard wantsPause else { return .none }
+        mark = nil
+        switch state {
+        case .executing(.paused):
+            state = .executing(.preparing)
+            return .beginAttempt
+        case .finishing, .finished:
+            return .none
+        default:
+            return .flagOnly
+        }
+    }
+
+    /// Whether it is paused and holds no transfer: parked in `executing(paused)`.
+    var isParked: Bool {
+        if case .executing(.paused) = state { return true }
+        return false
+    }
+
+    /// Whether a stop for a pause is under way (its end is awaited).
+    var isStoppingForPause: Bool {
+        if case .executing(.stoppingForPause) = state { return true }
+        return false
+    }
+
+    /// Whether it is paused: asked to pause and not resumed, and not over.
+    var isPaused: Bool {
+        guard wantsPause else { return false }
+        switch state {
+        case .finishing, .finished: return false
+        default: return true
+        }
+    }
+
     /// The wait between attempts is over: the next attempt is prepared (and attached like the
     /// first, with ``attachTransfer()``).
     ///
     /// - Returns: `false` if a cancel ended the wait first: nothing more to do.
+    ///   A pause that came during the wait parks it instead (``resume()`` then begins it).
     mutating func resumeAfterWait() -> Bool {
         guard case .executing(.waiting) = state else { return false }
+        if wantsPause {
+            state = .executing(.paused)
+            return false
+        }
         state = .executing(.preparing)
         return true
     }

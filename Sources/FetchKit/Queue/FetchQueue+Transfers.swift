@@ -16,7 +16,7 @@ extension FetchQueue: TransferCoordinator {
         // Outside the queue's lock: the session is read under the operation's, and the
         // priority is Foundation's.
         let session = operation.session
-        let priority = operation.queuePriority
+        let priority = operation.slotPriority
         let (coalesces, host, place) = state.withLock { state in
             let (host, place) = state.reservePlace(host: FlightMember.hostKey(of: request.url), priority: priority)
             return (state.coalesces, host, place)

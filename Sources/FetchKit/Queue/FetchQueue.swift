@@ -43,7 +43,9 @@ public struct FetchID: Hashable, Comparable, Sendable, CustomStringConvertible {
 /// one has built its request it waits for a **transfer slot** — one of
 /// ``maximumConcurrentTransfers`` overall and one of ``maximumTransfersPerHost`` for its host
 /// (scheme, host and port). While it waits, no URLSession task exists and no timeout clock runs;
-/// a host at its limit never holds up another host. The highest `queuePriority` goes first.
+/// a host at its limit never holds up another host. The highest `queuePriority` goes first;
+/// ``setPriority(_:of:)`` changes a fetch's priority after it was enqueued, and ``pause(_:)``
+/// takes a fetch out of line (or stops its transfer) until ``resume(_:)``.
 /// A slot is a request in flight, not a connection: over HTTP/2 the requests to one host are
 /// streams sharing its connections (see <doc:CoordinatingManyFetches>).
 ///

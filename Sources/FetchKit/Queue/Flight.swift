@@ -345,8 +345,8 @@ final class FlightMember: SlotHolder, TransferHandle, Sendable {
             return
         }
         queue.transition { $0.join(self) }
-        // A cancel that came before it joined found nothing to stop: it stops it now.
-        if operation.isCancelled { stop() }
+        // A cancel or a pause that came before it joined found nothing to stop: it stops it now.
+        if operation.isCancelled || operation.isStoppingForPause { stop() }
     }
 
     func stop() {

@@ -72,6 +72,12 @@ struct QueueState<Fetch, Flight: SlotFlight> {
     /// The shareable flights running, by key: an identical request joins one on its session's
     /// queue.
     var runningShared: [Key: Flight] = [:]
+    /// The priority levels of fetches re-prioritised after they were enqueued
+    /// (``reprioritize(_:attempt:to:)``), for their attempts from now on.
+    var levels: [FetchID: Int] = [:]
+    /// Where attempts of re-prioritised fetches wait, or would wait in a shared flight, instead
+    /// of the place their member was made with (its ``SlotHolder/place``). Only while they wait.
+    var relocated: [FetchID: SlotPlace] = [:]
     /// Fetches a `cancelAll` chose: they are about to be cancelled, and get no slot.
     var swept: Set<FetchID> = []
     /// Chosen fetches whose attempt a `cancelAll` took out of line (or kept from joining): each
@@ -123,6 +129,8 @@ struct QueueState<Fetch, Flight: SlotFlight> {
     /// Takes a fetch out: it was refused before it was activated, or it finished.
     mutating func unregister(_ id: FetchID) {
         registry[id] = nil
+        levels[id] = nil
+        relocated[id] = nil
         swept.remove(id)
         withdrawn.remove(id)
     }
@@ -149,25 +157,27 @@ struct QueueState<Fetch, Flight: SlotFlight> {
             withdrawn.insert(member.id)
             return
         }
+        if let key = member.key, let flight = runningShared[key] {
+            statistics.requestsCoalesced += 1
+            actions.append(.joinFlight(flight, member))
+            return
+        }
+        // A fetch re-prioritised before this attempt was made at its new level waits there.
+        if let level = levels[member.id], level != member.place.level {
+            relocated[member.id] = scheduler.reservePlace(level: level)
+        }
+        let place = place(of: member)
         if let key = member.key {
-            if let flight = runningShared[key] {
-                statistics.requestsCoalesced += 1
-                actions.append(.joinFlight(flight, member))
-                return
-            }
             if let index = waitingShared.index(forKey: key) {
                 statistics.requestsCoalesced += 1
                 waitingShared.values[index].members.append(member)     // in place: no copy per joiner
-                // A more urgent caller moves the shared transfer up the line (never down).
-                let waiting = waitingShared.values[index]
-                if let raised = scheduler.raise(at: waiting.place, host: waiting.first.host, to: member.place.level) {
-                    waitingShared.values[index].place = raised
-                }
+                // A more urgent caller moves the shared transfer up the line.
+                settle(at: index)
                 return
             }
-            waitingShared[key] = WaitingFlight(first: member, place: member.place, members: [member])
+            waitingShared[key] = WaitingFlight(first: member, place: place, members: [member])
         }
-        scheduler.enqueue(member, host: member.host, at: member.place)
+        scheduler.enqueue(member, host: member.host, at: place)
         takeGrants()
         announceCounts()
     }
@@ -183,15 +193,20 @@ struct QueueState<Fetch, Flight: SlotFlight> {
         if let key = member.key, let index = waitingShared.index(forKey: key),
            waitingShared.values[index].members.contains(member) {
             waitingShared.values[index].members.removeAll { $0 == member }
+            relocated[member.id] = nil
             if waitingShared.values[index].members.isEmpty {
                 let waiting = waitingShared.remove(at: index).value
                 scheduler.withdraw(at: waiting.place, host: waiting.first.host)
                 announceCounts()
+            } else {
+                // Those left decide where it waits: the most urgent of them.
+                settle(at: index)
             }
             actions.append(.confirmCancel(member))
             return
         }
-        if member.key == nil, scheduler.withdraw(at: member.place, host: member.host) != nil {
+        if member.key == nil, scheduler.withdraw(at: place(of: member), host: member.host) != nil {
+            relocated[member.id] = nil
             announceCounts()
             actions.append(.confirmCancel(member))
             return
@@ -244,6 +259,7 @@ struct QueueState<Fetch, Flight: SlotFlight> {
                     declined = true
                     continue
                 }
+                for member in members { relocated[member.id] = nil }
                 let flight = Flight(first: first, members: members)
                 running[first.id] = flight
                 if let key = first.key { runningShared[key] = flight }
@@ -254,7 +270,67 @@ struct QueueState<Fetch, Flight: SlotFlight> {
         }
     }
 
+    // MARK: Priorities
+
+    /// Where an attempt waits, or would wait alone: its member's place, unless its fetch was
+    /// re-prioritised.
+    func place(of member: Member) -> SlotPlace {
+        relocated[member.id] ?? member.place
+    }
+
+    /// The fetch `id` gets the priority `level` (0 most urgent) from now on: its attempt
+    /// waiting in line (`attempt`, its current one, if it has one) moves to the back of that
+    /// level, up or down; one that waits in a shared flight moves it to where its most urgent
+    /// member wants it. Its next attempts wait at that level (see ``join(_:)``). One that
+    /// runs, or waits for nothing here, is not moved.
+    mutating func reprioritize(_ id: FetchID, attempt: Member?, to level: Int) {
+        guard registry[id] != nil else { return }
+        levels[id] = level
+        guard let member = attempt, member.id == id, level != place(of: member).level else { return }
+        if let key = member.key, let index = waitingShared.index(forKey: key) {
+            guard waitingShared.values[index].members.contains(member) else { return }
+            relocated[member.id] = scheduler.reservePlace(level: level)
+            settle(at: index)
+            return
+        }
+        guard member.key == nil else { return }
+        let target = scheduler.reservePlace(level: level)
+        if scheduler.move(at: place(of: member), host: member.host, to: target) {
+            relocated[member.id] = target
+        }
+    }
+
+    /// A waiting shared flight's priority is its most urgent member's: when that changes (a
+    /// member joined, left or was re-prioritised), the flight moves to that member's place
+    /// (up or down). A flight whose level stays keeps its place in line.
+    private mutating func settle(at index: [Key: WaitingFlight].Index) {
+        let waiting = waitingShared.values[index]
+        var best: SlotPlace?
+        for member in waiting.members {
+            let candidate = place(of: member)
+            if let current = best, (current.level, current.sequence) <= (candidate.level, candidate.sequence) { continue }
+            best = candidate
+        }
+        guard let best, best.level != waiting.place.level else { return }
+        if scheduler.move(at: waiting.place, host: waiting.first.host, to: best) {
+            waitingShared.values[index].place = best
+        }
+    }
+
     // MARK: cancelAll
+
+    /// A `pauseAll` begins: no slot is granted until ``releaseGrants()``, so that pausing one
+    /// fetch does not start another that is about to be paused.
+    mutating func holdGrants() {
+        sweepsUnderWay += 1
+    }
+
+    /// The `pauseAll` is over: grant what may start now.
+    mutating func releaseGrants() {
+        sweepsUnderWay -= 1
+        takeGrants()
+        announceCounts()
+    }
 
     /// A `cancelAll(where:)` begins: no slot is granted until it ends. Returns the fetches for
     /// its predicate.
@@ -280,7 +356,7 @@ struct QueueState<Fetch, Flight: SlotFlight> {
                 scheduler.withdraw(at: waiting.place, host: first.host)
                 for member in waiting.members { withdrawn.insert(member.id) }
             } else if swept.contains(first.id) {
-                scheduler.withdraw(at: first.place, host: first.host)
+                scheduler.withdraw(at: place(of: first), host: first.host)
                 withdrawn.insert(first.id)
             }
         }

@@ -156,7 +156,7 @@ struct SlotScheduler<Ticket: Sendable>: Sendable {
         reservePlace(level: Self.level(of: priority))
     }
 
-    private mutating func reservePlace(level: Int) -> SlotPlace {
+    mutating func reservePlace(level: Int) -> SlotPlace {
         defer { nextSequence += 1 }
         return SlotPlace(level: level, sequence: nextSequence)
     }
@@ -191,6 +191,16 @@ struct SlotScheduler<Ticket: Sendable>: Sendable {
         let raised = reservePlace(level: level)
         enqueue(ticket, host: host, at: raised)
         return raised
+    }
+
+    /// Moves the ticket waiting at `place` for `host` to `target` (a place reserved with
+    /// ``reservePlace(priority:)``, or one reserved earlier and not in line), up or down.
+    /// Returns whether it moved (`false`: it does not wait there).
+    @discardableResult
+    mutating func move(at place: SlotPlace, host: String, to target: SlotPlace) -> Bool {
+        guard place != target, let ticket = withdraw(at: place, host: host) else { return false }
+        enqueue(ticket, host: host, at: target)
+        return true
     }
 
     /// Takes the ticket waiting at `place` for `host` out of line. Returns it, or `nil` if it

@@ -1,0 +1,385 @@
+import Dispatch
+import Foundation
+import LoopbackServer
+import Testing
+@testable import FetchKit
+
+extension LoopbackServer {
+    /// Serves `length` pattern bytes at `path` with `ETag: "<tag>"` and ranges. A full answer
+    /// sends its first `held` bytes, then waits for `gate` before the rest; a `Range` answer
+    /// (`206`, validated with `If-Range`) is sent at once.
+    func heldResumableRoute(_ path: String, length: Int, held: Int, tag: String = "\"p1\"", gate: ServerGate) {
+        route(path) { request in
+            let headers: HTTPHeaders = ["ETag": tag, "Accept-Ranges": "bytes", "Content-Type": "application/octet-stream"]
+            if let range = request.headers["Range"], request.headers["If-Range"] == tag,
+               range.hasPrefix("bytes="), let start = Int(range.dropFirst(6).prefix { $0 != "-" }), start < length {
+                var partial = headers
+                partial["Content-Range"] = "bytes \(start)-\(length - 1)/\(length)"
+                return HTTPResponse(status: 206, headers: partial, body: .pattern(offset: start, count: length - start))
+            }
+            var head = headers
+            head["Content-Length"] = String(length)
+            return .script([.write(HTTPResponse.rawHead(status: 200, headers: head)),
+                            .writePattern(offset: 0, count: held), .wait(gate),
+                            .writePattern(offset: held, count: length - held)])
+        }
+    }
+
+    /// Answers `path` with its own path, and records the order in which such requests came.
+    func orderRoute(_ path: String, _ order: Locked<[String]>) {
+        route(path) { request in
+            order.withLock { $0.append(request.path) }
+            return .text(request.path)
+        }
+    }
+}
+
+/// Signals once, the first time `condition` holds.
+func signalOnce(_ countdown: Countdown) -> @Sendable (Bool) -> Void {
+    let fired = Locked(false)
+    return { condition in
+        if condition, fired.withLock({ done in defer { done = true }; return !done }) { countdown.signal() }
+    }
+}
+
+@Suite("Pause and resume", .timeLimit(.minutes(3)))
+struct PauseResumeTests {
+    private func contents(_ url: URL) -> Data? { FileManager.default.contents(atPath: url.path) }
+
+    /// A download that has received `bytes`: a countdown signalled once its progress reaches them.
+    private func reached(_ bytes: Int64, _ download: DownloadOperation) -> Countdown {
+        let countdown = Countdown(1)
+        let signal = signalOnce(countdown)
+        download.onProgress(on: .global) { progress in signal(progress.bytesReceived >= bytes) }
+        return countdown
+    }
+
+    @Test func pausingARunningDownloadKeepsItsBytesFreesItsSlotAndResumesWithRange() async throws {
+        let server = try LoopbackServer()
+        let directory = try TemporaryDirectory()
+        let gate = ServerGate()
+        defer { gate.open(); server.stop(); directory.remove() }
+        let length = 200_000, held = 80_000
+        server.heldResumableRoute("/big", length: length, held: held, gate: gate)
+        let queue = makeFetchQueue(total: 1)
+        let destination = directory.file("big.bin")
+        let download = DownloadOperation(url: server.url("/big"), destination: destination)
+        let halfway = reached(Int64(held), download)
+        let completions = Locked(0)
+        let done = Countdown(1)
+        let id = queue.enqueue(download, on: .global) { _ in completions.withLock { $0 += 1 }; done.signal() }
+        let awaited = Task { try await download.value }
+        #expect(await halfway.wait())
+        // A fetch waits behind it for the only slot.
+        let behind = server.operation("/json")
+        let behindDone = Countdown(1)
+        queue.enqueue(behind, on: .global) { _ in behindDone.signal() }
+        #expect(await counts(of: queue) { $0.inFlight == 1 && $0.waiting == 1 })
+
+        // When paused mid-transfer …
+        #expect(queue.pause(id))
+        #expect(download.isPaused && queue.isPaused(id))
+        #expect(!queue.pause(id), "pausing twice does nothing")
+        // … its slot goes to the fetch waiting behind it, …
+        #expect(await behindDone.wait(), "the only slot was freed")
+        // … it keeps its bytes, its identifier and its operation, and has not completed.
+        #expect(DownloadOperation.fileSize(download.partialFileURL) == Int64(held))
+        #expect(queue.operation(for: id) === download && queue.id(of: download) == id)
+        #expect(!download.isFinished && completions.current == 0)
+        #expect(queue.transferCounts == .init(inFlight: 0, waiting: 0))
+
+        // Resumed, it continues from the bytes on disk.
+        #expect(queue.resume(id))
+        #expect(!download.isPaused)
+        #expect(!queue.resume(id), "resuming twice does nothing")
+        #expect(await done.wait())
+        let value = try await awaited.value
+        #expect(value == destination)
+        #expect(completions.current == 1)
+        #expect(download.error == nil)
+        #expect(contents(destination) == BytePattern.data(offset: 0, count: length), "the file is whole and correct")
+        let requests = server.requests(path: "/big")
+        #expect(requests.count == 2)
+        #expect(requests.last?.headers["Range"] == "bytes=\(held)-", "the server saw a Range from the kept offset")
+        #expect(requests.last?.headers["If-Range"] == "\"p1\"")
+        #expect(download.resumedBytes == Int64(held))
+        #expect(download.attempts == 1, "a resume is not a retry")
+        #expect(await queue.recorder?.waitUntil { events in
+            events.filter { $0.id == id }.map(\.kind) == [.enqueue, .start, .response, .pause, .resume, .response, .metrics, .finish]
+        } == true, "\(queue.recorder?.kinds(for: id) ?? [])")
+    }
+
+    @Test func aDownloadOnItsOwnPausesAndResumesWithRangeToo() async throws {
+        let server = try LoopbackServer()
+        let directory = try TemporaryDirectory()
+        let gate = ServerGate()
+        defer { gate.open(); server.stop(); directory.remove() }
+        server.heldResumableRoute("/own", length: 50_000, held: 20_000, gate: gate)
+        let download = DownloadOperation(url: server.url("/own"), destination: directory.file("own.bin"))
+        let halfway = reached(20_000, download)
+        let completions = Locked(0)
+        let done = Countdown(1)
+        download.onCompletion(on: .global) { _ in completions.withLock { $0 += 1 }; done.signal() }
+        download.start()
+        #expect(await halfway.wait())
+        #expect(download.pause())
+        #expect(download.resume())          // at once: before or after the stop took, it continues
+        #expect(await done.wait())
+        #expect(completions.current == 1 && download.error == nil)
+        #expect(contents(download.destination) == BytePattern.data(offset: 0, count: 50_000))
+        #expect(server.requests(path: "/own").map { $0.headers["Range"] } == [nil, "bytes=20000-"])
+    }
+
+    @Test func pausingAWaitingDownloadTakesItOutOfLineUntilItIsResumed() async throws {
+        let server = try LoopbackServer()
+        let directory = try TemporaryDirectory()
+        let gate = ServerGate()
+        defer { gate.open(); server.stop(); directory.remove() }
+        server.gatedRoute("/held", gate)
+        let queue = makeFetchQueue(total: 1)
+        let blocker = server.operation("/held")
+        let blockerDone = Countdown(1)
+        queue.enqueue(blocker, on: .global) { _ in blockerDone.signal() }
+        // The blocker holds the only slot before the others are enqueued: an `OperationQueue`
+        // starts operations in no set order, and the first to ask takes the slot.
+        #expect(await server.waitUntil { $0.requestsReceived == 1 })
+        let destination = directory.file("small.bin")
+        let download = DownloadOperation(url: server.url("/bytes/5000"), destination: destination)
+        let completions = Locked(0)
+        let done = Countdown(1)
+        let id = queue.enqueue(download, on: .global) { _ in completions.withLock { $0 += 1 }; done.signal() }
+        #expect(await counts(of: queue) { $0.inFlight == 1 && $0.waiting == 1 })
+
+        #expect(queue.pause(id))
+        #expect(await counts(of: queue) { $0.inFlight == 1 && $0.waiting == 0 }, "out of line")
+        gate.open()
+        #expect(await blockerDone.wait())
+        #expect(await counts(of: queue) { $0.inFlight == 0 && $0.waiting == 0 })
+        #expect(server.requestCount(path: "/bytes/5000") == 0, "a paused download sends nothing")
+        #expect(!download.isFinished && completions.current == 0 && download.isPaused)
+
+        #expect(download.resume())
+        #expect(await done.wait())
+        #expect(completions.current == 1)
+        #expect(contents(destination) == BytePattern.data(offset: 0, count: 5000))
+        #expect(server.requestCount(path: "/bytes/5000") == 1)
+    }
+
+    @Test func aFetchPausedBeforeItStartsSendsNothingUntilResumed() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let queue = makeFetchQueue()
+        let operation = server.operation("/json")
+        #expect(operation.pause(), "a pending operation can be paused")
+        let done = Countdown(1)
+        let id = queue.enqueue(operation, on: .global) { _ in done.signal() }
+        // It starts, prepares its request and parks: the queue holds it, nothing is sent.
+        #expect(await queue.recorder?.waitUntil { $0.contains { $0.id == id && $0.kind == .enqueue } } == true)
+        #expect(queue.count == 1 && operation.isPaused)
+        #expect(server.requestCount(path: "/json") == 0)
+        #expect(operation.resume())
+        #expect(await done.wait())
+        #expect(operation.responseBody?.isEmpty == false)
+        #expect(server.requestCount(path: "/json") == 1)
+    }
+
+    @Test func cancellingAPausedDownloadCompletesOnceAsCancelledAndKeepsItsPartialFile() async throws {
+        let server = try LoopbackServer()
+        let directory = try TemporaryDirectory()
+        let gate = ServerGate()
+        defer { gate.open(); server.stop(); directory.remove() }
+        server.heldResumableRoute("/big", length: 100_000, held: 40_000, gate: gate)
+        let queue = makeFetchQueue(total: 1)
+        let download = DownloadOperation(url: server.url("/big"), destination: directory.file("big.bin"))
+        let halfway = reached(40_000, download)
+        let completions = Locked<[Result<URL, FetchError>]>([])
+        let done = Countdown(1)
+        let id = queue.enqueue(download, on: .global) { result in completions.withLock { $0.append(result) }; done.signal() }
+        #expect(await halfway.wait())
+        #expect(download.pause())
+        #expect(await counts(of: queue) { $0.inFlight == 0 })
+        download.cancel()
+        #expect(await done.wait())
+        #expect(!download.isPaused && download.isFinished)
+        #expect(download.error?.isCancellation == true)
+        #expect(!download.resume(), "a cancelled download does not resume")
+        #expect(completions.current.count == 1)
+        #expect(DownloadOperation.fileSize(download.partialFileURL) == 40_000, "kept for a later download, as a cancel keeps it")
+        #expect(server.requestCount(path: "/big") == 1)
+        #expect(queue.operation(for: id) == nil)
+    }
+
+    @Test func aSuspendedQueueFreedWhileItsFetchIsPausedCancelsItOnce() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let done = Countdown(1)
+        let results = Locked<[Result<Data, FetchError>]>([])
+        let operation = server.operation("/json")
+        do {
+            let queue = makeFetchQueue()
+            queue.isSuspended = true
+            queue.enqueue(operation, on: .global) { result in results.withLock { $0.append(result) }; done.signal() }
+            #expect(operation.pause())
+        }
+        #expect(await done.wait(), "the freed queue cancelled its paused fetch")
+        #expect(results.current.count == 1)
+        #expect(operation.error?.isCancellation == true)
+        #expect(server.requestCount(path: "/json") == 0)
+    }
+
+    @Test func pauseAllStopsEveryTransferAndStartsNoneResumeAllFinishesThem() async throws {
+        let server = try LoopbackServer()
+        let directory = try TemporaryDirectory()
+        let gate = ServerGate()
+        defer { gate.open(); server.stop(); directory.remove() }
+        let length = 60_000, held = 20_000
+        for index in 0..<3 { server.heldResumableRoute("/f\(index)", length: length, held: held, gate: gate) }
+        let queue = makeFetchQueue(total: 2)
+        let downloads = (0..<3).map { DownloadOperation(url: server.url("/f\($0)"), destination: directory.file("f\($0)")) }
+        let running = downloads.prefix(2).map { reached(Int64(held), $0) }
+        let done = Countdown(3)
+        let completions = Locked(0)
+        for download in downloads.prefix(2) {
+            queue.enqueue(download, on: .global) { _ in completions.withLock { $0 += 1 }; done.signal() }
+        }
+        for countdown in running { #expect(await countdown.wait()) }
+        // The third waits behind the two in flight.
+        queue.enqueue(downloads[2], on: .global) { _ in completions.withLock { $0 += 1 }; done.signal() }
+        #expect(await counts(of: queue) { $0.inFlight == 2 && $0.waiting == 1 })
+        #expect(queue.pauseAll() == 3)
+        #expect(await counts(of: queue) { $0.inFlight == 0 && $0.waiting == 0 })
+        #expect(server.requestCount(path: "/f2") == 0, "no slot went to the third while the others were paused")
+        #expect(downloads.allSatisfy { $0.isPaused })
+        #expect(completions.current == 0)
+
+        gate.open()         // the third's first request is answered whole
+        #expect(queue.resumeAll() == 3)
+        #expect(await done.wait())
+        #expect(completions.current == 3)
+        for (index, download) in downloads.enumerated() {
+            #expect(contents(download.destination) == BytePattern.data(offset: 0, count: length))
+            let requests = server.requests(path: "/f\(index)")
+            if index < 2 {
+                #expect(requests.map { $0.headers["Range"] } == [nil, "bytes=\(held)-"])
+            } else {
+                #expect(requests.count == 1)
+            }
+        }
+    }
+
+    @Test func pausingOneMemberOfASharedFlightLeavesTheOthersTransfer() async throws {
+        let server = try LoopbackServer()
+        let gate = ServerGate()
+        defer { gate.open(); server.stop() }
+        server.route("/shared") { _ in
+            .script([.write(HTTPResponse.rawHead(status: 200, headers: ["Content-Length": "30000"])),
+                     .writePattern(offset: 0, count: 10_000), .wait(gate), .writePattern(offset: 10_000, count: 20_000)])
+        }
+        let queue = makeFetchQueue(coalesces: true)
+        let paused = server.operation("/shared")
+        let other = server.operation("/shared")
+        let pausedDone = Countdown(1), otherDone = Countdown(1)
+        let pausedCompletions = Locked(0)
+        queue.enqueue(paused, on: .global) { _ in pausedCompletions.withLock { $0 += 1 }; pausedDone.signal() }
+        queue.enqueue(other, on: .global) { _ in otherDone.signal() }
+        #expect(await server.waitUntil { $0.requestsReceived == 1 })
+        #expect(queue.statistics.requestsCoalesced == 1)
+        #expect(paused.pause())
+        gate.open()
+        #expect(await otherDone.wait())
+        #expect(other.responseBody == BytePattern.data(offset: 0, count: 30_000), "the shared transfer went on for the other")
+        #expect(server.requestCount(path: "/shared") == 1)
+        #expect(!paused.isFinished && pausedCompletions.current == 0)
+        #expect(paused.resume())
+        #expect(await pausedDone.wait())
+        #expect(paused.responseBody == BytePattern.data(offset: 0, count: 30_000), "asked again from the start")
+        #expect(pausedCompletions.current == 1)
+        #expect(server.requestCount(path: "/shared") == 2)
+    }
+}
+
+@Suite("Re-prioritising waiting fetches", .timeLimit(.minutes(3)))
+struct ReprioritizeTests {
+    @Test func theServerSeesTheNewOrderWithOneSlot() async throws {
+        let server = try LoopbackServer()
+        let gate = ServerGate()
+        defer { gate.open(); server.stop() }
+        server.gatedRoute("/held", gate)
+        let order = Locked<[String]>([])
+        for name in ["a", "b", "c", "d"] { server.orderRoute("/\(name)", order) }
+        let queue = makeFetchQueue(total: 1)
+        queue.enqueue(server.operation("/held"))
+        // The blocker holds the only slot before the others are enqueued: an `OperationQueue`
+        // starts operations in no set order, and the first to ask takes the slot.
+        #expect(await server.waitUntil { $0.requestsReceived == 1 })
+        let done = Countdown(4)
+        var ids: [String: FetchID] = [:]
+        for name in ["a", "b", "c", "d"] {
+            ids[name] = queue.enqueue(server.operation("/\(name)"), on: .global) { _ in done.signal() }
+        }
+        #expect(await counts(of: queue) { $0.waiting == 4 })
+        let (a, c, d) = (try #require(ids["a"]), try #require(ids["c"]), try #require(ids["d"]))
+        #expect(queue.setPriority(.veryHigh, of: d))     // last → first
+        #expect(queue.setPriority(.low, of: a))          // first → last
+        #expect(queue.setPriority(.high, of: c))         // third → second
+        gate.open()
+        #expect(await done.wait())
+        #expect(order.current == ["/d", "/c", "/b", "/a"])
+        #expect(!queue.setPriority(.high, of: a), "finished: not in the queue")
+    }
+
+    @Test func aPausedFetchResumesAtItsNewPriority() async throws {
+        let server = try LoopbackServer()
+        let gate = ServerGate()
+        defer { gate.open(); server.stop() }
+        server.gatedRoute("/held", gate)
+        let order = Locked<[String]>([])
+        for name in ["a", "b"] { server.orderRoute("/\(name)", order) }
+        let queue = makeFetchQueue(total: 1)
+        queue.enqueue(server.operation("/held"))
+        // The blocker holds the only slot before the others are enqueued: an `OperationQueue`
+        // starts operations in no set order, and the first to ask takes the slot.
+        #expect(await server.waitUntil { $0.requestsReceived == 1 })
+        let done = Countdown(2)
+        let a = queue.enqueue(server.operation("/a"), on: .global) { _ in done.signal() }
+        queue.enqueue(server.operation("/b"), on: .global) { _ in done.signal() }
+        #expect(await counts(of: queue) { $0.waiting == 2 })
+        #expect(queue.pause(a))
+        #expect(queue.setPriority(.veryHigh, of: a))
+        #expect(queue.resume(a))
+        #expect(await counts(of: queue) { $0.waiting == 2 })
+        gate.open()
+        #expect(await done.wait())
+        #expect(order.current == ["/a", "/b"], "resumed at .veryHigh, ahead of /b")
+    }
+
+    /// A shared flight raised by an urgent member falls back when that member leaves.
+    @Test(arguments: ["cancel", "pause"])
+    func aSharedFlightFallsBackWhenItsUrgentMemberLeaves(_ how: String) async throws {
+        let server = try LoopbackServer()
+        let gate = ServerGate()
+        defer { gate.open(); server.stop() }
+        server.gatedRoute("/held", gate)
+        let order = Locked<[String]>([])
+        for name in ["shared", "normal"] { server.orderRoute("/\(name)", order) }
+        let queue = makeFetchQueue(total: 1, coalesces: true)
+        queue.enqueue(server.operation("/held"))
+        // The blocker holds the only slot before the others are enqueued: an `OperationQueue`
+        // starts operations in no set order, and the first to ask takes the slot.
+        #expect(await server.waitUntil { $0.requestsReceived == 1 })
+        let done = Countdown(2)
+        let low = server.operation("/shared")
+        low.queuePriority = .low
+        queue.enqueue(low, on: .global) { _ in done.signal() }
+        queue.enqueue(server.operation("/normal"), on: .global) { _ in done.signal() }
+        let urgent = server.operation("/shared")
+        urgent.queuePriority = .veryHigh
+        let urgentID = queue.enqueue(urgent)
+        #expect(await counts(of: queue) { $0.waiting == 2 })
+        #expect(await queue.recorder?.waitUntil { _ in queue.statistics.requestsCoalesced == 1 } == true)
+        if how == "cancel" { queue.cancel(urgentID) } else { #expect(queue.pause(urgentID)) }
+        gate.open()
+        #expect(await done.wait())
+        #expect(order.current == ["/normal", "/shared"], "the flight went back to .low")
+    }
+}

@@ -1,0 +1,154 @@
+import Dispatch
+import Foundation
+import Testing
+@testable import FetchKit
+
+/// Re-prioritising waiting fetches, and the priority of a shared flight as its members come and
+/// go, in the queue's state machine (pure, on plain values).
+@Suite("Queue state machine: priorities after enqueue (pure)", .timeLimit(.minutes(3)))
+struct ReprioritizeStateTests {
+    let helper = QueueStateTests()
+
+    func level(_ priority: Operation.QueuePriority) -> Int {
+        SlotScheduler<StubMember>.level(of: priority)
+    }
+
+    /// One slot, taken; then the members joined in order. Returns the busy flight.
+    func busySlot(_ state: inout StubState) throws -> StubFlight {
+        let busy = helper.fetch("a", in: &state)
+        state.join(busy)
+        return try #require(helper.started(state.takeActions()).first)
+    }
+
+    /// Ends `flight` and each flight after it; returns the first member of each, in grant order.
+    func drain(after flight: StubFlight, _ state: inout StubState, count: Int) throws -> [StubMember] {
+        var flight = flight
+        var order: [StubMember] = []
+        for _ in 0..<count {
+            helper.end(flight, &state)
+            flight = try #require(helper.started(state.takeActions()).first)
+            order.append(flight.first)
+        }
+        return order
+    }
+
+    @Test func aSharedFlightFallsBackWhenTheMemberThatRaisedItLeaves() throws {
+        var state = StubState(maximumTotal: 1, maximumPerHost: 1, coalesces: true)
+        let busy = try busySlot(&state)
+        let lowShared = helper.fetch("a", in: &state, key: "/shared", priority: .low)
+        let normal = helper.fetch("a", in: &state)
+        state.join(lowShared)
+        state.join(normal)
+        let urgent = helper.fetch("a", in: &state, key: "/shared", priority: .veryHigh)
+        state.join(urgent)          // raises the shared flight above `normal`
+        state.leave(urgent)         // ... and leaves (cancelled, or paused)
+        _ = state.takeActions()
+        let order = try drain(after: busy, &state, count: 2)
+        #expect(order == [normal, lowShared], "the flight is back at .low, behind .normal")
+    }
+
+    @Test func aSharedFlightKeepsItsPlaceWhenALeaverDidNotSetItsPriority() throws {
+        var state = StubState(maximumTotal: 1, maximumPerHost: 1, coalesces: true)
+        let busy = try busySlot(&state)
+        let first = helper.fetch("a", in: &state, key: "/shared")
+        let other = helper.fetch("a", in: &state)
+        let joiner = helper.fetch("a", in: &state, key: "/shared")
+        state.join(first)
+        state.join(other)
+        state.join(joiner)
+        state.leave(first)          // the same level is left: it keeps its place, before `other`
+        _ = state.takeActions()
+        let order = try drain(after: busy, &state, count: 2)
+        #expect(order == [first, other])
+    }
+
+    @Test func aWaitingFetchMovesUpAndDown() throws {
+        var state = StubState(maximumTotal: 1, maximumPerHost: 1, coalesces: false)
+        let busy = try busySlot(&state)
+        let waiting = (0..<4).map { _ in helper.fetch("a", in: &state) }
+        for member in waiting { state.join(member) }
+        state.reprioritize(waiting[3].id, attempt: waiting[3], to: level(.high))    // last → first
+        state.reprioritize(waiting[0].id, attempt: waiting[0], to: level(.low))     // first → last
+        state.reprioritize(waiting[1].id, attempt: waiting[1], to: level(.normal))  // the same: stays
+        #expect(state.transferCounts == .init(inFlight: 1, waiting: 4))
+        _ = state.takeActions()
+        let order = try drain(after: busy, &state, count: 4)
+        #expect(order == [waiting[3], waiting[1], waiting[2], waiting[0]])
+    }
+
+    @Test func aMovedFetchThatLeavesIsWithdrawnFromItsNewPlace() throws {
+        var state = StubState(maximumTotal: 1, maximumPerHost: 1, coalesces: false)
+        let busy = try busySlot(&state)
+        let moved = helper.fetch("a", in: &state)
+        let other = helper.fetch("a", in: &state)
+        state.join(moved)
+        state.join(other)
+        state.reprioritize(moved.id, attempt: moved, to: level(.veryLow))
+        state.leave(moved)
+        #expect(helper.confirmed(state.takeActions()) == [moved], "withdrawn from where it waits now")
+        #expect(state.transferCounts == .init(inFlight: 1, waiting: 1))
+        #expect(state.relocated.isEmpty)
+        helper.end(busy, &state)
+        #expect(helper.started(state.takeActions()).map(\.first) == [other])
+        #expect(state.transferCounts == .init(inFlight: 1, waiting: 0))
+    }
+
+    @Test func anAttemptMadeAfterARepriorisationWaitsAtTheNewLevel() throws {
+        var state = StubState(maximumTotal: 1, maximumPerHost: 1, coalesces: false)
+        let busy = try busySlot(&state)
+        let other = helper.fetch("a", in: &state)
+        state.join(other)
+        let id = FetchID.next()
+        state.register("later", id: id)
+        // Re-prioritised while it had no attempt (paused, or between retries) …
+        state.reprioritize(id, attempt: nil, to: level(.veryHigh))
+        // … its next attempt, made at its old priority before the change reached it, waits at the new one.
+        let attempt = helper.attempt(of: id, host: "a", in: &state)
+        state.join(attempt)
+        _ = state.takeActions()
+        let order = try drain(after: busy, &state, count: 2)
+        #expect(order == [attempt, other])
+        #expect(state.relocated.isEmpty, "nothing kept for a granted attempt")
+    }
+
+    @Test func loweringTheMostUrgentMemberLowersTheSharedFlight() throws {
+        var state = StubState(maximumTotal: 1, maximumPerHost: 1, coalesces: true)
+        let busy = try busySlot(&state)
+        let shared = helper.fetch("a", in: &state, key: "/s", priority: .high)
+        let joiner = helper.fetch("a", in: &state, key: "/s", priority: .low)
+        let normal = helper.fetch("a", in: &state)
+        state.join(shared)
+        state.join(joiner)
+        state.join(normal)
+        state.reprioritize(shared.id, attempt: shared, to: level(.veryLow))
+        _ = state.takeActions()
+        var order = try drain(after: busy, &state, count: 2)
+        #expect(order == [normal, shared], "the flight waits at its most urgent member's level, .low")
+
+        // Raising a joiner raises its flight.
+        var raised = StubState(maximumTotal: 1, maximumPerHost: 1, coalesces: true)
+        let busy2 = try busySlot(&raised)
+        let s = helper.fetch("a", in: &raised, key: "/s", priority: .low)
+        let n = helper.fetch("a", in: &raised)
+        let j = helper.fetch("a", in: &raised, key: "/s", priority: .low)
+        raised.join(s)
+        raised.join(n)
+        raised.join(j)
+        raised.reprioritize(j.id, attempt: j, to: level(.veryHigh))
+        _ = raised.takeActions()
+        order = try drain(after: busy2, &raised, count: 2)
+        #expect(order == [s, n])
+    }
+
+    @Test func heldGrantsStartNothingUntilReleased() throws {
+        var state = StubState(maximumTotal: 1, maximumPerHost: 1, coalesces: false)
+        let busy = try busySlot(&state)
+        let waiting = helper.fetch("a", in: &state)
+        state.join(waiting)
+        state.holdGrants()
+        helper.end(busy, &state)
+        #expect(helper.started(state.takeActions()).isEmpty, "a pauseAll is under way")
+        state.releaseGrants()
+        #expect(helper.started(state.takeActions()).map(\.first) == [waiting])
+    }
+}
