@@ -28,11 +28,16 @@ public final class LoopbackServer: @unchecked Sendable {
 
     /// Starts a server on 127.0.0.1 and an ephemeral port; it accepts connections at once.
     ///
-    /// - Parameter recordRequests: whether to keep every request received (including its
-    ///   body) for ``recordedRequests`` and ``requests(path:)``. Turn off for benchmarks.
+    /// - Parameters:
+    ///   - recordRequests: whether to keep every request received (including its
+    ///     body) for ``recordedRequests`` and ``requests(path:)``. Turn off for benchmarks.
+    ///   - sendBufferSize: `SO_SNDBUF` for each accepted connection, or `nil` (the default)
+    ///     for the kernel's, which grows to megabytes on loopback. A small one keeps what the
+    ///     server hands to the kernel (``ServerCounters/patternBytesSent``) within that much of
+    ///     what went on the wire: for measuring a client's receive rate at the server.
     /// - Throws: if the listening socket cannot be created.
-    public init(recordRequests: Bool = true) throws {
-        core = try ServerCore(recordRequests: recordRequests)
+    public init(recordRequests: Bool = true, sendBufferSize: Int? = nil) throws {
+        core = try ServerCore(recordRequests: recordRequests, sendBufferSize: sendBufferSize)
         port = core.port
     }
 
