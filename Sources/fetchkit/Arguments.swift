@@ -17,6 +17,8 @@ struct Options: Equatable {
     var force = false
     /// The SHA-256 the one download must have (`--sha256`).
     var sha256: FileDigest?
+    /// The most bytes per second all downloads together receive (`--limit-rate`), or `nil`.
+    var limitRate: Int?
 
     static let usage = """
     usage: fetchkit [URL ...] [options]
@@ -43,6 +45,10 @@ struct Options: Equatable {
                            prints it); only with exactly one URL. A file that does not
                            match is not saved, its partial download is removed, and the
                            mismatch is reported on one line (exit 1)
+      --limit-rate RATE    receive at most RATE bytes per second, all downloads
+                           together, as curl and wget do; K, M, G suffixes (powers of
+                           1024), e.g. 500k or 2M. The server is slowed, not only the
+                           writing: each download pauses reading from its connection
       -h, --help           show this help
 
     A file that another fetchkit is downloading into the same directory is skipped (it
@@ -115,6 +121,12 @@ struct Options: Equatable {
                     throw UsageError(description: "--sha256 needs 64 hexadecimal digits, not '\(Terminal.sanitized(String(text.prefix(80))))'")
                 }
                 options.sha256 = digest
+            case "--limit-rate":
+                let text = try value(for: argument)
+                guard let rate = Self.size(text), rate > 0 else {
+                    throw UsageError(description: "--limit-rate needs a rate such as 500k or 2M bytes per second, not '\(Terminal.sanitized(String(text.prefix(80))))'")
+                }
+                options.limitRate = Int(clamping: rate)
             case "-h", "--help":
                 options.showHelp = true
             default:

@@ -70,7 +70,8 @@ final class Downloader: @unchecked Sendable {
         queue = FetchQueue(
             name: "fetchkit",
             maximumConcurrentTransfers: options.parallel,
-            maximumTransfersPerHost: options.perHost
+            maximumTransfersPerHost: options.perHost,
+            bandwidthLimit: options.limitRate
         )
         display = ProgressDisplay(interactive: Terminal.isInteractive)
     }
