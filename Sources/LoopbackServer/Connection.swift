@@ -195,6 +195,9 @@ final class Connection {
     /// Sends `head` (if any) and `count` pattern bytes from `offset`, gathering the head with
     /// the first slice. `token` is finished just before the final slice is sent when
     /// `finishesToken` is set.
+    /// How much of a pattern body is sent (and counted) at once: 64 KiB.
+    static let countedPiece = 64 << 10
+
     private func sendPattern(head: [UInt8], offset: Int, count: Int, token: InFlightToken, finishesToken: Bool = true) -> Bool {
         if count == 0 {
             if finishesToken { token.finish() }
@@ -206,15 +209,23 @@ final class Connection {
             BytePattern.forEachSlice(offset: offset, count: count) { (slice: UnsafeRawBufferPointer) -> Bool in
                 sentSoFar += slice.count
                 if finishesToken, sentSoFar == count { token.finish() }
-                let ok: Bool
-                if headPending {
-                    headPending = false
-                    ok = Socket.sendAll(fd, [headBytes, slice])
-                } else {
-                    ok = Socket.sendAll(fd, slice)
+                // Counted a piece at a time (64 KiB), so that ``ServerCounters/patternBytesSent``
+                // follows a client that reads slowly (a bandwidth limit, measured at the server).
+                var start = 0
+                while start < slice.count {
+                    let piece = UnsafeRawBufferPointer(rebasing: slice[start..<min(slice.count, start + Self.countedPiece)])
+                    let ok: Bool
+                    if headPending {
+                        headPending = false
+                        ok = Socket.sendAll(fd, [headBytes, piece])
+                    } else {
+                        ok = Socket.sendAll(fd, piece)
+                    }
+                    guard ok else { return false }
+                    core.patternSent(piece.count)
+                    start += piece.count
                 }
-                if ok { core.patternSent(slice.count) }
-                return ok
+                return true
             }
         }
     }

@@ -28,11 +28,16 @@ public final class LoopbackServer: @unchecked Sendable {
 
     /// Starts a server on 127.0.0.1 and an ephemeral port; it accepts connections at once.
     ///
-    /// - Parameter recordRequests: whether to keep every request received (including its
-    ///   body) for ``recordedRequests`` and ``requests(path:)``. Turn off for benchmarks.
+    /// - Parameters:
+    ///   - recordRequests: whether to keep every request received (including its
+    ///     body) for ``recordedRequests`` and ``requests(path:)``. Turn off for benchmarks.
+    ///   - sendBufferSize: `SO_SNDBUF` for each accepted connection, or `nil` (the default)
+    ///     for the kernel's, which grows to megabytes on loopback. A small one keeps what the
+    ///     server hands to the kernel (``ServerCounters/patternBytesSent``) within that much of
+    ///     what went on the wire: for measuring a client's receive rate at the server.
     /// - Throws: if the listening socket cannot be created.
-    public init(recordRequests: Bool = true) throws {
-        core = try ServerCore(recordRequests: recordRequests)
+    public init(recordRequests: Bool = true, sendBufferSize: Int? = nil) throws {
+        core = try ServerCore(recordRequests: recordRequests, sendBufferSize: sendBufferSize)
         port = core.port
     }
 
@@ -108,8 +113,8 @@ public final class LoopbackServer: @unchecked Sendable {
     }
 
     /// Suspends until `predicate` holds for the counters or `timeout` seconds pass. Returns
-    /// whether the predicate held. The wait blocks a Dispatch worker thread, not a Swift
-    /// concurrency thread. The predicate runs under the server's lock, so it must be quick
+    /// whether the predicate held. The wait blocks a thread of its own, neither a Dispatch
+    /// worker nor a Swift concurrency thread. The predicate runs under the server's lock, so it must be quick
     /// and must not call back into the server.
     @discardableResult
     public func waitUntil(
@@ -117,10 +122,13 @@ public final class LoopbackServer: @unchecked Sendable {
         _ predicate: @escaping @Sendable (ServerCounters) -> Bool
     ) async -> Bool {
         let core = self.core
+        // A thread of its own, not a Dispatch worker: with many tests waiting at once, blocked
+        // workers starve the pool (on Linux libdispatch adds threads only as its monitor sees the
+        // queue stuck, about once a second), and a wait then ends seconds after its predicate held.
         return await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
-            DispatchQueue.global().async {
+            Thread {
                 continuation.resume(returning: core.wait(timeout: timeout, until: predicate))
-            }
+            }.start()
         }
     }
 

@@ -38,8 +38,12 @@ final class ServerCore: @unchecked Sendable {
     /// Thread-dictionary key marking a thread as one of this server's.
     private static let threadKey = "LoopbackServer.core"
 
-    init(recordRequests: Bool) throws {
+    /// `SO_SNDBUF` of each accepted connection, if set (see ``LoopbackServer/init(recordRequests:sendBufferSize:)``).
+    let sendBufferSize: Int?
+
+    init(recordRequests: Bool, sendBufferSize: Int? = nil) throws {
         self.recordRequests = recordRequests
+        self.sendBufferSize = sendBufferSize
         let (fd, port) = try Socket.makeListener(backlog: 1024)
         // Non-blocking, so a connection that vanished between poll and accept cannot
         // block the accept thread; accepted sockets are made blocking again.
@@ -88,6 +92,7 @@ final class ServerCore: @unchecked Sendable {
             // Take everything pending.
             while let fd = Socket.accept(listenFD) {
                 _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK)
+                if let sendBufferSize { Socket.setIntOption(fd, SOL_SOCKET, SO_SNDBUF, Int32(clamping: sendBufferSize)) }
                 condition.lock()
                 if stopping {
                     condition.unlock()

@@ -8,6 +8,7 @@
 //   swift run -c release fetchkit-bench disk-memory [--size MiB] [--runs R] [--no-ranges]
 //   swift run -c release fetchkit-bench idle-cpu [--transfers N] [--seconds S] [--runs R]
 //   swift run -c release fetchkit-bench https [--runs R] [--quick]   (as root: nginx, openssl, unshare)
+//   swift run -c release fetchkit-bench limit-rate [--rate B] [--seconds S] [--transfers N] [--per-host]
 import FetchKit
 import Foundation
 import LoopbackServer
@@ -51,6 +52,11 @@ benchmarks:
       default R = 5), with the TLS connections nginx logged per run. The clients run in a
       private mount namespace that trusts the CA (unshare --mount: root); where that cannot be
       done, or nginx, openssl or unshare is missing, the rows are skipped and it says why
+  limit-rate [--rate B] [--seconds S] [--transfers N] [--per-host]
+      a FetchQueue bandwidth limit of B bytes per second (default 1000000) measured at the
+      loopback server: N transfers (default 2) to it sharing the queue's limit (--per-host:
+      the per-host limit), S seconds' worth in all (default 30); the server's pattern bytes
+      sent, sampled every 50 ms, over every 5-second window, against the limit
   serve
       runs the loopback server until interrupted and prints its URL, for other clients
 
@@ -135,6 +141,11 @@ do {
         guard arguments.count == 3 || arguments.count == 4, let limit = Int(arguments[2]) else { throw BenchError("bad child arguments") }
         try EndlessBodyBenchmark.child(scenario: arguments[1], limitMiB: limit,
                                        chunkSize: arguments.count == 4 ? Int(arguments[3]) ?? (16 << 10) : 16 << 10)
+    case "limit-rate":
+        try LimitRateBenchmark.run(rate: try option("--rate", in: arguments, default: 1_000_000),
+                                   seconds: try option("--seconds", in: arguments, default: 30),
+                                   transfers: try option("--transfers", in: arguments, default: 2),
+                                   perHost: arguments.contains("--per-host"))
     case "-h", "--help":
         print(usage)
     default:

@@ -33,8 +33,8 @@ struct Options: Equatable {
     /// Seconds between the plain progress lines printed when the output is not a terminal
     /// (`--summary-interval`, as aria2c calls it); 0 for none.
     var summaryInterval: TimeInterval = 5
-    // Room for the download-manager flags of issue 24 (`--limit-rate RATE`, `--continue`):
-    // they take their place beside these once the library parts land.
+    /// The most bytes per second all downloads together receive (`--limit-rate`), or `nil`.
+    var limitRate: Int?
 
     enum Verbosity: Equatable {
         /// `-q`: nothing but a line per failed file, on standard error.
@@ -85,6 +85,10 @@ struct Options: Equatable {
       --max-size SIZE      largest file to save, counted on the bytes written (after
                            decompression); K, M, G, T suffixes (powers of 1024); 0 for no
                            limit (default 16G). A larger download fails and leaves no file.
+      --limit-rate RATE    receive at most RATE bytes per second, all downloads
+                           together, as curl and wget do; K, M, G suffixes (powers of
+                           1024), e.g. 500k or 2M. The server is slowed, not only the
+                           writing: each download pauses reading from its connection
       --sha256 HEX         the SHA-256 the file must have (64 hex digits, as sha256sum
                            prints it); only with exactly one download (an -i list gives
                            one per line). A file that does not match is not saved, its
@@ -225,6 +229,12 @@ struct Options: Equatable {
                 options.summaryInterval = try seconds(for: argument, allowZero: true)
             case "-V", "--version":
                 options.showVersion = true
+            case "--limit-rate":
+                let text = try value(for: argument)
+                guard let rate = Self.size(text), rate > 0 else {
+                    throw UsageError(description: "--limit-rate needs a rate such as 500k or 2M bytes per second, not '\(shown(text))'")
+                }
+                options.limitRate = Int(clamping: rate)
             case "-h", "--help":
                 options.showHelp = true
             default:

@@ -83,7 +83,8 @@ final class Downloader: @unchecked Sendable {
         queue = FetchQueue(
             name: "fetchkit",
             maximumConcurrentTransfers: options.parallel,
-            maximumTransfersPerHost: options.perHost
+            maximumTransfersPerHost: options.perHost,
+            bandwidthLimit: options.limitRate
         )
         // With --json, standard output carries the JSON lines only; people read standard error.
         let human = options.json ? Terminal.errors : Terminal.output

@@ -216,6 +216,10 @@ extension AnyFetchOperation {
         var progressBase: Int64 = 0
         var bytesSent: Int64 = 0
         var bytesToSend: Int64?
+        /// The receive rate, over this attempt's body (``RateWindow``).
+        var rate = RateWindow()
+        /// Body bytes of this attempt counted in ``rate``.
+        var attemptBytesCounted: Int64 = 0
         /// The prepared request, when the last attempt's request added to it (the validators
         /// of a conditional GET, a download's `Range`); otherwise the sent request is it (see
         /// ``Core/preparedRequest``), and a fetch holds one request, not two.

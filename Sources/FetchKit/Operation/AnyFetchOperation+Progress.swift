@@ -5,7 +5,11 @@ import FoundationNetworking
 #endif
 
 /// How far a transfer has got: the response body received and, for a request with a body,
-/// the request body sent.
+/// the request body sent; and how fast the body arrives.
+///
+/// Two values are equal when their byte counts are: ``bytesPerSecond`` and
+/// ``estimatedTimeRemaining`` are estimates that depend on when the value was made, and are not
+/// compared.
 public struct FetchProgress: Sendable, Equatable {
     /// Body bytes received so far.
     public let bytesReceived: Int64
@@ -20,6 +24,22 @@ public struct FetchProgress: Sendable, Equatable {
     /// The request body's length: `httpBody`'s size, or the `Content-Length` of an
     /// `httpBodyStream`. `nil` for a request without a body, or a stream of unknown length.
     public let bytesToSend: Int64?
+    /// How fast the response body arrives, in bytes per second, averaged over the last
+    /// ``rateWindow`` (5 seconds) of the current attempt; `nil` during its first half second.
+    ///
+    /// Only the bytes that arrive count: a download that resumes a partial file does not count
+    /// the bytes already on disk, and a retry starts the window again. The rate is computed as
+    /// each chunk arrives, so a transfer that stalls keeps its last rate until the next chunk.
+    /// The same value is in the operation's `Progress` (``AnyFetchOperation/progress``) under
+    /// `ProgressUserInfoKey.throughputKey` (`Progress.throughput` on Apple platforms), rounded.
+    public let bytesPerSecond: Double?
+    /// How long the rest of the body will take at ``bytesPerSecond``: `nil` when the rate or
+    /// the body's length is unknown (or the rate is zero), 0 once every byte arrived. In the
+    /// operation's `Progress` under `ProgressUserInfoKey.estimatedTimeRemainingKey`.
+    public let estimatedTimeRemaining: TimeInterval?
+
+    /// How far back ``bytesPerSecond`` looks: 5 seconds.
+    public static let rateWindow: TimeInterval = RateWindow.window
 
     /// Creates a progress value.
     ///
@@ -28,11 +48,22 @@ public struct FetchProgress: Sendable, Equatable {
     ///   - bytesExpected: The response body's length, if known.
     ///   - bytesSent: Request body bytes sent; 0 by default.
     ///   - bytesToSend: The request body's length, if known; `nil` by default.
-    public init(bytesReceived: Int64, bytesExpected: Int64?, bytesSent: Int64 = 0, bytesToSend: Int64? = nil) {
+    ///   - bytesPerSecond: The receive rate, if known; `nil` by default.
+    ///   - estimatedTimeRemaining: The time the rest of the body takes, if known; `nil` by default.
+    public init(bytesReceived: Int64, bytesExpected: Int64?, bytesSent: Int64 = 0, bytesToSend: Int64? = nil,
+                bytesPerSecond: Double? = nil, estimatedTimeRemaining: TimeInterval? = nil) {
         self.bytesReceived = bytesReceived
         self.bytesExpected = bytesExpected
         self.bytesSent = bytesSent
         self.bytesToSend = bytesToSend
+        self.bytesPerSecond = bytesPerSecond
+        self.estimatedTimeRemaining = estimatedTimeRemaining
+    }
+
+    /// Whether the byte counts are the same (the rate and time remaining are not compared).
+    public static func == (lhs: FetchProgress, rhs: FetchProgress) -> Bool {
+        lhs.bytesReceived == rhs.bytesReceived && lhs.bytesExpected == rhs.bytesExpected
+            && lhs.bytesSent == rhs.bytesSent && lhs.bytesToSend == rhs.bytesToSend
     }
 
     /// `bytesReceived / bytesExpected`, when the length is known.
@@ -118,15 +149,27 @@ extension AnyFetchOperation {
         reportProgress { core in
             core.bytesSent = bytes
             core.bytesToSend = total
+            return 0
         }
     }
 
     /// Records download progress: `received` body bytes of this attempt, of `expected`. The
     /// fetch's batch, if any, hears of it too.
     func reportProgress(received: Int64, expected: Int64?) {
+        let now = RateWindow.now()
         reportProgress(toBatch: true) { core in
             core.bytesReceived = core.progressBase + received
             core.bytesExpected = expected.map { core.progressBase + $0 }
+            // A response head (0 received) starts the attempt's window; what arrives after it
+            // is counted, never the bytes a resumed file already had.
+            if received == 0 {
+                core.rate.begin(at: now)
+                core.attemptBytesCounted = 0
+            }
+            let moved = max(0, received - core.attemptBytesCounted)
+            core.attemptBytesCounted = max(core.attemptBytesCounted, received)
+            core.rate.add(moved, at: now)
+            return moved
         }
     }
 
@@ -137,23 +180,24 @@ extension AnyFetchOperation {
     ///
     /// The sequences get the value under the lock, so that no older value can overtake the
     /// final one that ``Core/endProgressStreams(succeeded:)`` yields.
-    private func reportProgress(toBatch: Bool = false, _ change: (inout Core) -> Void) {
-        typealias Update = (value: FetchProgress, progress: Progress?, relays: [ProgressRelay], batch: (FetchBatch, Int)?)
+    private func reportProgress(toBatch: Bool = false, _ change: (inout Core) -> Int64) {
+        typealias Update = (value: FetchProgress, moved: Int64, progress: Progress?, relays: [ProgressRelay], batch: (FetchBatch, Int)?)
         let update = core.withLock { core -> Update? in
             guard case .executing(.transferring) = core.machine.state else { return nil }
-            change(&core)
+            let moved = change(&core)
             let value = core.currentProgress
             core.yieldProgress(value)
             core.updateObserved { $0.progressed(value, self) }
-            return (value, core.progress, core.progressRelays, toBatch ? core.observed?.batch : nil)
+            return (value, moved, core.progress, core.progressRelays, toBatch ? core.observed?.batch : nil)
         }
         guard let update else { return }
         if let (batch, index) = update.batch {
-            batch.member(index, received: update.value.bytesReceived, expected: update.value.bytesExpected)
+            batch.member(index, received: update.value.bytesReceived, expected: update.value.bytesExpected, moved: update.moved)
         }
         if let progress = update.progress {
             progress.totalUnitCount = update.value.bytesExpected ?? -1
             progress.completedUnitCount = update.value.bytesReceived
+            progress.setRate(update.value.bytesPerSecond, timeRemaining: update.value.estimatedTimeRemaining)
         }
         for relay in update.relays {
             relay.post(update.value)
@@ -164,8 +208,13 @@ extension AnyFetchOperation {
 extension AnyFetchOperation.Core {
     /// The progress now.
     var currentProgress: FetchProgress {
-        FetchProgress(bytesReceived: self.bytesReceived, bytesExpected: self.bytesExpected,
-                      bytesSent: self.bytesSent, bytesToSend: self.bytesToSend)
+        let received = self.bytesReceived
+        let expected = self.bytesExpected
+        let rate = self.rate
+        return FetchProgress(bytesReceived: received, bytesExpected: expected,
+                             bytesSent: self.bytesSent, bytesToSend: self.bytesToSend,
+                             bytesPerSecond: rate.bytesPerSecond,
+                             estimatedTimeRemaining: expected.flatMap { rate.timeRemaining(for: $0 - received) })
     }
 
     /// In the terminal transition: yields the final value to every sequence (if a transfer

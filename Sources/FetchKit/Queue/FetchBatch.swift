@@ -26,6 +26,18 @@ public final class FetchBatch: @unchecked Sendable {
         public var bytesExpected: Int64 = 0
         /// Members whose length is not (yet) known.
         public var membersWithUnknownLength: Int
+        /// How fast the members' bodies arrive together, in bytes per second, averaged over
+        /// the last ``FetchProgress/rateWindow`` (5 seconds) since the batch's first response;
+        /// `nil` during its first half second.
+        ///
+        /// Only bytes that arrive count (not those a resumed download already had). The rate is
+        /// computed as chunks arrive: while no member receives anything, it keeps its last
+        /// value. Also in ``FetchBatch/byteProgress`` under `ProgressUserInfoKey.throughputKey`.
+        public var bytesPerSecond: Double?
+        /// How long the rest takes at ``bytesPerSecond``: `nil` until every member's length is
+        /// known (and while the rate is unknown or zero). Also in ``FetchBatch/byteProgress``
+        /// under `ProgressUserInfoKey.estimatedTimeRemainingKey`.
+        public var estimatedTimeRemaining: TimeInterval?
 
         /// Members that completed without error.
         public var succeeded: Int { finished - failed }
@@ -33,6 +45,14 @@ public final class FetchBatch: @unchecked Sendable {
         public var isFinished: Bool { finished == total }
         /// `finished / total` (1 for an empty batch).
         public var fractionFinished: Double { total == 0 ? 1 : Double(finished) / Double(total) }
+
+        /// Whether the counts are the same (the rate and time remaining, estimates that depend
+        /// on when the status was taken, are not compared).
+        public static func == (lhs: Status, rhs: Status) -> Bool {
+            lhs.total == rhs.total && lhs.finished == rhs.finished && lhs.failed == rhs.failed
+                && lhs.bytesReceived == rhs.bytesReceived && lhs.bytesExpected == rhs.bytesExpected
+                && lhs.membersWithUnknownLength == rhs.membersWithUnknownLength
+        }
     }
 
     /// The fetches in the batch, in the order given.
@@ -44,7 +64,7 @@ public final class FetchBatch: @unchecked Sendable {
     public let byteProgress: Progress
 
     private let state: Protected<(status: Status, perMember: [(received: Int64, expected: Int64?)], completed: Bool,
-                                  streams: LatestValueStreams<Status>)>
+                                  streams: LatestValueStreams<Status>, rate: RateWindow)>
     private let relay: CoalescingRelay<Status>?
     private let completion: Callback<Status>?
     /// Where the batch's handlers run: the main queue, or the queue the caller named.
@@ -55,7 +75,7 @@ public final class FetchBatch: @unchecked Sendable {
         self.callbackQueue = callbackQueue
         self.completion = completion
         let status = Status(total: ids.count, membersWithUnknownLength: ids.count)
-        state = Protected((status, Array(repeating: (0, nil), count: ids.count), false, LatestValueStreams()))
+        state = Protected((status, Array(repeating: (0, nil), count: ids.count), false, LatestValueStreams(), RateWindow()))
         self.progress = Progress(totalUnitCount: Int64(ids.count))
         byteProgress = Progress(totalUnitCount: -1)
         relay = progress.map { CoalescingRelay(queue: $0.queue, handler: $0.body) }
@@ -99,7 +119,10 @@ public final class FetchBatch: @unchecked Sendable {
 
     // MARK: Member events
 
-    func member(_ index: Int, received: Int64, expected: Int64?) {
+    /// A member's progress: `received` in all (from the start of its file), of `expected`;
+    /// `moved` of them arrived since its last report (what the rate counts).
+    func member(_ index: Int, received: Int64, expected: Int64?, moved: Int64) {
+        let now = RateWindow.now()
         let status = state.withLock { state -> Status in
             let before = state.perMember[index]
             state.status.bytesReceived += received - before.received
@@ -108,6 +131,10 @@ public final class FetchBatch: @unchecked Sendable {
                 state.status.membersWithUnknownLength -= 1
             }
             state.perMember[index] = (received, before.expected ?? expected)
+            state.rate.add(moved, at: now)
+            state.status.bytesPerSecond = state.rate.bytesPerSecond
+            state.status.estimatedTimeRemaining = state.status.membersWithUnknownLength == 0
+                ? state.rate.timeRemaining(for: state.status.bytesExpected - state.status.bytesReceived) : nil
             state.streams.yield(state.status)
             return state.status
         }
@@ -152,6 +179,7 @@ public final class FetchBatch: @unchecked Sendable {
             byteProgress.totalUnitCount = status.bytesExpected
         }
         byteProgress.completedUnitCount = status.bytesReceived
+        byteProgress.setRate(status.bytesPerSecond, timeRemaining: status.estimatedTimeRemaining)
         relay?.post(status)
     }
 }

@@ -100,6 +100,44 @@ public final class FetchQueue: @unchecked Sendable {
     public let authentication: FetchAuthentication?
 
     let operationQueue: OperationQueue
+
+    /// The most response-body bytes per second that the queue's transfers read together, or
+    /// `nil` for no limit.
+    ///
+    /// **Enforced on the wire.** On Linux, each body chunk is counted as libcurl reads it,
+    /// against a token bucket that the queue's transfers share (it refills at this rate and
+    /// holds at most a tenth of a second's worth, at least 16 KiB); a transfer whose chunk
+    /// overdraws it stops reading (libcurl's `curl_easy_pause`) until the refill has paid the
+    /// debt. The socket's receive buffer then fills, TCP's window closes, and the server sends
+    /// no faster than the limit: measured at the server, the send rate over 5-second windows
+    /// stays within a few percent of the limit once the first window — in which the server also
+    /// fills the kernel's socket buffers, some hundreds of kilobytes — is past (`fetchkit-bench
+    /// limit-rate`). The limit counts the body as it comes off the connection (compressed, if
+    /// it was sent so), not the request or headers. Transfers are never `suspend()`ed.
+    ///
+    /// **When it is not enforced.** FetchKit reaches libcurl's handle of each task by
+    /// reflection on FoundationNetworking, as for ``FetchSession``'s trust settings. Where that
+    /// fails (another layout of FoundationNetworking) or on Apple platforms (no libcurl), the
+    /// transfers run at full speed and ``isBandwidthLimitEnforced`` turns `false` at the first
+    /// chunk that should have paused them.
+    ///
+    /// A limit low enough that a transfer waits longer than its
+    /// ``FetchConfiguration/idleTimeout`` for its share (with many transfers sharing a few
+    /// kilobytes per second) makes it time out: keep the limit above about 16 KiB per second
+    /// for each transfer in flight times the ratio of a chunk to the idle timeout.
+    public let bandwidthLimit: Int?
+    /// The most response-body bytes per second that the queue's transfers to one host
+    /// (scheme, host and port) read together, or `nil` for no limit. Enforced as
+    /// ``bandwidthLimit`` is, with a bucket per host; a transfer reads under both.
+    public let bandwidthLimitPerHost: Int?
+    /// The token buckets of ``bandwidthLimit`` and ``bandwidthLimitPerHost``; `nil` without limits.
+    let bandwidthBudgets: BandwidthBudgets?
+
+    /// Whether the bandwidth limits held for every transfer so far: `false` once a transfer
+    /// that had to pause could not (see ``bandwidthLimit``). `true` without limits.
+    public var isBandwidthLimitEnforced: Bool {
+        bandwidthBudgets?.isEnforced ?? true
+    }
     /// Runs the network-activity hide timer: after the delay, call the closure. Replaceable so
     /// that tests can decide when time has passed.
     let activityTimer: @Sendable (TimeInterval, @escaping @Sendable () -> Void) -> Void
@@ -134,6 +172,11 @@ public final class FetchQueue: @unchecked Sendable {
     ///     transfer, so that it does not flicker between back-to-back requests. Default 0.25 s.
     ///   - authentication: The credential of an API, applied to the fetches to its origins and
     ///     refreshed once for any number of refusals (see ``FetchAuthentication``). Default none.
+    ///   - bandwidthLimit: The most response-body bytes per second that the queue's transfers
+    ///     read together; see ``bandwidthLimit``. Default `nil`: no limit.
+    ///   - bandwidthLimitPerHost: The most response-body bytes per second that the queue's
+    ///     transfers to one host (scheme, host and port) read together; see
+    ///     ``bandwidthLimitPerHost``. Default `nil`: no limit.
     public convenience init(
         name: String = "FetchKit.FetchQueue",
         maximumConcurrentTransfers: Int = FetchQueue.defaultMaximumConcurrentTransfers,
@@ -141,13 +184,16 @@ public final class FetchQueue: @unchecked Sendable {
         monitors: [any FetchEventMonitor] = [],
         coalescesIdenticalRequests: Bool = false,
         networkActivityHideDelay: TimeInterval = 0.25,
-        authentication: FetchAuthentication? = nil
+        authentication: FetchAuthentication? = nil,
+        bandwidthLimit: Int? = nil,
+        bandwidthLimitPerHost: Int? = nil
     ) {
         self.init(name: name, maximumConcurrentTransfers: maximumConcurrentTransfers,
                   maximumTransfersPerHost: maximumTransfersPerHost,
                   monitors: monitors, coalescesIdenticalRequests: coalescesIdenticalRequests,
                   networkActivityHideDelay: networkActivityHideDelay, authentication: authentication,
-                  activityTimer: { delay, fire in DispatchQueue.global().asyncAfter(deadline: .now() + delay, execute: fire) })
+                  activityTimer: { delay, fire in DispatchQueue.global().asyncAfter(deadline: .now() + delay, execute: fire) },
+                  bandwidthLimit: bandwidthLimit, bandwidthLimitPerHost: bandwidthLimitPerHost)
     }
 
     init(
@@ -158,8 +204,13 @@ public final class FetchQueue: @unchecked Sendable {
         coalescesIdenticalRequests: Bool,
         networkActivityHideDelay: TimeInterval,
         authentication: FetchAuthentication? = nil,
-        activityTimer: @escaping @Sendable (TimeInterval, @escaping @Sendable () -> Void) -> Void
+        activityTimer: @escaping @Sendable (TimeInterval, @escaping @Sendable () -> Void) -> Void,
+        bandwidthLimit: Int? = nil,
+        bandwidthLimitPerHost: Int? = nil
     ) {
+        self.bandwidthLimit = bandwidthLimit.map { max(1, $0) }
+        self.bandwidthLimitPerHost = bandwidthLimitPerHost.map { max(1, $0) }
+        bandwidthBudgets = BandwidthBudgets(overall: self.bandwidthLimit, perHost: self.bandwidthLimitPerHost)
         self.activityTimer = activityTimer
         self.authentication = authentication
         self.name = name

@@ -199,7 +199,8 @@ final class Flight: SlotFlight, TransferOwner, @unchecked Sendable {
         granted = true
         for member in members { member.operation.attemptGranted() }
         let transfer = Transfer(request: first.requestAtGrant(), session: first.session, limits: first.limits,
-                                sink: first.sink ?? first.operation.makeBodySink(), owner: self)
+                                sink: first.sink ?? first.operation.makeBodySink(), owner: self,
+                                receiveBudgets: first.queue?.bandwidthBudgets?.budgets(forHost: first.host) ?? [])
         self.transfer = transfer
         transfer.start()
     }

@@ -60,7 +60,69 @@ enum ReceivePause {
         #endif
     }
 
+    /// Pauses receiving for `task` now and resumes it `seconds` later, on URLSession's work
+    /// queue (a bandwidth limit, ``ReceiveBudget``). Same rules as ``pauseReceiving(_:)``.
+    ///
+    /// - Returns: Whether libcurl accepted the pause (`false`: the handle could not be reached,
+    ///   and the reading goes on).
+    @discardableResult
+    static func pause(_ task: URLSessionTask, for seconds: TimeInterval) -> Bool {
+        #if canImport(FoundationNetworking) && (canImport(Glibc) || canImport(Musl))
+        guard let pause = curlEasyPause, let handle = easyHandle(of: task),
+              let workQueue = field("workQueue", of: task) as? DispatchQueue,
+              pause(handle, 1) == 0 else { return false }
+        workQueue.asyncAfter(deadline: .now() + seconds) {
+            // The task may have ended meanwhile: its handle is looked up again, on this queue.
+            guard let handle = easyHandle(of: task) else { return }
+            _ = pause(handle, 0)    // CURLPAUSE_CONT
+        }
+        return true
+        #else
+        return false
+        #endif
+    }
+
+    /// Makes `task`'s connection hold little unread data, so that a paused reading slows the
+    /// server at once: the socket's receive buffer is set to `bytes` (`SO_RCVBUF`, which also
+    /// ends the kernel's growing of it — on loopback it grew to megabytes, which the server
+    /// filled at full speed), and the connection is closed when the transfer ends rather than
+    /// kept for another (`CURLOPT_FORBID_REUSE`), which would inherit the small buffer. Same
+    /// rules as ``pauseReceiving(_:)``.
+    ///
+    /// - Returns: Whether both took.
+    @discardableResult
+    static func narrowReceiveBuffer(_ task: URLSessionTask, to bytes: Int) -> Bool {
+        #if canImport(FoundationNetworking) && (canImport(Glibc) || canImport(Musl))
+        guard let getInfo = curlEasyGetInfo, let setOption = curlEasySetOption, let handle = easyHandle(of: task) else { return false }
+        var socket: Int32 = -1
+        let activeSocket: Int32 = 0x500000 + 44     // CURLINFO_ACTIVESOCKET (CURLINFO_SOCKET + 44)
+        guard getInfo(handle, activeSocket, &socket) == 0, socket >= 0 else { return false }
+        var size = Int32(clamping: bytes)
+        guard setsockopt(socket, SOL_SOCKET, SO_RCVBUF, &size, socklen_t(MemoryLayout<Int32>.size)) == 0 else { return false }
+        let forbidReuse: Int32 = 75                 // CURLOPT_FORBID_REUSE (CURLOPTTYPE_LONG + 75)
+        return setOption(handle, forbidReuse, 1) == 0
+        #else
+        return false
+        #endif
+    }
+
     #if canImport(FoundationNetworking) && (canImport(Glibc) || canImport(Musl))
+    /// `CURLcode curl_easy_getinfo(CURL *, CURLINFO, curl_socket_t *)`: a variadic pointer
+    /// travels like a fixed one on the Linux ABIs Swift supports.
+    private typealias EasyGetSocket = @convention(c) (UnsafeMutableRawPointer, Int32, UnsafeMutablePointer<Int32>) -> Int32
+    /// `CURLcode curl_easy_setopt(CURL *, CURLoption, long)`.
+    private typealias EasySetLong = @convention(c) (UnsafeMutableRawPointer, Int32, Int) -> Int32
+
+    private static let curlEasyGetInfo: EasyGetSocket? = {
+        guard let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "curl_easy_getinfo") else { return nil }
+        return unsafeBitCast(symbol, to: EasyGetSocket.self)
+    }()
+
+    private static let curlEasySetOption: EasySetLong? = {
+        guard let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "curl_easy_setopt") else { return nil }
+        return unsafeBitCast(symbol, to: EasySetLong.self)
+    }()
+
     /// `CURLcode curl_easy_pause(CURL *handle, int bitmask)`.
     private typealias EasyPause = @convention(c) (UnsafeMutableRawPointer, Int32) -> Int32
 

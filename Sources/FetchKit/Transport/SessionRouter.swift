@@ -244,6 +244,8 @@ extension SessionRouter: URLSessionDataDelegate {
         // A chunk of a task that no transfer waits for (it ended) costs a lookup, nothing more.
         guard let transfer = transfer(for: dataTask) else { return }
         guard !isCurrent else {
+            // Not where libcurl reads: a bandwidth limit cannot pause the reading here.
+            if !transfer.receiveBudgets.isEmpty { transfer.receiveBudgets.markUnenforced() }
             transfer.didReceive(data: data)
             return
         }
@@ -251,10 +253,19 @@ extension SessionRouter: URLSessionDataDelegate {
         // counted and kept, or dropped.
         guard case .kept(let wake, let reading) = transfer.inbox.arrive(data) else { return }
         switch reading {
-        case .goOn:
-            break
-        case .breathe:
-            ReceivePause.breathe(dataTask)
+        case .goOn, .breathe:
+            // A bandwidth limit: pause the reading until the budgets have paid for this chunk.
+            // (A breath's resume may end such a pause early: the next chunk pauses again, for
+            // the debt, which the budgets keep.)
+            let wait = transfer.receiveBudgets.isEmpty ? 0 : transfer.receiveBudgets.take(data.count)
+            if wait > 0 {
+                if transfer.narrowsReceiveBuffer() {
+                    ReceivePause.narrowReceiveBuffer(dataTask, to: transfer.receiveBudgets.receiveBufferSize)
+                }
+                if !ReceivePause.pause(dataTask, for: wait) { transfer.receiveBudgets.markUnenforced() }
+            } else if reading == .breathe {
+                ReceivePause.breathe(dataTask)
+            }
         case .stopPastLimit:
             // Past the limit: stop reading now, not once the router queue gets to this chunk.
             // libcurl stops at once; the cancel, which waits for this queue, closes the

@@ -59,7 +59,22 @@ final class Transfer: TransferHandle, @unchecked Sendable {
     var queue: DispatchQueue { session.router.queue }
     var limits: TransferLimits { machine.limits }
 
-    init(request: URLRequest, session: FetchSession, limits: TransferLimits, sink: ResponseBodySink, owner: any TransferOwner) {
+    /// The bandwidth limits it reads under (its queue's, its host's): none for most.
+    let receiveBudgets: [ReceiveBudget]
+    /// Whether its connection's receive buffer was narrowed (``ReceivePause/narrowReceiveBuffer(_:to:)``).
+    private let narrowed = Protected(false)
+
+    /// Whether the receive buffer is still to be narrowed (`true` once: the caller narrows it).
+    func narrowsReceiveBuffer() -> Bool {
+        narrowed.withLock { done in
+            defer { done = true }
+            return !done
+        }
+    }
+
+    init(request: URLRequest, session: FetchSession, limits: TransferLimits, sink: ResponseBodySink, owner: any TransferOwner,
+         receiveBudgets: [ReceiveBudget] = []) {
+        self.receiveBudgets = receiveBudgets
         var request = request
         // URLSession on Linux truncates timeouts to whole seconds (0.5 s becomes ~1 ms). FetchKit
         // enforces the real one; this whole-second value, always later, is only a backstop —
