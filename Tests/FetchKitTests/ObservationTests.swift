@@ -35,6 +35,13 @@ struct ObservationTests {
         operation.cancel()
         makeQueue(1).addOperation(operation)
         #expect(await operation.awaitCompletion())
+        // The completion answers at the cancel; `isFinished` turns when the queue starts it.
+        await withCheckedContinuation { (finished: CheckedContinuation<Void, Never>) in
+            Thread {
+                operation.waitUntilFinished()
+                finished.resume()
+            }.start()
+        }
         #expect(changes.current == [
             Change(key: .cancelled, oldValue: false, newValue: true),
             Change(key: .finished, oldValue: false, newValue: true),
