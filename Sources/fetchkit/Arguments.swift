@@ -35,6 +35,8 @@ struct Options: Equatable {
     var summaryInterval: TimeInterval = 5
     /// The most bytes per second all downloads together receive (`--limit-rate`), or `nil`.
     var limitRate: Int?
+    /// Also download what the output directory's journal lists as unfinished (`-c`, `--continue`).
+    var continues = false
 
     enum Verbosity: Equatable {
         /// `-q`: nothing but a line per failed file, on standard error.
@@ -68,6 +70,11 @@ struct Options: Equatable {
                            says (filename*= or filename=), made safe as names from URLs
                            are; without one, the URL's name. A name already taken in DIR
                            gets -1, -2... unless --force (also -J)
+      -c, --continue       also download what an earlier run into DIR left unfinished
+                           (interrupted, killed, or failed): each run keeps the list of
+                           its unfinished downloads in DIR/.fetchkit-journal.json, and
+                           each resumes its partial file. A URL that holds a password or
+                           token is not kept there: give it again
       --force              replace files that are already in DIR (default: a file
                            already there is kept, like wget --no-clobber, and the
                            server is asked whether its copy changed since the file's
@@ -229,6 +236,8 @@ struct Options: Equatable {
                 options.summaryInterval = try seconds(for: argument, allowZero: true)
             case "-V", "--version":
                 options.showVersion = true
+            case "-c", "--continue":
+                options.continues = true
             case "--limit-rate":
                 let text = try value(for: argument)
                 guard let rate = Self.size(text), rate > 0 else {
@@ -248,7 +257,7 @@ struct Options: Equatable {
         if options.showHelp || options.showVersion { return options }
         // `fetchkit -o dir` from an empty `xargs`, or a script whose URL list came out empty:
         // an error, not the demo (which runs with no argument at all).
-        if options.entries.isEmpty, !arguments.isEmpty {
+        if options.entries.isEmpty, !arguments.isEmpty, !options.continues {
             throw UsageError(description: "no URL to download (fetchkit with no argument at all runs the offline demo)")
         }
         if let digest = options.sha256 {

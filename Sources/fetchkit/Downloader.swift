@@ -77,6 +77,12 @@ final class Downloader: @unchecked Sendable {
     private var interruption: Int32?
     private var display: ProgressDisplay
     private let startedAt = Date()
+    /// The output directory's list of unfinished downloads (``DownloadJournal``), if this run
+    /// could take it (another fetchkit in the same directory may hold it).
+    private var journal: DownloadJournal?
+
+    /// The journal's name in the output directory.
+    static let journalName = ".fetchkit-journal.json"
 
     init(options: Options) {
         self.options = options
@@ -105,9 +111,21 @@ final class Downloader: @unchecked Sendable {
         }
         let names = Self.fileNames(for: options.urls)
         items = zip(options.entries, names).map { Item(url: $0.url, destination: directory.appendingPathComponent($1), sha256: $0.sha256) }
+        switch openJournal(in: directory) {
+        case .failure(let status): return status.rawValue
+        case .success(let restored): items += restored
+        }
+        if items.isEmpty {
+            display.header("Nothing to continue in \(Terminal.sanitized(directory.path))")
+            return ExitStatus.success.rawValue
+        }
         // Like wget --no-clobber: a file already there is kept, not replaced, unless --force;
         // the server is asked whether its copy changed (see ExistingFile).
         if !options.force { checkExistingFiles() }
+        // A file already there and kept is no longer unfinished.
+        for item in items {
+            if case .skipped = item.state { try? journal?.remove(item.name) }
+        }
         display.header("Downloading \(items.count) file\(items.count == 1 ? "" : "s") to \(Terminal.sanitized(directory.path)) "
             + "(\(options.parallel) at once, \(options.perHost) per host)")
 
@@ -141,6 +159,7 @@ final class Downloader: @unchecked Sendable {
             // A signal from here on goes unhandled (it stays pending): the run is ending anyway.
             for source in signals { source.cancel() }
             timer?.cancel()
+            closeJournal(directory)
             display.render(items, startedAt: startedAt, final: true)
             display.summary(items, directory: directory, elapsed: Date().timeIntervalSince(startedAt),
                             interruptedBy: interruption.map(Self.signalName))
@@ -232,6 +251,16 @@ final class Downloader: @unchecked Sendable {
         download.configuration.totalTimeout = options.maxTime
         download.configuration.maximumResponseSize = options.maximumSize
         download.expectedDigest = items[index].sha256
+        if let journal {
+            // Listed until it succeeds: a run killed at any moment leaves it for `--continue`.
+            let name = items[index].name
+            try? journal.remove(name)
+            do {
+                try journal.track(download, identifier: name)
+            } catch {
+                display.note(items[index], "not listed for --continue: \(error.description)")
+            }
+        }
         // FetchKit retries transient failures itself, with backoff (and Retry-After); a retry
         // resumes the partial file.
         download.configuration.retryPolicy = RetryPolicy(maximumRetries: options.retries)
@@ -279,6 +308,53 @@ final class Downloader: @unchecked Sendable {
             ended(index)
         }
         return download
+    }
+
+    /// Opens the output directory's journal, and with `--continue` returns what it lists as
+    /// unfinished and this run was not given again. Without `--continue`, a journal another
+    /// fetchkit holds is simply not kept by this run; with it, that is a file error.
+    private func openJournal(in directory: URL) -> Result<[Item], ExitStatus> {
+        do {
+            journal = try DownloadJournal(contentsOf: directory.appendingPathComponent(Self.journalName))
+        } catch {
+            guard options.continues else { return .success([]) }
+            Terminal.error("fetchkit: --continue: \(Terminal.sanitized(error.description))")
+            return .failure(.fileSystem)
+        }
+        guard options.continues, let journal else { return .success([]) }
+        let given = Set(items.map { $0.destination.standardizedFileURL.path })
+        var restored: [Item] = []
+        for entry in journal.entries where !given.contains(entry.destination.standardizedFileURL.path) {
+            // Only into this directory, under a name fetchkit gives: the journal is this user's,
+            // but what it names is checked as any name is.
+            let name = entry.destination.lastPathComponent
+            guard let url = entry.url, entry.isComplete,
+                  entry.destination.deletingLastPathComponent().standardizedFileURL.path == directory.path,
+                  SafeFileName.sanitize(name) == name
+            else {
+                Terminal.error("fetchkit: --continue: cannot continue \(Terminal.sanitized(entry.redactedURL)): "
+                    + "its URL or headers hold a secret the journal does not keep; give it again")
+                continue
+            }
+            let digest = entry.expectedDigest.flatMap { text in
+                text.hasPrefix("sha256:") ? FileDigest(.sha256, hex: String(text.dropFirst(7))) : nil
+            }
+            restored.append(Item(url: url, destination: entry.destination.standardizedFileURL, sha256: digest))
+        }
+        return .success(restored)
+    }
+
+    /// Removes the journal when nothing is left unfinished; otherwise says how to continue.
+    private func closeJournal(_ directory: URL) {
+        guard let journal else { return }
+        let left = journal.entries.count
+        if left == 0 {
+            try? FileManager.default.removeItem(at: journal.fileURL)
+        } else if options.verbosity != .quiet {
+            display.header("\(left) unfinished download\(left == 1 ? "" : "s") listed in \(Terminal.sanitized(journal.fileURL.path)): "
+                + "fetchkit -c -o \(Terminal.sanitized(directory.path)) continues \(left == 1 ? "it" : "them")")
+        }
+        self.journal = nil
     }
 
     /// A file's end: its line, and its JSON line.

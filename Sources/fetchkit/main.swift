@@ -37,4 +37,4 @@ if options.showVersion {
     print("fetchkit \(Version.current)")
     exit(ExitStatus.success.rawValue)
 }
-exit(options.urls.isEmpty ? Demo.run() : Downloader(options: options).run())
+exit(options.urls.isEmpty && !options.continues ? Demo.run() : Downloader(options: options).run())

@@ -1,0 +1,113 @@
+import Foundation
+import LoopbackServer
+import Testing
+@testable import FetchKit
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Serves `count` files of `length` pattern bytes at `/file/0`…, each with an `ETag` and
+/// ranges, in 32 KiB pieces 10 ms apart: a download lasts long enough to be killed in the middle.
+private func serveSlowFiles(_ server: LoopbackServer, count: Int, length: Int) {
+    for index in 0..<count {
+        server.route("/file/\(index)") { request in
+            var start = 0
+            if let range = request.headers["Range"], range.hasPrefix("bytes="), request.headers["If-Range"] == "\"v\(index)\"",
+               let first = Int(range.dropFirst(6).prefix { $0 != "-" }), first < length {
+                start = first
+            }
+            var head: HTTPHeaders = ["ETag": "\"v\(index)\"", "Accept-Ranges": "bytes", "Content-Length": String(length - start)]
+            if start > 0 { head["Content-Range"] = "bytes \(start)-\(length - 1)/\(length)" }
+            var actions: [ScriptAction] = [.write(HTTPResponse.rawHead(status: start > 0 ? 206 : 200, headers: head))]
+            var offset = start
+            while offset < length {
+                let piece = min(32 << 10, length - offset)
+                actions.append(.writePattern(offset: offset + index, count: piece))
+                actions.append(.sleep(milliseconds: 10))
+                offset += piece
+            }
+            return .script(actions)
+        }
+    }
+}
+
+@Suite("The fetchkit command: -c continues a killed run", .timeLimit(.minutes(3)))
+struct CommandLineContinueTests {
+    private let count = 4
+    private let length = 1 << 20
+
+    private func whole(_ directory: TemporaryDirectory, _ index: Int) -> Bool {
+        FileManager.default.contents(atPath: directory.file("\(index)").path) == BytePattern.data(offset: index, count: length)
+    }
+
+    /// The file names the journal lists, read as another program would (nil: no journal).
+    private func listed(in directory: TemporaryDirectory) -> [String]? {
+        guard let data = FileManager.default.contents(atPath: directory.file(".fetchkit-journal.json").path) else { return nil }
+        guard let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any],
+              let entries = object["entries"] as? [[String: Any]] else {
+            Issue.record("the journal is torn: \(String(decoding: data.prefix(200), as: UTF8.self))")
+            return []
+        }
+        return entries.compactMap { $0["identifier"] as? String }
+    }
+
+    @Test func aRunKilledAtRandomMomentsIsContinuedWithEveryFileWhole() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        serveSlowFiles(server, count: count, length: length)
+        let urls = (0..<count).map { server.url("/file/\($0)").absoluteString }
+        var random = SplitMix64(seed: 24)
+        for run in 0..<8 {
+            let directory = try TemporaryDirectory()
+            defer { directory.remove() }
+            let arguments = urls + ["-o", directory.url.path, "--parallel", "4", "--per-host", "4"]
+            let child = try ChildProcess("fetchkit", arguments)
+            // A random moment: up to the whole run's length (about 0.4 s), at any point of it.
+            usleep(UInt32(random.next() % 450_000))
+            child.send(SIGKILL)
+            let (ending, _, _) = try await child.finish()
+            let killed = ending == .signal(SIGKILL)
+            let listedAtKill = listed(in: directory) ?? []
+
+            // What the journal lists comes back whole with -c alone.
+            let continued = try await runTool("fetchkit", ["-c", "-o", directory.url.path])
+            #expect(continued.status == 0, "run \(run): \(continued.stdout)\(continued.stderr)")
+            for name in listedAtKill {
+                let index = try #require(Int(name), "run \(run): a name fetchkit did not give: \(name)")
+                #expect(whole(directory, index), "run \(run): \(name) listed at the kill is not whole after -c")
+            }
+            // The same command again with -c: every file whole, nothing left behind.
+            let again = try await runTool("fetchkit", ["-c"] + arguments)
+            #expect(again.status == 0, "run \(run): \(again.stdout)\(again.stderr)")
+            for index in 0..<count {
+                #expect(whole(directory, index), "run \(run) (killed: \(killed)): file \(index)")
+            }
+            let left = try FileManager.default.contentsOfDirectory(atPath: directory.url.path).sorted()
+            #expect(left == (0..<count).map(String.init).sorted(), "run \(run): no journal, partial file or lock left: \(left)")
+        }
+    }
+
+    @Test func continueWithNothingToContinueIsNotADemo() async throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let result = try await runTool("fetchkit", ["-c", "-o", directory.url.path])
+        #expect(result.status == 0, "\(result.stdout)\(result.stderr)")
+        #expect(result.stdout.contains("Nothing to continue"), "\(result.stdout)")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: directory.url.path).isEmpty)
+    }
+
+    @Test func aSecretURLIsNotKeptAndSaysSo() async throws {
+        let server = try LoopbackServer()
+        let directory = try TemporaryDirectory()
+        defer { server.stop(); directory.remove() }
+        // A download that fails (404) stays listed; its URL holds a token.
+        let url = server.url("/status/404?token=s3cr3tvalue").absoluteString
+        let first = try await runTool("fetchkit", [url, "-o", directory.url.path, "--retry", "0"])
+        #expect(first.status == 8, "\(first.stdout)\(first.stderr)")
+        let journal = try #require(FileManager.default.contents(atPath: directory.file(".fetchkit-journal.json").path))
+        #expect(!String(decoding: journal, as: UTF8.self).contains("s3cr3tvalue"))
+        let continued = try await runTool("fetchkit", ["-c", "-o", directory.url.path])
+        #expect(continued.stderr.contains("give it again"), "\(continued.stderr)")
+        #expect(!continued.stderr.contains("s3cr3tvalue") && !continued.stdout.contains("s3cr3tvalue"))
+    }
+}
