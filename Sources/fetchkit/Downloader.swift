@@ -111,10 +111,8 @@ final class Downloader: @unchecked Sendable {
         }
         let names = Self.fileNames(for: options.urls)
         items = zip(options.entries, names).map { Item(url: $0.url, destination: directory.appendingPathComponent($1), sha256: $0.sha256) }
-        switch openJournal(in: directory) {
-        case .failure(let status): return status.rawValue
-        case .success(let restored): items += restored
-        }
+        guard let restored = openJournal(in: directory) else { return ExitStatus.fileSystem.rawValue }
+        items += restored
         if items.isEmpty {
             display.header("Nothing to continue in \(Terminal.sanitized(directory.path))")
             return ExitStatus.success.rawValue
@@ -294,6 +292,9 @@ final class Downloader: @unchecked Sendable {
                 } else {
                     items[index].otherProcess = download.otherProcessDownloading
                     items[index].state = .failed(error)
+                    // Listed for `-c` only if asking again may succeed: not a wrong digest, a size
+                    // cap, a 404 or a file in the way.
+                    if !Self.mayContinue(after: error) { try? journal?.remove(items[index].name) }
                 }
             } else {
                 ExistingFile.stamp(download.destination, from: download.response)
@@ -312,16 +313,16 @@ final class Downloader: @unchecked Sendable {
 
     /// Opens the output directory's journal, and with `--continue` returns what it lists as
     /// unfinished and this run was not given again. Without `--continue`, a journal another
-    /// fetchkit holds is simply not kept by this run; with it, that is a file error.
-    private func openJournal(in directory: URL) -> Result<[Item], ExitStatus> {
+    /// fetchkit holds is simply not kept by this run; with it, that is a file error (`nil`).
+    private func openJournal(in directory: URL) -> [Item]? {
         do {
             journal = try DownloadJournal(contentsOf: directory.appendingPathComponent(Self.journalName))
         } catch {
-            guard options.continues else { return .success([]) }
+            guard options.continues else { return [] }
             Terminal.error("fetchkit: --continue: \(Terminal.sanitized(error.description))")
-            return .failure(.fileSystem)
+            return nil
         }
-        guard options.continues, let journal else { return .success([]) }
+        guard options.continues, let journal else { return [] }
         let given = Set(items.map { $0.destination.standardizedFileURL.path })
         var restored: [Item] = []
         for entry in journal.entries where !given.contains(entry.destination.standardizedFileURL.path) {
@@ -341,7 +342,17 @@ final class Downloader: @unchecked Sendable {
             }
             restored.append(Item(url: url, destination: entry.destination.standardizedFileURL, sha256: digest))
         }
-        return .success(restored)
+        return restored
+    }
+
+    /// Whether a download that failed with `error` is worth another try by `-c`: a network
+    /// failure, a timeout, a body cut short, a server error (5xx, 408, 429), a cancel.
+    static func mayContinue(after error: FetchError) -> Bool {
+        switch error {
+        case .transport, .timedOut, .lengthMismatch, .cancelled: true
+        case .unacceptableStatus(let failure): failure.statusCode >= 500 || [408, 429].contains(failure.statusCode)
+        default: false
+        }
     }
 
     /// Removes the journal when nothing is left unfinished; otherwise says how to continue.

@@ -53,7 +53,8 @@ struct BandwidthLimitTests {
         #expect(budget.take(0, at: 1_000_000_000) == 0, "paid after 1 s")
     }
 
-    @Test func aQueueLimitHoldsTheServerToItsRate() async throws {
+    @Test(.disabled(if: runsUnderSanitizer, "under a sanitizer: an 8-second transfer; the two-host test runs the same buckets under it"))
+    func aQueueLimitHoldsTheServerToItsRate() async throws {
         // A small send buffer: what the server hands its kernel is within 64 KiB (the kernel
         // doubles it) of what went on the wire.
         let server = try LoopbackServer(sendBufferSize: 32 << 10)
@@ -92,7 +93,8 @@ struct BandwidthLimitTests {
         #expect(within(together, of: 200_000), "both servers together sent \(Int(together)) B/s under 200 kB/s")
     }
 
-    @Test func aHostLimitHoldsOneHost() async throws {
+    @Test(.disabled(if: runsUnderSanitizer, "under a sanitizer: an 8-second transfer; the two-host test runs the same buckets under it"))
+    func aHostLimitHoldsOneHost() async throws {
         let server = try LoopbackServer(sendBufferSize: 32 << 10)
         defer { server.stop() }
         let queue = FetchQueue(bandwidthLimitPerHost: 150_000)

@@ -19,6 +19,9 @@ private func serveSlowFiles(_ server: LoopbackServer, count: Int, length: Int) {
             var head: HTTPHeaders = ["ETag": "\"v\(index)\"", "Accept-Ranges": "bytes", "Content-Length": String(length - start)]
             if start > 0 { head["Content-Range"] = "bytes \(start)-\(length - 1)/\(length)" }
             var actions: [ScriptAction] = [.write(HTTPResponse.rawHead(status: start > 0 ? 206 : 200, headers: head))]
+            // A HEAD (fetchkit asks whether a file already there changed) gets no body: one would
+            // be read as the next response on the connection.
+            guard request.method != "HEAD" else { return .script(actions) }
             var offset = start
             while offset < length {
                 let piece = min(32 << 10, length - offset)
@@ -31,7 +34,8 @@ private func serveSlowFiles(_ server: LoopbackServer, count: Int, length: Int) {
     }
 }
 
-@Suite("The fetchkit command: -c continues a killed run", .timeLimit(.minutes(3)))
+@Suite("The fetchkit command: -c continues a killed run", .timeLimit(.minutes(3)),
+       .disabled(if: runsUnderSanitizer, "under a sanitizer: the command runs in a process of its own, whose sanitizer reports the test does not read; CI's time"))
 struct CommandLineContinueTests {
     private let count = 4
     private let length = 1 << 20
@@ -57,6 +61,7 @@ struct CommandLineContinueTests {
         serveSlowFiles(server, count: count, length: length)
         let urls = (0..<count).map { server.url("/file/\($0)").absoluteString }
         var random = SplitMix64(seed: 24)
+        var interrupted = 0
         for run in 0..<8 {
             let directory = try TemporaryDirectory()
             defer { directory.remove() }
@@ -68,6 +73,7 @@ struct CommandLineContinueTests {
             let (ending, _, _) = try await child.finish()
             let killed = ending == .signal(SIGKILL)
             let listedAtKill = listed(in: directory) ?? []
+            if killed && !listedAtKill.isEmpty { interrupted += 1 }
 
             // What the journal lists comes back whole with -c alone.
             let continued = try await runTool("fetchkit", ["-c", "-o", directory.url.path])
@@ -85,6 +91,8 @@ struct CommandLineContinueTests {
             let left = try FileManager.default.contentsOfDirectory(atPath: directory.url.path).sorted()
             #expect(left == (0..<count).map(String.init).sorted(), "run \(run): no journal, partial file or lock left: \(left)")
         }
+        // The moments are random, but most must land while downloads are listed unfinished.
+        #expect(interrupted >= 2, "only \(interrupted) of 8 kills left anything to continue")
     }
 
     @Test func continueWithNothingToContinueIsNotADemo() async throws {
@@ -100,8 +108,8 @@ struct CommandLineContinueTests {
         let server = try LoopbackServer()
         let directory = try TemporaryDirectory()
         defer { server.stop(); directory.remove() }
-        // A download that fails (404) stays listed; its URL holds a token.
-        let url = server.url("/status/404?token=s3cr3tvalue").absoluteString
+        // A download that fails for now (503) stays listed; its URL holds a token.
+        let url = server.url("/status/503?token=s3cr3tvalue").absoluteString
         let first = try await runTool("fetchkit", [url, "-o", directory.url.path, "--retry", "0"])
         #expect(first.status == 8, "\(first.stdout)\(first.stderr)")
         let journal = try #require(FileManager.default.contents(atPath: directory.file(".fetchkit-journal.json").path))

@@ -11,7 +11,8 @@ import Testing
 private func gets(_ server: LoopbackServer, _ path: String) -> Int {
     server.requests(path: path).filter { $0.method == "GET" }.count
 }
-@Suite("fetchkit and files that exist", .timeLimit(.minutes(3)))
+@Suite("fetchkit and files that exist", .timeLimit(.minutes(3)),
+       .disabled(if: runsUnderSanitizer, "under a sanitizer: the command runs in a process of its own, whose sanitizer reports the test does not read; CI's time"))
 struct CommandLineExistingFileTests {
     @Test func aFileAlreadyThereIsKeptAndNotRequested() async throws {
         let server = try LoopbackServer()

@@ -5,7 +5,8 @@ import Testing
 @testable import fetchkit
 
 /// One exit code per failure class, as `--help` and the README list them (``ExitStatus``).
-@Suite("The fetchkit command: exit codes", .timeLimit(.minutes(3)))
+@Suite("The fetchkit command: exit codes", .timeLimit(.minutes(3)),
+       .disabled(if: runsUnderSanitizer, "under a sanitizer: the command runs in a process of its own, whose sanitizer reports the test does not read; CI's time"))
 struct CommandLineExitCodeTests {
     /// What fetchkit exits with for `paths` on a loopback server, with `flags`.
     private func status(_ paths: [String], _ flags: [String] = [], closedPort: Bool = false) async throws -> (status: Int32, output: String) {

@@ -6,7 +6,8 @@ import Testing
 
 /// The flags wget, curl and aria2c users know: --json, -q, -v, --version, -H, -A,
 /// --content-disposition, --max-time, and the plain progress lines of a CI log.
-@Suite("The fetchkit command: flags", .timeLimit(.minutes(3)))
+@Suite("The fetchkit command: flags", .timeLimit(.minutes(3)),
+       .disabled(if: runsUnderSanitizer, "under a sanitizer: the command runs in a process of its own, whose sanitizer reports the test does not read; CI's time"))
 struct CommandLineFlagsTests {
     /// Parses each line of `text` as a JSON object.
     private func jsonLines(_ text: String) throws -> [[String: Any]] {

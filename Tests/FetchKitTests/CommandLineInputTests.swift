@@ -22,7 +22,8 @@ func sha256sum(_ data: Data) async throws -> String {
 
 /// `fetchkit -i FILE` and `-i -`: lists of URLs, with comments, blank lines and digests, and
 /// the hostile lines a list can hold.
-@Suite("The fetchkit command: -i lists", .timeLimit(.minutes(3)))
+@Suite("The fetchkit command: -i lists", .timeLimit(.minutes(3)),
+       .disabled(if: runsUnderSanitizer, "under a sanitizer: the command runs in a process of its own, whose sanitizer reports the test does not read; CI's time"))
 struct CommandLineInputTests {
     @Test func aListFileDownloadsEveryURLSkippingCommentsAndBlankLinesAndChecksDigests() async throws {
         let server = try LoopbackServer()

@@ -4,7 +4,8 @@ import Testing
 @testable import FetchKit
 @testable import fetchkit
 
-@Suite("The fetchkit command: --limit-rate", .timeLimit(.minutes(3)))
+@Suite("The fetchkit command: --limit-rate", .timeLimit(.minutes(3)),
+       .disabled(if: runsUnderSanitizer, "under a sanitizer: the command runs in a process of its own, whose sanitizer reports the test does not read; CI's time"))
 struct CommandLineLimitRateTests {
     @Test func theLimitHoldsTheServerToItsRate() async throws {
         // A small send buffer: what the server hands its kernel is close to what went on the wire.

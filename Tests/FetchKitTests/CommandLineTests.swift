@@ -13,7 +13,8 @@ func runTool(_ name: String, _ arguments: [String]) async throws -> (status: Int
     return (status, stdout, stderr)
 }
 
-@Suite("The fetchkit command", .timeLimit(.minutes(3)))
+@Suite("The fetchkit command", .timeLimit(.minutes(3)),
+       .disabled(if: runsUnderSanitizer, "under a sanitizer: the command runs in a process of its own, whose sanitizer reports the test does not read; CI's time"))
 struct CommandLineTests {
     @Test func downloadsEveryURLAndSummarises() async throws {
         let server = try LoopbackServer()
@@ -122,7 +123,8 @@ struct CommandLineTests {
 }
 
 /// The command against hostile servers, URLs and output directories (see also SafeFilesTests).
-@Suite("The fetchkit command's files", .timeLimit(.minutes(3)))
+@Suite("The fetchkit command's files", .timeLimit(.minutes(3)),
+       .disabled(if: runsUnderSanitizer, "under a sanitizer: the command runs in a process of its own, whose sanitizer reports the test does not read; CI's time"))
 struct CommandLineFileTests {
     private func contents(_ url: URL) -> Data? { FileManager.default.contents(atPath: url.path) }
     private let secretBytes = Data("precious bytes outside the output directory".utf8)

@@ -163,11 +163,17 @@ struct DownloadJournalTests {
         let link = directory.file("link.json")
         try FileManager.default.createSymbolicLink(at: link, withDestinationURL: target)
         #expect(kind(link) == .unreadable(nil), "never read through a link")
+        // A new file that a process killed while it wrote left behind is removed; others stay.
+        let stale = directory.file(".busy.json.4242.new"), other = directory.file(".busy.json.note.new")
+        try Data("{".utf8).write(to: stale)
+        try Data("keep".utf8).write(to: other)
         // One process, one journal: a second opening while the first is open is refused.
         let busy = directory.file("busy.json")
         do {
             let first = try DownloadJournal(contentsOf: busy)
             #expect(kind(busy) == .inUse(by: getpid()))
+            #expect(!FileManager.default.fileExists(atPath: stale.path))
+            #expect(FileManager.default.fileExists(atPath: other.path))
             withExtendedLifetime(first) {}
         }
         #expect(kind(busy) == nil, "free again once the first is gone")

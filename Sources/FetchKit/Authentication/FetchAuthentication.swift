@@ -7,7 +7,7 @@ import FoundationNetworking
 /// A credential shared by the fetches of a ``FetchQueue``, refreshed once however many of them
 /// the server refuses.
 ///
-/// Give it to a queue (``FetchQueue/init(name:maximumConcurrentTransfers:maximumTransfersPerHost:monitors:coalescesIdenticalRequests:networkActivityHideDelay:authentication:)``):
+/// Give it to a queue (``FetchQueue/init(name:maximumConcurrentTransfers:maximumTransfersPerHost:monitors:coalescesIdenticalRequests:networkActivityHideDelay:authentication:bandwidthLimit:bandwidthLimitPerHost:)``):
 /// every fetch of that queue to one of its ``origins`` then carries the current credential,
 /// applied by your ``FetchAuthenticator`` to each attempt's request just before it waits for
 /// its slot — after ``AnyFetchOperation/makeRequest()``, so your own headers cannot overwrite

@@ -156,6 +156,13 @@ public final class DownloadJournal: Sendable {
         case .failure(.held(let pid)): throw JournalError(kind: .inUse(by: pid), path: path)
         case .failure(.unusable(let code)): throw JournalError(kind: .unreadable(code), path: path)
         }
+        // New files that a process killed while it wrote left behind: no one writes them now.
+        let directory = fileURL.deletingLastPathComponent()
+        let stem = "." + fileURL.lastPathComponent + "."
+        for name in (try? FileManager.default.contentsOfDirectory(atPath: directory.path)) ?? []
+        where name.hasPrefix(stem) && name.hasSuffix(".new") && name.dropFirst(stem.count).dropLast(4).allSatisfy(\.isNumber) {
+            LocalFile.remove(directory.appendingPathComponent(name))
+        }
         var entries: [Entry] = []
         if let status = LocalFile.status(fileURL) {
             guard status.isPrivateRegularFile, let data = LocalFile.read(fileURL, limit: Self.maximumSize) else {
