@@ -70,7 +70,9 @@ extension FetchQueue {
     /// `OperationQueue` uses before it starts) is not changed.
     ///
     /// ```swift
-    /// queue.setPriority(.veryHigh, of: id)       // the one the user tapped goes next
+    /// func userTapped(_ id: FetchID) {
+    ///     queue.setPriority(.veryHigh, of: id)   // the one the user tapped goes next
+    /// }
     /// ```
     ///
     /// - Parameters:
