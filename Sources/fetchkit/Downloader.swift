@@ -337,10 +337,7 @@ final class Downloader: @unchecked Sendable {
                     + "its URL or headers hold a secret the journal does not keep; give it again")
                 continue
             }
-            let digest = entry.expectedDigest.flatMap { text in
-                text.hasPrefix("sha256:") ? FileDigest(.sha256, hex: String(text.dropFirst(7))) : nil
-            }
-            restored.append(Item(url: url, destination: entry.destination.standardizedFileURL, sha256: digest))
+            restored.append(Item(url: url, destination: entry.destination.standardizedFileURL, sha256: entry.digest))
         }
         return restored
     }

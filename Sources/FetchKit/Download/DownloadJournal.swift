@@ -65,6 +65,15 @@ public final class DownloadJournal: Sendable {
         /// Whether the entry holds the whole request: no secret was left out.
         public let isComplete: Bool
 
+        /// ``expectedDigest`` read back: `nil` if there is none, or if it is not a digest FetchKit
+        /// knows (``DownloadJournal/restore(request:)`` then leaves the entry unresolved).
+        public var digest: FileDigest? {
+            guard let text = expectedDigest else { return nil }
+            let parts = text.split(separator: ":", maxSplits: 1)
+            guard parts.count == 2, let algorithm = FileDigest.Algorithm(named: String(parts[0])) else { return nil }
+            return FileDigest(algorithm, hex: String(parts[1]))
+        }
+
         /// The request the entry describes, if it is complete.
         public var request: URLRequest? {
             guard isComplete, let url else { return nil }
@@ -234,15 +243,8 @@ public final class DownloadJournal: Sendable {
         var downloads: [(identifier: String, operation: DownloadOperation)] = []
         var unresolved: [Entry] = []
         for entry in entries {
-            var digest: FileDigest?
-            if let text = entry.expectedDigest {
-                digest = Self.digest(from: text)
-                if digest == nil {
-                    unresolved.append(entry)
-                    continue
-                }
-            }
-            guard entry.destination.isFileURL, let made = request(entry) else {
+            let digest = entry.digest
+            guard entry.expectedDigest == nil || digest != nil, entry.destination.isFileURL, let made = request(entry) else {
                 unresolved.append(entry)
                 continue
             }
@@ -319,11 +321,5 @@ public final class DownloadJournal: Sendable {
             throw JournalError(kind: .writeFailed(code), path: fileURL.path)
         }
         LocalFile.syncDirectory(directory)
-    }
-
-    private static func digest(from text: String) -> FileDigest? {
-        let parts = text.split(separator: ":", maxSplits: 1)
-        guard parts.count == 2, let algorithm = FileDigest.Algorithm(named: String(parts[0])) else { return nil }
-        return FileDigest(algorithm, hex: String(parts[1]))
     }
 }

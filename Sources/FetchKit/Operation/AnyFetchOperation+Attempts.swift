@@ -169,7 +169,7 @@ extension AnyFetchOperation {
     }
 
     /// What is left of the total timeout `total` that started at `start` (uptime ns).
-    private static func timeLeft(of total: TimeInterval, since start: UInt64) -> TimeInterval {
+    static func timeLeft(of total: TimeInterval, since start: UInt64) -> TimeInterval {
         total - Double(Transfer.now() &- start) / 1e9
     }
 

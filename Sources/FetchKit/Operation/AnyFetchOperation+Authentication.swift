@@ -43,7 +43,7 @@ extension AnyFetchOperation {
         // of it does not hold the fetch past its deadline.
         let (total, firstStart) = core.withLock { ($0.settings.configurationBox.transferSettings.totalTimeout, $0.firstTransferStart) }
         if let total, firstStart != 0 {
-            let left = total - Double(Transfer.now() &- firstStart) / 1e9
+            let left = Self.timeLeft(of: total, since: firstStart)
             DispatchQueue.global().asyncAfter(deadline: .now() + max(0, left)) { [self] in
                 failWaiting(.timedOut(.init(kind: .total, interval: total, url: nil)))
             }
