@@ -274,6 +274,9 @@ extension FetchError {
         public enum Kind: Sendable, Equatable {
             /// No bytes arrived for ``FetchConfiguration/idleTimeout``.
             case idle
+            /// A connection could not be made (name lookup, TCP and TLS handshakes) within
+            /// ``FetchConfiguration/connectTimeout``.
+            case connect
             /// The fetch did not complete within ``FetchConfiguration/totalTimeout``.
             case total
         }
@@ -301,6 +304,7 @@ extension FetchError {
             let target = url.map(Redaction.redacted) ?? "the request"
             switch kind {
             case .idle: return "\(target) timed out: no data for \(Self.format(interval)) (idle timeout)."
+            case .connect: return "\(target) timed out: no connection within \(Self.format(interval)) (connect timeout)."
             case .total: return "\(target) timed out: not complete within \(Self.format(interval)) (total timeout)."
             }
         }

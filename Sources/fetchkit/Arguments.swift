@@ -14,6 +14,8 @@ struct Options: Equatable {
     var timeout: TimeInterval = 30
     /// Seconds for each whole download, retries included (`--max-time`); `nil` for no limit.
     var maxTime: TimeInterval?
+    /// Seconds to make each connection (`--connect-timeout`); `nil` for no limit of its own.
+    var connectTimeout: TimeInterval?
     /// The largest file to download, in bytes (decoded, as written to disk); `Int64.max` for
     /// no limit.
     var maximumSize = DownloadOperation.defaultMaximumDownloadSize
@@ -89,6 +91,8 @@ struct Options: Equatable {
                            also --read-timeout)
       -m, --max-time S     seconds for each whole download, retries included (default:
                            no limit)
+      --connect-timeout S  seconds to make a connection: name lookup, TCP and TLS
+                           handshakes (default: no limit of its own; --timeout bounds it)
       --max-size SIZE      largest file to save, counted on the bytes written (after
                            decompression); K, M, G, T suffixes (powers of 1024); 0 for no
                            limit (default 16G). A larger download fails and leaves no file.
@@ -202,6 +206,8 @@ struct Options: Equatable {
                 options.timeout = try seconds(for: argument)
             case "-m", "--max-time":
                 options.maxTime = try seconds(for: argument)
+            case "--connect-timeout":
+                options.connectTimeout = try seconds(for: argument)
             case "--max-size":
                 let text = try value(for: argument)
                 guard let size = Self.size(text) else {

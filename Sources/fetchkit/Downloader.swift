@@ -173,7 +173,8 @@ final class Downloader: @unchecked Sendable {
         for index in items.indices {
             guard let file = ExistingFile.regularFile(at: items[index].destination) else { continue }
             items[index].state = .skipped
-            checks.append((index, ExistingFile.check(request(for: items[index].url), against: file, timeout: options.timeout), file))
+            checks.append((index, ExistingFile.check(request(for: items[index].url), against: file,
+                                                           timeout: options.timeout, connectTimeout: options.connectTimeout), file))
         }
         let group = DispatchGroup()
         for entry in checks {
@@ -247,6 +248,7 @@ final class Downloader: @unchecked Sendable {
         let download = DownloadOperation(request: request(for: items[index].url), destination: items[index].destination)
         download.configuration.idleTimeout = options.timeout
         download.configuration.totalTimeout = options.maxTime
+        download.configuration.connectTimeout = options.connectTimeout
         download.configuration.maximumResponseSize = options.maximumSize
         download.expectedDigest = items[index].sha256
         if let journal {
@@ -418,6 +420,7 @@ final class Downloader: @unchecked Sendable {
         case .timedOut(let timeout):
             switch timeout.kind {
             case .idle: return "no data for \(Format.duration(timeout.interval))"
+            case .connect: return "no connection within \(Format.duration(timeout.interval)) (--connect-timeout)"
             case .total: return "not complete within \(Format.duration(timeout.interval)) (--max-time)"
             }
         case .responseTooLarge(let limit):

@@ -42,12 +42,14 @@ enum ExistingFile {
 
     /// The conditional `HEAD` that asks whether the server's copy differs from `file`:
     /// `download` (its URL and headers) as a `HEAD`.
-    static func check(_ download: URLRequest, against file: (size: Int64, modified: Date), timeout: TimeInterval) -> FetchOperation<Data> {
+    static func check(_ download: URLRequest, against file: (size: Int64, modified: Date), timeout: TimeInterval,
+                      connectTimeout: TimeInterval?) -> FetchOperation<Data> {
         var request = download
         request.httpMethod = "HEAD"
         request.setValue(httpDate(file.modified), forHTTPHeaderField: "If-Modified-Since")
         let check = FetchOperation<Data>(request: request)
         check.configuration.idleTimeout = timeout
+        check.configuration.connectTimeout = connectTimeout
         check.configuration.retryPolicy = RetryPolicy(maximumRetries: 1)
         return check
     }

@@ -14,7 +14,7 @@ enum ExitStatus: Int32, CaseIterable {
     /// The output directory or a file in it could not be written, or another fetchkit is
     /// downloading the same file.
     case fileSystem = 3
-    /// No connection, a connection lost, or a timeout (`--timeout`, `--max-time`).
+    /// No connection, a connection lost, or a timeout (`--timeout`, `--max-time`, `--connect-timeout`).
     case network = 4
     /// The server's certificate was refused.
     case tls = 5
@@ -80,7 +80,7 @@ enum ExitStatus: Int32, CaseIterable {
       3   a file or the output directory could not be written, or another
           fetchkit is downloading the same file
       4   network: no connection, a lost connection, or a timeout
-          (--timeout, --max-time)
+          (--timeout, --max-time, --connect-timeout)
       5   TLS: the server's certificate was refused
       7   protocol: a garbled response, a redirect loop or downgrade
       8   HTTP: the server answered with an error status (after retries)

@@ -313,6 +313,7 @@ extension TransferLimits.Settings {
     convenience init(configuration: FetchConfiguration) {
         self.init(
             totalTimeout: configuration.totalTimeout.map { max(0.001, $0) },
+            connectTimeout: configuration.connectTimeout.map { max(0.001, $0) },
             maximumResponseSize: configuration.maximumResponseSize,
             acceptableStatusCodes: configuration.acceptableStatusCodes,
             credentials: configuration.credentials,

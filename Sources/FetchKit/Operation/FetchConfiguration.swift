@@ -66,6 +66,22 @@ public struct FetchConfiguration: Sendable {
     /// (URLSession on Linux ignores its resource timeout).
     public var totalTimeout: TimeInterval?
 
+    /// The longest each attempt may take to make a new connection — name lookup, the TCP
+    /// handshake and the TLS handshake — in seconds, or `nil` (the default) for no limit of its
+    /// own (the ``idleTimeout`` then bounds it).
+    ///
+    /// It tells a host that is down or unreachable from one that is slow to answer: set it
+    /// short (curl's and wget's `--connect-timeout`) and keep the idle timeout for the server's
+    /// answer. An attempt over a connection that is already open (a kept-alive one, or an HTTP/2
+    /// connection it shares) has no connect phase. When it passes, the attempt fails with
+    /// ``FetchError/timedOut(_:)`` of kind ``FetchError/Timeout/Kind/connect``, which the
+    /// ``retryPolicy`` may retry (nothing was sent).
+    ///
+    /// Enforced on Linux, by libcurl, on each request's own handle, at millisecond precision
+    /// (``FetchSession/enforcesConnectTimeouts``); URLSession on Apple platforms has no connect
+    /// timeout, so there only the idle timeout bounds a connection being made.
+    public var connectTimeout: TimeInterval?
+
     /// Where the parse (``FetchOperation/parseResponseBody(_:)``) runs. Default:
     /// ``CallbackQueue/global``.
     ///
@@ -122,6 +138,7 @@ public struct FetchConfiguration: Sendable {
         maximumResponseSize: Int64 = FetchConfiguration.defaultMaximumResponseSize,
         idleTimeout: TimeInterval? = nil,
         totalTimeout: TimeInterval? = nil,
+        connectTimeout: TimeInterval? = nil,
         parseQueue: CallbackQueue = .global,
         requiresSuccessfulDependencies: Bool = true,
         retryPolicy: RetryPolicy = .default,
@@ -135,6 +152,7 @@ public struct FetchConfiguration: Sendable {
         storedMaximumResponseSize = max(0, maximumResponseSize)
         self.idleTimeout = idleTimeout
         self.totalTimeout = totalTimeout
+        self.connectTimeout = connectTimeout
         self.parseQueue = parseQueue
         self.requiresSuccessfulDependencies = requiresSuccessfulDependencies
         self.retryPolicy = retryPolicy
@@ -155,6 +173,7 @@ extension FetchConfiguration {
               maximumResponseSize == other.maximumResponseSize,
               idleTimeout == other.idleTimeout,
               totalTimeout == other.totalTimeout,
+              connectTimeout == other.connectTimeout,
               requiresSuccessfulDependencies == other.requiresSuccessfulDependencies,
               validatorStore === other.validatorStore,
               credentials == nil, other.credentials == nil,

@@ -79,13 +79,14 @@ public struct RetryPolicy: Sendable, Equatable {
     /// Whether an error may pass on another attempt.
     ///
     /// An idle ``FetchError/timedOut(_:)`` counts as retryable here; FetchKit still retries
-    /// it only when the server had answered (see ``RetryPolicy``). A total one never is.
+    /// it only when the server had answered (see ``RetryPolicy``). A connect timeout is
+    /// retryable, as a refused connection is (nothing was sent). A total one never is.
     public func isRetryable(_ error: FetchError) -> Bool {
         switch error {
         case .transport(let urlError):
             return Self.transientCodes.contains(urlError.code)
         case .timedOut(let timeout):
-            return timeout.kind == .idle
+            return timeout.kind == .idle || timeout.kind == .connect
         case .lengthMismatch:
             return true
         case .unacceptableStatus(let failure):

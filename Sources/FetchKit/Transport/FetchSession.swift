@@ -149,18 +149,18 @@ public final class FetchSession: @unchecked Sendable {
     convenience init(configuration: URLSessionConfiguration, monitors: [any FetchEventMonitor], trust: TrustSettings,
                      handleLookup: (@Sendable (URLSessionTask) -> UnsafeMutableRawPointer?)?) throws(TrustConfigurationError) {
         #if canImport(FoundationNetworking) && (canImport(Glibc) || canImport(Musl))
-        var hook: CurlTrust?
+        var hook: CurlTaskOptions?
         if !trust.isEmpty {
             guard configuration.urlCache == nil else {
                 throw TrustConfigurationError(.notEnforceable(
                     "the session's configuration has a urlCache, and FetchKit needs that slot to set the trust options on each task"))
             }
-            hook = try CurlTrust(settings: trust, lookup: handleLookup ?? CurlTrust.easyHandle(of:))
+            hook = try CurlTaskOptions(trust: trust, lookup: handleLookup ?? CurlTaskOptions.easyHandle(of:))
         }
         self.init(configuration: configuration, monitors: monitors, quietsWaitingSockets: CurlSocketCallback.isEnabledByDefault,
-                  trust: trust, curlTrust: hook)
-        // Before any other task: proves that each task's handle will take the options.
-        try hook?.probe(urlSession)
+                  trust: trust, taskOptions: hook)
+        // The probe ran before any other task: it proved that each task's handle takes the options.
+        if let failure = hook?.probeFailure { throw TrustConfigurationError(.notEnforceable(failure)) }
         #else
         self.init(configuration: configuration, monitors: monitors, quietsWaitingSockets: CurlSocketCallback.isEnabledByDefault,
                   trust: trust)
@@ -168,9 +168,11 @@ public final class FetchSession: @unchecked Sendable {
     }
 
     /// Creates a session, with or without the fix for the socket wake-ups of FoundationNetworking
-    /// (see ``quietsWaitingSockets``): tests and the benchmark compare both.
+    /// (see ``quietsWaitingSockets``): tests and the benchmark compare both. `taskOptions` is the
+    /// hook that sets the trust settings on each task (Linux); without one, a session whose
+    /// configuration has no `urlCache` makes its own, for connect timeouts.
     init(configuration: URLSessionConfiguration, monitors: [any FetchEventMonitor], quietsWaitingSockets quiet: Bool,
-         trust: TrustSettings = TrustSettings(), curlTrust: AnyObject? = nil) {
+         trust: TrustSettings = TrustSettings(), taskOptions: AnyObject? = nil) {
         self.monitors = monitors
         self.trust = trust
         monitorChannel = MonitorChannel(monitors, label: "FetchKit.FetchSession.monitors")
@@ -179,14 +181,20 @@ public final class FetchSession: @unchecked Sendable {
         let own = configuration.copy() as? URLSessionConfiguration ?? configuration
         router = SessionRouter(cookies: CookieJar(takingOverFrom: own), trust: trust)
         #if canImport(FoundationNetworking) && (canImport(Glibc) || canImport(Musl))
-        self.curlTrust = curlTrust as? CurlTrust
-        if let hook = self.curlTrust { own.urlCache = hook }
+        let hook = taskOptions as? CurlTaskOptions
+            ?? (configuration.urlCache == nil ? try? CurlTaskOptions(trust: TrustSettings()) : nil)
+        self.taskOptions = hook
+        if let hook { own.urlCache = hook }
         #endif
         urlSession = URLSession(configuration: own, delegate: router, delegateQueue: router.delegateQueue)
         // Before any task exists, so that nothing else touches libcurl's handle yet.
         Self.fixConnectionPoolSize(of: urlSession,
                                    to: max(Self.connectionPoolSize, configuration.httpMaximumConnectionsPerHost))
         quietsWaitingSockets = quiet && CurlSocketCallback.install(on: urlSession)
+        #if canImport(FoundationNetworking) && (canImport(Glibc) || canImport(Musl))
+        // Before any other task: proves that each task's handle takes the options.
+        hook?.probe(urlSession)
+        #endif
     }
 
     /// What this session trusts beyond the system's CAs, and the keys it pins (empty unless
@@ -194,8 +202,9 @@ public final class FetchSession: @unchecked Sendable {
     public let trust: TrustSettings
 
     #if canImport(FoundationNetworking) && (canImport(Glibc) || canImport(Musl))
-    /// Sets ``trust`` on each task's libcurl handle (Linux); `nil` when there is nothing to set.
-    let curlTrust: CurlTrust?
+    /// Sets ``trust`` and connect timeouts on each task's libcurl handle (Linux); `nil` when the
+    /// given configuration has a `urlCache` (the slot the hook takes) and no trust settings.
+    let taskOptions: CurlTaskOptions?
     #endif
 
     /// Whether the trust settings are set on each task's libcurl handle, by FetchKit (Linux with
@@ -203,26 +212,69 @@ public final class FetchSession: @unchecked Sendable {
     /// cannot be answered (FoundationNetworking answers on a handle of its own making).
     var setsTrustPerTask: Bool {
         #if canImport(FoundationNetworking) && (canImport(Glibc) || canImport(Musl))
-        return curlTrust != nil
+        return !trust.isEmpty && taskOptions != nil
         #else
         return false
         #endif
     }
 
-    /// Resumes `task` and, where FetchKit sets the trust options per task, makes sure they were
-    /// set — FoundationNetworking asks for them inside `resume()`. If not, cancels the task at
-    /// once and returns `false`. (A defence in depth: the session's probe proved the same path
-    /// in the same process; if it failed all the same, the cancel is queued behind the task's
-    /// start on URLSession's queue, not before it.)
-    func resume(_ task: URLSessionTask) -> Bool {
-        task.resume()
+    /// Whether this session enforces ``FetchConfiguration/connectTimeout``.
+    ///
+    /// On Linux, FetchKit sets libcurl's `CURLOPT_CONNECTTIMEOUT_MS` on each task's own handle,
+    /// from the slot of the configuration's `urlCache`: `true` unless the configuration you
+    /// gave has a `urlCache` of its own, or this FoundationNetworking's layout is not the one
+    /// FetchKit knows (checked once, when the session is made). On Apple platforms URLSession
+    /// has no connect timeout: `false`. Where it is `false`, a connection being made is bounded
+    /// by ``FetchConfiguration/idleTimeout`` alone.
+    public var enforcesConnectTimeouts: Bool {
         #if canImport(FoundationNetworking) && (canImport(Glibc) || canImport(Musl))
-        if let curlTrust, curlTrust.take(task) != true {
-            task.cancel()
-            return false
-        }
+        return taskOptions?.probeFailure == nil && taskOptions != nil
+        #else
+        return false
         #endif
-        return true
+    }
+
+    /// How `resume(_:connectTimeout:)` went.
+    enum Resumption {
+        /// The trust settings could not be set: the task is already cancelled.
+        case refused
+        /// The task started; with the connect timeout asked for, or without it.
+        case started(connectTimeoutSet: Bool)
+    }
+
+    /// Resumes `task`, with `connectTimeout` (seconds) on its handle where the session can set
+    /// it, and, where FetchKit sets the trust options per task, makes sure they were set —
+    /// FoundationNetworking asks for them inside `resume()`. If not, cancels the task at once
+    /// (`.refused`). (A defence in depth: the session's probe proved the same path in the same
+    /// process; if it failed all the same, the cancel is queued behind the task's start on
+    /// URLSession's queue, not before it.)
+    func resume(_ task: URLSessionTask, connectTimeout: TimeInterval? = nil) -> Resumption {
+        #if canImport(FoundationNetworking) && (canImport(Glibc) || canImport(Musl))
+        guard let taskOptions else {
+            task.resume()
+            return .started(connectTimeoutSet: false)
+        }
+        if let connectTimeout, let milliseconds = Self.milliseconds(connectTimeout) {
+            taskOptions.willResume(task, connectTimeout: milliseconds)
+        }
+        task.resume()
+        let outcome = taskOptions.take(task)
+        if !trust.isEmpty, outcome?.trust != true {
+            task.cancel()
+            return .refused
+        }
+        return .started(connectTimeoutSet: outcome?.connectTimeout == true)
+        #else
+        task.resume()
+        return .started(connectTimeoutSet: false)
+        #endif
+    }
+
+    /// `seconds` as libcurl's whole milliseconds, rounded up, at least 1 and at most a year;
+    /// `nil` for a value that is not a number.
+    static func milliseconds(_ seconds: TimeInterval) -> Int? {
+        guard !seconds.isNaN else { return nil }
+        return Int((min(max(seconds, 0.001), 31_536_000) * 1000).rounded(.up))
     }
 
     /// Whether this session's transfers wait without waking up (on Linux): whether the fix for

@@ -56,7 +56,7 @@ extension Transfer {
     /// and FoundationNetworking's `try!` kills the process — any redirect over a shared HTTP/2
     /// connection (`TLSRedirectTests`). It also sends a redirected request without its body.
     /// And a session's ``TrustSettings`` rely on it there: FetchKit sets the pins of the host a
-    /// task starts with on its handle (``CurlTrust``), so a redirect to a host with other pins
+    /// task starts with on its handle (``CurlTaskOptions``), so a redirect to a host with other pins
     /// must not go on in the same task (`TrustSettingsTLSTests`).
     /// Elsewhere, only a request that keeps its body.
     static func followsInANewTask(_ request: URLRequest) -> Bool {

@@ -56,7 +56,15 @@ struct TransferStateMachine {
     private var totalDeadline: UInt64?
     private(set) var answeringRedirect = false
     private(set) var declinedChallenge = false
+    /// Whether the current task's handle has the connect timeout: a timeout before any response
+    /// is then the connect timeout.
+    private(set) var connectTimeoutSet = false
     private var progressFlushQueued = false
+
+    /// A task was resumed for the current request, with the connect timeout on its handle or not.
+    mutating func taskStarted(connectTimeoutSet: Bool) {
+        self.connectTimeoutSet = connectTimeoutSet
+    }
 
     init(request: URLRequest, limits: TransferLimits) {
         self.limits = limits

@@ -136,13 +136,16 @@ final class Transfer: TransferHandle, @unchecked Sendable {
     /// (Linux); if they were not, the task is already cancelled and the transfer fails.
     @discardableResult
     func resumeProtected(_ task: URLSessionDataTask) -> Bool {
-        guard session.resume(task) else {
+        switch session.resume(task, connectTimeout: limits.connectTimeout) {
+        case .refused:
             end(.failure(.invalidRequest(.init(reason: .trustNotEnforceable(
                 "the session's trust settings were not set on this request's libcurl handle, so it was cancelled at once"),
                 url: request.url)), nil))
             return false
+        case .started(let connectTimeoutSet):
+            machine.taskStarted(connectTimeoutSet: connectTimeoutSet)
+            return true
         }
-        return true
     }
 
     // MARK: URLSession callbacks (router queue)

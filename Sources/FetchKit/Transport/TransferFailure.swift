@@ -30,6 +30,11 @@ extension TransferStateMachine {
             // invalidated and cancelled its tasks.
             return .cancelled(.init(url: url))
         case .timedOut:
+            // FetchKit's own idle deadline ends the transfer before URLSession's backstop can:
+            // a timeout from libcurl before any response is the connect timeout set on its handle.
+            if connectTimeoutSet, response == nil, let connect = limits.connectTimeout {
+                return .timedOut(.init(kind: .connect, interval: connect, url: url))
+            }
             return .timedOut(.init(kind: .idle, interval: limits.idleTimeout, url: url))
         case .httpTooManyRedirects:
             // Foundation's own limit (20) was reached before the policy's.

@@ -9,15 +9,18 @@ struct TransferLimits: Sendable {
     /// What a fetch's configuration sets.
     final class Settings: Sendable {
         let totalTimeout: TimeInterval?
+        let connectTimeout: TimeInterval?
         let maximumResponseSize: Int64
         let acceptableStatusCodes: Set<Int>
         let credentials: CredentialProvider?
         let redirectPolicy: RedirectPolicy
         let allowsInsecureRedirects: Bool
 
-        init(totalTimeout: TimeInterval?, maximumResponseSize: Int64, acceptableStatusCodes: Set<Int>,
-             credentials: CredentialProvider?, redirectPolicy: RedirectPolicy, allowsInsecureRedirects: Bool = false) {
+        init(totalTimeout: TimeInterval?, connectTimeout: TimeInterval? = nil, maximumResponseSize: Int64,
+             acceptableStatusCodes: Set<Int>, credentials: CredentialProvider?, redirectPolicy: RedirectPolicy,
+             allowsInsecureRedirects: Bool = false) {
             self.totalTimeout = totalTimeout
+            self.connectTimeout = connectTimeout
             self.maximumResponseSize = maximumResponseSize
             self.acceptableStatusCodes = acceptableStatusCodes
             self.credentials = credentials
@@ -55,6 +58,9 @@ struct TransferLimits: Sendable {
 
     /// The most the whole fetch may take, every attempt and wait included, or `nil`.
     var totalTimeout: TimeInterval? { settings.totalTimeout }
+    /// The longest a new connection may take to be made (DNS, TCP, TLS), or `nil`: set on the
+    /// task's libcurl handle where the session can (``FetchSession/enforcesConnectTimeouts``).
+    var connectTimeout: TimeInterval? { settings.connectTimeout }
     /// The largest body accepted.
     var maximumResponseSize: Int64 { settings.maximumResponseSize }
     /// Status codes that count as success.

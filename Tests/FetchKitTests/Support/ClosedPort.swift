@@ -48,3 +48,74 @@ final class ClosedPort: @unchecked Sendable {
         close(descriptor)
     }
 }
+
+/// A port on 127.0.0.1 that listens and never accepts, for as long as this object lives.
+///
+/// - ``Kind/connectStalls``: its accept queue (backlog 0) is already full with a connection of
+///   its own, so the kernel drops every further SYN: a client's TCP handshake never completes
+///   (it retransmits its SYN for minutes), as with a host that is down behind a firewall.
+/// - ``Kind/neverAnswers``: the kernel completes TCP handshakes into a roomy accept queue, but
+///   nothing ever reads or writes: an HTTPS client's TLS handshake never completes.
+final class SilentPort: @unchecked Sendable {
+    enum Kind {
+        case connectStalls
+        case neverAnswers
+    }
+
+    private let listener: Int32
+    private var filler: Int32 = -1
+    let port: UInt16
+
+    init(_ kind: Kind) throws {
+        #if canImport(Glibc)
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        #else
+        let fd = socket(AF_INET, SOCK_STREAM, 0)
+        #endif
+        guard fd >= 0 else { throw ParseTestError(reason: "socket: \(errno)") }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_port = 0
+        let length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) }
+        }
+        guard bound == 0, listen(fd, kind == .connectStalls ? 0 : 64) == 0 else {
+            close(fd)
+            throw ParseTestError(reason: "bind/listen: \(errno)")
+        }
+        var named = length
+        _ = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &named) }
+        }
+        listener = fd
+        port = UInt16(bigEndian: address.sin_port)
+        if kind == .connectStalls {
+            // Fills the accept queue: the kernel completes this one, then drops every SYN.
+            #if canImport(Glibc)
+            let client = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+            #else
+            let client = socket(AF_INET, SOCK_STREAM, 0)
+            #endif
+            let connected = withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(client, $0, length) }
+            }
+            guard client >= 0, connected == 0 else {
+                if client >= 0 { close(client) }
+                close(fd)
+                throw ParseTestError(reason: "connect: \(errno)")
+            }
+            filler = client
+        }
+    }
+
+    func url(_ path: String, scheme: String = "http") -> URL {
+        URL(string: "\(scheme)://127.0.0.1:\(port)\(path)")!
+    }
+
+    deinit {
+        if filler >= 0 { close(filler) }
+        close(listener)
+    }
+}

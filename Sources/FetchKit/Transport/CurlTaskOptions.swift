@@ -9,9 +9,13 @@ import Musl
 #endif
 
 #if canImport(FoundationNetworking) && (canImport(Glibc) || canImport(Musl))
-/// Enforces ``TrustSettings`` on Linux: sets libcurl's `CURLOPT_CAINFO_BLOB` (the system's CAs
-/// and the added ones) and `CURLOPT_PINNEDPUBLICKEY` (the host's pins) on each task's own easy
-/// handle before FoundationNetworking first configures it or hands it to libcurl.
+/// Sets what FetchKit needs on each task's own libcurl easy handle (Linux), before
+/// FoundationNetworking first configures it or hands it to libcurl:
+///
+/// - ``TrustSettings``: libcurl's `CURLOPT_CAINFO_BLOB` (the system's CAs and the added ones)
+///   and `CURLOPT_PINNEDPUBLICKEY` (the host's pins), on every task of a session that has them;
+/// - ``FetchConfiguration/connectTimeout``: `CURLOPT_CONNECTTIMEOUT_MS`, on the tasks whose
+///   fetch sets one (FoundationNetworking sets none, so libcurl's default of 300 s applies).
 ///
 /// **Where.** FoundationNetworking (read in 6.3.1, `URLSessionTask.swift`) makes a task's
 /// protocol object, and with it the libcurl easy handle (`_NativeProtocol.init`), in
@@ -23,36 +27,56 @@ import Musl
 /// on the session's serial work queue with the new handle made and not yet used: the one
 /// moment when its options can be set with certainty, before any connection for it exists.
 /// FoundationNetworking never overwrites these options: on Linux it sets `CURLOPT_CAINFO` only
-/// when libcurl has no default (`setCARootBundlePath`), and never a blob or a pin.
+/// when libcurl has no default (`setCARootBundlePath`), never a blob, a pin or a connect timeout.
 ///
 /// **Connection reuse.** libcurl (7.88.1, `vtls.c` `Curl_ssl_config_matches`) reuses a pooled
 /// connection, HTTP/2 multiplexing included, only for a transfer whose CA blob (byte for byte)
 /// and pinned key are the same as the connection's: a connection made without a pin is never
-/// reused for a pinned request.
+/// reused for a pinned request. A connect timeout bounds only a connection being made: a
+/// transfer that reuses one has no connect phase.
 ///
 /// **Refusal.** Everything is found at run time: the easy handle by reflection
 /// (`URLSessionTask._protocolStorage` → `.existing(protocol)` → `easyHandle` → `rawHandle`),
 /// `curl_easy_setopt` and `curl_easy_getinfo` with `dlsym`. A ``FetchSession`` proves the whole
-/// path on a probe task (cancelled, never resumed: nothing is sent) before it accepts the
-/// settings; where it fails, the session is not made (``TrustConfigurationError/Reason/notEnforceable(_:)``).
-final class CurlTrust: URLCache, @unchecked Sendable {
+/// path on a probe task (cancelled, never resumed: nothing is sent) before its first task.
+/// Where it fails, a session with trust settings is not made
+/// (``TrustConfigurationError/Reason/notEnforceable(_:)``: a security setting that cannot be
+/// enforced refuses), and a session without them sets no connect timeouts
+/// (``FetchSession/enforcesConnectTimeouts`` is `false`: a convenience falls back to the idle
+/// timeout).
+final class CurlTaskOptions: URLCache, @unchecked Sendable {
     /// Finds a task's libcurl easy handle (reflection by default; tests give one that fails).
     typealias HandleLookup = @Sendable (URLSessionTask) -> UnsafeMutableRawPointer?
 
-    let settings: TrustSettings
+    /// What was set on one task's handle.
+    struct Outcome: Equatable {
+        /// Whether the trust settings were set (`true` when the session has none).
+        var trust: Bool
+        /// Whether the connect timeout asked for was set (`false` when none was asked for).
+        var connectTimeout: Bool
+    }
+
+    let trust: TrustSettings
     private let lookup: HandleLookup
     private let setOption: UnsafeMutableRawPointer
     private let getInfo: UnsafeMutableRawPointer
     /// The CA blob: the system bundle, then the added CAs; `nil` when none are added. Made by
     /// the probe, on the work queue.
     private let caBlob = Protected<[UInt8]?>(nil)
-    /// Whether the options were set, by task; taken by ``take(_:)`` once the task is resumed.
-    private let outcomes = Protected([ObjectIdentifier: Bool]())
+    /// The connect timeout (ms) of each task about to be resumed that has one, by task; taken
+    /// on the work queue when FoundationNetworking asks the cache.
+    private let connectTimeouts = Protected([ObjectIdentifier: Int]())
+    /// What was set, by task; taken by ``take(_:)`` once the task is resumed.
+    private let outcomes = Protected([ObjectIdentifier: Outcome]())
+    /// Why the path is not proven: "not probed" until the probe, `nil` once it succeeded. Until
+    /// then, and if it failed, a task with a connect timeout is resumed without one.
+    private let unproven = Protected<String?>("not probed")
 
     /// libcurl's option and info numbers (curl.h, 7.88.1).
     private enum Curl {
         static let caInfoBlob: Int32 = 40_309        // CURLOPT_CAINFO_BLOB (CURLOPTTYPE_BLOB + 309)
         static let pinnedPublicKey: Int32 = 10_230   // CURLOPT_PINNEDPUBLICKEY (CURLOPTTYPE_STRINGPOINT + 230)
+        static let connectTimeoutMS: Int32 = 156     // CURLOPT_CONNECTTIMEOUT_MS (CURLOPTTYPE_LONG + 156)
         static let caInfo: Int32 = 0x100000 + 61     // CURLINFO_CAINFO (CURLINFO_STRING + 61)
         static let blobCopy: UInt32 = 1              // CURL_BLOB_COPY
     }
@@ -62,12 +86,13 @@ final class CurlTrust: URLCache, @unchecked Sendable {
                                     "/usr/share/ssl/certs/ca-bundle.crt", "/usr/local/share/certs/ca-root-nss.crt",
                                     "/etc/ssl/cert.pem"]
 
-    /// A hook for `settings`, or why there cannot be one.
-    init(settings: TrustSettings, lookup: @escaping HandleLookup = CurlTrust.easyHandle(of:)) throws(TrustConfigurationError) {
+    /// A hook setting `trust` (which may be empty) and the connect timeouts, or why there
+    /// cannot be one.
+    init(trust: TrustSettings, lookup: @escaping HandleLookup = CurlTaskOptions.easyHandle(of:)) throws(TrustConfigurationError) {
         guard let setOption = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "curl_easy_setopt"),
               let getInfo = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "curl_easy_getinfo")
         else { throw TrustConfigurationError(.notEnforceable("libcurl's curl_easy_setopt is not in this process")) }
-        self.settings = settings
+        self.trust = trust
         self.lookup = lookup
         self.setOption = setOption
         self.getInfo = getInfo
@@ -77,8 +102,17 @@ final class CurlTrust: URLCache, @unchecked Sendable {
 
     /// Proves, on `session` (whose configuration has this cache), that the options can be set:
     /// a task made and cancelled without being resumed (nothing is sent), whose handle must be
-    /// found and take both options. Call it before the session has any other task.
-    func probe(_ session: URLSession) throws(TrustConfigurationError) {
+    /// found and take every option. Call it before the session has any other task.
+    ///
+    /// - Returns: `nil` when proven, otherwise why not (also kept in ``probeFailure``).
+    @discardableResult
+    func probe(_ session: URLSession) -> String? {
+        let failure = runProbe(session)
+        unproven.withLock { $0 = failure }
+        return failure
+    }
+
+    private func runProbe(_ session: URLSession) -> String? {
         var request = URLRequest(url: URL(string: "https://fetchkit-trust-probe.invalid/")!)
         request.httpMethod = "GET"
         let task = session.dataTask(with: request)
@@ -86,20 +120,32 @@ final class CurlTrust: URLCache, @unchecked Sendable {
         task.cancel()   // makes the protocol, through this cache, on the work queue; sends nothing
         probing.withLock { $0 = false }
         guard let outcome = take(task) else {
-            throw TrustConfigurationError(.notEnforceable(
-                "FoundationNetworking did not ask the session's URL cache before making the task's libcurl handle"))
+            return "FoundationNetworking did not ask the session's URL cache before making the task's libcurl handle"
         }
-        guard outcome else {
-            throw TrustConfigurationError(.notEnforceable(
-                "the task's libcurl handle was not found (another FoundationNetworking layout) or did not take CURLOPT_CAINFO_BLOB and CURLOPT_PINNEDPUBLICKEY"))
+        guard outcome.trust, outcome.connectTimeout else {
+            return "the task's libcurl handle was not found (another FoundationNetworking layout) or did not take "
+                + "CURLOPT_CAINFO_BLOB, CURLOPT_PINNEDPUBLICKEY and CURLOPT_CONNECTTIMEOUT_MS"
         }
+        return nil
     }
     private let probing = Protected(false)
 
-    /// Whether the options were set on `task`'s handle (`nil`: FoundationNetworking never asked),
-    /// forgotten once read. Read it right after `resume()`, which asks synchronously.
-    func take(_ task: URLSessionTask) -> Bool? {
-        outcomes.withLock { $0.removeValue(forKey: ObjectIdentifier(task)) }
+    /// Why the probe did not prove that each task's handle takes the options; `nil` once it did.
+    var probeFailure: String? { unproven.snapshot }
+
+    /// Asks for `milliseconds` of connect timeout on `task`, which is about to be resumed.
+    func willResume(_ task: URLSessionTask, connectTimeout milliseconds: Int) {
+        guard probeFailure == nil else { return }
+        connectTimeouts.withLock { $0[ObjectIdentifier(task)] = milliseconds }
+    }
+
+    /// What was set on `task`'s handle (`nil`: FoundationNetworking never asked, or there was
+    /// nothing to set), forgotten once read. Read it right after `resume()`, which asks
+    /// synchronously.
+    func take(_ task: URLSessionTask) -> Outcome? {
+        let key = ObjectIdentifier(task)
+        connectTimeouts.withLock { $0[key] = nil }
+        return outcomes.withLock { $0.removeValue(forKey: key) }
     }
 
     // MARK: URLCache: nothing is ever cached
@@ -108,8 +154,13 @@ final class CurlTrust: URLCache, @unchecked Sendable {
                                     completionHandler: @Sendable @escaping (CachedURLResponse?) -> Void) {
         // Makes the protocol and its easy handle, and queues `startLoading()` behind this.
         completionHandler(nil)
-        let applied = apply(to: dataTask)
-        outcomes.withLock { $0[ObjectIdentifier(dataTask)] = applied }
+        let key = ObjectIdentifier(dataTask)
+        let isProbe = probing.snapshot
+        let connectTimeout = isProbe ? 1_000 : connectTimeouts.withLock { $0.removeValue(forKey: key) }
+        // Nothing to set: the common case costs two lookups.
+        guard !trust.isEmpty || connectTimeout != nil || isProbe else { return }
+        let outcome = apply(to: dataTask, connectTimeout: connectTimeout, isProbe: isProbe)
+        outcomes.withLock { $0[key] = outcome }
     }
 
     override func cachedResponse(for request: URLRequest) -> CachedURLResponse? { nil }
@@ -123,15 +174,30 @@ final class CurlTrust: URLCache, @unchecked Sendable {
     // MARK: Setting the options (URLSession's work queue)
 
     private typealias SetPointerOption = @convention(c) (UnsafeMutableRawPointer, Int32, UnsafeRawPointer?) -> Int32
+    private typealias SetLongOption = @convention(c) (UnsafeMutableRawPointer, Int32, Int) -> Int32
     private typealias GetStringInfo = @convention(c) (UnsafeMutableRawPointer, Int32, UnsafeMutablePointer<UnsafePointer<CChar>?>) -> Int32
 
-    /// Sets the options on `task`'s new easy handle; whether all took.
-    private func apply(to task: URLSessionTask) -> Bool {
-        guard let handle = lookup(task) else { return false }
+    /// Sets the options on `task`'s new easy handle. The probe sets every option, a pin and a
+    /// connect timeout included, to prove each takes (its handle never connects).
+    private func apply(to task: URLSessionTask, connectTimeout: Int?, isProbe: Bool) -> Outcome {
+        guard let handle = lookup(task) else { return Outcome(trust: trust.isEmpty && !isProbe, connectTimeout: false) }
+        let trusted = applyTrust(to: handle, host: task.originalRequest?.url?.host, isProbe: isProbe)
+        var timed = false
+        if let connectTimeout {
+            // CURLcode curl_easy_setopt(CURL *, CURLoption, ...) with a `long`: on the Linux ABIs
+            // Swift supports, a variadic integer argument travels like a fixed one.
+            let set = unsafeBitCast(setOption, to: SetLongOption.self)
+            timed = set(handle, Curl.connectTimeoutMS, max(1, connectTimeout)) == 0   // CURLE_OK
+        }
+        return Outcome(trust: trusted, connectTimeout: timed)
+    }
+
+    /// Sets the trust options on `handle`; whether all took (`true` when there are none).
+    private func applyTrust(to handle: UnsafeMutableRawPointer, host: String?, isProbe: Bool) -> Bool {
         // CURLcode curl_easy_setopt(CURL *, CURLoption, ...) with a pointer: on the Linux ABIs
         // Swift supports, a variadic pointer argument travels like a fixed one.
         let set = unsafeBitCast(setOption, to: SetPointerOption.self)
-        if !settings.certificateAuthorities.isEmpty {
+        if !trust.certificateAuthorities.isEmpty {
             guard let blob = caBlob.withLock({ blob in
                 if blob == nil { blob = makeBlob(defaultBundle: defaultBundlePath(of: handle)) }
                 return blob
@@ -148,9 +214,7 @@ final class CurlTrust: URLCache, @unchecked Sendable {
             }
             guard applied else { return false }
         }
-        // The probe sets a pin too, to prove the option takes (its handle never connects).
-        let pin = probing.snapshot ? "sha256//" + Data(count: 32).base64EncodedString()
-                                   : settings.curlPinnedPublicKey(forHost: task.originalRequest?.url?.host)
+        let pin = isProbe ? "sha256//" + Data(count: 32).base64EncodedString() : trust.curlPinnedPublicKey(forHost: host)
         if let pin {
             guard pin.withCString({ set(handle, Curl.pinnedPublicKey, $0) }) == 0 else { return false }
         }
@@ -175,7 +239,7 @@ final class CurlTrust: URLCache, @unchecked Sendable {
             bytes += system
             if bytes.last != UInt8(ascii: "\n") { bytes.append(UInt8(ascii: "\n")) }
         }
-        bytes += Array(settings.certificateAuthoritiesPEM.utf8)
+        bytes += Array(trust.certificateAuthoritiesPEM.utf8)
         return bytes
     }
 
