@@ -35,8 +35,10 @@ enum InputList {
         let sha256: FileDigest?
     }
 
-    /// Reads the list at `path` (`-` for standard input).
-    static func read(_ path: String) throws(Options.UsageError) -> [Entry] {
+    /// Reads the list at `path` (`-` for standard input), of at most `maximumEntries` downloads
+    /// and `maximumBytes` bytes (tests give smaller limits).
+    static func read(_ path: String, maximumEntries: Int = maximumEntries,
+                     maximumBytes: Int = maximumBytes) throws(Options.UsageError) -> [Entry] {
         let shown = path == "-" ? "standard input" : Terminal.sanitized(path)
         let descriptor: Int32
         if path == "-" {
@@ -73,7 +75,7 @@ enum InputList {
             if count == 0 { break }
             total += count
             guard total <= maximumBytes else {
-                throw .line("\(shown):\(number + 1): the list is larger than \(maximumBytes >> 20) MiB")
+                throw .line("\(shown):\(number + 1): the list is larger than \(Format.size(Int64(maximumBytes)))")
             }
             for byte in buffer[0..<count] {
                 if byte == UInt8(ascii: "\n") {

@@ -111,6 +111,36 @@ struct CommandLineInputTests {
         #expect(!FileManager.default.fileExists(atPath: directory.file("out").path), "nothing was done")
     }
 
+    /// The list's limits: downloads counted (comments and blank lines are not), bytes counted
+    /// as read, each a usage error naming the line it was reached at. The real limits
+    /// (1,000,000 downloads, 256 MiB) are these constants; the counting is tested at small ones.
+    @Test func aListOverItsLimitsIsRefusedAtTheLineThatPassesThem() throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let list = directory.file("urls")
+        var text = "# ten downloads and a comment\n\n"
+        for index in 1...10 { text += "http://127.0.0.1:9/\(index)\n" }
+        try Data(text.utf8).write(to: list)
+        #expect(try InputList.read(list.path, maximumEntries: 10).count == 10, "at the limit: read whole")
+        try Data((text + "# more\nhttp://127.0.0.1:9/11\n").utf8).write(to: list)
+        #expect { try InputList.read(list.path, maximumEntries: 10) } throws: { error in
+            String(describing: error).hasSuffix("urls:14: more than 10 downloads in one list")
+        }
+        // 2 MiB of comment lines against a 1 MiB limit: refused once 1 MiB is passed, not read to the end.
+        try Data(String(repeating: "# x\n", count: 512 << 10).utf8).write(to: list)
+        #expect { try InputList.read(list.path, maximumBytes: 1 << 20) } throws: { error in
+            String(describing: error).hasSuffix("urls:262145: the list is larger than 1 MiB")
+        }
+        #expect(InputList.maximumEntries == 1_000_000 && InputList.maximumBytes == 256 << 20)
+    }
+
+    /// An endless list (`/dev/zero`: no line ever ends) is refused at once, not held in memory.
+    @Test func anEndlessListIsRefused() async throws {
+        let result = try await runTool("fetchkit", ["-i", "/dev/zero"])
+        #expect(result.status == 2, "\(result)")
+        #expect(result.stderr.contains("/dev/zero:1: line longer than 64 KiB"), "\(result.stderr)")
+    }
+
     @Test func invalidUTF8AndAMissingListAreUsageErrors() async throws {
         let directory = try TemporaryDirectory()
         defer { directory.remove() }
