@@ -168,23 +168,55 @@ final class Downloader: @unchecked Sendable {
 
     /// Marks every file already there as kept, and asks the server of each, at once (bounded
     /// by the queue), whether its copy differs: a conditional `HEAD` (``ExistingFile``).
+    ///
+    /// With `--content-disposition` the server names the file, so a download with no file (and
+    /// no partial file) under its URL's name first asks the server for that name, with a plain
+    /// `HEAD`, as wget does: a file already there under the server's name is kept just the same,
+    /// rather than downloaded again beside it as `NAME-1.ext`.
     private func checkExistingFiles() {
         var checks: [(index: Int, check: FetchOperation<Data>, file: (size: Int64, modified: Date))] = []
+        var nameQuestions: [(index: Int, question: FetchOperation<Data>)] = []
         for index in items.indices {
-            guard let file = ExistingFile.regularFile(at: items[index].destination) else { continue }
+            guard let file = ExistingFile.regularFile(at: items[index].destination) else {
+                if options.contentDisposition, !hasPartialFile(items[index]) {
+                    nameQuestions.append((index, ExistingFile.nameQuestion(request(for: items[index].url), timeout: options.timeout,
+                                                                            connectTimeout: options.connectTimeout)))
+                }
+                continue
+            }
             items[index].state = .skipped
             checks.append((index, ExistingFile.check(request(for: items[index].url), against: file,
                                                            timeout: options.timeout, connectTimeout: options.connectTimeout), file))
         }
         let group = DispatchGroup()
-        for entry in checks {
+        for operation in checks.map(\.check) + nameQuestions.map(\.question) {
             group.enter()
-            queue.enqueue(entry.check, on: .global) { _ in group.leave() }
+            queue.enqueue(operation, on: .global) { _ in group.leave() }
         }
         group.wait()
         for entry in checks {
             items[entry.index].verdict = ExistingFile.verdict(of: entry.check, for: entry.file)
         }
+        for (index, question) in nameQuestions {
+            guard question.error == nil,
+                  let name = ContentDisposition.safeName(in: question.response?.value(forHTTPHeaderField: "Content-Disposition"),
+                                                         for: items[index].url),
+                  name != items[index].name else { continue }
+            let destination = items[index].destination.deletingLastPathComponent().appendingPathComponent(name)
+            guard let file = ExistingFile.regularFile(at: destination) else { continue }
+            // Listed in the journal under the URL's name: unlisted before it takes the server's.
+            try? journal?.remove(items[index].name)
+            items[index].destination = destination
+            items[index].state = .skipped
+            items[index].verdict = ExistingFile.verdict(of: question, for: file)
+        }
+    }
+
+    /// Whether `item` has a partial file under its URL's name: an interrupted download that
+    /// resumes, whatever the server calls it.
+    private func hasPartialFile(_ item: Item) -> Bool {
+        let partial = DownloadOperation(request: URLRequest(url: item.url), destination: item.destination).partialFileURL
+        return FileManager.default.fileExists(atPath: partial.path)
     }
 
     /// Has the display queue receive SIGINT and SIGTERM, through dispatch sources rather than

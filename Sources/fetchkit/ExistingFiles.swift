@@ -54,6 +54,18 @@ enum ExistingFile {
         return check
     }
 
+    /// The plain `HEAD` that asks the server what it calls `download` (`--content-disposition`),
+    /// and, if a file of that name is there, whether its copy differs (``verdict(of:for:)``).
+    static func nameQuestion(_ download: URLRequest, timeout: TimeInterval, connectTimeout: TimeInterval?) -> FetchOperation<Data> {
+        var request = download
+        request.httpMethod = "HEAD"
+        let question = FetchOperation<Data>(request: request)
+        question.configuration.idleTimeout = timeout
+        question.configuration.connectTimeout = connectTimeout
+        question.configuration.retryPolicy = RetryPolicy(maximumRetries: 1)
+        return question
+    }
+
     /// What the finished `check` says of `file`.
     static func verdict(of check: FetchOperation<Data>, for file: (size: Int64, modified: Date)) -> Verdict {
         if check.error?.statusCode == 304 { return .unchanged }

@@ -167,6 +167,10 @@ struct CommandLineFlagsTests {
         #expect(!result.stdout.contains("\u{1B}"), "\(result.stdout)")
     }
 
+    /// A file already there under the server's name is kept, as one under the URL's name is:
+    /// the server is asked the name with a `HEAD` (as wget does), and nothing is downloaded again
+    /// beside it — a second run of the same command sends no `GET`. Within one run, two
+    /// downloads the server names alike get `NAME-1.ext`; `--force` replaces.
     @Test func contentDispositionKeepsAFileAlreadyThereUnlessForced() async throws {
         let server = try LoopbackServer()
         let directory = try TemporaryDirectory()
@@ -174,14 +178,26 @@ struct CommandLineFlagsTests {
         server.route("/get") { request in
             HTTPResponse(status: 200, headers: ["Content-Disposition": "attachment; filename=report.csv"], body: Data("new \(request.target)".utf8))
         }
+        server.route("/other") { request in
+            HTTPResponse(status: 200, headers: ["Content-Disposition": "attachment; filename=data.csv"], body: Data("\(request.target)".utf8))
+        }
+        let gets = { server.recordedRequests.filter { $0.method == "GET" }.map(\.target) }
         try Data("mine".utf8).write(to: directory.file("report.csv"))
-        let kept = try await runTool("fetchkit", [server.url("/get?a").absoluteString, server.url("/get?b").absoluteString,
-                                                  "--content-disposition", "-o", directory.url.path])
+        let kept = try await runTool("fetchkit", [server.url("/get?a").absoluteString, "--content-disposition", "-o", directory.url.path])
         #expect(kept.status == 0, "\(kept)")
+        #expect(kept.stdout.contains("report.csv") && kept.stdout.contains("already there, kept"), "\(kept.stdout)")
+        #expect(gets().isEmpty, "asked its name with a HEAD, then kept: \(gets())")
         #expect(FileManager.default.contents(atPath: directory.file("report.csv").path) == Data("mine".utf8))
-        let names = Set(try FileManager.default.contentsOfDirectory(atPath: directory.url.path))
-        #expect(names == ["report.csv", "report-1.csv", "report-2.csv"], "\(names)")
-        #expect(kept.stdout.contains("✓ report-1.csv") && kept.stdout.contains("✓ report-2.csv"), "\(kept.stdout)")
+
+        let twice = [server.url("/other?1").absoluteString, server.url("/other?2").absoluteString, "--content-disposition", "-o", directory.url.path]
+        let first = try await runTool("fetchkit", twice)
+        #expect(first.status == 0, "\(first)")
+        #expect(Set(try FileManager.default.contentsOfDirectory(atPath: directory.url.path)) == ["report.csv", "data.csv", "data-1.csv"])
+        let getsBefore = gets().count
+        let second = try await runTool("fetchkit", twice)
+        #expect(second.status == 0, "\(second)")
+        #expect(gets().count == getsBefore, "the second run downloads nothing again: \(gets())")
+        #expect(Set(try FileManager.default.contentsOfDirectory(atPath: directory.url.path)) == ["report.csv", "data.csv", "data-1.csv"])
 
         let forced = try await runTool("fetchkit", [server.url("/get?c").absoluteString, "--content-disposition", "--force", "-o", directory.url.path])
         #expect(forced.status == 0, "\(forced)")
