@@ -550,6 +550,10 @@ public final class FetchQueue: @unchecked Sendable {
     }
 
     /// Transfers in flight, and transfers waiting for a slot.
+    ///
+    /// A paused fetch (``pause(_:)``) is in neither count: it holds no slot and does not wait
+    /// for one until it is resumed. Ask ``isPaused(_:)``, or count a monitor's
+    /// ``FetchEventMonitor/fetchDidPause(_:)`` and ``FetchEventMonitor/fetchDidResume(_:)``.
     public struct TransferCounts: Sendable, Equatable {
         /// Transfers in flight (each may serve several coalesced fetches).
         public let inFlight: Int
