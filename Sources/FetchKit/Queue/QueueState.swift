@@ -24,8 +24,11 @@ protocol SlotFlight {
 }
 
 extension SlotFlight {
-    /// Its identity in its queue: its first member's fetch, which waited for the slot.
-    var ticket: FetchID { first.id }
+    /// Its identity in its queue: the place its first member (the attempt that waited for the
+    /// slot) reserved in line, which no other attempt has. Not that member's fetch: the member
+    /// may leave a shared flight before it is granted, and its fetch (paused and resumed, or
+    /// retried) may then run another attempt in a flight of its own while this one runs.
+    var ticket: UInt64 { first.place.sequence }
 }
 
 /// Everything mutable about a ``FetchQueue``, and every change to it: a value, like the
@@ -65,8 +68,8 @@ struct QueueState<Fetch, Flight: SlotFlight> {
     var coalesces: Bool
     /// The fetches registered, by identifier.
     var registry: [FetchID: Fetch] = [:]
-    /// The flights that hold a slot, by ticket.
-    var running: [FetchID: Flight] = [:]
+    /// The flights that hold a slot, by ticket (``SlotFlight/ticket``).
+    var running: [UInt64: Flight] = [:]
     /// The shareable flights that wait for a slot, by key: an identical request joins one.
     var waitingShared: [Key: WaitingFlight] = [:]
     /// The shareable flights running, by key: an identical request joins one on its session's
@@ -159,6 +162,7 @@ struct QueueState<Fetch, Flight: SlotFlight> {
         }
         if let key = member.key, let flight = runningShared[key] {
             statistics.requestsCoalesced += 1
+            actions.append(.announceJoin(member))
             actions.append(.joinFlight(flight, member))
             return
         }
@@ -170,6 +174,7 @@ struct QueueState<Fetch, Flight: SlotFlight> {
         if let key = member.key {
             if let index = waitingShared.index(forKey: key) {
                 statistics.requestsCoalesced += 1
+                actions.append(.announceJoin(member))
                 waitingShared.values[index].members.append(member)     // in place: no copy per joiner
                 // A more urgent caller moves the shared transfer up the line.
                 settle(at: index)
@@ -211,8 +216,9 @@ struct QueueState<Fetch, Flight: SlotFlight> {
             actions.append(.confirmCancel(member))
             return
         }
-        // Running, or ended: its flight decides (it tells a member it still has).
-        if let flight = member.key.flatMap({ runningShared[$0] }) ?? running[member.id] {
+        // Running, or ended: its flight decides (it tells a member it still has). One that may
+        // not share is the first of its flight.
+        if let flight = member.key.flatMap({ runningShared[$0] }) ?? running[member.place.sequence] {
             actions.append(.leaveFlight(flight, member))
         }
     }
@@ -261,7 +267,7 @@ struct QueueState<Fetch, Flight: SlotFlight> {
                 }
                 for member in members { relocated[member.id] = nil }
                 let flight = Flight(first: first, members: members)
-                running[first.id] = flight
+                running[flight.ticket] = flight
                 if let key = first.key { runningShared[key] = flight }
                 statistics.transfersStarted += 1
                 networkBecameBusy()
@@ -438,6 +444,10 @@ enum QueueAction<Flight: SlotFlight> {
     case announceCounts(FetchQueue.TransferCounts, [Callback<FetchQueue.TransferCounts>])
     /// Tell the network-activity handlers.
     case announceActivity(Bool, [Callback<Bool>])
+    /// Tell the monitors that a member joined an identical request's flight, waiting or
+    /// running (``FetchEventMonitor/fetchDidJoinSharedTransfer(_:)``): sent before any event
+    /// of that flight can reach the member.
+    case announceJoin(Flight.Member)
 
     // After the lock is released.
 
