@@ -353,6 +353,34 @@ struct ReprioritizeTests {
         #expect(order.current == ["/a", "/b"], "resumed at .veryHigh, ahead of /b")
     }
 
+    /// A paused fetch keeps its place in line (as aria2 keeps a paused download's): resumed, it
+    /// goes before the fetches enqueued after it.
+    @Test func aResumedFetchKeepsItsPlaceInLine() async throws {
+        let server = try LoopbackServer()
+        let gate = ServerGate()
+        defer { gate.open(); server.stop() }
+        server.gatedRoute("/held", gate)
+        let order = Locked<[String]>([])
+        for name in ["a", "b", "c"] { server.orderRoute("/\(name)", order) }
+        let queue = makeFetchQueue(total: 1)
+        queue.enqueue(server.operation("/held"))
+        #expect(await server.waitUntil { $0.requestsReceived == 1 })
+        // One at a time: an `OperationQueue` starts operations in no set order.
+        let done = Countdown(3)
+        var ids: [FetchID] = []
+        for (index, name) in ["a", "b", "c"].enumerated() {
+            ids.append(queue.enqueue(server.operation("/\(name)"), on: .global) { _ in done.signal() })
+            #expect(await counts(of: queue) { $0.waiting == index + 1 })
+        }
+        #expect(queue.pause(ids[0]))
+        #expect(await counts(of: queue) { $0.waiting == 2 })
+        #expect(queue.resume(ids[0]))
+        #expect(await counts(of: queue) { $0.waiting == 3 })
+        gate.open()
+        #expect(await done.wait())
+        #expect(order.current == ["/a", "/b", "/c"], "resumed in its place, ahead of /b and /c")
+    }
+
     /// A shared flight raised by an urgent member falls back when that member leaves. Which of
     /// the two `/shared` fetches made the flight is the `OperationQueue`'s choice: either way.
     @Test(arguments: ["cancel", "pause"])

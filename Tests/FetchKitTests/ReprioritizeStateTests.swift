@@ -131,6 +131,74 @@ struct ReprioritizeStateTests {
         #expect(helper.started(state.takeActions()).map(\.first) == [later])
     }
 
+    /// A paused fetch keeps its place in line, as aria2 keeps a paused download's: resumed, it
+    /// waits where it waited, not behind the fetches enqueued after it.
+    @Test func aResumedFetchWaitsAtItsPlaceNotBehindThoseEnqueuedAfterIt() throws {
+        var state = StubState(maximumTotal: 1, maximumPerHost: 1, coalesces: false)
+        let busy = try busySlot(&state)
+        let waiting = (0..<3).map { _ in helper.fetch("a", in: &state) }
+        for member in waiting { state.join(member) }
+        state.leave(waiting[0])                     // paused while it waits
+        #expect(helper.confirmed(state.takeActions()) == [waiting[0]])
+        #expect(state.transferCounts == .init(inFlight: 1, waiting: 2))
+        var resumed = helper.attempt(of: waiting[0].id, host: "a", in: &state)   // made at the back
+        state.join(resumed)
+        // Paused again, it is taken out of its place (beside the emptied entry it left there) …
+        state.leave(resumed)
+        #expect(helper.confirmed(state.takeActions()) == [resumed])
+        #expect(state.transferCounts == .init(inFlight: 1, waiting: 2))
+        // … and resumed, it takes it again.
+        resumed = helper.attempt(of: waiting[0].id, host: "a", in: &state)
+        state.join(resumed)
+        _ = state.takeActions()
+        let order = try drain(after: busy, &state, count: 3)
+        #expect(order == [resumed, waiting[1], waiting[2]])
+    }
+
+    /// One paused while it runs goes back before the fetches enqueued after it (aria2 puts it at
+    /// the front of its waiting line), and keeps that place when paused again.
+    @Test func aFetchPausedWhileItRunsIsResumedBeforeThoseEnqueuedAfterIt() throws {
+        var state = StubState(maximumTotal: 1, maximumPerHost: 1, coalesces: false)
+        let running = helper.fetch("a", in: &state)
+        state.join(running)
+        var flight = try #require(helper.started(state.takeActions()).first)
+        let later = (0..<3).map { _ in helper.fetch("a", in: &state) }
+        for member in later { state.join(member) }
+        for round in 0..<2 {
+            // Paused while it runs: its flight stops and ends; the next takes the slot.
+            state.leave(flight.first)
+            #expect(helper.left(state.takeActions()).map(\.member) == [flight.first])
+            helper.end(flight, &state)
+            let next = try #require(helper.started(state.takeActions()).first)
+            #expect(next.first == later[round])
+            let resumed = helper.attempt(of: running.id, host: "a", in: &state)
+            state.join(resumed)
+            helper.end(next, &state)
+            flight = try #require(helper.started(state.takeActions()).first)
+            #expect(flight.first == resumed, "round \(round): ahead of those enqueued after it")
+        }
+        let rest = try drain(after: flight, &state, count: 1)
+        #expect(rest == [later[2]])
+    }
+
+    @Test func aFetchRepriorisedWhilePausedWaitsAtTheBackOfItsNewLevel() throws {
+        var state = StubState(maximumTotal: 1, maximumPerHost: 1, coalesces: false)
+        let busy = try busySlot(&state)
+        let paused = helper.fetch("a", in: &state)
+        let high = helper.fetch("a", in: &state, priority: .high)
+        let normal = helper.fetch("a", in: &state)
+        for member in [paused, high, normal] { state.join(member) }
+        state.leave(paused)
+        state.reprioritize(paused.id, attempt: nil, to: level(.high))
+        let resumed = helper.attempt(of: paused.id, host: "a", in: &state)
+        state.join(resumed)
+        _ = state.takeActions()
+        let order = try drain(after: busy, &state, count: 3)
+        #expect(order == [high, resumed, normal], "at .high, behind the one already there")
+        state.unregister(paused.id)
+        #expect(state.homes.isEmpty, "nothing kept for a finished fetch")
+    }
+
     @Test func aSharedFlightKeepsItsPlaceWhenALeaverDidNotSetItsPriority() throws {
         var state = StubState(maximumTotal: 1, maximumPerHost: 1, coalesces: true)
         let busy = try busySlot(&state)

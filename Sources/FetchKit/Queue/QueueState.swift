@@ -81,6 +81,10 @@ struct QueueState<Fetch, Flight: SlotFlight> {
     /// Where attempts of re-prioritised fetches wait, or would wait in a shared flight, instead
     /// of the place their member was made with (its ``SlotHolder/place``). Only while they wait.
     var relocated: [FetchID: SlotPlace] = [:]
+    /// The places kept by fetches whose attempt left the line or its flight (paused, or
+    /// cancelled), as sequences in line: their next attempt (a resume) waits there, at its
+    /// priority, not behind the fetches enqueued after them. Until they finish.
+    var homes: [FetchID: UInt64] = [:]
     /// Fetches a `cancelAll` chose: they are about to be cancelled, and get no slot.
     var swept: Set<FetchID> = []
     /// Chosen fetches whose attempt a `cancelAll` took out of line (or kept from joining): each
@@ -134,6 +138,7 @@ struct QueueState<Fetch, Flight: SlotFlight> {
         registry[id] = nil
         levels[id] = nil
         relocated[id] = nil
+        homes[id] = nil
         swept.remove(id)
         withdrawn.remove(id)
     }
@@ -166,8 +171,12 @@ struct QueueState<Fetch, Flight: SlotFlight> {
             actions.append(.joinFlight(flight, member))
             return
         }
-        // A fetch re-prioritised before this attempt was made at its new level waits there.
-        if let level = levels[member.id], level != member.place.level {
+        // A fetch that left its place (paused) takes it again; one re-prioritised before this
+        // attempt was made at its new level waits there.
+        let level = levels[member.id] ?? member.place.level
+        if let home = homes[member.id] {
+            relocated[member.id] = SlotPlace(level: level, sequence: home)
+        } else if level != member.place.level {
             relocated[member.id] = scheduler.reservePlace(level: level)
         }
         let place = place(of: member)
@@ -195,6 +204,10 @@ struct QueueState<Fetch, Flight: SlotFlight> {
             actions.append(.confirmCancel(member))
             return
         }
+        // Where it waited, or waited before it was granted: its next attempt waits there again.
+        if homes[member.id] == nil, registry[member.id] != nil {
+            homes[member.id] = place(of: member).sequence
+        }
         if let key = member.key, let index = waitingShared.index(forKey: key),
            waitingShared.values[index].members.contains(member) {
             waitingShared.values[index].members.removeAll { $0 == member }
@@ -206,6 +219,9 @@ struct QueueState<Fetch, Flight: SlotFlight> {
             } else {
                 // Those left decide where it waits: the most urgent of them.
                 settle(at: index)
+                // Its place may stay the flight's: its next attempt joins the flight there, or
+                // (a request that differs now) waits at the back, never beside it in line.
+                if homes[member.id] == waitingShared.values[index].place.sequence { homes[member.id] = nil }
             }
             actions.append(.confirmCancel(member))
             return
@@ -291,18 +307,25 @@ struct QueueState<Fetch, Flight: SlotFlight> {
     /// runs, or waits for nothing here, is not moved.
     mutating func reprioritize(_ id: FetchID, attempt: Member?, to level: Int) {
         guard registry[id] != nil else { return }
+        let changed = levels[id].map { $0 != level } ?? true
         levels[id] = level
+        // A paused fetch goes to the back of its new level: there it waits when resumed.
+        if changed, homes[id] != nil {
+            homes[id] = scheduler.reservePlace(level: level).sequence
+        }
         guard let member = attempt, member.id == id, level != place(of: member).level else { return }
+        let target = scheduler.reservePlace(level: level)
         if let key = member.key, let index = waitingShared.index(forKey: key) {
             guard waitingShared.values[index].members.contains(member) else { return }
-            relocated[member.id] = scheduler.reservePlace(level: level)
+            relocated[member.id] = target
+            if homes[id] != nil { homes[id] = target.sequence }
             settle(at: index)
             return
         }
         guard member.key == nil else { return }
-        let target = scheduler.reservePlace(level: level)
         if scheduler.move(at: place(of: member), host: member.host, to: target) {
             relocated[member.id] = target
+            if homes[id] != nil { homes[id] = target.sequence }
         }
     }
 
