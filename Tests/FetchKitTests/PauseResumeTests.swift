@@ -42,6 +42,14 @@ func signalOnce(_ countdown: Countdown) -> @Sendable (Bool) -> Void {
     }
 }
 
+/// Puts a bearer token the test sets on each request; never refreshes (no request is refused).
+private struct BearerToken: FetchAuthenticator {
+    let refreshURL: URL
+    func makeRefreshOperation(for credential: FetchCredential) -> FetchOperation<FetchCredential> {
+        FetchOperation<FetchCredential>(url: refreshURL)
+    }
+}
+
 @Suite("Pause and resume", .timeLimit(.minutes(3)))
 struct PauseResumeTests {
     private func contents(_ url: URL) -> Data? { FileManager.default.contents(atPath: url.path) }
@@ -351,6 +359,62 @@ struct ReprioritizeTests {
         gate.open()
         #expect(await done.wait())
         #expect(order.current == ["/a", "/b"], "resumed at .veryHigh, ahead of /b")
+    }
+
+    /// A fetch that made a shared transfer and was paused before its slot came leaves the
+    /// transfer to the fetch that joined it; resumed with another token, it cannot join that
+    /// transfer again and runs one of its own beside it. Each transfer frees its own slot (the
+    /// queue once knew a transfer by its first fetch: the second took the first's entry, and
+    /// one slot stayed taken for good).
+    @Test func aFetchResumedBesideTheSharedTransferItMadeFreesOnlyItsOwnSlot() async throws {
+        let server = try LoopbackServer()
+        let gates = (first: ServerGate(), second: ServerGate(), shared: ServerGate())
+        defer { gates.first.open(); gates.second.open(); gates.shared.open(); server.stop() }
+        server.gatedRoute("/held/1", gates.first)
+        server.gatedRoute("/held/2", gates.second)
+        server.gatedRoute("/shared", gates.shared)
+        let authentication = FetchAuthentication(authenticator: BearerToken(refreshURL: server.url("/refresh")),
+                                                 credential: FetchCredential(token: "old"), origins: [server.baseURL])
+        let queue = FetchQueue(name: #function, maximumConcurrentTransfers: 2, maximumTransfersPerHost: 2,
+                               monitors: [EventRecorder()], coalescesIdenticalRequests: true, authentication: authentication)
+        let recorder = try #require(queue.recorder)
+        // Both slots are taken.
+        let held = Countdown(2)
+        queue.enqueue(server.operation("/held/1"), on: .global) { _ in held.signal() }
+        queue.enqueue(server.operation("/held/2"), on: .global) { _ in held.signal() }
+        #expect(await server.waitUntil { $0.requestsReceived == 2 })
+        // The creator waits; a caller joins its transfer; the creator is paused.
+        let creator = server.operation("/shared")
+        let creatorDone = Countdown(1)
+        let creatorID = queue.enqueue(creator, on: .global) { _ in creatorDone.signal() }
+        #expect(await counts(of: queue) { $0.waiting == 1 })
+        let joiner = server.operation("/shared")
+        let joinerDone = Countdown(1)
+        let joinerID = queue.enqueue(joiner, on: .global) { _ in joinerDone.signal() }
+        #expect(await recorder.waitUntil { $0.contains { $0 == (.join, joinerID) } })
+        #expect(queue.pause(creatorID))
+        // A slot frees: the shared transfer goes out, for the joiner.
+        gates.first.open()
+        #expect(await server.waitUntil { $0.requestsReceived == 3 })
+        // Resumed with a new token, the creator waits for a transfer of its own, and gets the other slot.
+        authentication.setCredential(FetchCredential(token: "new"))
+        #expect(queue.resume(creatorID))
+        #expect(await counts(of: queue) { $0.waiting == 1 })
+        gates.second.open()
+        #expect(await held.wait())
+        #expect(await server.waitUntil { $0.requestsReceived == 4 })
+        #expect(server.requests(path: "/shared").map { $0.headers["Authorization"] } == ["Bearer old", "Bearer new"])
+        #expect(queue.transferCounts == .init(inFlight: 2, waiting: 0))
+        // Both end: both slots are free again.
+        gates.shared.open()
+        #expect(await joinerDone.wait())
+        #expect(await creatorDone.wait())
+        #expect(creator.responseBody == Data("open".utf8) && joiner.responseBody == Data("open".utf8))
+        #expect(await counts(of: queue) { $0 == .init(inFlight: 0, waiting: 0) })
+        let after = [server.operation("/json"), server.operation("/json")]
+        let afterDone = Countdown(2)
+        for operation in after { queue.enqueue(operation, on: .global) { _ in afterDone.signal() } }
+        #expect(await afterDone.wait())
     }
 
     /// A paused fetch keeps its place in line (as aria2 keeps a paused download's): resumed, it
