@@ -372,7 +372,15 @@ struct ReprioritizeTests {
         defer { gates.first.open(); gates.second.open(); gates.shared.open(); server.stop() }
         server.gatedRoute("/held/1", gates.first)
         server.gatedRoute("/held/2", gates.second)
-        server.gatedRoute("/shared", gates.shared)
+        // The tokens the shared path was asked with, in order; each arrival signals its countdown.
+        let tokens = Locked<[String?]>([])
+        let arrivals = [Countdown(1), Countdown(1)]
+        server.route("/shared") { request in
+            let count = tokens.withLock { $0.append(request.headers["Authorization"]); return $0.count }
+            if count <= arrivals.count { arrivals[count - 1].signal() }
+            gates.shared.wait(timeout: 120)
+            return .text("open")
+        }
         let authentication = FetchAuthentication(authenticator: BearerToken(refreshURL: server.url("/refresh")),
                                                  credential: FetchCredential(token: "old"), origins: [server.baseURL])
         let queue = FetchQueue(name: #function, maximumConcurrentTransfers: 2, maximumTransfersPerHost: 2,
@@ -395,15 +403,15 @@ struct ReprioritizeTests {
         #expect(queue.pause(creatorID))
         // A slot frees: the shared transfer goes out, for the joiner.
         gates.first.open()
-        #expect(await server.waitUntil { $0.requestsReceived == 3 })
+        #expect(await arrivals[0].wait())
         // Resumed with a new token, the creator waits for a transfer of its own, and gets the other slot.
         authentication.setCredential(FetchCredential(token: "new"))
         #expect(queue.resume(creatorID))
         #expect(await counts(of: queue) { $0.waiting == 1 })
         gates.second.open()
         #expect(await held.wait())
-        #expect(await server.waitUntil { $0.requestsReceived == 4 })
-        #expect(server.requests(path: "/shared").map { $0.headers["Authorization"] } == ["Bearer old", "Bearer new"])
+        #expect(await arrivals[1].wait())
+        #expect(tokens.current == ["Bearer old", "Bearer new"])
         #expect(queue.transferCounts == .init(inFlight: 2, waiting: 0))
         // Both end: both slots are free again.
         gates.shared.open()
