@@ -98,13 +98,55 @@ struct CoalescingTests {
         #expect(await recorder.waitUntil { $0.contains { $0 == (.response, lateID) } })
         gate.open()
         #expect(await recorder.waitUntil { events in [firstID, lateID].allSatisfy { id in events.contains { $0 == (.finish, id) } } })
-        // then each caller's monitors hear its whole life once, in order, and one request was sent.
-        for id in [firstID, lateID] {
-            #expect(recorder.kinds(for: id) == [.enqueue, .start, .response, .metrics, .finish])
-        }
+        // then each caller's monitors hear its whole life once, in order — the late one that it
+        // joined, first — and one request was sent.
+        #expect(recorder.kinds(for: firstID) == [.enqueue, .start, .response, .metrics, .finish])
+        #expect(recorder.kinds(for: lateID) == [.enqueue, .join, .start, .response, .metrics, .finish])
         #expect(late.responseBody == Data("ok".utf8))
         #expect(server.requestCount(path: "/held") == 1)
         #expect(queue.statistics.requestsCoalesced == 1)
+    }
+
+    @Test func monitorsHearThatAFetchJoinedAWaitingTransferBeforeItStarts() async throws {
+        let server = try LoopbackServer()
+        let gate = ServerGate()
+        defer { gate.open(); server.stop() }
+        server.gatedRoute("/held", gate)
+        let lines = Locked<[String]>([])
+        let logger = FetchEventLogger { line in lines.withLock { $0.append(line) } }
+        let sessionRecorder = EventRecorder()
+        let session = FetchSession(monitors: [sessionRecorder])
+        defer { session.invalidate() }
+        // The logger first: its events are handed to its queue before the recorder's.
+        let queue = makeFetchQueue(total: 1, coalesces: true, monitors: [logger, EventRecorder()])
+        let recorder = try #require(queue.recorder)
+        queue.enqueue(server.operation("/held"))
+        #expect(await server.waitUntil { $0.requestsReceived == 1 })
+        // Given a shareable fetch waiting for the only slot,
+        func shared() -> RecordingOperation {
+            let operation = server.operation("/json")
+            operation.configuration.session = session
+            return operation
+        }
+        let done = Countdown(2)
+        let firstID = queue.enqueue(shared(), on: .global) { _ in done.signal() }
+        #expect(await counts(of: queue) { $0.waiting == 1 })
+        // when an identical one joins it,
+        let joinerID = queue.enqueue(shared(), on: .global) { _ in done.signal() }
+        // then the queue's monitors and the session's hear it at once, before it starts,
+        #expect(await recorder.waitUntil { $0.contains { $0 == (.join, joinerID) } })
+        #expect(await sessionRecorder.waitUntil { $0.contains { $0 == (.join, joinerID) } })
+        #expect(recorder.kinds(for: joinerID) == [.enqueue, .join])
+        let logged = Countdown(1)
+        logger.queue.async { logged.signal() }
+        #expect(await logged.wait())
+        #expect(lines.current.contains("\(joinerID) joined an identical request's transfer"), "\(lines.current)")
+        gate.open()
+        #expect(await done.wait())
+        #expect(await recorder.waitUntil { events in [firstID, joinerID].allSatisfy { id in events.contains { $0 == (.finish, id) } } })
+        #expect(recorder.kinds(for: firstID) == [.enqueue, .start, .response, .metrics, .finish], "it made the transfer")
+        #expect(recorder.kinds(for: joinerID) == [.enqueue, .join, .start, .response, .metrics, .finish])
+        #expect(server.requestCount(path: "/json") == 1)
     }
 
     /// Requests that say they want a fresh answer, in each of the ways HTTP and Foundation let

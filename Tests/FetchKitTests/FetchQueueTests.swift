@@ -6,7 +6,7 @@ import Testing
 
 /// Records every monitor event of the queues it is given to, and tells waiters of finishes.
 final class EventRecorder: FetchEventMonitor {
-    enum Kind: Equatable { case enqueue, start, redirect, response, retry, pause, resume, metrics, finish }
+    enum Kind: Equatable { case enqueue, start, redirect, response, retry, pause, resume, join, metrics, finish }
     let events = Locked<[(kind: Kind, id: FetchID)]>([])
     let metrics = Locked<[FetchID: FetchMetrics]>([:])
     let finishObservers = Locked<[Int: @Sendable () -> Void]>([:])
@@ -49,6 +49,7 @@ final class EventRecorder: FetchEventMonitor {
     func fetch(_ fetch: MonitoredFetch, willRetry event: RetryEvent) { record(.retry, fetch) }
     func fetchDidPause(_ fetch: MonitoredFetch) { record(.pause, fetch) }
     func fetchDidResume(_ fetch: MonitoredFetch) { record(.resume, fetch) }
+    func fetchDidJoinSharedTransfer(_ fetch: MonitoredFetch) { record(.join, fetch) }
     func fetch(_ fetch: MonitoredFetch, didCollect metrics: FetchMetrics) {
         self.metrics.withLock { $0[fetch.id] = metrics }
         record(.metrics, fetch)

@@ -42,6 +42,14 @@ func signalOnce(_ countdown: Countdown) -> @Sendable (Bool) -> Void {
     }
 }
 
+/// Puts a bearer token the test sets on each request; never refreshes (no request is refused).
+private struct BearerToken: FetchAuthenticator {
+    let refreshURL: URL
+    func makeRefreshOperation(for credential: FetchCredential) -> FetchOperation<FetchCredential> {
+        FetchOperation<FetchCredential>(url: refreshURL)
+    }
+}
+
 @Suite("Pause and resume", .timeLimit(.minutes(3)))
 struct PauseResumeTests {
     private func contents(_ url: URL) -> Data? { FileManager.default.contents(atPath: url.path) }
@@ -353,15 +361,101 @@ struct ReprioritizeTests {
         #expect(order.current == ["/a", "/b"], "resumed at .veryHigh, ahead of /b")
     }
 
-    /// A shared flight raised by an urgent member falls back when that member leaves.
-    ///
-    /// Disabled: it failed 1 run in 8 alone. Its wait for the urgent member to join
-    /// (`recorder.waitUntil { statistics.requestsCoalesced == 1 }`) is checked only as monitor
-    /// events arrive, and joining a waiting flight sends none, so the wait can end only at its
-    /// 60 s deadline; the order then seen was wrong too (the flight kept the urgent priority),
-    /// which may be a real fault when the member that leaves is the one that made the flight.
-    /// The pure `ReprioritizeStateTests` cover the fallback meanwhile.
-    @Test(.disabled("flaky: see the doc comment"), arguments: ["cancel", "pause"])
+    /// A fetch that made a shared transfer and was paused before its slot came leaves the
+    /// transfer to the fetch that joined it; resumed with another token, it cannot join that
+    /// transfer again and runs one of its own beside it. Each transfer frees its own slot (the
+    /// queue once knew a transfer by its first fetch: the second took the first's entry, and
+    /// one slot stayed taken for good).
+    @Test func aFetchResumedBesideTheSharedTransferItMadeFreesOnlyItsOwnSlot() async throws {
+        let server = try LoopbackServer()
+        let gates = (first: ServerGate(), second: ServerGate(), shared: ServerGate())
+        defer { gates.first.open(); gates.second.open(); gates.shared.open(); server.stop() }
+        server.gatedRoute("/held/1", gates.first)
+        server.gatedRoute("/held/2", gates.second)
+        // The tokens the shared path was asked with, in order; each arrival signals its countdown.
+        let tokens = Locked<[String?]>([])
+        let arrivals = [Countdown(1), Countdown(1)]
+        server.route("/shared") { request in
+            let count = tokens.withLock { $0.append(request.headers["Authorization"]); return $0.count }
+            if count <= arrivals.count { arrivals[count - 1].signal() }
+            gates.shared.wait(timeout: 120)
+            return .text("open")
+        }
+        let authentication = FetchAuthentication(authenticator: BearerToken(refreshURL: server.url("/refresh")),
+                                                 credential: FetchCredential(token: "old"), origins: [server.baseURL])
+        let queue = FetchQueue(name: #function, maximumConcurrentTransfers: 2, maximumTransfersPerHost: 2,
+                               monitors: [EventRecorder()], coalescesIdenticalRequests: true, authentication: authentication)
+        let recorder = try #require(queue.recorder)
+        // Both slots are taken.
+        let held = Countdown(2)
+        queue.enqueue(server.operation("/held/1"), on: .global) { _ in held.signal() }
+        queue.enqueue(server.operation("/held/2"), on: .global) { _ in held.signal() }
+        #expect(await server.waitUntil { $0.requestsReceived == 2 })
+        // The creator waits; a caller joins its transfer; the creator is paused.
+        let creator = server.operation("/shared")
+        let creatorDone = Countdown(1)
+        let creatorID = queue.enqueue(creator, on: .global) { _ in creatorDone.signal() }
+        #expect(await counts(of: queue) { $0.waiting == 1 })
+        let joiner = server.operation("/shared")
+        let joinerDone = Countdown(1)
+        let joinerID = queue.enqueue(joiner, on: .global) { _ in joinerDone.signal() }
+        #expect(await recorder.waitUntil { $0.contains { $0 == (.join, joinerID) } })
+        #expect(queue.pause(creatorID))
+        // A slot frees: the shared transfer goes out, for the joiner.
+        gates.first.open()
+        #expect(await arrivals[0].wait())
+        // Resumed with a new token, the creator waits for a transfer of its own, and gets the other slot.
+        authentication.setCredential(FetchCredential(token: "new"))
+        #expect(queue.resume(creatorID))
+        #expect(await counts(of: queue) { $0.waiting == 1 })
+        gates.second.open()
+        #expect(await held.wait())
+        #expect(await arrivals[1].wait())
+        #expect(tokens.current == ["Bearer old", "Bearer new"])
+        #expect(queue.transferCounts == .init(inFlight: 2, waiting: 0))
+        // Both end: both slots are free again.
+        gates.shared.open()
+        #expect(await joinerDone.wait())
+        #expect(await creatorDone.wait())
+        #expect(creator.responseBody == Data("open".utf8) && joiner.responseBody == Data("open".utf8))
+        #expect(await counts(of: queue) { $0 == .init(inFlight: 0, waiting: 0) })
+        let after = [server.operation("/json"), server.operation("/json")]
+        let afterDone = Countdown(2)
+        for operation in after { queue.enqueue(operation, on: .global) { _ in afterDone.signal() } }
+        #expect(await afterDone.wait())
+    }
+
+    /// A paused fetch keeps its place in line (as aria2 keeps a paused download's): resumed, it
+    /// goes before the fetches enqueued after it.
+    @Test func aResumedFetchKeepsItsPlaceInLine() async throws {
+        let server = try LoopbackServer()
+        let gate = ServerGate()
+        defer { gate.open(); server.stop() }
+        server.gatedRoute("/held", gate)
+        let order = Locked<[String]>([])
+        for name in ["a", "b", "c"] { server.orderRoute("/\(name)", order) }
+        let queue = makeFetchQueue(total: 1)
+        queue.enqueue(server.operation("/held"))
+        #expect(await server.waitUntil { $0.requestsReceived == 1 })
+        // One at a time: an `OperationQueue` starts operations in no set order.
+        let done = Countdown(3)
+        var ids: [FetchID] = []
+        for (index, name) in ["a", "b", "c"].enumerated() {
+            ids.append(queue.enqueue(server.operation("/\(name)"), on: .global) { _ in done.signal() })
+            #expect(await counts(of: queue) { $0.waiting == index + 1 })
+        }
+        #expect(queue.pause(ids[0]))
+        #expect(await counts(of: queue) { $0.waiting == 2 })
+        #expect(queue.resume(ids[0]))
+        #expect(await counts(of: queue) { $0.waiting == 3 })
+        gate.open()
+        #expect(await done.wait())
+        #expect(order.current == ["/a", "/b", "/c"], "resumed in its place, ahead of /b and /c")
+    }
+
+    /// A shared flight raised by an urgent member falls back when that member leaves. Which of
+    /// the two `/shared` fetches made the flight is the `OperationQueue`'s choice: either way.
+    @Test(arguments: ["cancel", "pause"])
     func aSharedFlightFallsBackWhenItsUrgentMemberLeaves(_ how: String) async throws {
         let server = try LoopbackServer()
         let gate = ServerGate()
@@ -370,6 +464,7 @@ struct ReprioritizeTests {
         let order = Locked<[String]>([])
         for name in ["shared", "normal"] { server.orderRoute("/\(name)", order) }
         let queue = makeFetchQueue(total: 1, coalesces: true)
+        let recorder = try #require(queue.recorder)
         queue.enqueue(server.operation("/held"))
         // The blocker holds the only slot before the others are enqueued: an `OperationQueue`
         // starts operations in no set order, and the first to ask takes the slot.
@@ -383,10 +478,54 @@ struct ReprioritizeTests {
         urgent.queuePriority = .veryHigh
         let urgentID = queue.enqueue(urgent)
         #expect(await counts(of: queue) { $0.waiting == 2 })
-        #expect(await queue.recorder?.waitUntil { _ in queue.statistics.requestsCoalesced == 1 } == true)
+        #expect(await recorder.waitUntil { events in events.contains { $0.kind == .join } })
+        #expect(queue.statistics.requestsCoalesced == 1)
         if how == "cancel" { queue.cancel(urgentID) } else { #expect(queue.pause(urgentID)) }
         gate.open()
         #expect(await done.wait())
         #expect(order.current == ["/normal", "/shared"], "the flight went back to .low")
+        queue.cancel(urgentID)
+    }
+
+    /// The urgent fetch made the shared flight (it waited in line first), and the fetches that
+    /// joined it wait at `.normal`, behind a `.normal` fetch that was in line before them: when
+    /// the urgent one leaves, or is lowered, the flight goes back behind that fetch.
+    @Test(arguments: ["cancel", "pause", "lower"])
+    func aSharedFlightFallsBackWhenTheUrgentFetchThatMadeItLeaves(_ how: String) async throws {
+        let server = try LoopbackServer()
+        let gate = ServerGate()
+        defer { gate.open(); server.stop() }
+        server.gatedRoute("/held", gate)
+        let order = Locked<[String]>([])
+        for name in ["shared", "normal"] { server.orderRoute("/\(name)", order) }
+        let queue = makeFetchQueue(total: 1, coalesces: true)
+        let recorder = try #require(queue.recorder)
+        queue.enqueue(server.operation("/held"))
+        #expect(await server.waitUntil { $0.requestsReceived == 1 })
+        let urgent = server.operation("/shared")
+        urgent.queuePriority = .veryHigh
+        let urgentID = queue.enqueue(urgent)
+        #expect(await counts(of: queue) { $0.waiting == 1 }, "it waits in line: it made the flight")
+        let done = Countdown(3)
+        queue.enqueue(server.operation("/normal"), on: .global) { _ in done.signal() }
+        #expect(await counts(of: queue) { $0.waiting == 2 })
+        let joiners = [server.operation("/shared"), server.operation("/shared")]
+        let joinerIDs = joiners.map { queue.enqueue($0, on: .global) { _ in done.signal() } }
+        #expect(await recorder.waitUntil { events in
+            joinerIDs.allSatisfy { id in events.contains { $0.kind == .join && $0.id == id } }
+        })
+        #expect(recorder.kinds(for: urgentID).contains(.join) == false, "it made the flight")
+        #expect(queue.statistics.requestsCoalesced == 2)
+        switch how {
+        case "cancel": #expect(queue.cancel(urgentID))
+        case "pause": #expect(queue.pause(urgentID))
+        default: #expect(queue.setPriority(.low, of: urgentID))
+        }
+        gate.open()
+        #expect(await done.wait())
+        #expect(order.current == ["/normal", "/shared"], "the flight went back to .normal, behind /normal")
+        #expect(server.requestCount(path: "/shared") == 1, "one transfer for the joiners")
+        for joiner in joiners { #expect(joiner.responseBody == Data("/shared".utf8)) }
+        queue.cancel(urgentID)
     }
 }

@@ -57,6 +57,11 @@ struct QueueStateTests {
         actions.compactMap { if case .joinFlight(let flight, let member) = $0 { (flight, member) } else { nil } }
     }
 
+    /// The members whose joining an identical request's flight the monitors hear of.
+    func announcedJoins(_ actions: [QueueAction<StubFlight>]) -> [StubMember] {
+        actions.compactMap { if case .announceJoin(let member) = $0 { member } else { nil } }
+    }
+
     func left(_ actions: [QueueAction<StubFlight>]) -> [(flight: StubFlight, member: StubMember)] {
         actions.compactMap { if case .leaveFlight(let flight, let member) = $0 { (flight, member) } else { nil } }
     }

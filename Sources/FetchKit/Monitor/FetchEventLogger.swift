@@ -80,6 +80,10 @@ public struct FetchEventLogger: FetchEventMonitor {
         write("\(fetch.id) resumed")
     }
 
+    public func fetchDidJoinSharedTransfer(_ fetch: MonitoredFetch) {
+        write("\(fetch.id) joined an identical request's transfer")
+    }
+
     public func fetch(_ fetch: MonitoredFetch, didCollect metrics: FetchMetrics) {
         pending.withLock { $0[fetch.id] = metrics }
         let firstByte = metrics.timeToFirstByte.map { "first byte \(Self.format(seconds: $0)), " } ?? ""

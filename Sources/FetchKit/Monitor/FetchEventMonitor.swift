@@ -24,6 +24,8 @@ import FoundationNetworking
 ///    method; between attempts, ``fetch(_:willRetry:)``;
 ///    ``fetchDidPause(_:)`` and ``fetchDidResume(_:)`` when it is paused and resumed
 ///    (``AnyFetchOperation/pause()``), at any time before its end;
+///    ``fetchDidJoinSharedTransfer(_:)`` when an attempt joins an identical request's transfer
+///    (``FetchQueue/coalescesIdenticalRequests``), before that transfer's events;
 /// 4. ``fetch(_:didCollect:)`` once, with the fetch's ``FetchMetrics``;
 /// 5. ``fetch(_:didFinishWith:)`` once, last.
 ///
@@ -108,6 +110,19 @@ public protocol FetchEventMonitor: Sendable {
     ///
     /// - Parameter fetch: The fetch.
     func fetchDidResume(_ fetch: MonitoredFetch)
+    /// The fetch's attempt joined the transfer of an identical request instead of sending its
+    /// own (``FetchQueue/coalescesIdenticalRequests``): the server sees one request for both,
+    /// and the fetch hears that transfer's events from now on (``fetchDidStart(_:request:)``
+    /// when it gets its slot, if it had not started). The transfer may wait for its slot still,
+    /// or be running.
+    ///
+    /// Once per attempt that joins, before any event of that transfer for the fetch; each
+    /// joining counts in ``FetchQueue/Statistics/requestsCoalesced``. Only a
+    /// ``FetchQueue`` shares transfers: a monitor of a session hears it for the fetches of such
+    /// a queue.
+    ///
+    /// - Parameter fetch: The fetch that joined.
+    func fetchDidJoinSharedTransfer(_ fetch: MonitoredFetch)
     /// What the fetch measured, just before ``fetch(_:didFinishWith:)``.
     ///
     /// - Parameters:
@@ -140,6 +155,7 @@ extension FetchEventMonitor {
     public func fetch(_ fetch: MonitoredFetch, willRetry event: RetryEvent) {}
     public func fetchDidPause(_ fetch: MonitoredFetch) {}
     public func fetchDidResume(_ fetch: MonitoredFetch) {}
+    public func fetchDidJoinSharedTransfer(_ fetch: MonitoredFetch) {}
     public func fetch(_ fetch: MonitoredFetch, didCollect metrics: FetchMetrics) {}
     public func fetch(_ fetch: MonitoredFetch, didFinishWith error: FetchError?) {}
     public func fetch(_ fetch: MonitoredFetch, didRefreshCredential event: CredentialRefreshEvent) {}
@@ -223,6 +239,7 @@ enum MonitorEvent: Sendable {
     case retry(RetryEvent)
     case paused
     case resumed
+    case joinedSharedTransfer
     case metrics(FetchMetrics)
     case finished(FetchError?)
     case credentialRefresh(CredentialRefreshEvent)
@@ -237,6 +254,7 @@ enum MonitorEvent: Sendable {
         case .retry(let event): monitor.fetch(fetch, willRetry: event)
         case .paused: monitor.fetchDidPause(fetch)
         case .resumed: monitor.fetchDidResume(fetch)
+        case .joinedSharedTransfer: monitor.fetchDidJoinSharedTransfer(fetch)
         case .metrics(let metrics): monitor.fetch(fetch, didCollect: metrics)
         case .finished(let error): monitor.fetch(fetch, didFinishWith: error)
         case .credentialRefresh(let event): monitor.fetch(fetch, didRefreshCredential: event)

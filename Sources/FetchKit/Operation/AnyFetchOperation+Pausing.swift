@@ -22,8 +22,8 @@ extension AnyFetchOperation {
     ///   with `Range` and `If-Range`, validated as ever. A fetch whose body is kept in memory
     ///   drops what it received and asks again from the start on ``resume()``.
     ///
-    /// What it frees: its transfer slot in its queue (the next waiting fetch starts) and its
-    /// place in line. In a shared flight (``FetchQueue/coalescesIdenticalRequests``) it leaves
+    /// What it frees: its transfer slot in its queue (the next waiting fetch starts); its place
+    /// in line is kept for ``resume()``. In a shared flight (``FetchQueue/coalescesIdenticalRequests``) it leaves
     /// the flight, which goes on for the others, at the priority of those left.
     ///
     /// It takes effect at once while the fetch waits for a slot, for its dependencies, or
@@ -63,9 +63,16 @@ extension AnyFetchOperation {
         }
     }
 
-    /// Resumes a paused fetch: it waits for a transfer slot again (in its queue, at the back of
-    /// its priority), and continues — a ``DownloadOperation`` from its partial file, with `Range`.
-    /// A resume is not a retry: it does not count in ``attempts``.
+    /// Resumes a paused fetch: it waits for a transfer slot again, and continues — a
+    /// ``DownloadOperation`` from its partial file, with `Range`. A resume is not a retry: it
+    /// does not count in ``attempts``.
+    ///
+    /// In a ``FetchQueue`` it takes its place in line again, as aria2 and download managers keep
+    /// a paused download's: among the fetches of its priority it goes before those enqueued
+    /// after it — where it waited, if it was paused while waiting; if it was paused while its
+    /// transfer ran, ahead of those that waited behind it then. One re-prioritised while paused
+    /// (``FetchQueue/setPriority(_:of:)``) waits at the back of its new priority. One paused
+    /// before it ever waited for a slot has no place yet: it waits at the back.
     ///
     /// Its monitors hear ``FetchEventMonitor/fetchDidResume(_:)``.
     ///

@@ -15,8 +15,8 @@ extension FetchQueue {
         operation(for: id)?.pause() ?? false
     }
 
-    /// Resumes one paused fetch: it waits for a slot again and continues (a download with
-    /// `Range`). See ``AnyFetchOperation/resume()``.
+    /// Resumes one paused fetch: it waits for a slot again, in the place it kept in line, and
+    /// continues (a download with `Range`). See ``AnyFetchOperation/resume()``.
     ///
     /// - Returns: `false` if no such fetch is in the queue, or it was not paused.
     @discardableResult
@@ -45,8 +45,8 @@ extension FetchQueue {
         return paused
     }
 
-    /// Resumes every paused fetch, in enqueue order: they wait for slots again, each at the back
-    /// of its priority.
+    /// Resumes every paused fetch, in enqueue order: they wait for slots again, each in the place
+    /// it kept in line (see ``AnyFetchOperation/resume()``).
     ///
     /// - Returns: How many were resumed.
     @discardableResult
@@ -60,9 +60,9 @@ extension FetchQueue {
 
     /// Changes the priority of a fetch in the queue, up or down.
     ///
-    /// A fetch waiting for a slot moves to the back of its new priority at once; one in flight
-    /// keeps its slot, and its later attempts (a retry, a resume after ``pause(_:)``) wait at
-    /// the new priority. In a shared flight (``coalescesIdenticalRequests``) the flight waits at
+    /// A fetch waiting for a slot moves to the back of its new priority at once, and so does a
+    /// paused one (it waits there when resumed); one in flight keeps its slot, and its later
+    /// attempts (a retry, a resume after ``pause(_:)``) wait at the new priority. In a shared flight (``coalescesIdenticalRequests``) the flight waits at
     /// the priority of its most urgent member: raising one raises it, and lowering (or pausing,
     /// or cancelling) that member lets it fall back to the most urgent of those left.
     ///

@@ -52,6 +52,12 @@ extension FetchQueue: TransferCoordinator {
                     eventQueue.async { handlers.deliver(counts) }
                 case .announceActivity(let active, let handlers):
                     eventQueue.async { handlers.deliver(active) }
+                case .announceJoin(let member):
+                    // Under the lock, as a queue sends its events (``MonitorChannel``): before
+                    // the grant that a later transition makes can start the flight for it.
+                    let fetch = MonitoredFetch(id: member.id, operation: member.operation)
+                    monitorChannel?.send(.joinedSharedTransfer, for: fetch)
+                    member.session.monitorChannel?.send(.joinedSharedTransfer, for: fetch)
                 default:
                     later.append(action)
                 }
@@ -92,7 +98,7 @@ extension FetchQueue: TransferCoordinator {
                     if state.wakeFired(token) { state.changeScheduler { _ in } }
                 }
             }
-        case .announceCounts, .announceActivity:
+        case .announceCounts, .announceActivity, .announceJoin:
             preconditionFailure("FetchKit bug: \(action) is an ordered action")
         }
     }

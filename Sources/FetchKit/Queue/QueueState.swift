@@ -24,8 +24,11 @@ protocol SlotFlight {
 }
 
 extension SlotFlight {
-    /// Its identity in its queue: its first member's fetch, which waited for the slot.
-    var ticket: FetchID { first.id }
+    /// Its identity in its queue: the place its first member (the attempt that waited for the
+    /// slot) reserved in line, which no other attempt has. Not that member's fetch: the member
+    /// may leave a shared flight before it is granted, and its fetch (paused and resumed, or
+    /// retried) may then run another attempt in a flight of its own while this one runs.
+    var ticket: UInt64 { first.place.sequence }
 }
 
 /// Everything mutable about a ``FetchQueue``, and every change to it: a value, like the
@@ -65,8 +68,8 @@ struct QueueState<Fetch, Flight: SlotFlight> {
     var coalesces: Bool
     /// The fetches registered, by identifier.
     var registry: [FetchID: Fetch] = [:]
-    /// The flights that hold a slot, by ticket.
-    var running: [FetchID: Flight] = [:]
+    /// The flights that hold a slot, by ticket (``SlotFlight/ticket``).
+    var running: [UInt64: Flight] = [:]
     /// The shareable flights that wait for a slot, by key: an identical request joins one.
     var waitingShared: [Key: WaitingFlight] = [:]
     /// The shareable flights running, by key: an identical request joins one on its session's
@@ -78,6 +81,10 @@ struct QueueState<Fetch, Flight: SlotFlight> {
     /// Where attempts of re-prioritised fetches wait, or would wait in a shared flight, instead
     /// of the place their member was made with (its ``SlotHolder/place``). Only while they wait.
     var relocated: [FetchID: SlotPlace] = [:]
+    /// The places kept by fetches whose attempt left the line or its flight (paused, or
+    /// cancelled), as sequences in line: their next attempt (a resume) waits there, at its
+    /// priority, not behind the fetches enqueued after them. Until they finish.
+    var homes: [FetchID: UInt64] = [:]
     /// Fetches a `cancelAll` chose: they are about to be cancelled, and get no slot.
     var swept: Set<FetchID> = []
     /// Chosen fetches whose attempt a `cancelAll` took out of line (or kept from joining): each
@@ -131,6 +138,7 @@ struct QueueState<Fetch, Flight: SlotFlight> {
         registry[id] = nil
         levels[id] = nil
         relocated[id] = nil
+        homes[id] = nil
         swept.remove(id)
         withdrawn.remove(id)
     }
@@ -159,17 +167,23 @@ struct QueueState<Fetch, Flight: SlotFlight> {
         }
         if let key = member.key, let flight = runningShared[key] {
             statistics.requestsCoalesced += 1
+            actions.append(.announceJoin(member))
             actions.append(.joinFlight(flight, member))
             return
         }
-        // A fetch re-prioritised before this attempt was made at its new level waits there.
-        if let level = levels[member.id], level != member.place.level {
+        // A fetch that left its place (paused) takes it again; one re-prioritised before this
+        // attempt was made at its new level waits there.
+        let level = levels[member.id] ?? member.place.level
+        if let home = homes[member.id] {
+            relocated[member.id] = SlotPlace(level: level, sequence: home)
+        } else if level != member.place.level {
             relocated[member.id] = scheduler.reservePlace(level: level)
         }
         let place = place(of: member)
         if let key = member.key {
             if let index = waitingShared.index(forKey: key) {
                 statistics.requestsCoalesced += 1
+                actions.append(.announceJoin(member))
                 waitingShared.values[index].members.append(member)     // in place: no copy per joiner
                 // A more urgent caller moves the shared transfer up the line.
                 settle(at: index)
@@ -190,6 +204,10 @@ struct QueueState<Fetch, Flight: SlotFlight> {
             actions.append(.confirmCancel(member))
             return
         }
+        // Where it waited, or waited before it was granted: its next attempt waits there again.
+        if homes[member.id] == nil, registry[member.id] != nil {
+            homes[member.id] = place(of: member).sequence
+        }
         if let key = member.key, let index = waitingShared.index(forKey: key),
            waitingShared.values[index].members.contains(member) {
             waitingShared.values[index].members.removeAll { $0 == member }
@@ -201,6 +219,9 @@ struct QueueState<Fetch, Flight: SlotFlight> {
             } else {
                 // Those left decide where it waits: the most urgent of them.
                 settle(at: index)
+                // Its place may stay the flight's: its next attempt joins the flight there, or
+                // (a request that differs now) waits at the back, never beside it in line.
+                if homes[member.id] == waitingShared.values[index].place.sequence { homes[member.id] = nil }
             }
             actions.append(.confirmCancel(member))
             return
@@ -211,8 +232,9 @@ struct QueueState<Fetch, Flight: SlotFlight> {
             actions.append(.confirmCancel(member))
             return
         }
-        // Running, or ended: its flight decides (it tells a member it still has).
-        if let flight = member.key.flatMap({ runningShared[$0] }) ?? running[member.id] {
+        // Running, or ended: its flight decides (it tells a member it still has). One that may
+        // not share is the first of its flight.
+        if let flight = member.key.flatMap({ runningShared[$0] }) ?? running[member.place.sequence] {
             actions.append(.leaveFlight(flight, member))
         }
     }
@@ -261,7 +283,7 @@ struct QueueState<Fetch, Flight: SlotFlight> {
                 }
                 for member in members { relocated[member.id] = nil }
                 let flight = Flight(first: first, members: members)
-                running[first.id] = flight
+                running[flight.ticket] = flight
                 if let key = first.key { runningShared[key] = flight }
                 statistics.transfersStarted += 1
                 networkBecameBusy()
@@ -285,18 +307,25 @@ struct QueueState<Fetch, Flight: SlotFlight> {
     /// runs, or waits for nothing here, is not moved.
     mutating func reprioritize(_ id: FetchID, attempt: Member?, to level: Int) {
         guard registry[id] != nil else { return }
+        let changed = levels[id].map { $0 != level } ?? true
         levels[id] = level
+        // A paused fetch goes to the back of its new level: there it waits when resumed.
+        if changed, homes[id] != nil {
+            homes[id] = scheduler.reservePlace(level: level).sequence
+        }
         guard let member = attempt, member.id == id, level != place(of: member).level else { return }
+        let target = scheduler.reservePlace(level: level)
         if let key = member.key, let index = waitingShared.index(forKey: key) {
             guard waitingShared.values[index].members.contains(member) else { return }
-            relocated[member.id] = scheduler.reservePlace(level: level)
+            relocated[member.id] = target
+            if homes[id] != nil { homes[id] = target.sequence }
             settle(at: index)
             return
         }
         guard member.key == nil else { return }
-        let target = scheduler.reservePlace(level: level)
         if scheduler.move(at: place(of: member), host: member.host, to: target) {
             relocated[member.id] = target
+            if homes[id] != nil { homes[id] = target.sequence }
         }
     }
 
@@ -438,6 +467,10 @@ enum QueueAction<Flight: SlotFlight> {
     case announceCounts(FetchQueue.TransferCounts, [Callback<FetchQueue.TransferCounts>])
     /// Tell the network-activity handlers.
     case announceActivity(Bool, [Callback<Bool>])
+    /// Tell the monitors that a member joined an identical request's flight, waiting or
+    /// running (``FetchEventMonitor/fetchDidJoinSharedTransfer(_:)``): sent before any event
+    /// of that flight can reach the member.
+    case announceJoin(Flight.Member)
 
     // After the lock is released.
 

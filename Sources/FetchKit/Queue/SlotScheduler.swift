@@ -75,9 +75,11 @@ struct SlotScheduler<Ticket: Sendable>: Sendable {
         }
 
         /// Adds an entry in sequence order: at the end, unless a later sequence got there first.
+        /// A place taken again (a resumed fetch's, ``QueueState``) goes before the emptied entry
+        /// it left, so that bisection finds the live one first.
         mutating func insert(_ entry: (ticket: Ticket?, sequence: UInt64)) {
             var index = entries.count
-            while index > head, entries[index - 1].sequence > entry.sequence { index -= 1 }
+            while index > head, entries[index - 1].sequence >= entry.sequence { index -= 1 }
             entries.insert(entry, at: index)
         }
 
