@@ -109,7 +109,9 @@ struct Options: Equatable {
       --sha256 HEX         the SHA-256 the file must have (64 hex digits, as sha256sum
                            prints it); only with exactly one download (an -i list gives
                            one per line). A file that does not match is not saved, its
-                           partial download is removed, and the mismatch is one line
+                           partial download is removed, and the mismatch is one line.
+                           A file already there is checked instead: kept if it matches,
+                           a failure (exit 9, the file kept) if not, unless --force
       -H, --header 'Name: value'  send this request header (repeatable; a later one of
                            the same name replaces an earlier one). Names are HTTP tokens;
                            values may not hold control characters

@@ -105,4 +105,37 @@ struct CommandLineEverydayTests {
         let saved = try FileManager.default.contentsOfDirectory(atPath: directory.url.path).filter { !$0.hasPrefix(".") }
         #expect(saved.count == 60)
     }
+
+    /// `--sha256` with a file already there: the file is what is checked (wget has no digest;
+    /// aria2c checks the file it has). One that matches is kept and says so, with no request; one
+    /// that does not is a checksum failure (exit 9), kept as it is for `--force` to replace,
+    /// never "already there" with exit 0 while it is not the file asked for.
+    @Test func aDigestIsCheckedAgainstAFileAlreadyThere() async throws {
+        let server = try LoopbackServer()
+        let directory = try TemporaryDirectory()
+        defer { server.stop(); directory.remove() }
+        let body = BytePattern.data(offset: 0, count: 3000)
+        let hex = try await sha256sum(body)
+        let url = server.url("/bytes/3000").absoluteString
+
+        try Data("not the file".utf8).write(to: directory.file("3000"))
+        let wrong = try await runTool("fetchkit", [url, "--sha256", hex, "-o", directory.url.path])
+        #expect(wrong.status == ExitStatus.checksum.rawValue, "\(wrong)")
+        #expect(wrong.stdout.contains("already there") && wrong.stdout.contains(hex), "\(wrong.stdout)")
+        #expect(FileManager.default.contents(atPath: directory.file("3000").path) == Data("not the file".utf8), "kept as it was")
+        #expect(server.requests(path: "/bytes/3000").isEmpty, "nothing sent for it")
+
+        try body.write(to: directory.file("3000"))
+        let right = try await runTool("fetchkit", [url, "--sha256", hex, "--json", "-o", directory.url.path])
+        #expect(right.status == 0, "\(right)")
+        #expect(right.stderr.contains("SHA-256 matches"), "\(right.stderr)")
+        #expect(right.stdout.contains("\"sha256\":\"\(hex)\""), "\(right.stdout)")
+        #expect(server.requests(path: "/bytes/3000").isEmpty, "nothing sent for it")
+
+        // --force still downloads it again, checked as it is written.
+        try Data("not the file".utf8).write(to: directory.file("3000"))
+        let forced = try await runTool("fetchkit", [url, "--sha256", hex, "--force", "-o", directory.url.path])
+        #expect(forced.status == 0, "\(forced)")
+        #expect(FileManager.default.contents(atPath: directory.file("3000").path) == body)
+    }
 }
