@@ -54,20 +54,25 @@ struct Options: Equatable {
         let value: String
     }
 
+    /// The usage's first line, which follows a usage error.
+    static let synopsis = "usage: fetchkit [URL ...] [-i FILE] [options]"
+
     static let usage = """
-    usage: fetchkit [URL ...] [-i FILE] [options]
+    \(synopsis)
 
     Downloads the URLs concurrently with FetchKit. With no argument at all, runs an offline
     demo: a local server on 127.0.0.1 serves sample RSS feeds, and FetchKit refreshes them all.
     Options without a URL (fetchkit -o DIR, as an empty xargs runs it) are a usage error.
-    Options that take a value accept it as the next argument or after '=' (--retry=3).
+    Options that take a value accept it as the next argument or after '=' (--retry=3);
+    one-letter options bundle and take a value attached, as in wget and curl (-qJ, -oDIR).
 
     what to download:
       -i, --input-file FILE  read URLs from FILE ('-' for standard input): one a line,
                            optionally followed by 'sha256:' and the file's 64 hex digits;
                            blank lines and lines starting with '#' are skipped. A bad line
                            stops the run before anything is downloaded (exit 2)
-      -o, --output DIR     directory to save into (default: the current directory)
+      -o, --output DIR     directory to save into (default: the current directory;
+                           also -P, --directory-prefix as in wget, -d, --dir as in aria2c)
       --content-disposition  name each file as the server's Content-Disposition header
                            says (filename*= or filename=), made safe as names from URLs
                            are; without one, the URL's name. A name already taken in DIR
@@ -84,7 +89,8 @@ struct Options: Equatable {
                            partial download is resumed either way)
 
     how:
-      --parallel N         downloads at once, overall (default 4)
+      --parallel N         downloads at once, overall (default 4); at most what the
+                           open-file limit (ulimit -n) has room for, which it says
       --per-host N         downloads at once to one host (default 2)
       --retry N            retries per download after a transient failure (default 2)
       --timeout S          seconds without data before an attempt fails (default 30;
@@ -103,7 +109,9 @@ struct Options: Equatable {
       --sha256 HEX         the SHA-256 the file must have (64 hex digits, as sha256sum
                            prints it); only with exactly one download (an -i list gives
                            one per line). A file that does not match is not saved, its
-                           partial download is removed, and the mismatch is one line
+                           partial download is removed, and the mismatch is one line.
+                           A file already there is checked instead: kept if it matches,
+                           a failure (exit 9, the file kept) if not, unless --force
       -H, --header 'Name: value'  send this request header (repeatable; a later one of
                            the same name replaces an earlier one). Names are HTTP tokens;
                            values may not hold control characters
@@ -144,7 +152,13 @@ struct Options: Equatable {
         }
     }
 
+    /// The one-letter options that take a value: in a bundle (`-qo DIR`) only the last may, and
+    /// one may have its value attached (`-oDIR`, `-m30`), as getopt reads them for wget and curl.
+    static let shortOptionsTakingValue: Set<Character> = ["i", "o", "P", "d", "m", "H", "A"]
+
     static func parse(_ arguments: [String]) throws(UsageError) -> Options {
+        // Bundles are taken apart in place: `-qcJ` is read as `-q`, then `-cJ`, then `-J`.
+        var arguments = arguments
         var options = Options()
         var index = 0
         var onlyURLs = false
@@ -179,9 +193,20 @@ struct Options: Equatable {
         while index < arguments.count {
             var argument = arguments[index]
             inlineValue = nil
+            /// The rest of a bundle of one-letter options (`-cJ` after `-q` of `-qcJ`).
+            var bundleRest: String?
             if !onlyURLs, argument.hasPrefix("--"), let equals = argument.firstIndex(of: "=") {
                 inlineValue = String(argument[argument.index(after: equals)...])
                 argument = String(argument[..<equals])
+            } else if !onlyURLs, argument.count > 2, argument.hasPrefix("-"), !argument.hasPrefix("--") {
+                let letter = argument[argument.index(after: argument.startIndex)]
+                let rest = String(argument.dropFirst(2))
+                if Self.shortOptionsTakingValue.contains(letter) {
+                    inlineValue = rest
+                } else {
+                    bundleRest = "-" + rest
+                }
+                argument = "-" + String(letter)
             }
             switch argument {
             case _ where onlyURLs || !argument.hasPrefix("-") || argument == "-":
@@ -194,7 +219,7 @@ struct Options: Equatable {
                 onlyURLs = true
             case "-i", "--input-file":
                 options.entries += try InputList.read(try value(for: argument))
-            case "-o", "--output":
+            case "-o", "--output", "-P", "--directory-prefix", "-d", "--dir":
                 options.outputDirectory = URL(fileURLWithPath: try value(for: argument), isDirectory: true)
             case "--parallel":
                 options.parallel = try count(for: argument)
@@ -258,7 +283,11 @@ struct Options: Equatable {
             if inlineValue != nil {
                 throw UsageError(description: "\(argument) takes no value")
             }
-            index += 1
+            if let bundleRest {
+                arguments[index] = bundleRest
+            } else {
+                index += 1
+            }
         }
         if options.showHelp || options.showVersion { return options }
         // `fetchkit -o dir` from an empty `xargs`, or a script whose URL list came out empty:

@@ -25,6 +25,15 @@ final class Downloader: @unchecked Sendable {
         case stopped
         /// A file was already there, and `--force` was not given: kept, not downloaded.
         case skipped
+
+        /// Settled before any download starts: kept, or (a file already there without the
+        /// digest given) failed.
+        var isSettled: Bool {
+            switch self {
+            case .skipped, .failed: true
+            default: false
+            }
+        }
     }
 
     struct Item {
@@ -54,6 +63,10 @@ final class Downloader: @unchecked Sendable {
         var status: Int?
         /// The SHA-256 the finished file was checked against.
         var verifiedDigest: FileDigest?
+        /// A file already there does not have the SHA-256 given (it is kept, not downloaded),
+        /// or could not be read to check it (``unreadable``).
+        var existingFileDiffers = false
+        var unreadable = false
 
         /// The class of its failure, if it failed.
         var exitStatus: ExitStatus? {
@@ -63,6 +76,12 @@ final class Downloader: @unchecked Sendable {
 
         /// Why it failed, in a few words (see ``Downloader/reason(_:)``).
         func failureReason(_ error: FetchError) -> String {
+            if existingFileDiffers, case .digestMismatch(let mismatch) = error {
+                return unreadable
+                    ? "already there, and could not be read to check its SHA-256; kept (--force downloads it again)"
+                    : "already there, but its SHA-256 is \(mismatch.actual.hex), not the expected \(mismatch.expected.hex); "
+                        + "kept (--force downloads it again)"
+            }
             guard let otherProcess else { return Downloader.reason(error) }
             return "skipped: being downloaded by another fetchkit" + (otherProcess > 0 ? " (pid \(otherProcess))" : "")
         }
@@ -120,9 +139,10 @@ final class Downloader: @unchecked Sendable {
         // Like wget --no-clobber: a file already there is kept, not replaced, unless --force;
         // the server is asked whether its copy changed (see ExistingFile).
         if !options.force { checkExistingFiles() }
-        // A file already there and kept is no longer unfinished.
-        for item in items {
-            if case .skipped = item.state { try? journal?.remove(item.name) }
+        // A file already there and kept is no longer unfinished; nor is one that fails its
+        // digest (--force replaces it).
+        for item in items where item.state.isSettled {
+            try? journal?.remove(item.name)
         }
         display.header("Downloading \(items.count) file\(items.count == 1 ? "" : "s") to \(Terminal.sanitized(directory.path)) "
             + "(\(options.parallel) at once, \(options.perHost) per host)")
@@ -133,8 +153,8 @@ final class Downloader: @unchecked Sendable {
         var timer: DispatchSourceTimer?
         let signals = watchSignals()
         ui.sync {
-            for index in items.indices {
-                if case .skipped = items[index].state { ended(index) }
+            for index in items.indices where items[index].state.isSettled {
+                ended(index)
             }
             startAll()
             if display.interactive {
@@ -181,6 +201,23 @@ final class Downloader: @unchecked Sendable {
                 if options.contentDisposition, !hasPartialFile(items[index]) {
                     nameQuestions.append((index, ExistingFile.nameQuestion(request(for: items[index].url), timeout: options.timeout,
                                                                             connectTimeout: options.connectTimeout)))
+                }
+                continue
+            }
+            // A digest was given: the file is what is checked, not the server's date — one that
+            // matches is the file asked for; one that does not is kept for --force to replace,
+            // and fails the run, rather than pass as "already there".
+            if let expected = items[index].sha256 {
+                let actual = FileDigest(expected.algorithm, of: items[index].destination)
+                if actual == expected {
+                    items[index].state = .skipped
+                    items[index].verifiedDigest = expected
+                } else {
+                    items[index].existingFileDiffers = true
+                    items[index].state = .failed(.digestMismatch(FetchError.DigestMismatch(
+                        expected: expected, actual: actual ?? expected, byteCount: file.size, url: items[index].url,
+                        path: items[index].destination.path)))
+                    items[index].unreadable = actual == nil
                 }
                 continue
             }
@@ -266,7 +303,7 @@ final class Downloader: @unchecked Sendable {
 
     /// Enqueues every item as one batch; its completion, after the last item's, ends the run.
     private func startAll() {
-        let downloads = items.indices.filter { if case .skipped = items[$0].state { false } else { true } }.map(makeDownload)
+        let downloads = items.indices.filter { !items[$0].state.isSettled }.map(makeDownload)
         guard !downloads.isEmpty else {
             finished.signal()
             return

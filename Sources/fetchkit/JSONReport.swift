@@ -29,7 +29,7 @@ struct JSONReport: Encodable {
     /// Why it failed, in words (redacted), or `null`.
     let message: String?
 
-    /// Encodes every field, `null`s included, in a stable order.
+    /// Encodes every field, `null`s included (written with their keys sorted, as above).
     enum CodingKeys: String, CodingKey {
         case url, path, bytes, status, sha256, seconds, result, error, message
     }
@@ -73,7 +73,9 @@ struct JSONReport: Encodable {
             url: Redaction.redacted(item.url), path: item.destination.path, bytes: bytes, status: item.status,
             sha256: item.verifiedDigest?.hex, seconds: max(0, seconds), result: result, error: error, message: message)
         let encoder = JSONEncoder()
-        encoder.outputFormatting = [.withoutEscapingSlashes]
+        // Sorted: corelibs' JSONEncoder otherwise writes the keys in a dictionary's order,
+        // which changes from run to run, and lines from two runs would not compare as text.
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
         guard let data = try? encoder.encode(report) else { return "{}\n" }
         return String(decoding: data, as: UTF8.self) + "\n"
     }

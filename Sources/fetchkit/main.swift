@@ -22,11 +22,14 @@ import Darwin
 // it fail with EPIPE instead, and the tool stops printing there (see `OutputStream`).
 signal(SIGPIPE, SIG_IGN)
 
-let options: Options
+var options: Options
 do {
     options = try Options.parse(Array(CommandLine.arguments.dropFirst()))
 } catch {
-    Terminal.error("fetchkit: \(error.description)" + (error.showsUsage ? "\n\n\(Options.usage)" : " (fetchkit --help shows the usage)"))
+    // A few lines, as curl, wget and aria2c print them: the whole --help would scroll the
+    // message itself off the screen.
+    Terminal.error("fetchkit: \(error.description)"
+        + (error.showsUsage ? "\n\(Options.synopsis)\nfetchkit --help shows every option and the exit codes" : " (fetchkit --help shows the usage)"))
     exit(ExitStatus.usage.rawValue)
 }
 if options.showHelp {
@@ -37,4 +40,16 @@ if options.showVersion {
     print("fetchkit \(Version.current)")
     exit(ExitStatus.success.rawValue)
 }
-exit(options.urls.isEmpty && !options.continues ? Demo.run() : Downloader(options: options).run())
+if options.urls.isEmpty && !options.continues { exit(Demo.run()) }
+// No more downloads at once than the open-file limit has room for: past it, each one more fails
+// with "Too many open files" (see OpenFileLimit).
+let fit = OpenFileLimit.downloadsThatFit()
+if options.parallel > fit.downloads {
+    if options.verbosity != .quiet {
+        Terminal.error("fetchkit: --parallel \(options.parallel) needs more open files than this process may have "
+            + "(ulimit -n \(fit.openFiles)): \(fit.downloads) at once")
+    }
+    options.parallel = fit.downloads
+}
+options.perHost = min(options.perHost, options.parallel)
+exit(Downloader(options: options).run())

@@ -112,6 +112,26 @@ struct SHA256Tests {
         }
     }
 
+    /// `FileDigest(_:of:)` (what `fetchkit --sha256` checks a file already there with) reads
+    /// the file to its end, and refuses what is not a regular file.
+    @Test func aFileOnDiskHashesAsSha256sumDoesAndOnlyARegularFile() async throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        var random = SplitMix64(seed: 7)
+        for size in [0, 1, 64, 1_048_577, 3 << 20 | 1] {
+            let data = Data((0..<size).map { _ in UInt8(truncatingIfNeeded: random.next()) })
+            let reference = try await sha256sum(of: data, in: directory)
+            let file = directory.file("f\(size)")
+            try data.write(to: file)
+            #expect(FileDigest(.sha256, of: file)?.hex == reference.hex, "\(size) bytes")
+        }
+        let link = directory.file("link")
+        try FileManager.default.createSymbolicLink(at: link, withDestinationURL: directory.file("f1"))
+        #expect(FileDigest(.sha256, of: link) == nil, "a link is not followed")
+        #expect(FileDigest(.sha256, of: directory.url) == nil, "a directory")
+        #expect(FileDigest(.sha256, of: directory.file("missing")) == nil)
+    }
+
     @Test func hexIsParsedStrictly() {
         let hex = "BA7816BF8F01CFEA414140DE5DAE2223B00361A396177A9CB410FF61F20015AD"
         #expect(FileDigest(.sha256, hex: hex)?.hex == hex.lowercased())

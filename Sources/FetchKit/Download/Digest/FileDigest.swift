@@ -100,3 +100,30 @@ public struct FileDigest: Sendable, Hashable, CustomStringConvertible {
         }
     }
 }
+
+extension FileDigest {
+    /// The digest of the regular file at `fileURL`, read to its end: to check a file that is
+    /// already there against the digest a download would have to have.
+    ///
+    /// ```swift
+    /// let there = URL(fileURLWithPath: "/tmp/downloads/report.pdf")
+    /// if let expected = FileDigest(.sha256, hex: "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"),
+    ///    FileDigest(.sha256, of: there) == expected {
+    ///     print("already downloaded")
+    /// }
+    /// ```
+    ///
+    /// - Parameters:
+    ///   - algorithm: The algorithm (``Algorithm/sha256``).
+    ///   - fileURL: A regular file; a symbolic link is not followed.
+    /// - Returns: `nil` if the file is not a regular file or cannot be read to its end.
+    public init?(_ algorithm: Algorithm, of fileURL: URL) {
+        let descriptor = LocalFile.open(fileURL, O_RDONLY)
+        guard descriptor >= 0 else { return nil }
+        defer { close(descriptor) }
+        guard let status = LocalFile.status(descriptor: descriptor), status.isRegular else { return nil }
+        let hasher = DigestHasher(algorithm)
+        guard hasher.update(descriptor: descriptor, length: status.size) == nil else { return nil }
+        self = hasher.finish()
+    }
+}
