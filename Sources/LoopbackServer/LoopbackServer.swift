@@ -34,7 +34,7 @@ public final class LoopbackServer: @unchecked Sendable {
     ///   - sendBufferSize: `SO_SNDBUF` for each accepted connection, or `nil` (the default)
     ///     for the kernel's, which grows to megabytes on loopback. A small one keeps what the
     ///     server hands to the kernel (``ServerCounters/patternBytesSent``) within that much of
-    ///     what went on the wire: for measuring a client's receive rate at the server.
+    ///     what went on the wire; ``bytesAcknowledged`` measures the wire with any buffer.
     /// - Throws: if the listening socket cannot be created.
     public init(recordRequests: Bool = true, sendBufferSize: Int? = nil) throws {
         core = try ServerCore(recordRequests: recordRequests, sendBufferSize: sendBufferSize)
@@ -74,6 +74,17 @@ public final class LoopbackServer: @unchecked Sendable {
 
     /// All counters, read together.
     public var counters: ServerCounters { core.snapshot }
+
+    /// The bytes that clients acknowledged, over all connections since the start or the last
+    /// ``resetCounters()``: what crossed the wire and reached the clients' kernels (response
+    /// heads included), read from each connection's `TCP_INFO` (`tcpi_bytes_acked`) and kept
+    /// for the closed ones. Unlike ``ServerCounters/patternBytesSent`` (what the server handed
+    /// its own kernel, which with the default send buffer runs megabytes ahead on loopback), it
+    /// measures a client's receive rate at the server whatever the buffers. `nil` where the
+    /// kernel does not report it (not Linux).
+    ///
+    /// Each read asks the kernel once per open connection: sample it, not in a tight loop.
+    public var bytesAcknowledged: Int? { core.bytesAcknowledged }
 
     /// TCP connections accepted since the start or the last ``resetCounters()``.
     public var connectionsAccepted: Int { core.snapshot.connectionsAccepted }

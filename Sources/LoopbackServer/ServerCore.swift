@@ -32,6 +32,7 @@ final class ServerCore: @unchecked Sendable {
     private var openConnections: [Int: Int32] = [:] // connection ID -> descriptor
     private var connectionSequence = 0
     private var liveThreads = 0 // the accept thread plus connection threads
+    private var acknowledgedByClosed = 0 // bytes acknowledged on connections closed since the last reset
 
     /// How long `stop()` waits for threads to finish.
     private static let stopGracePeriod: TimeInterval = 3
@@ -128,6 +129,7 @@ final class ServerCore: @unchecked Sendable {
     func closeConnection(id: Int, fd: Int32, reset: Bool) {
         condition.lock()
         if reset { Socket.armReset(fd) }
+        acknowledgedByClosed += Socket.bytesAcknowledged(fd) ?? 0
         Socket.close(fd)
         openConnections[id] = nil
         counters.connectionsOpen -= 1
@@ -221,8 +223,22 @@ final class ServerCore: @unchecked Sendable {
         return counters
     }
 
+    /// The bytes clients acknowledged on every connection, open or closed since the start or
+    /// the last reset (a connection open across a reset counts from its start); `nil` where
+    /// the kernel does not tell (not Linux).
+    var bytesAcknowledged: Int? {
+        #if os(Linux)
+        condition.lock()
+        defer { condition.unlock() }
+        return openConnections.values.reduce(acknowledgedByClosed) { $0 + (Socket.bytesAcknowledged($1) ?? 0) }
+        #else
+        return nil
+        #endif
+    }
+
     func resetCounters() {
         condition.lock()
+        acknowledgedByClosed = 0
         counters.connectionsAccepted = 0
         counters.requestsReceived = 0
         counters.patternBytesSent = 0

@@ -106,6 +106,28 @@ enum Socket {
         #endif
     }
 
+    /// The bytes of `fd`'s output that its peer acknowledged (`tcpi_bytes_acked` of Linux's
+    /// `TCP_INFO`): what crossed the wire and reached the peer's kernel, whatever was queued
+    /// in the send buffer behind it. `nil` where the kernel does not report it (not Linux, or
+    /// a kernel older than 4.1, whose `struct tcp_info` ends before the field).
+    static func bytesAcknowledged(_ fd: Int32) -> Int? {
+        #if os(Linux)
+        // `struct tcp_info` of linux/tcp.h: 8 one-byte fields, 24 `__u32` (rto ... total_retrans),
+        // then the `__u64`s pacing_rate, max_pacing_rate and bytes_acked: at 8 + 96 + 16 = 120
+        // (`offsetof` says the same on x86-64 and arm64). Read as raw bytes with a size check,
+        // so that no struct declaration (Glibc's netinet/tcp.h is older) has to match.
+        let offset = 120
+        var buffer = [UInt8](repeating: 0, count: 256)
+        var length = socklen_t(buffer.count)
+        let level = Int32(IPPROTO_TCP), option: Int32 = 11   // TCP_INFO
+        let result = buffer.withUnsafeMutableBytes { getsockopt(fd, level, option, $0.baseAddress, &length) }
+        guard result == 0, Int(length) >= offset + 8 else { return nil }
+        return buffer.withUnsafeBytes { Int(UInt64(littleEndian: $0.loadUnaligned(fromByteOffset: offset, as: UInt64.self))) }
+        #else
+        return nil
+        #endif
+    }
+
     /// Arms `SO_LINGER {1, 0}` so that the next `close(2)` sends a TCP RST instead of a FIN.
     static func armReset(_ fd: Int32) {
         var option = linger(l_onoff: 1, l_linger: 0)

@@ -1,28 +1,91 @@
 import FetchKit
 import Foundation
 import LoopbackServer
+#if canImport(Glibc)
+import Glibc
+#endif
 
-/// How closely a ``FetchQueue`` bandwidth limit holds the server's send rate: the loopback
-/// server's pattern bytes handed to the kernel, sampled every 50 ms while the queue fetches
-/// `transfers` bodies of `seconds` × limit bytes in all (several to one host, sharing the
-/// limit), then the rate over every 5-second window (sliding by 50 ms) against the limit. The
-/// server's send buffer is fixed at 32 KiB (64 KiB with the kernel's bookkeeping), so that what
-/// it hands its kernel is within that of what went on the wire.
+/// How closely a ``FetchQueue`` bandwidth limit holds the server's send rate *on the wire*,
+/// with the kernel's default socket buffers: the bytes the client acknowledged to the loopback
+/// server (`TCP_INFO`'s `tcpi_bytes_acked`, ``LoopbackServer/bytesAcknowledged``), sampled
+/// every 50 ms while the queue fetches `transfers` bodies of `seconds` × limit bytes in all
+/// (to one host, sharing the limit), then the rate over every 5-second window (sliding by
+/// 50 ms, from the first request to the server's last byte on the wire) against the limit. What the server handed
+/// its kernel (``ServerCounters/patternBytesSent``) is shown beside it: with default buffers it
+/// runs ahead of the wire by what the send buffer holds.
+///
+/// Each mechanism (FetchKit's token bucket, libcurl's `CURLOPT_MAX_RECV_SPEED_LARGE` at each
+/// transfer's share, both) runs in turn in each round, so that they meet the same load; the
+/// figures are the medians over the rounds.
 enum LimitRateBenchmark {
-    static func run(rate: Int, seconds: Int, transfers: Int, perHost: Bool) throws {
-        let server = try LoopbackServer(recordRequests: false, sendBufferSize: 32 << 10)
+    static let mechanisms = ["bucket", "curl", "both"]
+
+    /// One run's figures, as ratios to the limit.
+    struct Run {
+        var wireFirst: Double
+        var wireMin: Double
+        var wireMax: Double
+        var writtenMax: Double
+        var overall: Double
+        var seconds: Double
+        var windows: Int
+        var failed: Int
+        var enforced: Bool
+    }
+
+    static func run(rate: Int, seconds: Int, transfers: [Int], perHost: Bool, rounds: Int, mechanisms: [String],
+                    sendBufferSize: Int?) throws {
+        let buffers = sendBufferSize.map { "server SO_SNDBUF \($0) B" } ?? "kernel default socket buffers"
+        print("bandwidth limit \(rate) B/s \(perHost ? "per host" : "per queue"), \(seconds) s' worth per run, \(buffers), "
+              + "\(rounds) round(s); ratios to the limit, medians over the rounds")
+        print("wire = bytes the client acknowledged (TCP_INFO tcpi_bytes_acked at the server); "
+              + "written = pattern bytes the server handed its kernel")
+        for count in transfers {
+            var results: [String: [Run]] = [:]
+            for round in 1...rounds {
+                for mechanism in mechanisms {
+                    let result = try once(rate: rate, seconds: seconds, transfers: count, perHost: perHost,
+                                          mechanism: mechanism, sendBufferSize: sendBufferSize)
+                    results[mechanism, default: []].append(result)
+                    print(String(format: "  round %d, %d transfer(s), %@: wire 5-s windows min %.3f max %.3f (first %.3f), written max %.3f, overall %.3f, %.1f s, %d failed%@",
+                                 round, count, mechanism, result.wireMin, result.wireMax, result.wireFirst,
+                                 result.writtenMax, result.overall, result.seconds, result.failed,
+                                 result.enforced ? "" : ", NOT ENFORCED"))
+                }
+            }
+            print("\(count) transfer(s) sharing the limit: median of \(rounds)")
+            print("  mechanism | wire windows min | max  | first window | written max | overall | in ±15 %")
+            for mechanism in mechanisms {
+                let runs = results[mechanism] ?? []
+                let inside = runs.filter { $0.wireMin >= 0.85 && $0.wireMax <= 1.15 }.count
+                print(String(format: "  %-9@ | %16.3f | %.3f | %12.3f | %11.3f | %7.3f | %d of %d",
+                             mechanism, median(runs.map(\.wireMin)), median(runs.map(\.wireMax)), median(runs.map(\.wireFirst)),
+                             median(runs.map(\.writtenMax)), median(runs.map(\.overall)), inside, runs.count))
+            }
+        }
+    }
+
+    private static func once(rate: Int, seconds: Int, transfers: Int, perHost: Bool, mechanism: String,
+                             sendBufferSize: Int?) throws -> Run {
+        let server = try LoopbackServer(recordRequests: false, sendBufferSize: sendBufferSize)
         defer { server.stop() }
+        // Read when the queue is made (FetchKit's switch for this comparison).
+        setenv("FETCHKIT_BANDWIDTH_MECHANISM", mechanism, 1)
         let queue = perHost ? FetchQueue(maximumConcurrentTransfers: transfers, maximumTransfersPerHost: transfers, bandwidthLimitPerHost: rate)
                             : FetchQueue(maximumConcurrentTransfers: transfers, maximumTransfersPerHost: transfers, bandwidthLimit: rate)
+        unsetenv("FETCHKIT_BANDWIDTH_MECHANISM")
         let size = rate * seconds / transfers
-        let samples = Guarded<[(Double, Int)]>([])
+        let samples = Guarded<[(seconds: Double, wire: Int, written: Int)]>([])
         let done = DispatchSemaphore(value: 0)
         let failures = Guarded(0)
         let start = Date()
+        let sample: @Sendable () -> Void = {
+            let written = server.counters.patternBytesSent
+            samples.withLock { $0.append((Date().timeIntervalSince(start), server.bytesAcknowledged ?? 0, written)) }
+        }
+        sample()
         let sampler = Thread {
-            while done.wait(timeout: .now() + 0.05) == .timedOut {
-                samples.withLock { $0.append((Date().timeIntervalSince(start), server.counters.patternBytesSent)) }
-            }
+            while done.wait(timeout: .now() + 0.05) == .timedOut { sample() }
         }
         sampler.start()
         let group = DispatchGroup()
@@ -36,27 +99,35 @@ enum LimitRateBenchmark {
         group.wait()
         let elapsed = Date().timeIntervalSince(start)
         done.signal()
-        let log = samples.withLock { $0 }
+        sample()
+        var log = samples.withLock { $0 }
+        // Up to the server's last byte on the wire: after it the server sends nothing, and the
+        // windows that reach past it measure the client finishing, not the server's rate.
+        if let last = log.last, let end = log.firstIndex(where: { $0.wire >= last.wire }) { log = Array(log[...end]) }
+        if ProcessInfo.processInfo.environment["FETCHKIT_BENCH_TRACE"] != nil {
+            // Every half second: seconds, kB acknowledged, kB written.
+            print(log.enumerated().filter { $0.offset % 10 == 0 }.map {
+                String(format: "%.1f:%d/%d", $0.element.seconds, $0.element.wire / 1000, $0.element.written / 1000)
+            }.joined(separator: " "))
+        }
         let window = 5.0
-        var ratios: [Double] = []
+        var wire: [Double] = [], written: [Double] = []
         for (index, first) in log.enumerated() {
-            guard let last = log[index...].first(where: { $0.0 >= first.0 + window }) else { break }
-            ratios.append(Double(last.1 - first.1) / (last.0 - first.0) / Double(rate))
+            guard let last = log[index...].first(where: { $0.seconds >= first.seconds + window }) else { break }
+            let span = last.seconds - first.seconds
+            wire.append(Double(last.wire - first.wire) / span / Double(rate))
+            written.append(Double(last.written - first.written) / span / Double(rate))
         }
-        let firstWindow = ratios.first ?? .nan
-        let steady = ratios.count > Int(window / 0.05) ? Array(ratios.dropFirst(Int(window / 0.05))) : []
-        print("bandwidth limit \(rate) B/s \(perHost ? "per host" : "per queue"), \(transfers) transfer(s) to one host, "
-              + "\(size) B each, \(String(format: "%.1f", elapsed)) s, \(failures.withLock { $0 }) failed")
-        print("overall: \(String(format: "%.3f", Double(size * transfers) / elapsed / Double(rate)))× the limit")
-        print("5-s windows at the server (sent / limit): \(ratios.count) windows")
-        print(String(format: "  the first (from the request, socket buffers filling): %.3f", firstWindow))
-        if let low = steady.min(), let high = steady.max() {
-            print(String(format: "  every window starting after the first 5 s: min %.3f max %.3f (%d windows)", low, high, steady.count))
-        }
-        if let low = ratios.min(), let high = ratios.max() {
-            print(String(format: "  every window: min %.3f max %.3f", low, high))
-        }
-        print("enforced: \(queue.isBandwidthLimitEnforced)")
+        return Run(wireFirst: wire.first ?? .nan, wireMin: wire.min() ?? .nan, wireMax: wire.max() ?? .nan,
+                   writtenMax: written.max() ?? .nan, overall: Double(size * transfers) / elapsed / Double(rate),
+                   seconds: elapsed, windows: wire.count, failed: failures.withLock { $0 },
+                   enforced: queue.isBandwidthLimitEnforced)
+    }
+
+    private static func median(_ values: [Double]) -> Double {
+        let sorted = values.sorted()
+        guard !sorted.isEmpty else { return .nan }
+        return sorted.count % 2 == 1 ? sorted[sorted.count / 2] : (sorted[sorted.count / 2 - 1] + sorted[sorted.count / 2]) / 2
     }
 }
 

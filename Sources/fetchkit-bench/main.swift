@@ -8,7 +8,8 @@
 //   swift run -c release fetchkit-bench disk-memory [--size MiB] [--runs R] [--no-ranges]
 //   swift run -c release fetchkit-bench idle-cpu [--transfers N] [--seconds S] [--runs R]
 //   swift run -c release fetchkit-bench https [--runs R] [--quick]   (as root: nginx, openssl, unshare)
-//   swift run -c release fetchkit-bench limit-rate [--rate B] [--seconds S] [--transfers N] [--per-host]
+//   swift run -c release fetchkit-bench limit-rate [--rate B] [--seconds S] [--transfers N,...] [--per-host]
+//       [--rounds R] [--mechanisms bucket,curl,both] [--send-buffer BYTES]
 import FetchKit
 import Foundation
 import LoopbackServer
@@ -52,11 +53,15 @@ benchmarks:
       default R = 5), with the TLS connections nginx logged per run. The clients run in a
       private mount namespace that trusts the CA (unshare --mount: root); where that cannot be
       done, or nginx, openssl or unshare is missing, the rows are skipped and it says why
-  limit-rate [--rate B] [--seconds S] [--transfers N] [--per-host]
-      a FetchQueue bandwidth limit of B bytes per second (default 1000000) measured at the
-      loopback server: N transfers (default 2) to it sharing the queue's limit (--per-host:
-      the per-host limit), S seconds' worth in all (default 30); the server's pattern bytes
-      sent, sampled every 50 ms, over every 5-second window, against the limit
+  limit-rate [--rate B] [--seconds S] [--transfers N,...] [--per-host] [--rounds R]
+             [--mechanisms bucket,curl,both] [--send-buffer BYTES]
+      a FetchQueue bandwidth limit of B bytes per second (default 1000000) measured on the
+      wire at the loopback server (bytes the client acknowledged, TCP_INFO, sampled every
+      50 ms; every 5-second window against the limit), with the kernel's default socket
+      buffers (--send-buffer: the server's SO_SNDBUF): N transfers to it sharing the queue's
+      limit (--per-host: the per-host limit; default 1,3), S seconds' worth in all (default
+      20), each mechanism in turn per round (FetchKit's bucket, libcurl's
+      CURLOPT_MAX_RECV_SPEED_LARGE, both; default all), medians over R rounds (default 3)
   serve
       runs the loopback server until interrupted and prints its URL, for other clients
 
@@ -142,10 +147,25 @@ do {
         try EndlessBodyBenchmark.child(scenario: arguments[1], limitMiB: limit,
                                        chunkSize: arguments.count == 4 ? Int(arguments[3]) ?? (16 << 10) : 16 << 10)
     case "limit-rate":
+        func list(_ name: String, default value: String) throws -> [String] {
+            guard let index = arguments.firstIndex(of: name) else { return value.split(separator: ",").map(String.init) }
+            guard index + 1 < arguments.count else { throw BenchError("\(name) needs a value") }
+            return arguments[index + 1].split(separator: ",").map(String.init)
+        }
+        let transfers = try list("--transfers", default: "1,3").map { text in
+            guard let count = Int(text), count > 0 else { throw BenchError("--transfers needs positive numbers") }
+            return count
+        }
+        let mechanisms = try list("--mechanisms", default: LimitRateBenchmark.mechanisms.joined(separator: ","))
+        guard mechanisms.allSatisfy(LimitRateBenchmark.mechanisms.contains) else {
+            throw BenchError("--mechanisms takes \(LimitRateBenchmark.mechanisms.joined(separator: ", "))")
+        }
+        let sendBuffer = try option("--send-buffer", in: arguments, default: Int.max)
         try LimitRateBenchmark.run(rate: try option("--rate", in: arguments, default: 1_000_000),
-                                   seconds: try option("--seconds", in: arguments, default: 30),
-                                   transfers: try option("--transfers", in: arguments, default: 2),
-                                   perHost: arguments.contains("--per-host"))
+                                   seconds: try option("--seconds", in: arguments, default: 20),
+                                   transfers: transfers, perHost: arguments.contains("--per-host"),
+                                   rounds: try option("--rounds", in: arguments, default: 3), mechanisms: mechanisms,
+                                   sendBufferSize: sendBuffer == Int.max ? nil : sendBuffer)
     case "-h", "--help":
         print(usage)
     default:

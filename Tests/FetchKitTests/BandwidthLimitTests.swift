@@ -3,8 +3,10 @@ import LoopbackServer
 import Testing
 @testable import FetchKit
 
-/// Samples `servers`' pattern bytes sent every 50 ms until `done` is set: what each server handed
-/// to the kernel, over time (seconds since the first sample).
+/// Samples, every 50 ms until `stop()`, what each of `servers` put on the wire: the bytes its
+/// clients acknowledged (``LoopbackServer/bytesAcknowledged``, `TCP_INFO`). With the kernel's
+/// default socket buffers, what a server hands its kernel (`patternBytesSent`) runs up to
+/// megabytes ahead of that on loopback; the acknowledged bytes are what crossed the wire.
 private final class SendLog: @unchecked Sendable {
     private let samples = Locked<[(seconds: Double, bytes: [Int])]>([])
     private let stopped = Locked(false)
@@ -12,11 +14,13 @@ private final class SendLog: @unchecked Sendable {
 
     init(_ servers: [LoopbackServer]) {
         let samples = self.samples, stopped = self.stopped
+        let start = Date()
+        let sample: @Sendable () -> Void = { samples.withLock { $0.append((Date().timeIntervalSince(start), servers.map { $0.bytesAcknowledged ?? 0 })) } }
+        sample()
         thread = Thread {
-            let start = Date()
             while !stopped.current {
-                samples.withLock { $0.append((Date().timeIntervalSince(start), servers.map { $0.counters.patternBytesSent })) }
                 Thread.sleep(forTimeInterval: 0.05)      // the sampling period, not a wait for an event
+                sample()
             }
         }
         thread.start()
@@ -28,20 +32,35 @@ private final class SendLog: @unchecked Sendable {
     }
 }
 
-/// The bytes per second server `index` sent between `from` and `to` seconds.
-private func rate(_ log: [(seconds: Double, bytes: [Int])], server index: Int = 0, from: Double, to: Double) -> Double? {
-    guard let start = log.first(where: { $0.seconds >= from }), let end = log.last(where: { $0.seconds <= to }),
-          end.seconds > start.seconds else { return nil }
-    return Double(end.bytes[index] - start.bytes[index]) / (end.seconds - start.seconds)
+/// The bytes per second that `servers` (indexes into the log) sent together over every
+/// 5-second window of `log` (sliding by a sample), from its first sample to their last byte.
+private func windowRates(_ log: [(seconds: Double, bytes: [Int])], servers: [Int] = [0]) -> [Double] {
+    // Up to the servers' last byte on the wire: the windows past it measure the client finishing.
+    let total = { (sample: (seconds: Double, bytes: [Int])) in servers.reduce(0) { $0 + sample.bytes[$1] } }
+    var log = log
+    if let last = log.last, let end = log.firstIndex(where: { total($0) >= total(last) }) { log = Array(log[...end]) }
+    var rates: [Double] = []
+    for (index, first) in log.enumerated() {
+        guard let last = log[index...].first(where: { $0.seconds >= first.seconds + 5 }) else { break }
+        let bytes = servers.reduce(0) { $0 + last.bytes[$1] - first.bytes[$1] }
+        rates.append(Double(bytes) / (last.seconds - first.seconds))
+    }
+    return rates
 }
 
-/// Whether the rate measured at the server is held to `limit`: never more than 30 % over it.
-/// Below it, only a bound that a loaded two-core machine meets (the whole suite in parallel
-/// starves the transfers: 0.45× was seen), so that the test still fails for a limit that stops
-/// a transfer for good; the precise figures (±15 % over every 5-second window) are
-/// `fetchkit-bench limit-rate`'s.
-private func within(_ rate: Double, of limit: Double) -> Bool {
-    rate <= limit * 1.3 && rate >= limit * 0.2
+/// The log every half second, for a failure's message: "seconds:kB".
+private func summary(_ log: [(seconds: Double, bytes: [Int])]) -> String {
+    log.enumerated().filter { $0.offset % 10 == 0 }.map { "\(Int($0.element.seconds * 10))/10:\($0.element.bytes.reduce(0, +) / 1000)" }
+        .joined(separator: " ")
+}
+
+/// Whether every 5-second window at the server held to `limit`: never more than 15 % over it
+/// (the bound, which a loaded machine cannot break: load only slows a transfer). Below
+/// it, only a bound that a loaded two-core machine meets (the whole suite in parallel starves
+/// the transfers: 0.45× was seen), so that the test still fails for a limit that stops a
+/// transfer for good; the precise figures (±15 % both ways) are `fetchkit-bench limit-rate`'s.
+private func held(_ rates: [Double], to limit: Double, over: Double = 0.15) -> Bool {
+    !rates.isEmpty && rates.allSatisfy { $0 <= limit * (1 + over) } && rates.max()! >= limit * 0.2
 }
 
 @Suite("Bandwidth limits", .timeLimit(.minutes(3)))
@@ -54,10 +73,10 @@ struct BandwidthLimitTests {
     }
 
     @Test(.disabled(if: runsUnderSanitizer, "under a sanitizer: an 8-second transfer; the two-host test runs the same buckets under it"))
-    func aQueueLimitHoldsTheServerToItsRate() async throws {
-        // A small send buffer: what the server hands its kernel is within 64 KiB (the kernel
-        // doubles it) of what went on the wire.
-        let server = try LoopbackServer(sendBufferSize: 32 << 10)
+    func aQueueLimitHoldsTheWireToItsRate() async throws {
+        // The kernel's default buffers: the server's send buffer grows to megabytes, and only
+        // what its client acknowledged tells what crossed the wire.
+        let server = try LoopbackServer()
         defer { server.stop() }
         let limit = 200_000
         let queue = FetchQueue(bandwidthLimit: limit)
@@ -68,44 +87,51 @@ struct BandwidthLimitTests {
         let samples = log.stop()
         #expect(data.count == 1_600_000)
         let seconds = Date().timeIntervalSince(started)
-        #expect(seconds > 6, "1.6 MB at 200 kB/s takes about 8 s (the socket buffers hold some): \(seconds) s")
-        // Past the first two seconds (the socket buffers fill), the server sends at the limit.
-        let steady = try #require(rate(samples, from: 2, to: seconds - 1))
-        #expect(within(steady, of: Double(limit)), "the server sent \(Int(steady)) B/s under a limit of \(limit): \(samples.enumerated().filter { $0.offset % 10 == 0 }.map { "\(Int($0.element.seconds * 10)):\($0.element.bytes[0] / 1000)" })")
+        #expect(seconds > 6.5, "1.6 MB at 200 kB/s takes about 8 s: \(seconds) s")
+        let rates = windowRates(samples)
+        #expect(held(rates, to: Double(limit)),
+                "5-s windows on the wire \(Int(rates.min() ?? 0))...\(Int(rates.max() ?? 0)) B/s under \(limit): \(summary(samples))")
         #expect(queue.isBandwidthLimitEnforced)
     }
 
     @Test func transfersShareTheQueueLimitAndEachHostHasItsOwn() async throws {
-        let a = try LoopbackServer(sendBufferSize: 32 << 10), b = try LoopbackServer(sendBufferSize: 32 << 10)
+        let a = try LoopbackServer(), b = try LoopbackServer()
         defer { a.stop(); b.stop() }
         // 150 kB/s per host, 200 kB/s overall: two hosts together are held to 200.
         let queue = FetchQueue(bandwidthLimit: 200_000, bandwidthLimitPerHost: 150_000)
         let log = SendLog([a, b])
-        async let first = queue.fetch(FetchOperation<Data>(url: a.url("/bytes/800000")))
-        async let second = queue.fetch(FetchOperation<Data>(url: b.url("/bytes/800000")))
-        let started = Date()
+        async let first = queue.fetch(FetchOperation<Data>(url: a.url("/bytes/600000")))
+        async let second = queue.fetch(FetchOperation<Data>(url: b.url("/bytes/600000")))
         let (one, two) = try await (first, second)
         let samples = log.stop()
-        #expect(one.count == 800_000 && two.count == 800_000)
-        let seconds = Date().timeIntervalSince(started)
-        let together = try #require(rate(samples, server: 0, from: 2, to: seconds - 2).flatMap { x in
-            rate(samples, server: 1, from: 2, to: seconds - 2).map { x + $0 } })
-        #expect(within(together, of: 200_000), "both servers together sent \(Int(together)) B/s under 200 kB/s")
+        #expect(one.count == 600_000 && two.count == 600_000)
+        let together = windowRates(samples, servers: [0, 1])
+        #expect(held(together, to: 200_000),
+                "5-s windows of both servers together \(Int(together.min() ?? 0))...\(Int(together.max() ?? 0)) B/s under 200 kB/s: \(summary(samples))")
+        for server in [0, 1] {
+            let alone = windowRates(samples, servers: [server])
+            #expect(alone.allSatisfy { $0 <= 150_000 * 1.15 }, "server \(server) alone: up to \(Int(alone.max() ?? 0)) B/s under 150 kB/s per host")
+        }
     }
 
-    @Test(.disabled(if: runsUnderSanitizer, "under a sanitizer: an 8-second transfer; the two-host test runs the same buckets under it"))
+    /// Two connections at once: each socket takes in its receive window (some 190 kB on
+    /// loopback) before the first pause, which the limit must charge for (``WireMeter``;
+    /// charging only the chunks read, the first 5 s sent 1.28× the limit). Measured with it,
+    /// 1.03–1.15×: the bound here is 20 %, so that the test tells the two apart without
+    /// failing on a loaded machine; `fetchkit-bench limit-rate` gives the figures.
+    @Test(.disabled(if: runsUnderSanitizer, "under a sanitizer: a 7-second transfer; the two-host test runs the same buckets under it"))
     func aHostLimitHoldsOneHost() async throws {
-        let server = try LoopbackServer(sendBufferSize: 32 << 10)
+        let server = try LoopbackServer()
         defer { server.stop() }
         let queue = FetchQueue(bandwidthLimitPerHost: 150_000)
         let log = SendLog([server])
         async let first = queue.fetch(FetchOperation<Data>(url: server.url("/bytes/500000?a")))
         async let second = queue.fetch(FetchOperation<Data>(url: server.url("/bytes/500000?b")))
-        let started = Date()
-        _ = try await (first, second)
+        let (one, two) = try await (first, second)
         let samples = log.stop()
-        let seconds = Date().timeIntervalSince(started)
-        let steady = try #require(rate(samples, from: 2, to: seconds - 1))
-        #expect(within(steady, of: 150_000), "two transfers to one host sent \(Int(steady)) B/s under 150 kB/s")
+        #expect(one.count == 500_000 && two.count == 500_000)
+        let rates = windowRates(samples)
+        #expect(held(rates, to: 150_000, over: 0.2),
+                "two transfers to one host: 5-s windows \(Int(rates.min() ?? 0))...\(Int(rates.max() ?? 0)) B/s under 150 kB/s: \(summary(samples))")
     }
 }

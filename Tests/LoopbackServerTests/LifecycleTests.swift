@@ -111,6 +111,31 @@ struct LifecycleTests {
         }
     }
 
+    /// A bandwidth limit is measured at the server by what crossed the wire: TCP_INFO's
+    /// `tcpi_bytes_acked`, read at a fixed offset; a wrong offset or size would read another field.
+    @Test("bytesAcknowledged counts what the client's kernel acknowledged, head included, kept after the close")
+    func bytesAcknowledged() throws {
+        #if os(Linux)
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        #expect(server.bytesAcknowledged == 0)
+        let client = try RawClient(port: server.port)
+        let response = try client.get("/bytes/300000")
+        #expect(response.body.count == 300_000)
+        // The last ACK may come a delayed-ACK time after the client read the last byte, and no
+        // event says so: poll the kernel's count, with a deadline that only turns a hang into a failure.
+        let deadline = Date(timeIntervalSinceNow: 10)
+        while (server.bytesAcknowledged ?? 0) < 300_000 + 60, Date() < deadline { usleep(5_000) }
+        let acknowledged = try #require(server.bytesAcknowledged)
+        #expect(acknowledged >= 300_000 + 60 && acknowledged < 300_000 + 1_024, "the body and a head of some hundred bytes: \(acknowledged)")
+        client.shutdownWrite()
+        #expect(server.blockingWait { $0.connectionsOpen == 0 })
+        #expect(server.bytesAcknowledged == acknowledged, "kept when the connection closed")
+        server.resetCounters()
+        #expect(server.bytesAcknowledged == 0)
+        #endif
+    }
+
     @Test("stop() returns promptly while clients sit in /never, /delay and /trickle")
     func stopIsPrompt() throws {
         let server = try LoopbackServer()

@@ -3,7 +3,7 @@
 // in a private mount namespace with a bundle holding their test CA bind-mounted over that
 // path; the test process itself has many threads and cannot enter a namespace of its own.
 //
-// Usage: TLSProbe [--per-host N] [--idle-timeout S] [--no-retry] <url>...
+// Usage: TLSProbe [--per-host N] [--idle-timeout S] [--no-retry] [--limit-rate B] <url>...
 // Fetches every URL at once through one FetchQueue (overall limit 64 with --per-host, else 8;
 // per-host limit N, else the default; default retry policy unless --no-retry; an idle timeout
 // of S seconds if given) and prints one line per URL, in the order given:
@@ -33,7 +33,7 @@ func oneLine(_ text: String) -> String {
 }
 
 func usageError(_ message: String) -> Never {
-    FileHandle.standardError.write(Data("TLSProbe: \(message)\nusage: TLSProbe [--per-host N] [--idle-timeout S] [--no-retry] <url>... | TLSProbe cancel-resume <directory> <download-url> <url>...\n".utf8))
+    FileHandle.standardError.write(Data("TLSProbe: \(message)\nusage: TLSProbe [--per-host N] [--idle-timeout S] [--no-retry] [--limit-rate B] <url>... | TLSProbe cancel-resume <directory> <download-url> <url>...\n".utf8))
     exit(2)
 }
 
@@ -90,7 +90,7 @@ func waitForBody(_ operation: AnyFetchOperation, atLeast bytes: Int64) async {
 /// The plain mode: every URL at once.
 func fetchAll(_ arguments: [String]) async {
     var arguments = arguments[...]
-    var perHost: Int?, idleTimeout: TimeInterval?, retries = true
+    var perHost: Int?, idleTimeout: TimeInterval?, retries = true, limit: Int?
     while let first = arguments.first, first.hasPrefix("--") {
         arguments = arguments.dropFirst()
         switch first {
@@ -104,6 +104,10 @@ func fetchAll(_ arguments: [String]) async {
             arguments = arguments.dropFirst()
         case "--no-retry":
             retries = false
+        case "--limit-rate":
+            guard let value = arguments.first.flatMap(Int.init), value > 0 else { usageError("--limit-rate needs bytes per second") }
+            limit = value
+            arguments = arguments.dropFirst()
         default:
             usageError("unknown option \(first)")
         }
@@ -111,8 +115,8 @@ func fetchAll(_ arguments: [String]) async {
     let urls = arguments.map { URL(string: $0) }
     let (timeout, retrying) = (idleTimeout, retries)
     guard !urls.isEmpty, urls.allSatisfy({ $0 != nil }) else { usageError("no URLs") }
-    let queue = perHost.map { FetchQueue(maximumConcurrentTransfers: 64, maximumTransfersPerHost: $0) }
-        ?? FetchQueue(maximumConcurrentTransfers: 8)
+    let queue = perHost.map { FetchQueue(maximumConcurrentTransfers: 64, maximumTransfersPerHost: $0, bandwidthLimit: limit) }
+        ?? FetchQueue(maximumConcurrentTransfers: 8, bandwidthLimit: limit)
     let lines = await withTaskGroup(of: (Int, String).self) { group in
         for (index, url) in urls.compactMap({ $0 }).enumerated() {
             group.addTask {

@@ -101,10 +101,26 @@ enum CurlSocketCallback {
     /// all sessions of the process (for tests: a few per connection, never per wake-up).
     static let rewrites = Protected(0)
 
+    /// The socket each easy handle last asked to be watched, while it is watched: libcurl
+    /// answers `CURLINFO_ACTIVESOCKET` only after a transfer, so a bandwidth limit finds its
+    /// transfer's connection here (``socket(of:)``). Touched on URLSession's work queue, where
+    /// libcurl runs.
+    private static let watchedSockets = Protected([UnsafeMutableRawPointer: Int32]())
+
+    /// The socket that libcurl watches for `easy` now, if the fix is installed and it watches
+    /// one. Call it on URLSession's work queue, as the handle's other uses.
+    static func socket(of easy: UnsafeMutableRawPointer) -> Int32? {
+        watchedSockets.withLock { $0[easy] }
+    }
+
     /// What libcurl calls instead of FoundationNetworking's callback (see the type's comment).
     static let quietingCallback: Callback = { easy, socket, what, clientp, socketp in
         // Installed only when `foundationCallback` was found.
         guard let original = CurlSocketCallback.foundationCallback else { return -1 }
+        if let easy {
+            // A paused transfer's socket is removed, and watched again when it resumes.
+            CurlSocketCallback.watchedSockets.withLock { $0[easy] = what == Poll.remove ? nil : socket }
+        }
         guard socketp != nil, what == Poll.readable || what == Poll.writable else {
             return original(easy, socket, what, clientp, socketp)
         }

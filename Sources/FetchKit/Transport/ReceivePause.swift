@@ -82,41 +82,68 @@ enum ReceivePause {
         #endif
     }
 
-    /// Makes `task`'s connection hold little unread data, so that a paused reading slows the
-    /// server at once: the socket's receive buffer is set to `bytes` (`SO_RCVBUF`, which also
-    /// ends the kernel's growing of it — on loopback it grew to megabytes, which the server
-    /// filled at full speed), and the connection is closed when the transfer ends rather than
-    /// kept for another (`CURLOPT_FORBID_REUSE`), which would inherit the small buffer. Same
-    /// rules as ``pauseReceiving(_:)``.
+    /// Sets libcurl's own receive limit on `task`'s handle (`CURLOPT_MAX_RECV_SPEED_LARGE`), in
+    /// bytes per second. libcurl (7.88, lib/multi.c) reads the option before each read of a
+    /// running transfer, so that a new value takes effect at the next one; over it, the handle
+    /// waits (no socket watched) until its average since the last checkpoint (every 3 s) is
+    /// back under the limit. Same rules as ``pauseReceiving(_:)``.
     ///
-    /// - Returns: Whether both took.
+    /// - Returns: Whether libcurl accepted it.
     @discardableResult
-    static func narrowReceiveBuffer(_ task: URLSessionTask, to bytes: Int) -> Bool {
+    static func limitReceiveSpeed(_ task: URLSessionTask, to bytesPerSecond: Int) -> Bool {
         #if canImport(FoundationNetworking) && (canImport(Glibc) || canImport(Musl))
-        guard let getInfo = curlEasyGetInfo, let setOption = curlEasySetOption, let handle = easyHandle(of: task) else { return false }
-        var socket: Int32 = -1
-        let activeSocket: Int32 = 0x500000 + 44     // CURLINFO_ACTIVESOCKET (CURLINFO_SOCKET + 44)
-        guard getInfo(handle, activeSocket, &socket) == 0, socket >= 0 else { return false }
-        var size = Int32(clamping: bytes)
-        guard setsockopt(socket, SOL_SOCKET, SO_RCVBUF, &size, socklen_t(MemoryLayout<Int32>.size)) == 0 else { return false }
-        let forbidReuse: Int32 = 75                 // CURLOPT_FORBID_REUSE (CURLOPTTYPE_LONG + 75)
-        return setOption(handle, forbidReuse, 1) == 0
+        guard let setOption = curlEasySetOption, let handle = easyHandle(of: task) else { return false }
+        let maxReceiveSpeed: Int32 = 30_000 + 146    // CURLOPT_MAX_RECV_SPEED_LARGE (CURLOPTTYPE_OFF_T + 146)
+        // curl_off_t is 64 bits, passed as a long is on the 64-bit Linux ABIs Swift supports.
+        return setOption(handle, maxReceiveSpeed, max(1, bytesPerSecond)) == 0
         #else
         return false
         #endif
     }
 
+    /// What `task`'s connection has taken off the wire: the bytes its socket received in all
+    /// (`TCP_INFO`'s `tcpi_bytes_received`, Linux 4.1 and later) and those of them still unread
+    /// in its receive queue (`FIONREAD`), for a bandwidth limit that counts what crossed the
+    /// wire rather than what libcurl has read so far (``WireMeter``). `nil` where they cannot
+    /// be read, and for an HTTP/2 or HTTP/3 response, whose connection carries other streams.
+    /// Same rules as ``pauseReceiving(_:)``.
+    static func connectionReceipt(_ task: URLSessionTask) -> (received: Int, unread: Int)? {
+        #if canImport(FoundationNetworking) && os(Linux) && (canImport(Glibc) || canImport(Musl))
+        guard let getLong = curlEasyGetLong, let handle = easyHandle(of: task) else { return nil }
+        var version = 0
+        let httpVersion: Int32 = 0x200000 + 46      // CURLINFO_HTTP_VERSION (CURLINFO_LONG + 46)
+        // CURL_HTTP_VERSION_1_0 is 1, _1_1 is 2; 2.0 (3) and 3 (30) multiplex.
+        guard getLong(handle, httpVersion, &version) == 0, version == 1 || version == 2,
+              let socket = CurlSocketCallback.socket(of: handle) else { return nil }
+        // `struct tcp_info` (linux/tcp.h): `tcpi_bytes_received`, a `__u64`, at 128 (8 one-byte
+        // fields, 24 `__u32`, then pacing_rate, max_pacing_rate, bytes_acked); read as raw bytes
+        // with a size check, as Glibc's declaration of the struct is older.
+        let offset = 128
+        var info = [UInt8](repeating: 0, count: 256)
+        var length = socklen_t(info.count)
+        let tcpInfo: Int32 = 11                     // TCP_INFO
+        guard info.withUnsafeMutableBytes({ getsockopt(socket, Int32(IPPROTO_TCP), tcpInfo, $0.baseAddress, &length) }) == 0,
+              Int(length) >= offset + 8 else { return nil }
+        let received = info.withUnsafeBytes { UInt64(littleEndian: $0.loadUnaligned(fromByteOffset: offset, as: UInt64.self)) }
+        var unread: Int32 = 0
+        guard ioctl(socket, UInt(FIONREAD), &unread) == 0 else { return nil }
+        return (Int(clamping: received), Int(unread))
+        #else
+        return nil
+        #endif
+    }
+
     #if canImport(FoundationNetworking) && (canImport(Glibc) || canImport(Musl))
-    /// `CURLcode curl_easy_getinfo(CURL *, CURLINFO, curl_socket_t *)`: a variadic pointer
-    /// travels like a fixed one on the Linux ABIs Swift supports.
-    private typealias EasyGetSocket = @convention(c) (UnsafeMutableRawPointer, Int32, UnsafeMutablePointer<Int32>) -> Int32
+    /// `CURLcode curl_easy_getinfo(CURL *, CURLINFO, long *)`.
+    private typealias EasyGetLong = @convention(c) (UnsafeMutableRawPointer, Int32, UnsafeMutablePointer<Int>) -> Int32
+
+    private static let curlEasyGetLong: EasyGetLong? = {
+        guard let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "curl_easy_getinfo") else { return nil }
+        return unsafeBitCast(symbol, to: EasyGetLong.self)
+    }()
+
     /// `CURLcode curl_easy_setopt(CURL *, CURLoption, long)`.
     private typealias EasySetLong = @convention(c) (UnsafeMutableRawPointer, Int32, Int) -> Int32
-
-    private static let curlEasyGetInfo: EasyGetSocket? = {
-        guard let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "curl_easy_getinfo") else { return nil }
-        return unsafeBitCast(symbol, to: EasyGetSocket.self)
-    }()
 
     private static let curlEasySetOption: EasySetLong? = {
         guard let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "curl_easy_setopt") else { return nil }

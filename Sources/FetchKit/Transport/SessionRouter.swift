@@ -257,12 +257,19 @@ extension SessionRouter: URLSessionDataDelegate {
             // A bandwidth limit: pause the reading until the budgets have paid for this chunk.
             // (A breath's resume may end such a pause early: the next chunk pauses again, for
             // the debt, which the budgets keep.)
-            let wait = transfer.receiveBudgets.isEmpty ? 0 : transfer.receiveBudgets.take(data.count)
-            if wait > 0 {
-                if transfer.narrowsReceiveBuffer() {
-                    ReceivePause.narrowReceiveBuffer(dataTask, to: transfer.receiveBudgets.receiveBufferSize)
+            let budgets = transfer.receiveBudgets
+            if !budgets.isEmpty, budgets.mechanism.usesCurlLimit {
+                // libcurl's own limit, at this transfer's share (set again as others come and go).
+                let share = budgets.share
+                if transfer.changesReceiveSpeed(to: share), !ReceivePause.limitReceiveSpeed(dataTask, to: share) {
+                    budgets.markUnenforced()
                 }
-                if !ReceivePause.pause(dataTask, for: wait) { transfer.receiveBudgets.markUnenforced() }
+            }
+            // Charged for what crossed the wire (``WireMeter``), not only for the chunk read.
+            let wait = budgets.isEmpty || !budgets.mechanism.usesBucket ? 0
+                : budgets.take(transfer.wireMeter.charge(forChunkOf: data.count, receipt: ReceivePause.connectionReceipt(dataTask)))
+            if wait > 0 {
+                if !ReceivePause.pause(dataTask, for: wait) { budgets.markUnenforced() }
             } else if reading == .breathe {
                 ReceivePause.breathe(dataTask)
             }

@@ -61,16 +61,24 @@ final class Transfer: TransferHandle, @unchecked Sendable {
 
     /// The bandwidth limits it reads under (its queue's, its host's): none for most.
     let receiveBudgets: [ReceiveBudget]
-    /// Whether its connection's receive buffer was narrowed (``ReceivePause/narrowReceiveBuffer(_:to:)``).
-    private let narrowed = Protected(false)
+    /// The receive limit last set on its handle (``ReceivePause/limitReceiveSpeed(_:to:)``),
+    /// or 0; touched only on URLSession's work queue.
+    private let receiveSpeed = Protected(0)
 
-    /// Whether the receive buffer is still to be narrowed (`true` once: the caller narrows it).
-    func narrowsReceiveBuffer() -> Bool {
-        narrowed.withLock { done in
-            defer { done = true }
-            return !done
+    /// Whether libcurl's receive limit is to be set to `speed` (`true` once per change: the
+    /// caller sets it).
+    func changesReceiveSpeed(to speed: Int) -> Bool {
+        receiveSpeed.withLock { current in
+            defer { current = speed }
+            return current != speed
         }
     }
+
+    /// What its connection took off the wire, for its budgets.
+    let wireMeter = WireMeter()
+
+    /// Whether it counts as a reader of its budgets (router queue).
+    private var readsUnderBudgets = false
 
     init(request: URLRequest, session: FetchSession, limits: TransferLimits, sink: ResponseBodySink, owner: any TransferOwner,
          receiveBudgets: [ReceiveBudget] = []) {
@@ -122,6 +130,10 @@ final class Transfer: TransferHandle, @unchecked Sendable {
                 return
             }
             guard let task = makeTask(for: request) else { return }
+            if !receiveBudgets.isEmpty, !readsUnderBudgets {
+                readsUnderBudgets = true
+                for budget in receiveBudgets { budget.join() }
+            }
             session.router.deadlines.schedule(self, at: machine.nextDeadline)
             guard resumeProtected(task) else { return }
             owner?.transferDidStart()
@@ -280,6 +292,10 @@ final class Transfer: TransferHandle, @unchecked Sendable {
         guard let ending = machine.end(failed: failed, taskCompleted: task.map { $0.state == .completed },
                                        stoppedForBackpressure: task != nil && download?.stoppedForBackpressure == true) else { return }
         session.router.deadlines.cancel(self)
+        if readsUnderBudgets {
+            readsUnderBudgets = false
+            for budget in receiveBudgets { budget.leave() }
+        }
         if ending.drainTask {
             // Its chunks still come (a cancel lands late on Linux): each is part of the body, in
             // order, so the sink writes them, and the next task asks for what follows the last.
