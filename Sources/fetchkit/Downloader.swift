@@ -141,9 +141,7 @@ final class Downloader: @unchecked Sendable {
         if !options.force { checkExistingFiles() }
         // A file already there and kept is no longer unfinished; nor is one that fails its
         // digest (--force replaces it).
-        for item in items where item.state.isSettled {
-            try? journal?.remove(item.name)
-        }
+        try? journal?.remove(items.filter(\.state.isSettled).map(\.name))
         display.header("Downloading \(items.count) file\(items.count == 1 ? "" : "s") to \(Terminal.sanitized(directory.path)) "
             + "(\(options.parallel) at once, \(options.perHost) per host)")
 
@@ -303,10 +301,20 @@ final class Downloader: @unchecked Sendable {
 
     /// Enqueues every item as one batch; its completion, after the last item's, ends the run.
     private func startAll() {
-        let downloads = items.indices.filter { !items[$0].state.isSettled }.map(makeDownload)
+        let indices = items.indices.filter { !items[$0].state.isSettled }
+        let downloads = indices.map(makeDownload)
         guard !downloads.isEmpty else {
             finished.signal()
             return
+        }
+        if let journal {
+            // Listed until each succeeds, in one write: a run killed at any moment leaves them
+            // for `--continue`.
+            do {
+                try journal.track(zip(downloads, indices).map { ($0, items[$1].name) }, replacingExisting: true)
+            } catch {
+                for index in indices { display.note(items[index], "not listed for --continue: \(error.description)") }
+            }
         }
         queue.enqueue(batch: downloads, on: .dispatch(ui), completion: { [self] _ in
             finished.signal()
@@ -320,16 +328,6 @@ final class Downloader: @unchecked Sendable {
         download.configuration.connectTimeout = options.connectTimeout
         download.configuration.maximumResponseSize = options.maximumSize
         download.expectedDigest = items[index].sha256
-        if let journal {
-            // Listed until it succeeds: a run killed at any moment leaves it for `--continue`.
-            let name = items[index].name
-            try? journal.remove(name)
-            do {
-                try journal.track(download, identifier: name)
-            } catch {
-                display.note(items[index], "not listed for --continue: \(error.description)")
-            }
-        }
         // FetchKit retries transient failures itself, with backoff (and Retry-After); a retry
         // resumes the partial file.
         download.configuration.retryPolicy = RetryPolicy(maximumRetries: options.retries)
@@ -426,6 +424,8 @@ final class Downloader: @unchecked Sendable {
     /// Removes the journal when nothing is left unfinished; otherwise says how to continue.
     private func closeJournal(_ directory: URL) {
         guard let journal else { return }
+        // The file may lag behind the downloads that just succeeded: written before it goes.
+        try? journal.flush()
         let left = journal.entries.count
         if left == 0 {
             try? FileManager.default.removeItem(at: journal.fileURL)

@@ -137,7 +137,21 @@ public final class DownloadJournal: Sendable {
     public let storesSecrets: Bool
 
     private let lock: PartialFileLock
-    private let state: Protected<[Entry]>
+    private let state: Protected<Contents>
+    /// Where the file is written, one write at a time: a change's own write, and the writes
+    /// that catch up with downloads that left (``leave(_:)``).
+    let writer = DispatchQueue(label: "FetchKit.DownloadJournal.writer")
+    /// How many times the file was written (tests).
+    let writeCount = Protected(0)
+
+    /// The entries, and whether the file lags behind them.
+    private struct Contents {
+        var entries: [Entry]
+        /// Downloads left since the last write: the file still lists them.
+        var unwritten = false
+        /// A write that catches up is queued on ``writer`` and has not begun.
+        var catchUpQueued = false
+    }
 
     /// The most a journal file may hold: 16 MiB.
     static let maximumSize = 16 << 20
@@ -184,7 +198,7 @@ public final class DownloadJournal: Sendable {
             }
             entries = file.entries
         }
-        state = Protected(entries)
+        state = Protected(Contents(entries: entries))
     }
 
     deinit {
@@ -193,13 +207,13 @@ public final class DownloadJournal: Sendable {
 
     /// The downloads tracked and not completed, in the order they were tracked.
     public var entries: [Entry] {
-        state.withLock { $0 }
+        state.withLock { $0.entries }
     }
 
     /// Tracks `download` until it succeeds: the journal is written now, before it starts, and
-    /// again when it succeeds (the entry leaves, before the download's completion handlers
-    /// run). Call it before you enqueue the download. The download holds the journal until it
-    /// finishes.
+    /// the entry leaves when it succeeds, before the download's completion handlers run (see
+    /// ``flush()`` for when the file follows). Call it before you enqueue the download. The
+    /// download holds the journal until it finishes.
     ///
     /// - Parameters:
     ///   - download: A download that has not started.
@@ -208,25 +222,88 @@ public final class DownloadJournal: Sendable {
     /// - Returns: The entry's identifier.
     @discardableResult
     public func track(_ download: DownloadOperation, identifier: String? = nil) throws(JournalError) -> String {
-        let identifier = identifier ?? UUID().uuidString
-        guard download.core.withLock({ $0.machine.phase == .pending }), let request = download.request else {
-            throw JournalError(kind: .alreadyStarted, path: fileURL.path)
-        }
-        let entry = makeEntry(identifier: identifier, request: request, destination: download.destination,
-                              digest: download.expectedDigest)
-        try change { entries throws(JournalError) in
-            guard !entries.contains(where: { $0.identifier == identifier }) else {
-                throw JournalError(kind: .duplicateIdentifier(identifier), path: fileURL.path)
-            }
-            entries.append(entry)
-        }
-        download.whenSucceeded { try? self.remove(identifier) }
-        return identifier
+        try track([(download, identifier)])[0]
     }
 
-    /// Forgets the entry `identifier` (nothing happens if there is none).
+    /// Tracks several downloads with one write of the journal: a list of a thousand costs one
+    /// write, not a thousand. Otherwise as ``track(_:identifier:)``; nothing is tracked if one of
+    /// them cannot be.
+    ///
+    /// - Parameters:
+    ///   - downloads: Downloads that have not started, each with your identifier or `nil` for a
+    ///     new UUID.
+    ///   - replacingExisting: Whether an entry already listed under one of the identifiers is
+    ///     replaced (a download given again); `false` (the default) refuses it with
+    ///     ``JournalError/Kind/duplicateIdentifier(_:)``. Two of `downloads` with one identifier
+    ///     are refused either way.
+    /// - Returns: The entries' identifiers, in order.
+    @discardableResult
+    public func track(_ downloads: [(download: DownloadOperation, identifier: String?)],
+                      replacingExisting: Bool = false) throws(JournalError) -> [String] {
+        var added: [Entry] = []
+        for (download, identifier) in downloads {
+            guard download.core.withLock({ $0.machine.phase == .pending }), let request = download.request else {
+                throw JournalError(kind: .alreadyStarted, path: fileURL.path)
+            }
+            added.append(makeEntry(identifier: identifier ?? UUID().uuidString, request: request,
+                                   destination: download.destination, digest: download.expectedDigest))
+        }
+        var seen = Set<String>()
+        for entry in added where !seen.insert(entry.identifier).inserted {
+            throw JournalError(kind: .duplicateIdentifier(entry.identifier), path: fileURL.path)
+        }
+        try change { entries throws(JournalError) in
+            if replacingExisting {
+                entries.removeAll { seen.contains($0.identifier) }
+            } else if let listed = entries.first(where: { seen.contains($0.identifier) }) {
+                throw JournalError(kind: .duplicateIdentifier(listed.identifier), path: fileURL.path)
+            }
+            entries += added
+        }
+        for (index, entry) in added.enumerated() {
+            let identifier = entry.identifier
+            downloads[index].download.whenSucceeded { self.leave(identifier) }
+        }
+        return added.map(\.identifier)
+    }
+
+    /// Forgets the entry `identifier` (nothing happens if there is none), and writes the journal.
     public func remove(_ identifier: String) throws(JournalError) {
-        try change { entries in entries.removeAll { $0.identifier == identifier } }
+        try remove([identifier])
+    }
+
+    /// Forgets the entries `identifiers` (those there are), with one write of the journal.
+    public func remove(_ identifiers: [String]) throws(JournalError) {
+        let gone = Set(identifiers)
+        try change { entries in entries.removeAll { gone.contains($0.identifier) } }
+    }
+
+    /// Writes the journal now if it lags behind downloads that succeeded, and returns once it
+    /// is on disk.
+    ///
+    /// A download that succeeds leaves ``entries`` at once, before its completion handlers run;
+    /// the file follows within one write, on a queue of the journal's own, and the writes of
+    /// downloads that succeed together are one (a journal of a thousand small files is not
+    /// written a thousand times over). A crash in between leaves such a download listed, and
+    /// ``restore(request:)`` downloads it again. Call this before you read the file yourself or
+    /// remove it.
+    public func flush() throws(JournalError) {
+        let outcome = writer.sync { () -> Result<Void, JournalError> in
+            let pending = state.withLock { contents -> [Entry]? in
+                guard contents.unwritten else { return nil }
+                contents.unwritten = false
+                return contents.entries
+            }
+            guard let pending else { return .success(()) }
+            do throws(JournalError) {
+                try write(pending)
+            } catch {
+                state.withLock { $0.unwritten = true }
+                return .failure(error)
+            }
+            return .success(())
+        }
+        try outcome.get()
     }
 
     /// The downloads to enqueue again: one per entry, each resuming its partial file.
@@ -251,7 +328,7 @@ public final class DownloadJournal: Sendable {
             let operation = DownloadOperation(request: made, destination: entry.destination)
             operation.expectedDigest = digest
             let identifier = entry.identifier
-            operation.whenSucceeded { try? self.remove(identifier) }
+            operation.whenSucceeded { self.leave(identifier) }
             downloads.append((identifier, operation))
         }
         return (downloads, unresolved)
@@ -278,22 +355,59 @@ public final class DownloadJournal: Sendable {
                      method: method, headers: headers, isComplete: !leftOut && url != nil)
     }
 
-    /// Applies `body` to the entries and writes the journal, under the lock; on a failed write the
-    /// entries are as they were.
+    /// Applies `body` to the entries and writes the journal, one write at a time; on a failed
+    /// write the entries are as they were. The write holds no lock a succeeding download's
+    /// ``leave(_:)`` waits for: `body` is applied again to the entries of that moment to commit.
     private func change(_ body: (inout [Entry]) throws(JournalError) -> Void) throws(JournalError) {
-        let outcome = state.withLock { entries -> Result<Void, JournalError> in
-            var changed = entries
+        let outcome = writer.sync { () -> Result<Void, JournalError> in
+            let (current, unwritten) = state.withLock { ($0.entries, $0.unwritten) }
+            var changed = current
             do throws(JournalError) {
                 try body(&changed)
-                guard changed != entries || LocalFile.status(fileURL) == nil else { return .success(()) }
+                guard changed != current || unwritten || LocalFile.status(fileURL) == nil else { return .success(()) }
                 try write(changed)
             } catch {
                 return .failure(error)
             }
-            entries = changed
+            state.withLock { contents in
+                // Only downloads leaving can have changed them since: what they took out stays out.
+                let left = Set(current.map(\.identifier)).subtracting(contents.entries.map(\.identifier))
+                contents.entries = changed.filter { !left.contains($0.identifier) }
+                contents.unwritten = !left.isEmpty
+            }
             return .success(())
         }
         try outcome.get()
+    }
+
+    /// A download that succeeded leaves: at once from ``entries``, and from the file by the next
+    /// write, queued unless one is already queued (those that succeed together share it).
+    private func leave(_ identifier: String) {
+        let queue = state.withLock { contents -> Bool in
+            let before = contents.entries.count
+            contents.entries.removeAll { $0.identifier == identifier }
+            guard contents.entries.count != before else { return false }
+            contents.unwritten = true
+            guard !contents.catchUpQueued else { return false }
+            contents.catchUpQueued = true
+            return true
+        }
+        guard queue else { return }
+        writer.async { [self] in
+            let pending = state.withLock { contents -> [Entry]? in
+                contents.catchUpQueued = false
+                guard contents.unwritten else { return nil }
+                contents.unwritten = false
+                return contents.entries
+            }
+            guard let pending else { return }
+            do throws(JournalError) {
+                try write(pending)
+            } catch {
+                // The next change or flush writes it.
+                state.withLock { $0.unwritten = true }
+            }
+        }
     }
 
     /// Writes `entries` to a new file beside the journal, flushes it, and renames it over the
@@ -321,5 +435,6 @@ public final class DownloadJournal: Sendable {
             throw JournalError(kind: .writeFailed(code), path: fileURL.path)
         }
         LocalFile.syncDirectory(directory)
+        writeCount.withLock { $0 += 1 }
     }
 }
