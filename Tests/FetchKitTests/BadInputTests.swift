@@ -162,13 +162,16 @@ struct TimeoutTests {
         }
     }
 
-    @Test func idleTimeoutResetsWhileDataKeepsComing() async throws {
+    // Under a sanitizer the idle timeout would need more room than the whole 6 s transfer takes,
+    // and the test could not fail; the fault suite's trickles reset the same timer under it.
+    @Test(.disabled(if: runsUnderSanitizer, "under a sanitizer: an idle timeout with room for its gaps outlasts the transfer; CI's time"))
+    func idleTimeoutResetsWhileDataKeepsComing() async throws {
         let server = try LoopbackServer()
         defer { server.stop() }
         // 60 chunks, one every 100 ms: 6 s in all, twice the idle timeout (a gap under load
         // can reach a second or two: 1.2 s beside 3.2 s was too little).
         let operation = server.operation("/trickle/60/1/100")
-        operation.configuration.idleTimeout = runsUnderSanitizer ? 10 : 3
+        operation.configuration.idleTimeout = 3
         try await operation.run()
         #expect(operation.responseBody?.count == 60)
     }
