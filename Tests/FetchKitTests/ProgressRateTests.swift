@@ -161,7 +161,10 @@ struct ProgressRateTests {
         #expect(batch.status.succeeded == 2)
         let statuses = seen.withLock { $0 }
         let pace = 2 * 163_840.0
-        let late = try #require(statuses.last { $0.bytesReceived > 80 * 8192 && $0.bytesReceived < 122 * 8192 })
+        // The last report before the end that has a rate (a loaded machine may deliver the last
+        // third in one burst, so no particular stretch of the body is required).
+        let late = try #require(statuses.last { $0.bytesReceived < 122 * 8192 && $0.bytesPerSecond != nil && $0.estimatedTimeRemaining != nil },
+                                "\(statuses.map(\.bytesReceived))")
         let rate = try #require(late.bytesPerSecond)
         // Generous: a loaded machine delays chunks and then hands them over in a burst, which a
         // 5-second window averages only in part; the precise figures are fetchkit-bench's.

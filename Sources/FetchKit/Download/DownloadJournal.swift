@@ -28,7 +28,7 @@ import FoundationNetworking
 /// **What it keeps.** An entry per tracked download: an identifier (yours, or a new UUID), the
 /// URL, the destination, the expected digest (``DownloadOperation/expectedDigest``) and the
 /// request's headers. A download that succeeds leaves the journal; one that fails or is cancelled
-/// stays, so that ``restore(request:)`` tries it again (``remove(_:)`` forgets it). A restored
+/// stays, so that ``restore(request:)`` tries it again (``remove(_:)-(String)`` forgets it). A restored
 /// download resumes its partial file as any download to the same destination from the same URL
 /// does (see ``DownloadOperation``): after `kill -9` the partial file is resumed from its length,
 /// and a digest is checked over the whole file.
