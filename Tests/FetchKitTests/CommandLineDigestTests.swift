@@ -3,7 +3,8 @@ import LoopbackServer
 import Testing
 @testable import FetchKit
 
-@Suite("The fetchkit command: --sha256", .timeLimit(.minutes(3)))
+@Suite("The fetchkit command: --sha256", .timeLimit(.minutes(3)),
+       .disabled(if: runsUnderSanitizer, "under a sanitizer: the command runs in a process of its own, whose sanitizer reports the test does not read; CI's time"))
 struct CommandLineDigestTests {
     /// The SHA-256 of `data`, from `sha256sum`.
     private func sha256sum(of data: Data, in directory: TemporaryDirectory) async throws -> String {

@@ -69,7 +69,8 @@ private func serveResumableFile(_ server: LoopbackServer, path: String, size: In
     }
 }
 
-@Suite("fetchkit stops cleanly on a signal", .timeLimit(.minutes(3)))
+@Suite("fetchkit stops cleanly on a signal", .timeLimit(.minutes(3)),
+       .disabled(if: runsUnderSanitizer, "under a sanitizer: the command runs in a process of its own, whose sanitizer reports the test does not read; CI's time"))
 struct CommandLineInterruptTests {
     // The file is larger than the part the server sends at first, and that part larger than
     // what the download buffers before writing (256 KiB): the partial file grows on disk
@@ -182,7 +183,8 @@ struct CommandLineInterruptTests {
     }
 }
 
-@Suite("fetchkit's transfer rate", .timeLimit(.minutes(3)))
+@Suite("fetchkit's transfer rate", .timeLimit(.minutes(3)),
+       .disabled(if: runsUnderSanitizer, "under a sanitizer: the command runs in a process of its own, whose sanitizer reports the test does not read; CI's time"))
 struct TransferRateTests {
     @Test func aResumedFileCountsOnlyThisRunsBytes() {
         var meter = TransferMeter()

@@ -6,7 +6,8 @@ import Testing
 
 /// What the command says: in the units the user typed, each URL once, every path escaped, and
 /// a usage error for options without a URL.
-@Suite("fetchkit's messages in real use", .timeLimit(.minutes(3)))
+@Suite("fetchkit's messages in real use", .timeLimit(.minutes(3)),
+       .disabled(if: runsUnderSanitizer, "under a sanitizer: the command runs in a process of its own, whose sanitizer reports the test does not read; CI's time"))
 struct CommandLineRealUseMessageTests {
     private func occurrences(of needle: String, in text: String) -> Int {
         text.components(separatedBy: needle).count - 1

@@ -10,7 +10,8 @@ import Darwin
 #endif
 
 /// Where the command's output goes in real use: a pipe that closes early (`| head -1`).
-@Suite("fetchkit's output in pipes", .timeLimit(.minutes(3)))
+@Suite("fetchkit's output in pipes", .timeLimit(.minutes(3)),
+       .disabled(if: runsUnderSanitizer, "under a sanitizer: the command runs in a process of its own, whose sanitizer reports the test does not read; CI's time"))
 struct CommandLinePipeTests {
     /// `fetchkit URL… | head -1`: the reader goes away after the header line, while the
     /// downloads are held at the server. They finish, the files are whole, and the exit status
@@ -70,7 +71,8 @@ struct CommandLinePipeTests {
 
 /// The live display in a terminal: it never draws a line wider than the terminal, counted in
 /// the columns a terminal gives each character (issue 20, 3.7).
-@Suite("fetchkit's live display in a terminal", .timeLimit(.minutes(3)))
+@Suite("fetchkit's live display in a terminal", .timeLimit(.minutes(3)),
+       .disabled(if: runsUnderSanitizer, "under a sanitizer: the command runs in a process of its own, whose sanitizer reports the test does not read; CI's time"))
 struct CommandLineTerminalTests {
     /// Columns as a terminal draws this test's text: CJK ideographs two, ASCII and the
     /// display's own symbols one. (Independent of the tool's width function.)
