@@ -15,29 +15,7 @@ final class ClosedPort: @unchecked Sendable {
     let port: UInt16
 
     init() throws {
-        #if canImport(Glibc)
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        #else
-        let fd = socket(AF_INET, SOCK_STREAM, 0)
-        #endif
-        guard fd >= 0 else { throw ParseTestError(reason: "socket: \(errno)") }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        address.sin_port = 0
-        let bound = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-        }
-        guard bound == 0 else {
-            close(fd)
-            throw ParseTestError(reason: "bind: \(errno)")
-        }
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        _ = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
-        }
-        descriptor = fd
-        port = UInt16(bigEndian: address.sin_port)
+        (descriptor, port) = try boundLoopbackSocket()
     }
 
     func url(_ path: String) -> URL {
@@ -67,30 +45,18 @@ final class SilentPort: @unchecked Sendable {
     let port: UInt16
 
     init(_ kind: Kind) throws {
-        #if canImport(Glibc)
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        #else
-        let fd = socket(AF_INET, SOCK_STREAM, 0)
-        #endif
-        guard fd >= 0 else { throw ParseTestError(reason: "socket: \(errno)") }
+        let (fd, port) = try boundLoopbackSocket()
+        guard listen(fd, kind == .connectStalls ? 0 : 64) == 0 else {
+            close(fd)
+            throw ParseTestError(reason: "listen: \(errno)")
+        }
+        listener = fd
+        self.port = port
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
         address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        address.sin_port = 0
+        address.sin_port = port.bigEndian
         let length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) }
-        }
-        guard bound == 0, listen(fd, kind == .connectStalls ? 0 : 64) == 0 else {
-            close(fd)
-            throw ParseTestError(reason: "bind/listen: \(errno)")
-        }
-        var named = length
-        _ = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &named) }
-        }
-        listener = fd
-        port = UInt16(bigEndian: address.sin_port)
         if kind == .connectStalls {
             // Fills the accept queue: the kernel completes this one, then drops every SYN.
             #if canImport(Glibc)
@@ -103,7 +69,7 @@ final class SilentPort: @unchecked Sendable {
             }
             guard client >= 0, connected == 0 else {
                 if client >= 0 { close(client) }
-                close(fd)
+                // Every property is set: deinit closes the listener.
                 throw ParseTestError(reason: "connect: \(errno)")
             }
             filler = client
@@ -118,4 +84,30 @@ final class SilentPort: @unchecked Sendable {
         if filler >= 0 { close(filler) }
         close(listener)
     }
+}
+
+/// A TCP socket bound to 127.0.0.1 on a port the kernel picks, and that port.
+private func boundLoopbackSocket() throws -> (descriptor: Int32, port: UInt16) {
+    #if canImport(Glibc)
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    #else
+    let fd = socket(AF_INET, SOCK_STREAM, 0)
+    #endif
+    guard fd >= 0 else { throw ParseTestError(reason: "socket: \(errno)") }
+    var address = sockaddr_in()
+    address.sin_family = sa_family_t(AF_INET)
+    address.sin_addr.s_addr = inet_addr("127.0.0.1")
+    address.sin_port = 0
+    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+    let bound = withUnsafePointer(to: &address) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) }
+    }
+    guard bound == 0 else {
+        close(fd)
+        throw ParseTestError(reason: "bind: \(errno)")
+    }
+    _ = withUnsafeMutablePointer(to: &address) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
+    }
+    return (fd, UInt16(bigEndian: address.sin_port))
 }
