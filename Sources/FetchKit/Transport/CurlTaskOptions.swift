@@ -261,7 +261,7 @@ final class CurlTaskOptions: URLCache, @unchecked Sendable {
     }
 
     /// The stored property `label` of `value`, looked for in its class and its superclasses.
-    private static func child(_ label: String, of value: Any) -> Any? {
+    static func child(_ label: String, of value: Any) -> Any? {
         var mirror: Mirror? = Mirror(reflecting: value)
         while let current = mirror {
             if let found = current.children.first(where: { $0.label == label }) { return found.value }

@@ -50,7 +50,7 @@ enum ReceivePause {
     static func breathe(_ task: URLSessionTask) {
         #if canImport(FoundationNetworking) && (canImport(Glibc) || canImport(Musl))
         guard let pause = curlEasyPause, let handle = easyHandle(of: task),
-              let workQueue = field("workQueue", of: task) as? DispatchQueue,
+              let workQueue = CurlTaskOptions.child("workQueue", of: task) as? DispatchQueue,
               pause(handle, 1) == 0 else { return }
         workQueue.async {
             // The task may have ended meanwhile: its handle is looked up again, on this queue.
@@ -69,7 +69,7 @@ enum ReceivePause {
     static func pause(_ task: URLSessionTask, for seconds: TimeInterval) -> Bool {
         #if canImport(FoundationNetworking) && (canImport(Glibc) || canImport(Musl))
         guard let pause = curlEasyPause, let handle = easyHandle(of: task),
-              let workQueue = field("workQueue", of: task) as? DispatchQueue,
+              let workQueue = CurlTaskOptions.child("workQueue", of: task) as? DispatchQueue,
               pause(handle, 1) == 0 else { return false }
         workQueue.asyncAfter(deadline: .now() + seconds) {
             // The task may have ended meanwhile: its handle is looked up again, on this queue.
@@ -159,27 +159,9 @@ enum ReceivePause {
     }()
 
     /// The `CURL *` of `task`'s current protocol, if FoundationNetworking's layout is the one
-    /// expected.
+    /// expected: the same guarded path that sets each task's options (``CurlTaskOptions``).
     static func easyHandle(of task: URLSessionTask) -> UnsafeMutableRawPointer? {
-        guard let storage = field("_protocolStorage", of: task),
-              let urlProtocol = Mirror(reflecting: storage).children.first(where: { $0.label == "existing" })?.value,
-              let wrapped = field("easyHandle", of: urlProtocol)
-        else { return nil }
-        // `easyHandle` is an implicitly unwrapped optional.
-        let mirror = Mirror(reflecting: wrapped)
-        let easy: Any? = mirror.displayStyle == .optional ? mirror.children.first?.value : wrapped
-        guard let easy, let raw = field("rawHandle", of: easy) else { return nil }
-        return raw as? UnsafeMutableRawPointer
-    }
-
-    /// The stored property `label` of `value`, looked for in its class and its superclasses.
-    private static func field(_ label: String, of value: Any) -> Any? {
-        var mirror: Mirror? = Mirror(reflecting: value)
-        while let current = mirror {
-            if let child = current.children.first(where: { $0.label == label }) { return child.value }
-            mirror = current.superclassMirror
-        }
-        return nil
+        CurlTaskOptions.easyHandle(of: task)
     }
     #endif
 }
