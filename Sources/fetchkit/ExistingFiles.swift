@@ -45,25 +45,25 @@ enum ExistingFile {
     static func check(_ download: URLRequest, against file: (size: Int64, modified: Date), timeout: TimeInterval,
                       connectTimeout: TimeInterval?) -> FetchOperation<Data> {
         var request = download
-        request.httpMethod = "HEAD"
         request.setValue(httpDate(file.modified), forHTTPHeaderField: "If-Modified-Since")
-        let check = FetchOperation<Data>(request: request)
-        check.configuration.idleTimeout = timeout
-        check.configuration.connectTimeout = connectTimeout
-        check.configuration.retryPolicy = RetryPolicy(maximumRetries: 1)
-        return check
+        return head(request, timeout: timeout, connectTimeout: connectTimeout)
     }
 
     /// The plain `HEAD` that asks the server what it calls `download` (`--content-disposition`),
     /// and, if a file of that name is there, whether its copy differs (``verdict(of:for:)``).
     static func nameQuestion(_ download: URLRequest, timeout: TimeInterval, connectTimeout: TimeInterval?) -> FetchOperation<Data> {
-        var request = download
+        head(download, timeout: timeout, connectTimeout: connectTimeout)
+    }
+
+    /// `request` as a `HEAD` with the run's timeouts, asked again once after a transient failure.
+    private static func head(_ request: URLRequest, timeout: TimeInterval, connectTimeout: TimeInterval?) -> FetchOperation<Data> {
+        var request = request
         request.httpMethod = "HEAD"
-        let question = FetchOperation<Data>(request: request)
-        question.configuration.idleTimeout = timeout
-        question.configuration.connectTimeout = connectTimeout
-        question.configuration.retryPolicy = RetryPolicy(maximumRetries: 1)
-        return question
+        let head = FetchOperation<Data>(request: request)
+        head.configuration.idleTimeout = timeout
+        head.configuration.connectTimeout = connectTimeout
+        head.configuration.retryPolicy = RetryPolicy(maximumRetries: 1)
+        return head
     }
 
     /// What the finished `check` says of `file`.

@@ -289,16 +289,9 @@ public final class DownloadJournal: Sendable {
     /// remove it.
     public func flush() throws(JournalError) {
         let outcome = writer.sync { () -> Result<Void, JournalError> in
-            let pending = state.withLock { contents -> [Entry]? in
-                guard contents.unwritten else { return nil }
-                contents.unwritten = false
-                return contents.entries
-            }
-            guard let pending else { return .success(()) }
             do throws(JournalError) {
-                try write(pending)
+                try catchUp()
             } catch {
-                state.withLock { $0.unwritten = true }
                 return .failure(error)
             }
             return .success(())
@@ -393,20 +386,24 @@ public final class DownloadJournal: Sendable {
             return true
         }
         guard queue else { return }
-        writer.async { [self] in
-            let pending = state.withLock { contents -> [Entry]? in
-                contents.catchUpQueued = false
-                guard contents.unwritten else { return nil }
-                contents.unwritten = false
-                return contents.entries
-            }
-            guard let pending else { return }
-            do throws(JournalError) {
-                try write(pending)
-            } catch {
-                // The next change or flush writes it.
-                state.withLock { $0.unwritten = true }
-            }
+        // On failure the file still lags: the next change or flush writes it.
+        writer.async { [self] in try? catchUp(endingQueuedCatchUp: true) }
+    }
+
+    /// On ``writer``: writes the entries if the file lags behind them (on failure it still does).
+    private func catchUp(endingQueuedCatchUp: Bool = false) throws(JournalError) {
+        let pending = state.withLock { contents -> [Entry]? in
+            if endingQueuedCatchUp { contents.catchUpQueued = false }
+            guard contents.unwritten else { return nil }
+            contents.unwritten = false
+            return contents.entries
+        }
+        guard let pending else { return }
+        do throws(JournalError) {
+            try write(pending)
+        } catch {
+            state.withLock { $0.unwritten = true }
+            throw error
         }
     }
 

@@ -228,7 +228,7 @@ public final class FetchSession: @unchecked Sendable {
     /// by ``FetchConfiguration/idleTimeout`` alone.
     public var enforcesConnectTimeouts: Bool {
         #if canImport(FoundationNetworking) && (canImport(Glibc) || canImport(Musl))
-        return taskOptions?.probeFailure == nil && taskOptions != nil
+        return taskOptions.map { $0.probeFailure == nil } ?? false
         #else
         return false
         #endif
@@ -250,11 +250,13 @@ public final class FetchSession: @unchecked Sendable {
     /// URLSession's queue, not before it.)
     func resume(_ task: URLSessionTask, connectTimeout: TimeInterval? = nil) -> Resumption {
         #if canImport(FoundationNetworking) && (canImport(Glibc) || canImport(Musl))
-        guard let taskOptions else {
+        let milliseconds = connectTimeout.flatMap(Self.milliseconds)
+        // Nothing to set (the common case): the hook has nothing to record, nor this to take.
+        guard let taskOptions, !trust.isEmpty || milliseconds != nil else {
             task.resume()
             return .started(connectTimeoutSet: false)
         }
-        if let connectTimeout, let milliseconds = Self.milliseconds(connectTimeout) {
+        if let milliseconds {
             taskOptions.willResume(task, connectTimeout: milliseconds)
         }
         task.resume()
