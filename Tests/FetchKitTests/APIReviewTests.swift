@@ -115,13 +115,26 @@ struct APIReviewOptionalOutputTests {
 }
 
 /// An output whose release a test can see.
-final class TrackedOutput: Sendable {}
+final class TrackedOutput: Sendable {
+    /// Told when the output is released.
+    let released: Countdown?
+
+    init(released: Countdown? = nil) {
+        self.released = released
+    }
+
+    deinit {
+        released?.signal()
+    }
+}
 
 /// Parses into a ``TrackedOutput`` once `proceed` opens, telling `parsing` when it begins and
 /// keeping only a weak reference to what it returned.
 final class HeldParse: FetchOperation<TrackedOutput>, @unchecked Sendable {
     let parsing = Countdown(1)
     let proceed = ServerGate()
+    /// Signalled when the output the parse made is released.
+    let released = Countdown(1)
     private let made = Locked<WeakOutputBox>(WeakOutputBox())
 
     var outputAlive: Bool { made.current.value != nil }
@@ -129,7 +142,7 @@ final class HeldParse: FetchOperation<TrackedOutput>, @unchecked Sendable {
     override func parseResponseBody(_ body: Data) throws -> TrackedOutput {
         parsing.signal()
         _ = proceed.wait(timeout: 60)
-        let output = TrackedOutput()
+        let output = TrackedOutput(released: released)
         made.withLock { $0.value = output }
         return output
     }
@@ -157,6 +170,9 @@ struct APIReviewCancelledParseTests {
             Issue.record("expected cancelled, got \(String(describing: operation.result))")
             return
         }
-        #expect(!operation.outputAlive, "the finished operation still holds the output of its cancelled parse")
+        // The completion may come at the cancel, while the parse still runs: the output is
+        // released once it returns (a wait on the release, not a look at one moment).
+        #expect(await operation.released.wait(timeout: 60), "the finished operation still holds the output of its cancelled parse")
+        #expect(!operation.outputAlive)
     }
 }

@@ -34,19 +34,17 @@ struct CommandLineExitCodeTests {
         #expect(result.status == 4, "\(result.output)")
     }
 
-    /// A host whose TCP handshake never completes: `--connect-timeout` ends it long before the
-    /// 60 s `--timeout` (the bound on the elapsed time is semantic, not a measurement).
+    /// A host whose TCP handshake never completes: `--connect-timeout` ends it, not the 60 s
+    /// `--timeout` (the message names which).
     @Test func aConnectionNotMadeInTimeIsANetworkFailure() async throws {
         let port = try SilentPort(.connectStalls)
         let directory = try TemporaryDirectory()
         defer { directory.remove() }
-        let started = Date()
         let result = try await runTool("fetchkit", [port.url("/file").absoluteString, "-o", directory.url.path, "--retry", "0",
                                                     "--timeout", "60", "--connect-timeout", "0.3"])
         let output = result.stdout + result.stderr
         #expect(result.status == ExitStatus.network.rawValue, "\(output)")
         #expect(output.contains("no connection within 0.3 s (--connect-timeout)"), "\(output)")
-        #expect(Date().timeIntervalSince(started) < 40)
         let usage = try await runTool("fetchkit", [port.url("/file").absoluteString, "--connect-timeout", "soon"])
         #expect(usage.status == ExitStatus.usage.rawValue, "\(usage.stderr)")
     }

@@ -9,10 +9,10 @@ import Testing
 /// ``FetchConfiguration/connectTimeout``: a connection that cannot be made ends at it, long
 /// before the idle timeout, as `.timedOut(.connect)`; it bounds nothing after the connection.
 ///
-/// The elapsed-time bounds are semantic: each test's idle timeout is 60 s, so an end within
-/// 30 s can only be the connect timeout (a loaded machine delays, never hastens, it). On Linux,
-/// each of the first two fails without FetchKit's option on the task's libcurl handle: the
-/// attempt then waits for its idle timeout.
+/// Each test's idle timeout is 60 s, so the error's kind and interval say which limit fired: on
+/// Linux, each of the first two fails without FetchKit's option on the task's libcurl handle
+/// (the attempt then ends at its idle timeout, as `.idle`). Only the lower side of the time is
+/// checked (the timeout did not fire early): a loaded machine delays an end, never hastens it.
 @Suite("Connect timeout", .timeLimit(.minutes(2)))
 struct ConnectTimeoutTests {
     /// Runs `operation` on a session of its own, timed to its end.
@@ -42,19 +42,19 @@ struct ConnectTimeoutTests {
         }
         #expect(timeout.kind == .connect)
         #expect(timeout.interval == 0.3)
-        #expect(elapsed >= 0.25 && elapsed < 30, "ended after \(elapsed) s")
+        #expect(elapsed >= 0.25, "ended after \(elapsed) s, before its 0.3 s")
         #expect(timeout.description.contains("connect timeout"))
     }
 
     @Test func aTLSHandshakeThatNeverCompletesEndsAtTheConnectTimeout() async throws {
         let port = try SilentPort(.neverAnswers)
         let (error, elapsed) = await timedOutcome(of: stalledFetch(port.url("/file", scheme: "https")))
+        #expect(elapsed >= 0.25, "ended after \(elapsed) s, before its 0.3 s")
         guard case .timedOut(let timeout) = error else {
             Issue.record("expected a connect timeout, got \(String(describing: error))")
             return
         }
         #expect(timeout.kind == .connect)
-        #expect(elapsed < 30, "ended after \(elapsed) s")
     }
 
     @Test func aConnectTimeoutIsRetriedByThePolicy() async throws {

@@ -255,12 +255,10 @@ struct CredentialRefreshTests {
 
     @Test func twoSlotsPerHostAndTenRefusalsDoNotDeadlock() async throws {
         let (api, _, queue, _) = try setUp(perHost: 2)
-        let started = Date()
         let (operations, done) = fetchAll(items(10), api, on: queue)
-        #expect(await done.wait(timeout: 60))
-        // A deadlock (waiters holding the two slots the refresh needs) would last until the
-        // fetches' 60 s idle timeout; a loaded machine has taken 26 s without one.
-        #expect(Date().timeIntervalSince(started) < 50)
+        // A deadlock (waiters holding the two slots the refresh needs) lasts until the fetches'
+        // 60 s idle timeout and fails them: every fetch must succeed, with one refresh.
+        #expect(await done.wait(timeout: 120))
         #expect(operations.allSatisfy { $0.error == nil })
         #expect(api.refreshCount == 1)
         #expect(api.authorizations("/refresh") == [nil])
