@@ -126,10 +126,11 @@ public final class FetchQueue: @unchecked Sendable {
     /// on loopback (its segments are 64 KiB); a lower rate holds the upper bound only.
     ///
     /// **Over HTTP/2** the chunks are charged as read (the connection carries other streams),
-    /// and the queue's total holds, not each stream's share: two limited streams on one
-    /// connection, 1.5 MB each at 1 MB/s, ended together after about 3 s, but the first of
+    /// and the queue's total is what holds, not each stream's share: two limited streams on
+    /// one connection, 1.5 MB each at 1 MB/s, ended together after about 3 s, but the first of
     /// them ended after 121, 320, 1179 or 2740 ms in four runs (libcurl 7.88): a stream can
-    /// run ahead while the other pays the debt.
+    /// run ahead while the other pays the debt. Not always even the total: in one full test
+    /// run both had ended after 1.5 s, twice the limit (cause not found).
     ///
     /// **Why not libcurl's own limit.** `CURLOPT_MAX_RECV_SPEED_LARGE`, set on each handle at
     /// its share of the limit (libcurl 7.88 reads it before each read, so setting it on a
