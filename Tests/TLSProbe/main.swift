@@ -3,11 +3,13 @@
 // in a private mount namespace with a bundle holding their test CA bind-mounted over that
 // path; the test process itself has many threads and cannot enter a namespace of its own.
 //
-// Usage: TLSProbe [--per-host N] [--idle-timeout S] [--no-retry] [--limit-rate B] <url>...
+// Usage: TLSProbe [--per-host N] [--idle-timeout S] [--no-retry] [--limit-rate B] [--own-url-cache] <url>...
 // Fetches every URL at once through one FetchQueue (overall limit 64 with --per-host, else 8;
 // per-host limit N, else the default; default retry policy unless --no-retry; an idle timeout
-// of S seconds if given) and prints one line per URL, in the order given:
-//   <index> ok status=<code> bytes=<count> pattern=<match|mismatch|none> attempts=<n> elapsed_ms=<ms>
+// of S seconds if given; a bandwidth limit of B bytes per second if given; through a session
+// whose configuration has a URL cache of its own with --own-url-cache, else the shared one)
+// and prints one line per URL, in the order given:
+//   <index> ok status=<code> bytes=<count> pattern=<match|mismatch|none> attempts=<n> elapsed_ms=<ms> [enforced=<true|false>]
 //   <index> error kind=<FetchError.Code> reason=<TLSFailure.Reason|none> urlerror=<code|none> attempts=<n> elapsed_ms=<ms> text=<libcurl's message> description=<FetchError's description>
 // `pattern` compares the body of a `/bytes/<n>` or `/trickle/<n>/…` URL with the
 // LoopbackServer's byte pattern; `elapsed_ms` runs from the enqueue to the result.
@@ -33,7 +35,7 @@ func oneLine(_ text: String) -> String {
 }
 
 func usageError(_ message: String) -> Never {
-    FileHandle.standardError.write(Data("TLSProbe: \(message)\nusage: TLSProbe [--per-host N] [--idle-timeout S] [--no-retry] [--limit-rate B] <url>... | TLSProbe cancel-resume <directory> <download-url> <url>...\n".utf8))
+    FileHandle.standardError.write(Data("TLSProbe: \(message)\nusage: TLSProbe [--per-host N] [--idle-timeout S] [--no-retry] [--limit-rate B] [--own-url-cache] <url>... | TLSProbe cancel-resume <directory> <download-url> <url>...\n".utf8))
     exit(2)
 }
 
@@ -90,7 +92,7 @@ func waitForBody(_ operation: AnyFetchOperation, atLeast bytes: Int64) async {
 /// The plain mode: every URL at once.
 func fetchAll(_ arguments: [String]) async {
     var arguments = arguments[...]
-    var perHost: Int?, idleTimeout: TimeInterval?, retries = true, limit: Int?
+    var perHost: Int?, idleTimeout: TimeInterval?, retries = true, limit: Int?, ownURLCache = false
     while let first = arguments.first, first.hasPrefix("--") {
         arguments = arguments.dropFirst()
         switch first {
@@ -104,6 +106,8 @@ func fetchAll(_ arguments: [String]) async {
             arguments = arguments.dropFirst()
         case "--no-retry":
             retries = false
+        case "--own-url-cache":
+            ownURLCache = true
         case "--limit-rate":
             guard let value = arguments.first.flatMap(Int.init), value > 0 else { usageError("--limit-rate needs bytes per second") }
             limit = value
@@ -117,10 +121,18 @@ func fetchAll(_ arguments: [String]) async {
     guard !urls.isEmpty, urls.allSatisfy({ $0 != nil }) else { usageError("no URLs") }
     let queue = perHost.map { FetchQueue(maximumConcurrentTransfers: 64, maximumTransfersPerHost: $0, bandwidthLimit: limit) }
         ?? FetchQueue(maximumConcurrentTransfers: 8, bandwidthLimit: limit)
+    // A configuration with a URL cache of its own takes the slot FetchKit sets each task's
+    // libcurl options from: its transfers run as FoundationNetworking makes them.
+    let session: FetchSession = ownURLCache ? {
+        let configuration = FetchSession.defaultConfiguration()
+        configuration.urlCache = URLCache(memoryCapacity: 0, diskCapacity: 0, diskPath: nil)
+        return FetchSession(configuration: configuration)
+    }() : .shared
     let lines = await withTaskGroup(of: (Int, String).self) { group in
         for (index, url) in urls.compactMap({ $0 }).enumerated() {
             group.addTask {
                 let operation = FetchOperation<Data>(url: url)
+                operation.configuration.session = session
                 operation.configuration.idleTimeout = timeout
                 if !retrying { operation.configuration.retryPolicy = .none }
                 return (index, await fetchLine(queue, operation))
@@ -129,7 +141,7 @@ func fetchAll(_ arguments: [String]) async {
         var lines = [String](repeating: "", count: urls.count)
         for await (index, line) in group { lines[index] = "\(index) \(line)" }
         return lines
-    }
+    }.map { line in limit == nil || !line.contains(" ok ") ? line : line + " enforced=\(queue.isBandwidthLimitEnforced)" }
     print(lines.joined(separator: "\n"))
 }
 

@@ -125,12 +125,16 @@ public final class FetchQueue: @unchecked Sendable {
     /// the bucket then pays that back. So the ±15 % holds from about 250 kB/s per connection
     /// on loopback (its segments are 64 KiB); a lower rate holds the upper bound only.
     ///
-    /// **Over HTTP/2** the chunks are charged as read (the connection carries other streams),
-    /// and the queue's total is what holds, not each stream's share: two limited streams on
-    /// one connection, 1.5 MB each at 1 MB/s, ended together after about 3 s, but the first of
-    /// them ended after 121, 320, 1179 or 2740 ms in four runs (libcurl 7.88): a stream can
-    /// run ahead while the other pays the debt. Not always even the total: in one full test
-    /// run both had ended after 1.5 s, twice the limit (cause not found).
+    /// **HTTP/1.1 only.** A limited transfer is made over HTTP/1.1, a connection of its own,
+    /// even to a server that speaks HTTP/2: libcurl 7.88 opens each HTTP/2 stream with a 32 MB
+    /// window, and pausing a stream only stops new window updates, so a server sends a body of
+    /// up to 32 MB at once whatever the pause. (Measured over TLS with nginx, two limited
+    /// 1.5 MB streams on one connection at 1 MB/s: in 4 runs of 20, one of them had all of its
+    /// body in under 110 ms, the other then paying the debt; over HTTP/1.1, each of the 40
+    /// bodies of 20 runs took 2.7–3.2 s.) Where the session cannot ask libcurl for HTTP/1.1 (its
+    /// configuration has a `urlCache` of its own, or another FoundationNetworking layout), a
+    /// limited transfer that runs over HTTP/2 turns ``isBandwidthLimitEnforced`` `false`: its
+    /// body reaches the app at the limit, but the server sends it as fast as it can.
     ///
     /// **Why not libcurl's own limit.** `CURLOPT_MAX_RECV_SPEED_LARGE`, set on each handle at
     /// its share of the limit (libcurl 7.88 reads it before each read, so setting it on a

@@ -159,10 +159,10 @@ extension Array where Element == ReceiveBudget {
 /// acknowledged) with default buffers, two transfers to one host under a 150 kB/s limit sent
 /// 1.27× the limit over the first 5 seconds. So a transfer whose connection carries only it
 /// (HTTP/1) is charged for the larger of what it has read and what its socket has received
-/// since its first chunk (``ReceivePause/connectionReceipt(_:)``; what the socket holds unread
+/// since its first chunk (``ReceivePause/connection(of:)``; what the socket holds unread
 /// at the first chunk is the transfer's, a reused connection's earlier bytes are not):
-/// 1.03–1.15× in the same runs. Elsewhere (HTTP/2, or where the socket cannot be read) it is
-/// charged for the chunks.
+/// 1.03–1.15× in the same runs. Where the socket cannot be read it is charged for the chunks
+/// (a limited transfer is kept to HTTP/1.1 where the session can: ``FetchQueue/bandwidthLimit``).
 ///
 /// (Narrowing the socket's receive buffer instead, `SO_RCVBUF` once the first pause comes,
 /// made the server wait for TCP's persist timer on loopback, whose segments are larger than

@@ -15,7 +15,9 @@ import Musl
 /// - ``TrustSettings``: libcurl's `CURLOPT_CAINFO_BLOB` (the system's CAs and the added ones)
 ///   and `CURLOPT_PINNEDPUBLICKEY` (the host's pins), on every task of a session that has them;
 /// - ``FetchConfiguration/connectTimeout``: `CURLOPT_CONNECTTIMEOUT_MS`, on the tasks whose
-///   fetch sets one (FoundationNetworking sets none, so libcurl's default of 300 s applies).
+///   fetch sets one (FoundationNetworking sets none, so libcurl's default of 300 s applies);
+/// - HTTP/1.1 (`CURLOPT_HTTP_VERSION`), on the tasks under a bandwidth limit
+///   (``FetchQueue/bandwidthLimit``): an HTTP/2 stream cannot be held to one on the wire.
 ///
 /// **Where.** FoundationNetworking (read in 6.3.1, `URLSessionTask.swift`) makes a task's
 /// protocol object, and with it the libcurl easy handle (`_NativeProtocol.init`), in
@@ -27,13 +29,16 @@ import Musl
 /// on the session's serial work queue with the new handle made and not yet used: the one
 /// moment when its options can be set with certainty, before any connection for it exists.
 /// FoundationNetworking never overwrites these options: on Linux it sets `CURLOPT_CAINFO` only
-/// when libcurl has no default (`setCARootBundlePath`), never a blob, a pin or a connect timeout.
+/// when libcurl has no default (`setCARootBundlePath`), never a blob, a pin, a connect timeout
+/// or an HTTP version.
 ///
 /// **Connection reuse.** libcurl (7.88.1, `vtls.c` `Curl_ssl_config_matches`) reuses a pooled
 /// connection, HTTP/2 multiplexing included, only for a transfer whose CA blob (byte for byte)
 /// and pinned key are the same as the connection's: a connection made without a pin is never
 /// reused for a pinned request. A connect timeout bounds only a connection being made: a
-/// transfer that reuses one has no connect phase.
+/// transfer that reuses one has no connect phase. A transfer asking for HTTP/1.1 never joins
+/// an HTTP/2 connection (7.88.1, `url.c` `ConnectionExists`), and offers only `http/1.1` in
+/// ALPN when it makes one.
 ///
 /// **Refusal.** Everything is found at run time: the easy handle by reflection
 /// (`URLSessionTask._protocolStorage` → `.existing(protocol)` → `easyHandle` → `rawHandle`),
@@ -43,7 +48,8 @@ import Musl
 /// (``TrustConfigurationError/Reason/notEnforceable(_:)``: a security setting that cannot be
 /// enforced refuses), and a session without them sets no connect timeouts
 /// (``FetchSession/enforcesConnectTimeouts`` is `false`: a convenience falls back to the idle
-/// timeout).
+/// timeout) and no HTTP version (a bandwidth-limited transfer that then runs over HTTP/2 turns
+/// ``FetchQueue/isBandwidthLimitEnforced`` `false`).
 final class CurlTaskOptions: URLCache, @unchecked Sendable {
     /// Finds a task's libcurl easy handle (reflection by default; tests give one that fails).
     typealias HandleLookup = @Sendable (URLSessionTask) -> UnsafeMutableRawPointer?
@@ -54,6 +60,16 @@ final class CurlTaskOptions: URLCache, @unchecked Sendable {
         var trust: Bool
         /// Whether the connect timeout asked for was set (`false` when none was asked for).
         var connectTimeout: Bool
+        /// Whether HTTP/1.1 was asked for and set (`false` when not asked for).
+        var http1: Bool = false
+    }
+
+    /// What one task asks for beyond the session's trust settings.
+    struct TaskRequest: Equatable {
+        /// A connect timeout, in milliseconds.
+        var connectTimeout: Int?
+        /// Whether the task keeps to HTTP/1.1.
+        var http1 = false
     }
 
     let trust: TrustSettings
@@ -63,9 +79,9 @@ final class CurlTaskOptions: URLCache, @unchecked Sendable {
     /// The CA blob: the system bundle, then the added CAs; `nil` when none are added. Made by
     /// the probe, on the work queue.
     private let caBlob = Protected<[UInt8]?>(nil)
-    /// The connect timeout (ms) of each task about to be resumed that has one, by task; taken
-    /// on the work queue when FoundationNetworking asks the cache.
-    private let connectTimeouts = Protected([ObjectIdentifier: Int]())
+    /// What each task about to be resumed asks for (a connect timeout, HTTP/1.1), by task;
+    /// taken on the work queue when FoundationNetworking asks the cache.
+    private let requests = Protected([ObjectIdentifier: TaskRequest]())
     /// What was set, by task; taken by ``take(_:)`` once the task is resumed.
     private let outcomes = Protected([ObjectIdentifier: Outcome]())
     /// Why the path is not proven: "not probed" until the probe, `nil` once it succeeded. Until
@@ -77,6 +93,8 @@ final class CurlTaskOptions: URLCache, @unchecked Sendable {
         static let caInfoBlob: Int32 = 40_309        // CURLOPT_CAINFO_BLOB (CURLOPTTYPE_BLOB + 309)
         static let pinnedPublicKey: Int32 = 10_230   // CURLOPT_PINNEDPUBLICKEY (CURLOPTTYPE_STRINGPOINT + 230)
         static let connectTimeoutMS: Int32 = 156     // CURLOPT_CONNECTTIMEOUT_MS (CURLOPTTYPE_LONG + 156)
+        static let httpVersion: Int32 = 84           // CURLOPT_HTTP_VERSION (CURLOPTTYPE_VALUES + 84)
+        static let httpVersion1_1 = 2                // CURL_HTTP_VERSION_1_1
         static let caInfo: Int32 = 0x100000 + 61     // CURLINFO_CAINFO (CURLINFO_STRING + 61)
         static let blobCopy: UInt32 = 1              // CURL_BLOB_COPY
     }
@@ -122,9 +140,9 @@ final class CurlTaskOptions: URLCache, @unchecked Sendable {
         guard let outcome = take(task) else {
             return "FoundationNetworking did not ask the session's URL cache before making the task's libcurl handle"
         }
-        guard outcome.trust, outcome.connectTimeout else {
+        guard outcome.trust, outcome.connectTimeout, outcome.http1 else {
             return "the task's libcurl handle was not found (another FoundationNetworking layout) or did not take "
-                + "CURLOPT_CAINFO_BLOB, CURLOPT_PINNEDPUBLICKEY and CURLOPT_CONNECTTIMEOUT_MS"
+                + "CURLOPT_CAINFO_BLOB, CURLOPT_PINNEDPUBLICKEY, CURLOPT_CONNECTTIMEOUT_MS and CURLOPT_HTTP_VERSION"
         }
         return nil
     }
@@ -133,10 +151,10 @@ final class CurlTaskOptions: URLCache, @unchecked Sendable {
     /// Why the probe did not prove that each task's handle takes the options; `nil` once it did.
     var probeFailure: String? { unproven.snapshot }
 
-    /// Asks for `milliseconds` of connect timeout on `task`, which is about to be resumed.
-    func willResume(_ task: URLSessionTask, connectTimeout milliseconds: Int) {
-        guard probeFailure == nil else { return }
-        connectTimeouts.withLock { $0[ObjectIdentifier(task)] = milliseconds }
+    /// Asks for `request` on `task`, which is about to be resumed.
+    func willResume(_ task: URLSessionTask, _ request: TaskRequest) {
+        guard probeFailure == nil, request != TaskRequest() else { return }
+        requests.withLock { $0[ObjectIdentifier(task)] = request }
     }
 
     /// What was set on `task`'s handle (`nil`: FoundationNetworking never asked, or there was
@@ -144,7 +162,7 @@ final class CurlTaskOptions: URLCache, @unchecked Sendable {
     /// synchronously.
     func take(_ task: URLSessionTask) -> Outcome? {
         let key = ObjectIdentifier(task)
-        connectTimeouts.withLock { $0[key] = nil }
+        requests.withLock { $0[key] = nil }
         return outcomes.withLock { $0.removeValue(forKey: key) }
     }
 
@@ -156,10 +174,11 @@ final class CurlTaskOptions: URLCache, @unchecked Sendable {
         completionHandler(nil)
         let key = ObjectIdentifier(dataTask)
         let isProbe = probing.snapshot
-        let connectTimeout = isProbe ? 1_000 : connectTimeouts.withLock { $0.removeValue(forKey: key) }
+        let request = isProbe ? TaskRequest(connectTimeout: 1_000, http1: true)
+            : requests.withLock { $0.removeValue(forKey: key) } ?? TaskRequest()
         // Nothing to set: the common case costs two lookups.
-        guard !trust.isEmpty || connectTimeout != nil || isProbe else { return }
-        let outcome = apply(to: dataTask, connectTimeout: connectTimeout, isProbe: isProbe)
+        guard !trust.isEmpty || request != TaskRequest() || isProbe else { return }
+        let outcome = apply(to: dataTask, request, isProbe: isProbe)
         outcomes.withLock { $0[key] = outcome }
     }
 
@@ -177,19 +196,17 @@ final class CurlTaskOptions: URLCache, @unchecked Sendable {
     private typealias SetLongOption = @convention(c) (UnsafeMutableRawPointer, Int32, Int) -> Int32
     private typealias GetStringInfo = @convention(c) (UnsafeMutableRawPointer, Int32, UnsafeMutablePointer<UnsafePointer<CChar>?>) -> Int32
 
-    /// Sets the options on `task`'s new easy handle. The probe sets every option, a pin and a
-    /// connect timeout included, to prove each takes (its handle never connects).
-    private func apply(to task: URLSessionTask, connectTimeout: Int?, isProbe: Bool) -> Outcome {
+    /// Sets the options on `task`'s new easy handle. The probe sets every option, a pin, a
+    /// connect timeout and HTTP/1.1 included, to prove each takes (its handle never connects).
+    private func apply(to task: URLSessionTask, _ request: TaskRequest, isProbe: Bool) -> Outcome {
         guard let handle = lookup(task) else { return Outcome(trust: trust.isEmpty && !isProbe, connectTimeout: false) }
         let trusted = applyTrust(to: handle, host: task.originalRequest?.url?.host, isProbe: isProbe)
-        var timed = false
-        if let connectTimeout {
-            // CURLcode curl_easy_setopt(CURL *, CURLoption, ...) with a `long`: on the Linux ABIs
-            // Swift supports, a variadic integer argument travels like a fixed one.
-            let set = unsafeBitCast(setOption, to: SetLongOption.self)
-            timed = set(handle, Curl.connectTimeoutMS, max(1, connectTimeout)) == 0   // CURLE_OK
-        }
-        return Outcome(trust: trusted, connectTimeout: timed)
+        // CURLcode curl_easy_setopt(CURL *, CURLoption, ...) with a `long`: on the Linux ABIs
+        // Swift supports, a variadic integer argument travels like a fixed one.
+        let set = unsafeBitCast(setOption, to: SetLongOption.self)
+        let timed = request.connectTimeout.map { set(handle, Curl.connectTimeoutMS, max(1, $0)) == 0 } ?? false   // CURLE_OK
+        let http1 = request.http1 && set(handle, Curl.httpVersion, Curl.httpVersion1_1) == 0
+        return Outcome(trust: trusted, connectTimeout: timed, http1: http1)
     }
 
     /// Sets the trust options on `handle`; whether all took (`true` when there are none).

@@ -234,7 +234,7 @@ public final class FetchSession: @unchecked Sendable {
         #endif
     }
 
-    /// How `resume(_:connectTimeout:)` went.
+    /// How `resume(_:connectTimeout:http1:)` went.
     enum Resumption {
         /// The trust settings could not be set: the task is already cancelled.
         case refused
@@ -243,22 +243,21 @@ public final class FetchSession: @unchecked Sendable {
     }
 
     /// Resumes `task`, with `connectTimeout` (seconds) on its handle where the session can set
-    /// it, and, where FetchKit sets the trust options per task, makes sure they were set —
+    /// it, keeping it to HTTP/1.1 if `http1` (a bandwidth-limited transfer) where the session
+    /// can, and, where FetchKit sets the trust options per task, makes sure they were set —
     /// FoundationNetworking asks for them inside `resume()`. If not, cancels the task at once
     /// (`.refused`). (A defence in depth: the session's probe proved the same path in the same
     /// process; if it failed all the same, the cancel is queued behind the task's start on
     /// URLSession's queue, not before it.)
-    func resume(_ task: URLSessionTask, connectTimeout: TimeInterval? = nil) -> Resumption {
+    func resume(_ task: URLSessionTask, connectTimeout: TimeInterval? = nil, http1: Bool = false) -> Resumption {
         #if canImport(FoundationNetworking) && (canImport(Glibc) || canImport(Musl))
-        let milliseconds = connectTimeout.flatMap(Self.milliseconds)
+        let request = CurlTaskOptions.TaskRequest(connectTimeout: connectTimeout.flatMap(Self.milliseconds), http1: http1)
         // Nothing to set (the common case): the hook has nothing to record, nor this to take.
-        guard let taskOptions, !trust.isEmpty || milliseconds != nil else {
+        guard let taskOptions, !trust.isEmpty || request != CurlTaskOptions.TaskRequest() else {
             task.resume()
             return .started(connectTimeoutSet: false)
         }
-        if let milliseconds {
-            taskOptions.willResume(task, connectTimeout: milliseconds)
-        }
+        taskOptions.willResume(task, request)
         task.resume()
         let outcome = taskOptions.take(task)
         if !trust.isEmpty, outcome?.trust != true {

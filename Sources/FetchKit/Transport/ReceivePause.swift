@@ -101,20 +101,38 @@ enum ReceivePause {
         #endif
     }
 
-    /// What `task`'s connection has taken off the wire: the bytes its socket received in all
-    /// (`TCP_INFO`'s `tcpi_bytes_received`, Linux 4.1 and later) and those of them still unread
-    /// in its receive queue (`FIONREAD`), for a bandwidth limit that counts what crossed the
-    /// wire rather than what libcurl has read so far (``WireMeter``). `nil` where they cannot
-    /// be read, and for an HTTP/2 or HTTP/3 response, whose connection carries other streams.
-    /// Same rules as ``pauseReceiving(_:)``.
-    static func connectionReceipt(_ task: URLSessionTask) -> (received: Int, unread: Int)? {
+    /// What can be read of `task`'s connection for a bandwidth limit (``WireMeter``).
+    enum Connection: Equatable {
+        /// An HTTP/1 connection, which carries this transfer alone: the bytes its socket
+        /// received in all, and those of them still unread in its receive queue.
+        case receipt(received: Int, unread: Int)
+        /// An HTTP/2 or HTTP/3 connection, which may carry other streams: nothing to read of
+        /// it for one transfer, and no way to hold its stream to a limit on the wire.
+        case multiplexed
+        /// Nothing could be read (another platform or layout, or the socket is not known).
+        case unknown
+
+        /// The receipt, if there is one.
+        var receipt: (received: Int, unread: Int)? {
+            if case .receipt(let received, let unread) = self { return (received, unread) }
+            return nil
+        }
+    }
+
+    /// What `task`'s connection has taken off the wire: for HTTP/1, the bytes its socket
+    /// received in all (`TCP_INFO`'s `tcpi_bytes_received`, Linux 4.1 and later) and those of
+    /// them still unread in its receive queue (`FIONREAD`), for a bandwidth limit that counts
+    /// what crossed the wire rather than what libcurl has read so far (``WireMeter``). Same
+    /// rules as ``pauseReceiving(_:)``.
+    static func connection(of task: URLSessionTask) -> Connection {
         #if canImport(FoundationNetworking) && os(Linux) && (canImport(Glibc) || canImport(Musl))
-        guard let getLong = curlEasyGetLong, let handle = easyHandle(of: task) else { return nil }
+        guard let getLong = curlEasyGetLong, let handle = easyHandle(of: task) else { return .unknown }
         var version = 0
         let httpVersion: Int32 = 0x200000 + 46      // CURLINFO_HTTP_VERSION (CURLINFO_LONG + 46)
         // CURL_HTTP_VERSION_1_0 is 1, _1_1 is 2; 2.0 (3) and 3 (30) multiplex.
-        guard getLong(handle, httpVersion, &version) == 0, version == 1 || version == 2,
-              let socket = CurlSocketCallback.socket(of: handle) else { return nil }
+        guard getLong(handle, httpVersion, &version) == 0 else { return .unknown }
+        guard version == 1 || version == 2 else { return version == 3 || version == 30 ? .multiplexed : .unknown }
+        guard let socket = CurlSocketCallback.socket(of: handle) else { return .unknown }
         // `struct tcp_info` (linux/tcp.h): `tcpi_bytes_received`, a `__u64`, at 128 (8 one-byte
         // fields, 24 `__u32`, then pacing_rate, max_pacing_rate, bytes_acked); read as raw bytes
         // with a size check, as Glibc's declaration of the struct is older.
@@ -123,13 +141,13 @@ enum ReceivePause {
         var length = socklen_t(info.count)
         let tcpInfo: Int32 = 11                     // TCP_INFO
         guard info.withUnsafeMutableBytes({ getsockopt(socket, Int32(IPPROTO_TCP), tcpInfo, $0.baseAddress, &length) }) == 0,
-              Int(length) >= offset + 8 else { return nil }
+              Int(length) >= offset + 8 else { return .unknown }
         let received = info.withUnsafeBytes { UInt64(littleEndian: $0.loadUnaligned(fromByteOffset: offset, as: UInt64.self)) }
         var unread: Int32 = 0
-        guard ioctl(socket, UInt(FIONREAD), &unread) == 0 else { return nil }
-        return (Int(clamping: received), Int(unread))
+        guard ioctl(socket, UInt(FIONREAD), &unread) == 0 else { return .unknown }
+        return .receipt(received: Int(clamping: received), unread: Int(unread))
         #else
-        return nil
+        return .unknown
         #endif
     }
 

@@ -265,9 +265,17 @@ extension SessionRouter: URLSessionDataDelegate {
                     budgets.markUnenforced()
                 }
             }
-            // Charged for what crossed the wire (``WireMeter``), not only for the chunk read.
-            let wait = budgets.isEmpty || !budgets.mechanism.usesBucket ? 0
-                : budgets.take(transfer.wireMeter.charge(forChunkOf: data.count, receipt: ReceivePause.connectionReceipt(dataTask)))
+            var wait: TimeInterval = 0
+            if !budgets.isEmpty {
+                let connection = ReceivePause.connection(of: dataTask)
+                // Kept to HTTP/1.1 where the session could (`FetchSession.resume`); a stream of
+                // an HTTP/2 connection is held only as the app reads it, not on the wire.
+                if connection == .multiplexed { budgets.markUnenforced() }
+                // Charged for what crossed the wire (``WireMeter``), not only for the chunk read.
+                if budgets.mechanism.usesBucket {
+                    wait = budgets.take(transfer.wireMeter.charge(forChunkOf: data.count, receipt: connection.receipt))
+                }
+            }
             if wait > 0 {
                 if !ReceivePause.pause(dataTask, for: wait) { budgets.markUnenforced() }
             } else if reading == .breathe {
