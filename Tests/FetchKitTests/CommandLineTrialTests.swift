@@ -79,6 +79,22 @@ struct CommandLineTrialTests {
         #expect(plain.status == 0 && !plain.stdout.contains("HTTP 302"), "not without -v: \(plain.stdout)")
     }
 
+    /// With `-v`, a file's end waits for its redirects to be heard: with many files at once, a
+    /// failed one among them, every file still ends once, with its hops, before the summary.
+    @Test func verboseWithManyFilesEndsEachOnceWithItsHops() async throws {
+        let server = try LoopbackServer()
+        let directory = try TemporaryDirectory()
+        defer { server.stop(); directory.remove() }
+        let urls = (1...8).map { server.url("/redirect/\($0 % 3)?n=\($0)").absoluteString } + [server.url("/status/404").absoluteString]
+        let result = try await runTool("fetchkit", urls + ["-v", "--retry", "0", "--parallel", "8", "--per-host", "8", "-o", directory.url.path])
+        #expect(result.status == ExitStatus.someFailed.rawValue, "\(result)")
+        #expect(result.stdout.components(separatedBy: ", Location: ").count - 1 == (1...8).map { $0 % 3 }.reduce(0, +), "\(result.stdout)")
+        #expect(result.stdout.components(separatedBy: "\n  ✓ ").count - 1 == 8, "\(result.stdout)")
+        #expect(result.stdout.contains("  < 404: HTTP 404") && result.stdout.contains("  ✗ 404  HTTP 404"), "\(result.stdout)")
+        let summary = try #require(result.stdout.range(of: "Downloaded 8 of 9 files"), "\(result.stdout)")
+        #expect(result.stdout.range(of: "  ✓ ", options: .backwards).map { $0.lowerBound < summary.lowerBound } == true)
+    }
+
     /// The question about a file already there, to a server that takes its time to answer:
     /// off a terminal, a line every `--summary-interval` says what the command waits for (here
     /// on standard error, which `--json` gives the human output), rather than nothing at all.
@@ -125,11 +141,12 @@ struct CommandLineTrialTests {
         let (ending, stdout, _) = try await child.finish()
         #expect(ending == .exit(0), "\(ending) \(stdout)")
         let status = "  … asking the server whether 1 file already there changed, and the name of 1 file (--content-disposition): 0 of 2 answered"
-        let drawn = try #require(stdout.range(of: status), "the live line: \(stdout.debugDescription)")
-        // Then cleared (cursor up over it, clear to the end of the screen) before the files' lines.
-        let cleared = try #require(stdout.range(of: "\u{1B}[1F\u{1B}[J", range: drawn.upperBound..<stdout.endIndex), "\(stdout.debugDescription)")
         let header = try #require(stdout.range(of: "Downloading 2 files"), "\(stdout.debugDescription)")
-        #expect(cleared.upperBound <= header.lowerBound, "\(stdout.debugDescription)")
+        #expect(stdout.range(of: status, range: stdout.startIndex..<header.lowerBound) != nil, "the live line: \(stdout.debugDescription)")
+        // Its last drawing is cleared (cursor up over it, clear to the end of the screen) before
+        // the files' lines.
+        let last = try #require(stdout.range(of: " answered, ", options: .backwards, range: stdout.startIndex..<header.lowerBound))
+        #expect(stdout[last.upperBound..<header.lowerBound].contains("\u{1B}[1F\u{1B}[J"), "\(stdout.debugDescription)")
         #expect(FileManager.default.contents(atPath: directory.file("report.csv").path) == Data("a,b\n".utf8))
 
         let quiet = try ChildProcess("fetchkit", arguments + ["-q"], standardOutput: .terminal(columns: 200))
