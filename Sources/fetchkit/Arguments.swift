@@ -44,7 +44,8 @@ struct Options: Equatable {
         /// `-q`: nothing but a line per failed file, on standard error.
         case quiet
         case normal
-        /// `-v`: also each request's headers (secrets redacted) and each response's status.
+        /// `-v`: also each request's headers (secrets redacted), each redirect followed, and
+        /// each response's status.
         case verbose
     }
 
@@ -72,7 +73,11 @@ struct Options: Equatable {
                            blank lines and lines starting with '#' are skipped. A bad line
                            stops the run before anything is downloaded (exit 2)
       -o, --output DIR     directory to save into (default: the current directory;
-                           also -P, --directory-prefix as in wget, -d, --dir as in aria2c)
+                           also -P, --directory-prefix as in wget, -d, --dir as in aria2c).
+                           Each file is named after the last part of its URL's path, made
+                           safe (no '/', control characters or leading dot); a URL whose
+                           path ends in '/' is saved as index.html, as wget does. A name
+                           given twice in one run gets -1, -2... before its extension
       --content-disposition  name each file as the server's Content-Disposition header
                            says (filename*= or filename=), made safe as names from URLs
                            are; without one, the URL's name. A name already taken in DIR
@@ -86,7 +91,9 @@ struct Options: Equatable {
                            already there is kept, like wget --no-clobber, and the
                            server is asked whether its copy changed since the file's
                            date, like wget --timestamping, and the answer shown; a
-                           partial download is resumed either way)
+                           partial download is resumed either way). While the answers
+                           are awaited, a line says so (live on a terminal, every
+                           --summary-interval elsewhere)
 
     how:
       --parallel N         downloads at once, overall (default 4); at most what the
@@ -111,7 +118,8 @@ struct Options: Equatable {
                            one per line). A file that does not match is not saved, its
                            partial download is removed, and the mismatch is one line.
                            A file already there is checked instead: kept if it matches,
-                           a failure (exit 9, the file kept) if not, unless --force
+                           a failure (exit 9, the file kept) if not, unless --force;
+                           with --content-disposition, one under the server's name too
       -H, --header 'Name: value'  send this request header (repeatable; a later one of
                            the same name replaces an earlier one). Names are HTTP tokens;
                            values may not hold control characters
@@ -123,12 +131,15 @@ struct Options: Equatable {
                            checked), seconds, result, error (a class below) and message;
                            the human output goes to standard error
       -q, --quiet          print nothing but one line per failed file (standard error)
-      -v, --verbose        also print each request's headers (secrets redacted) and each
+      -v, --verbose        also print each request's headers (secrets redacted), each
+                           redirect followed (its status, the Location it leads to and
+                           the request that follows, secrets redacted) and each
                            response's status
       --summary-interval S   seconds between plain progress lines (one per active
-                           file: bytes, total, rate) when the output is not a terminal
-                           (default 5, at least 0.1; 0 for none). A terminal gets a
-                           live display
+                           file: bytes, total, rate, and while the server is asked
+                           about files already there, what is awaited) when the output
+                           is not a terminal (default 5, at least 0.1; 0 for none).
+                           A terminal gets a live display
       -V, --version        print the version and exit
       -h, --help           show this help
 

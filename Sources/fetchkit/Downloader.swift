@@ -88,8 +88,14 @@ final class Downloader: @unchecked Sendable {
     }
 
     private let options: Options
-    private let ui = DispatchQueue(label: "fetchkit.display")
+    private let ui: DispatchQueue
     private let queue: FetchQueue
+    /// `-v`: each download's redirects.
+    private let redirects: RedirectRecorder?
+    /// `-v`: the files whose end waits for their redirects (``RedirectRecorder``), and whether
+    /// the batch ended meanwhile (the run ends after them).
+    private var endsWaiting = 0
+    private var batchEnded = false
     private let finished = DispatchSemaphore(value: 0)
     private var items: [Item] = []
     /// The signal that stopped the run.
@@ -100,15 +106,24 @@ final class Downloader: @unchecked Sendable {
     /// could take it (another fetchkit in the same directory may hold it).
     private var journal: DownloadJournal?
 
+    /// How many of the questions about files already there the server answered (on the display
+    /// queue; see ``awaitAnswers(_:files:names:)``).
+    private var headsAnswered = 0
+
     /// The journal's name in the output directory.
     static let journalName = ".fetchkit-journal.json"
 
     init(options: Options) {
         self.options = options
+        let ui = DispatchQueue(label: "fetchkit.display")
+        self.ui = ui
+        let redirects = options.verbosity == .verbose ? RedirectRecorder(queue: ui) : nil
+        self.redirects = redirects
         queue = FetchQueue(
             name: "fetchkit",
             maximumConcurrentTransfers: options.parallel,
             maximumTransfersPerHost: options.perHost,
+            monitors: redirects.map { [$0] } ?? [],
             bandwidthLimit: options.limitRate
         )
         // With --json, standard output carries the JSON lines only; people read standard error.
@@ -202,33 +217,12 @@ final class Downloader: @unchecked Sendable {
                 }
                 continue
             }
-            // A digest was given: the file is what is checked, not the server's date — one that
-            // matches is the file asked for; one that does not is kept for --force to replace,
-            // and fails the run, rather than pass as "already there".
-            if let expected = items[index].sha256 {
-                let actual = FileDigest(expected.algorithm, of: items[index].destination)
-                if actual == expected {
-                    items[index].state = .skipped
-                    items[index].verifiedDigest = expected
-                } else {
-                    items[index].existingFileDiffers = true
-                    items[index].state = .failed(.digestMismatch(FetchError.DigestMismatch(
-                        expected: expected, actual: actual ?? expected, byteCount: file.size, url: items[index].url,
-                        path: items[index].destination.path)))
-                    items[index].unreadable = actual == nil
-                }
-                continue
-            }
+            if settleByDigest(index, size: file.size) { continue }
             items[index].state = .skipped
             checks.append((index, ExistingFile.check(request(for: items[index].url), against: file,
                                                            timeout: options.timeout, connectTimeout: options.connectTimeout), file))
         }
-        let group = DispatchGroup()
-        for operation in checks.map(\.check) + nameQuestions.map(\.question) {
-            group.enter()
-            queue.enqueue(operation, on: .global) { _ in group.leave() }
-        }
-        group.wait()
+        awaitAnswers(checks.map(\.check) + nameQuestions.map(\.question), files: checks.count, names: nameQuestions.count)
         for entry in checks {
             items[entry.index].verdict = ExistingFile.verdict(of: entry.check, for: entry.file)
         }
@@ -242,8 +236,81 @@ final class Downloader: @unchecked Sendable {
             // Listed in the journal under the URL's name: unlisted before it takes the server's.
             try? journal?.remove(items[index].name)
             items[index].destination = destination
+            // With a digest, the file under the server's name is checked as one under the URL's.
+            if settleByDigest(index, size: file.size) { continue }
             items[index].state = .skipped
             items[index].verdict = ExistingFile.verdict(of: question, for: file)
+        }
+    }
+
+    /// A file already at `items[index]`'s destination, when a digest was given: the file is
+    /// what is checked, not the server's date — one that matches is the file asked for; one
+    /// that does not is kept for --force to replace, and fails the run, rather than pass as
+    /// "already there". Returns `false`, settling nothing, when no digest was given.
+    private func settleByDigest(_ index: Int, size: Int64) -> Bool {
+        guard let expected = items[index].sha256 else { return false }
+        let actual = FileDigest(expected.algorithm, of: items[index].destination)
+        if actual == expected {
+            items[index].state = .skipped
+            items[index].verifiedDigest = expected
+        } else {
+            items[index].existingFileDiffers = true
+            items[index].state = .failed(.digestMismatch(FetchError.DigestMismatch(
+                expected: expected, actual: actual ?? expected, byteCount: size, url: items[index].url,
+                path: items[index].destination.path)))
+            items[index].unreadable = actual == nil
+        }
+        return true
+    }
+
+    /// Sends `heads` (the questions about `files` files already there and `names` names) at
+    /// once, bounded by the queue, and waits for their answers, saying what it waits for, as
+    /// progress is shown: on a terminal a live line from the start, redrawn with the answers and
+    /// the time and gone once they are in; elsewhere a plain line every `--summary-interval`
+    /// while it waits; nothing with `-q`. A slow server does not leave the command looking hung.
+    private func awaitAnswers(_ heads: [FetchOperation<Data>], files: Int, names: Int) {
+        guard !heads.isEmpty else { return }
+        let group = DispatchGroup()
+        let began = Date()
+        var questions: [String] = []
+        if files > 0 { questions.append("whether \(files) file\(files == 1 ? "" : "s") already there changed") }
+        if names > 0 { questions.append("the name\(names == 1 ? "" : "s") of \(names) file\(names == 1 ? "" : "s") (--content-disposition)") }
+        let asking = "asking the server " + questions.joined(separator: ", and ")
+        let total = heads.count
+        var timer: DispatchSourceTimer?
+        ui.sync {
+            headsAnswered = 0
+            let line = { [self] in
+                "  … \(asking): \(headsAnswered) of \(total) answered, \(Format.duration(Date().timeIntervalSince(began)))"
+            }
+            if display.interactive {
+                // Drawn before the first question goes out, then redrawn ten times a second.
+                display.status(line())
+                let source = DispatchSource.makeTimerSource(queue: ui)
+                source.schedule(deadline: .now() + .milliseconds(100), repeating: .milliseconds(100))
+                source.setEventHandler { [self] in display.status(line()) }
+                source.resume()
+                timer = source
+            } else if options.summaryInterval > 0, options.verbosity != .quiet {
+                let source = DispatchSource.makeTimerSource(queue: ui)
+                let interval = DispatchTimeInterval.milliseconds(max(100, Int(options.summaryInterval * 1000)))
+                source.schedule(deadline: .now() + interval, repeating: interval)
+                source.setEventHandler { [self] in display.header(line()) }
+                source.resume()
+                timer = source
+            }
+        }
+        for operation in heads {
+            group.enter()
+            queue.enqueue(operation, on: .dispatch(ui)) { [self] _ in
+                headsAnswered += 1
+                group.leave()
+            }
+        }
+        group.wait()
+        ui.sync {
+            timer?.cancel()
+            display.clearStatus()
         }
     }
 
@@ -316,8 +383,10 @@ final class Downloader: @unchecked Sendable {
                 for index in indices { display.note(items[index], "not listed for --continue: \(error.description)") }
             }
         }
+        for download in downloads { redirects?.watch(download) }
         queue.enqueue(batch: downloads, on: .dispatch(ui), completion: { [self] _ in
-            finished.signal()
+            batchEnded = true
+            if endsWaiting == 0 { finished.signal() }
         })
     }
 
@@ -348,36 +417,50 @@ final class Downloader: @unchecked Sendable {
             items[index].expected = progress.bytesExpected
         }
         download.onCompletion(on: .dispatch(ui)) { [self, download] _ in
-            for notice in download.partialFileNotices {
-                display.note(items[index], notice.description)
+            guard let redirects else { return end(index, download) }
+            // -v: after the download's redirects were heard, to show them.
+            endsWaiting += 1
+            redirects.afterLastEvent(of: download) { [self] in
+                end(index, download)
+                endsWaiting -= 1
+                if endsWaiting == 0, batchEnded { finished.signal() }
             }
-            items[index].status = download.response?.statusCode ?? download.error?.statusCode
-            if options.verbosity == .verbose { display.exchange(items[index], request: download.sentRequest, response: download.response) }
-            if let error = download.error {
-                if case .cancelled = error, interruption != nil {
-                    if case .waiting = items[index].state {} else { items[index].started = true }
-                    items[index].state = .stopped
-                    items[index].kept = DownloadOperation.sizeOfFile(at: download.partialFileURL)
-                } else {
-                    items[index].otherProcess = download.otherProcessDownloading
-                    items[index].state = .failed(error)
-                    // Listed for `-c` only if asking again may succeed: not a wrong digest, a size
-                    // cap, a 404 or a file in the way.
-                    if !Self.mayContinue(after: error) { try? journal?.remove(items[index].name) }
-                }
-            } else {
-                ExistingFile.stamp(download.destination, from: download.response)
-                items[index].state = .done
-                items[index].verifiedDigest = download.expectedDigest
-                let size = DownloadOperation.sizeOfFile(at: download.destination) ?? items[index].received
-                items[index].meter.completed(size: size, resumedBytes: download.resumedBytes)
-                items[index].expected = items[index].received
-                if options.contentDisposition { rename(index, as: download.response?.value(forHTTPHeaderField: "Content-Disposition")) }
-            }
-            items[index].finishedAt = Date()
-            ended(index)
         }
         return download
+    }
+
+    /// A download's end: its state, its lines, its place in the journal.
+    private func end(_ index: Int, _ download: DownloadOperation) {
+        for notice in download.partialFileNotices {
+            display.note(items[index], notice.description)
+        }
+        items[index].status = download.response?.statusCode ?? download.error?.statusCode
+        if let redirects {
+            display.exchange(items[index], request: download.sentRequest, hops: redirects.hops(of: download), response: download.response)
+        }
+        if let error = download.error {
+            if case .cancelled = error, interruption != nil {
+                if case .waiting = items[index].state {} else { items[index].started = true }
+                items[index].state = .stopped
+                items[index].kept = DownloadOperation.sizeOfFile(at: download.partialFileURL)
+            } else {
+                items[index].otherProcess = download.otherProcessDownloading
+                items[index].state = .failed(error)
+                // Listed for `-c` only if asking again may succeed: not a wrong digest, a size
+                // cap, a 404 or a file in the way.
+                if !Self.mayContinue(after: error) { try? journal?.remove(items[index].name) }
+            }
+        } else {
+            ExistingFile.stamp(download.destination, from: download.response)
+            items[index].state = .done
+            items[index].verifiedDigest = download.expectedDigest
+            let size = DownloadOperation.sizeOfFile(at: download.destination) ?? items[index].received
+            items[index].meter.completed(size: size, resumedBytes: download.resumedBytes)
+            items[index].expected = items[index].received
+            if options.contentDisposition { rename(index, as: download.response?.value(forHTTPHeaderField: "Content-Disposition")) }
+        }
+        items[index].finishedAt = Date()
+        ended(index)
     }
 
     /// Opens the output directory's journal, and with `--continue` returns what it lists as
@@ -548,10 +631,21 @@ final class Downloader: @unchecked Sendable {
         return String(text)
     }
 
-    /// A file name per URL: its last path component (or `index.html`), made safe (no path
-    /// separators, controls or leading dot; kept as given up to 255 bytes) and unique.
+    /// A file name per URL: its last path component, made safe (no path separators, controls
+    /// or leading dot; kept as given up to 255 bytes) and unique; `index.html` for a URL with no
+    /// path or whose path ends in `/` (a directory's index), as wget names it.
     static func fileNames(for urls: [URL]) -> [String] {
-        SafeFileName.uniqueNames(for: urls)
+        SafeFileName.uniqueNames(for: urls.map(namingURL))
+    }
+
+    /// The URL a file's name is taken from: `url`, or, when its path ends in `/`, `url` with
+    /// ``SafeFileName/fallback`` (`index.html`) after the slash. (`SafeFileName` alone names
+    /// `http://host/dir/` `dir`, its last non-empty segment, which is the directory's name, not
+    /// the file's; wget saves it as `index.html`.)
+    static func namingURL(_ url: URL) -> URL {
+        guard let path = URLComponents(url: url, resolvingAgainstBaseURL: true)?.percentEncodedPath,
+              path.hasSuffix("/") else { return url }
+        return url.appendingPathComponent(SafeFileName.fallback)
     }
 }
 

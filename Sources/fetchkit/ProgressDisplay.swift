@@ -59,8 +59,11 @@ struct ProgressDisplay {
     }
 
     /// `-v`: what was sent for a file and what came back — the request's headers, the values
-    /// of credentials and cookies redacted, and the response's status.
-    mutating func exchange(_ item: Downloader.Item, request: URLRequest?, response: HTTPURLResponse?) {
+    /// of credentials and cookies redacted, each redirect followed (its status, then the
+    /// request that followed it, to the `Location` resolved, redacted), and the last response's
+    /// status.
+    mutating func exchange(_ item: Downloader.Item, request: URLRequest?, hops: [RedirectRecorder.Hop] = [],
+                           response: HTTPURLResponse?) {
         clearLive()
         var text = ""
         if let request {
@@ -69,12 +72,31 @@ struct ProgressDisplay {
                 text += "  >   \(Terminal.sanitized(name)): \(Terminal.sanitized(Redaction.redacted(headerValue: value, forName: name)))\n"
             }
         }
+        for hop in hops {
+            let next = hop.url.map { Terminal.sanitized(Redaction.redacted($0)) } ?? "?"
+            text += "  < \(item.shownName): HTTP \(hop.status), Location: \(next)\n"
+            text += "  > \(item.shownName): \(Terminal.sanitized(hop.method)) \(next)\n"
+        }
         if let response {
             text += "  < \(item.shownName): HTTP \(response.statusCode)"
             if let length = response.value(forHTTPHeaderField: "Content-Length") { text += ", Content-Length \(Terminal.sanitized(String(length.prefix(40))))" }
             text += "\n"
         }
         write(text)
+    }
+
+    /// On a terminal, `line` alone in the live block, in place of what was there (a status while
+    /// no file downloads yet); ``clearStatus()`` removes it.
+    mutating func status(_ line: String) {
+        guard interactive else { return }
+        clearLive()
+        write(Format.fit(line, Terminal.width(of: out.descriptor) - 1) + "\n")
+        liveLines = 1
+    }
+
+    /// Removes the live block (a ``status(_:)`` line) from a terminal.
+    mutating func clearStatus() {
+        clearLive()
     }
 
     /// Where the output is not a terminal (a CI log): a plain line per active file — bytes,

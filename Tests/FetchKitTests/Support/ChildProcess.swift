@@ -55,6 +55,10 @@ final class ChildProcess: Sendable {
     private let ended = Countdown(3)
     private let output = Locked((stdout: Data(), stderr: Data()))
     private let ending = Locked<Ending?>(nil)
+    private let cpuTime = Locked<Double?>(nil)
+    /// The processor time (user and system) the child used, in seconds, once it exited: unlike
+    /// the time it took, barely changed by other processes that share the machine.
+    var cpuSeconds: Double? { cpuTime.current }
 
     /// Starts `name` (an executable beside the test bundle, or an absolute path) with
     /// `arguments`, and `environment` added to the test process's. When `errorMarker` is given,
@@ -157,9 +161,14 @@ final class ChildProcess: Sendable {
             output.withLock { $0.stderr = data }
             ended.signal()
         }
+        let cpuTime = self.cpuTime
         Thread.detachNewThread {
             var status: Int32 = 0
-            while waitpid(spawnedPID, &status, 0) == -1 && errno == EINTR {}
+            var usage = rusage()
+            while wait4(spawnedPID, &status, 0, &usage) == -1 && errno == EINTR {}
+            cpuTime.withLock {
+                $0 = Double(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) + Double(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6
+            }
             let signal = status & 0x7f
             ending.withLock { $0 = signal == 0 ? .exit((status >> 8) & 0xff) : .signal(signal) }
             ended.signal()
