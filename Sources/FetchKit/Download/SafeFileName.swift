@@ -38,8 +38,10 @@ public enum SafeFileName {
     /// The longest `<name>` in a download's `.<name>.fetchkit-partial.json`: 232 bytes.
     static let maximumPartialStemByteCount = maximumByteCount - ".".utf8.count - ".fetchkit-partial.json".utf8.count
 
-    /// The name given when there is none (a URL that ends in `/`, or a name that is `.` or
-    /// `..`): `index.html`.
+    /// The name given when there is none (a URL with no path or only `/`, or a name that is
+    /// empty, `.` or `..`): `index.html`. (``name(for:)`` names `https://host/dir/` `dir`, its
+    /// last non-empty segment; to name it as wget does, `index.html`, ask for the name of
+    /// `url.appendingPathComponent(SafeFileName.fallback)`, as the `fetchkit` command does.)
     public static let fallback = "index.html"
 
     /// A safe file name for what `url` points to: the last non-empty segment of its path,
