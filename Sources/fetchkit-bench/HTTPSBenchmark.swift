@@ -60,10 +60,8 @@ enum HTTPSBenchmark {
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: directory) }
         let bundle = try makeCertificates(openssl: openssl, in: directory)
-        // The namespace and the mount, tried once: a container without CAP_SYS_ADMIN cannot.
-        let probe = try command(unshare, ["--mount", "--", shell, "-c", "mount --bind \"$1\" \(systemBundle)", "sh", bundle.path])
-        guard probe.status == 0 else {
-            print("HTTPS rows skipped: unshare --mount and a bind mount failed here (\(probe.output.trimmingCharacters(in: .whitespacesAndNewlines))).")
+        if let reason = try namespaceUnavailable(unshare: unshare, shell: shell, bundle: bundle) {
+            print("HTTPS rows skipped: \(reason).")
             return
         }
 
@@ -87,9 +85,9 @@ enum HTTPSBenchmark {
                 for client in run.isMultiple(of: 2) ? ThroughputBenchmark.clients : ThroughputBenchmark.clients.reversed() {
                     let base = "https://127.0.0.1:\(row.http2 ? server.http2Port : server.http1Port)"
                     let logStart = server.logSize()
-                    let result = try command(unshare, ["--mount", "--", shell, "-c", "mount --bind \"$1\" \(systemBundle) && shift && exec \"$@\"",
-                                                       "sh", bundle.path, self_, "throughput-child", client, row.scenario.name, base,
-                                                       String(row.scenario.count)])
+                    let result = try command(unshare, inNamespace(shell: shell, bundle: bundle,
+                                                                  [self_, "throughput-child", client, row.scenario.name, base,
+                                                                   String(row.scenario.count)]))
                     guard result.status == 0, let measurement = Measurement(parsing: result.output) else {
                         throw BenchError("no measurement from \(client) \(row.title): \(result.output)")
                     }
@@ -127,7 +125,24 @@ enum HTTPSBenchmark {
     /// A CA, a certificate for 127.0.0.1 issued by it, and the system bundle with the CA added.
     ///
     /// - Returns: The bundle.
-    private static func makeCertificates(openssl: String, in directory: URL) throws -> URL {
+    /// Why a private mount namespace with `bundle` over the system bundle cannot be made here,
+    /// or `nil`: the namespace and the mount, tried once (a container without `CAP_SYS_ADMIN`
+    /// cannot).
+    static func namespaceUnavailable(unshare: String, shell: String, bundle: URL) throws -> String? {
+        let probe = try command(unshare, ["--mount", "--", shell, "-c", "mount --bind \"$1\" \(systemBundle)", "sh", bundle.path])
+        guard probe.status != 0 else { return nil }
+        return "unshare --mount and a bind mount failed here (\(probe.output.trimmingCharacters(in: .whitespacesAndNewlines)))"
+    }
+
+    /// `unshare`'s arguments that run `arguments` in a private mount namespace where `bundle` is
+    /// mounted over the system bundle.
+    static func inNamespace(shell: String, bundle: URL, _ arguments: [String]) -> [String] {
+        ["--mount", "--", shell, "-c", "mount --bind \"$1\" \(systemBundle) && shift && exec \"$@\"", "sh", bundle.path] + arguments
+    }
+
+    /// Makes a CA and a certificate for 127.0.0.1 signed by it (for nginx) in `directory`, and
+    /// a bundle of the system's CAs and that CA; returns the bundle.
+    static func makeCertificates(openssl: String, in directory: URL) throws -> URL {
         func file(_ name: String) -> String { directory.appendingPathComponent(name).path }
         try FileManager.default.createDirectory(atPath: file("nginx"), withIntermediateDirectories: true)
         try Data("subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=critical,CA:FALSE\nextendedKeyUsage=serverAuth\n".utf8)
@@ -207,7 +222,7 @@ final class TLSBenchServer {
             pid \(file("nginx/nginx.pid"));
             events { worker_connections 1024; }
             http {
-                log_format bench '$server_protocol $connection';
+                log_format bench '$server_protocol $connection $request_uri';
                 access_log \(logPath) bench;
                 client_body_temp_path \(file("nginx/client-body"));
                 proxy_temp_path \(file("nginx/proxy"));
@@ -253,16 +268,16 @@ final class TLSBenchServer {
         ((try? FileManager.default.attributesOfItem(atPath: logPath)[.size]) as? NSNumber)?.uint64Value ?? 0
     }
 
-    /// The access log's lines from `offset` on: each request's protocol and connection number.
-    /// nginx writes a line when a request ends, before the client sees its end.
-    func log(from offset: UInt64) -> [(protocol: String, connection: String)] {
+    /// The access log's lines from `offset` on: each request's protocol, connection number and
+    /// path with query. nginx writes a line when a request ends, before the client sees its end.
+    func log(from offset: UInt64) -> [(protocol: String, connection: String, path: String)] {
         guard let handle = FileHandle(forReadingAtPath: logPath) else { return [] }
         defer { try? handle.close() }
         try? handle.seek(toOffset: offset)
         let text = String(decoding: handle.readDataToEndOfFile(), as: UTF8.self)
         return text.split(separator: "\n").compactMap { line in
             let words = line.split(separator: " ")
-            return words.count == 2 ? (String(words[0]), String(words[1])) : nil
+            return words.count == 3 ? (String(words[0]), String(words[1]), String(words[2])) : nil
         }
     }
 }

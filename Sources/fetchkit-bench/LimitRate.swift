@@ -101,30 +101,43 @@ enum LimitRateBenchmark {
         done.signal()
         sample()
         var log = samples.withLock { $0 }
-        // Up to the server's last byte on the wire: after it the server sends nothing, and the
-        // windows that reach past it measure the client finishing, not the server's rate.
-        if let last = log.last, let end = log.firstIndex(where: { $0.wire >= last.wire }) { log = Array(log[...end]) }
+        // Up to the server's last byte on the wire.
+        log = upToLastByte(log, bytes: \.wire)
         if ProcessInfo.processInfo.environment["FETCHKIT_BENCH_TRACE"] != nil {
             // Every half second: seconds, kB acknowledged, kB written.
             print(log.enumerated().filter { $0.offset % 10 == 0 }.map {
                 String(format: "%.1f:%d/%d", $0.element.seconds, $0.element.wire / 1000, $0.element.written / 1000)
             }.joined(separator: " "))
         }
-        let window = 5.0
-        var wire: [Double] = [], written: [Double] = []
-        for (index, first) in log.enumerated() {
-            guard let last = log[index...].first(where: { $0.seconds >= first.seconds + window }) else { break }
-            let span = last.seconds - first.seconds
-            wire.append(Double(last.wire - first.wire) / span / Double(rate))
-            written.append(Double(last.written - first.written) / span / Double(rate))
-        }
+        let wire = windows(log.map { ($0.seconds, $0.wire) }, rate: rate)
+        let written = windows(log.map { ($0.seconds, $0.written) }, rate: rate)
         return Run(wireFirst: wire.first ?? .nan, wireMin: wire.min() ?? .nan, wireMax: wire.max() ?? .nan,
                    writtenMax: written.max() ?? .nan, overall: Double(size * transfers) / elapsed / Double(rate),
                    seconds: elapsed, windows: wire.count, failed: failures.withLock { $0 },
                    enforced: queue.isBandwidthLimitEnforced)
     }
 
-    private static func median(_ values: [Double]) -> Double {
+    /// The rate of every 5-second window of `samples` (a cumulative byte count and when it was
+    /// read, in order), one starting at each sample and ending at the first sample 5 s or more
+    /// after it, as a ratio to `rate`.
+    static func windows(_ samples: [(seconds: Double, bytes: Int)], rate: Int, window: Double = 5) -> [Double] {
+        var ratios: [Double] = []
+        for (index, first) in samples.enumerated() {
+            guard let last = samples[index...].first(where: { $0.seconds >= first.seconds + window }) else { break }
+            ratios.append(Double(last.bytes - first.bytes) / (last.seconds - first.seconds) / Double(rate))
+        }
+        return ratios
+    }
+
+    /// `samples` up to the first that reached the last's count: after the server's last byte
+    /// it sends nothing, and windows reaching past it measure the client finishing, not the
+    /// server's rate.
+    static func upToLastByte<Sample>(_ samples: [Sample], bytes: (Sample) -> Int) -> [Sample] {
+        guard let last = samples.last, let end = samples.firstIndex(where: { bytes($0) >= bytes(last) }) else { return samples }
+        return Array(samples[...end])
+    }
+
+    static func median(_ values: [Double]) -> Double {
         let sorted = values.sorted()
         guard !sorted.isEmpty else { return .nan }
         return sorted.count % 2 == 1 ? sorted[sorted.count / 2] : (sorted[sorted.count / 2 - 1] + sorted[sorted.count / 2]) / 2
@@ -132,7 +145,7 @@ enum LimitRateBenchmark {
 }
 
 /// A value behind a lock.
-private final class Guarded<Value>: @unchecked Sendable {
+final class Guarded<Value>: @unchecked Sendable {
     private let lock = NSLock()
     private var value: Value
     init(_ value: Value) { self.value = value }

@@ -10,6 +10,8 @@
 //   swift run -c release fetchkit-bench https [--runs R] [--quick]   (as root: nginx, openssl, unshare)
 //   swift run -c release fetchkit-bench limit-rate [--rate B] [--seconds S] [--transfers N,...] [--per-host]
 //       [--rounds R] [--mechanisms bucket,curl,both] [--send-buffer BYTES]
+//   swift run -c release fetchkit-bench limit-rate --https [--rate B --transfers N,...] [--seconds S] [--per-host]
+//       [--rounds R] [--mechanisms ...] [--baseline-client BIN]   (as root: nginx, openssl, unshare, ss)
 import FetchKit
 import Foundation
 import LoopbackServer
@@ -62,6 +64,18 @@ benchmarks:
       limit (--per-host: the per-host limit; default 1,3), S seconds' worth in all (default
       20), each mechanism in turn per round (FetchKit's bucket, libcurl's
       CURLOPT_MAX_RECV_SPEED_LARGE, both; default all), medians over R rounds (default 3)
+  limit-rate --https [--rate B --transfers N,...] [--seconds S] [--per-host] [--rounds R]
+             [--mechanisms ...] [--baseline-client BIN]
+      the same over HTTPS, measured at the server facing the client: nginx with TLS (set up
+      as for https: root, nginx, openssl, unshare) on its port offering HTTP/2, the bytes each
+      client connection acknowledged to nginx's sockets read with ss (iproute2) every 50 ms,
+      summed, every 5-second window against the limit; the requests' protocols from nginx's
+      access log. Rows (default): 1000000 B/s with 1 and 3 transfers, 250000 B/s with 2
+      (--rate/--transfers: B with each N); mechanisms default bucket (FetchKit's); rows and
+      mechanisms interleaved in each round, medians over R rounds (default 3); each client
+      also fetches 1000 bytes without a limit (the control: HTTP/2 where it is offered);
+      --baseline-client: BIN, a fetchkit-bench built from another commit, runs each row too,
+      right after this one's; skipped, saying why, without ss or what https needs
   serve
       runs the loopback server until interrupted and prints its URL, for other clients
 
@@ -152,13 +166,31 @@ do {
             guard index + 1 < arguments.count else { throw BenchError("\(name) needs a value") }
             return arguments[index + 1].split(separator: ",").map(String.init)
         }
+        func value(_ name: String) throws -> String? {
+            guard let index = arguments.firstIndex(of: name) else { return nil }
+            guard index + 1 < arguments.count else { throw BenchError("\(name) needs a value") }
+            return arguments[index + 1]
+        }
         let transfers = try list("--transfers", default: "1,3").map { text in
             guard let count = Int(text), count > 0 else { throw BenchError("--transfers needs positive numbers") }
             return count
         }
-        let mechanisms = try list("--mechanisms", default: LimitRateBenchmark.mechanisms.joined(separator: ","))
+        let https = arguments.contains("--https")
+        let mechanisms = try list("--mechanisms", default: https ? "bucket" : LimitRateBenchmark.mechanisms.joined(separator: ","))
         guard mechanisms.allSatisfy(LimitRateBenchmark.mechanisms.contains) else {
             throw BenchError("--mechanisms takes \(LimitRateBenchmark.mechanisms.joined(separator: ", "))")
+        }
+        if https {
+            guard !arguments.contains("--send-buffer") else { throw BenchError("--send-buffer is for the plain mode (the server is nginx)") }
+            let rate = try option("--rate", in: arguments, default: 1_000_000)
+            let rows = arguments.contains("--rate") || arguments.contains("--transfers")
+                ? transfers.map { LimitRateHTTPSBenchmark.Row(rate: rate, transfers: $0) }
+                : LimitRateHTTPSBenchmark.defaultRows
+            try LimitRateHTTPSBenchmark.run(rows: rows, seconds: try option("--seconds", in: arguments, default: 20),
+                                            perHost: arguments.contains("--per-host"),
+                                            rounds: try option("--rounds", in: arguments, default: 3), mechanisms: mechanisms,
+                                            baseline: try value("--baseline-client"))
+            break
         }
         let sendBuffer = try option("--send-buffer", in: arguments, default: Int.max)
         try LimitRateBenchmark.run(rate: try option("--rate", in: arguments, default: 1_000_000),
@@ -166,6 +198,12 @@ do {
                                    transfers: transfers, perHost: arguments.contains("--per-host"),
                                    rounds: try option("--rounds", in: arguments, default: 3), mechanisms: mechanisms,
                                    sendBufferSize: sendBuffer == Int.max ? nil : sendBuffer)
+    case "limit-rate-child":
+        guard arguments.count == 7, let rate = Int(arguments[2]), let transfers = Int(arguments[3]), let size = Int(arguments[4]) else {
+            throw BenchError("bad child arguments")
+        }
+        LimitRateHTTPSBenchmark.child(mechanism: arguments[1], rate: rate, transfers: transfers, size: size, base: arguments[5],
+                                      perHost: arguments[6] == "per-host")
     case "-h", "--help":
         print(usage)
     default:
