@@ -82,6 +82,22 @@ public final class DownloadJournal: Sendable {
             for (name, value) in headers { request.setValue(value, forHTTPHeaderField: name) }
             return request
         }
+
+        /// Whether ``destination`` is an absolute file path: one that is not (`file:name`, as a
+        /// journal edited by hand may hold) would be written relative to the process's working
+        /// directory, and is not restored.
+        var hasAbsoluteDestination: Bool {
+            destination.isFileURL && destination.path.hasPrefix("/")
+        }
+
+        /// The entry as read from a file: its destination standardized (`.` and `..` resolved,
+        /// as a download to it resolves them), so that what an app checks is where it writes.
+        func standardized() -> Entry {
+            guard hasAbsoluteDestination else { return self }
+            return Entry(identifier: identifier, url: url, redactedURL: redactedURL,
+                         destination: destination.standardizedFileURL, expectedDigest: expectedDigest,
+                         method: method, headers: headers, isComplete: isComplete)
+        }
     }
 
     /// Why a journal could not be opened, read or written.
@@ -196,7 +212,7 @@ public final class DownloadJournal: Sendable {
                 lock.release()
                 throw JournalError(kind: .malformed, path: path)
             }
-            entries = file.entries
+            entries = file.entries.map { $0.standardized() }
         }
         state = Protected(Contents(entries: entries))
     }
@@ -302,9 +318,20 @@ public final class DownloadJournal: Sendable {
     /// The downloads to enqueue again: one per entry, each resuming its partial file.
     ///
     /// An entry that is not ``Entry/isComplete`` (a secret was left out) gets its request from
-    /// `request`; one it returns `nil` for, or whose digest or URL cannot be read, is listed in
-    /// `unresolved` and stays in the journal. The operations are tracked: each leaves the journal
-    /// when it succeeds.
+    /// `request`; one it returns `nil` for, or whose digest or URL cannot be read, or whose
+    /// destination is not an absolute file path, is listed in `unresolved` and stays in the
+    /// journal. The operations are tracked: each leaves the journal when it succeeds.
+    ///
+    /// A download goes where its entry says. When the journal's file may have been written by
+    /// someone else (it lies in a shared or synced folder), check ``Entry/destination`` in
+    /// `request` and return `nil` for one outside your folder: destinations are read back
+    /// standardized (no `..`), so a check of the path is a check of where the file goes.
+    ///
+    /// ```swift
+    /// let restored = journal.restore { entry in
+    ///     entry.destination.deletingLastPathComponent().path == folder.standardizedFileURL.path ? entry.request : nil
+    /// }
+    /// ```
     ///
     /// - Parameter request: Makes the request of an entry: called for every entry, complete or not
     ///   (return `entry.request` to keep what the journal holds). Default: the entry's own.
@@ -314,7 +341,7 @@ public final class DownloadJournal: Sendable {
         var unresolved: [Entry] = []
         for entry in entries {
             let digest = entry.digest
-            guard entry.expectedDigest == nil || digest != nil, entry.destination.isFileURL, let made = request(entry) else {
+            guard entry.expectedDigest == nil || digest != nil, entry.hasAbsoluteDestination, let made = request(entry) else {
                 unresolved.append(entry)
                 continue
             }
