@@ -196,6 +196,95 @@ struct DownloadManagerReviewTests {
         #expect(queue.transferCounts == .init(inFlight: 0, waiting: 0))
     }
 
+    enum Ending: String, CaseIterable, Sendable { case cancelAll, cancelEach, pauseThenCancelAtOnce }
+
+    /// A batch whose downloads are running, waiting, paused while running and paused while
+    /// waiting is cancelled: every member completes once, as cancelled; the batch once; the
+    /// queue is left empty, its slots free.
+    @Test(arguments: Ending.allCases)
+    func cancellingAMixOfPausedRunningAndWaitingDownloadsCompletesEachOnce(ending: Ending) async throws {
+        let server = try LoopbackServer()
+        let directory = try TemporaryDirectory()
+        let gate = ServerGate()
+        defer { gate.open(); server.stop(); directory.remove() }
+        let count = 6, length = 100_000, held = 30_000
+        for index in 0..<count { server.heldResumableRoute("/f\(index)", length: length, held: held, gate: gate) }
+        let queue = makeFetchQueue(total: 2)
+        let downloads = (0..<count).map { DownloadOperation(url: server.url("/f\($0)"), destination: directory.file("f\($0)")) }
+        let started = downloads.prefix(2).map { reached(Int64(held), $0) }
+        let completions = Locked([Int](repeating: 0, count: count))
+        let memberDone = Countdown(count), batchDone = Countdown(1)
+        let batchCompletions = Locked<[FetchBatch.Status]>([])
+        for (index, download) in downloads.enumerated() {
+            download.onCompletion(on: .global) { _ in completions.withLock { $0[index] += 1 }; memberDone.signal() }
+        }
+        let batch = queue.enqueue(batch: downloads, on: .global, completion: { status in
+            batchCompletions.withLock { $0.append(status) }
+            batchDone.signal()
+        })
+        for countdown in started { #expect(await countdown.wait()) }
+        #expect(await counts(of: queue) { $0.inFlight == 2 && $0.waiting == count - 2 })
+        let ids = batch.ids
+        #expect(queue.pause(ids[0]), "running")
+        #expect(queue.pause(ids[4]), "waiting")
+        // The paused ones are in neither count; the running one's slot went to the next.
+        #expect(await counts(of: queue) { $0.inFlight == 2 && $0.waiting == count - 4 })
+        switch ending {
+        case .cancelAll:
+            queue.cancelAll()
+        case .cancelEach:
+            for id in ids { queue.cancel(id) }
+        case .pauseThenCancelAtOnce:
+            // A running one paused and cancelled before its stop took; the others cancelled.
+            #expect(queue.pause(ids[1]))
+            for id in ids { queue.cancel(id) }
+        }
+        #expect(await memberDone.wait())
+        #expect(await batchDone.wait())
+        #expect(completions.current == [Int](repeating: 1, count: count), "each once")
+        #expect(downloads.allSatisfy { $0.error?.isCancellation == true && !$0.isPaused && $0.isFinished })
+        #expect(batchCompletions.current.count == 1)
+        #expect(batchCompletions.current.first?.failed == count)
+        #expect(!queue.resume(ids[0]) && queue.resumeAll() == 0, "nothing left to resume")
+        #expect(await counts(of: queue) { $0.inFlight == 0 && $0.waiting == 0 })
+        #expect(queue.count == 0)
+        #expect(server.requestCount(path: "/f4") == 0, "the one paused while waiting sent nothing")
+    }
+
+    /// A server that gives no validator cannot resume: a paused download with an expected
+    /// digest drops its bytes, starts over when resumed, and its digest is that of the file.
+    @Test func aPausedDownloadThatCannotResumeStartsOverAndItsDigestHolds() async throws {
+        let server = try LoopbackServer()
+        let directory = try TemporaryDirectory()
+        let gate = ServerGate()
+        defer { gate.open(); server.stop(); directory.remove() }
+        let length = 200_000, held = 70_000
+        server.route("/plain") { _ in
+            .script([.write(HTTPResponse.rawHead(status: 200, headers: ["Content-Length": String(length)])),
+                     .writePattern(offset: 0, count: held), .wait(gate), .writePattern(offset: held, count: length - held)])
+        }
+        let download = DownloadOperation(url: server.url("/plain"), destination: directory.file("plain.bin"))
+        let hasher = DigestHasher(.sha256)
+        hasher.update(BytePattern.data(offset: 0, count: length))
+        download.expectedDigest = hasher.finish()
+        let halfway = reached(Int64(held), download)
+        let done = Countdown(1)
+        let completions = Locked(0)
+        let queue = makeFetchQueue(total: 1)
+        let id = queue.enqueue(download, on: .global) { _ in completions.withLock { $0 += 1 }; done.signal() }
+        #expect(await halfway.wait())
+        #expect(queue.pause(id))
+        #expect(await counts(of: queue) { $0.inFlight == 0 })
+        gate.open()
+        #expect(queue.resume(id))
+        #expect(await done.wait())
+        #expect(completions.current == 1)
+        #expect(download.error == nil, "\(String(describing: download.error))")
+        #expect(contents(download.destination) == BytePattern.data(offset: 0, count: length))
+        #expect(server.requests(path: "/plain").map { $0.headers["Range"] } == [nil, nil], "asked again from the start")
+        #expect(download.resumedBytes == 0)
+    }
+
     enum Touch: String, CaseIterable, Sendable { case deleted, truncated, emptied }
 
     /// The user deleted or cut the partial file between two runs: the restored download starts
