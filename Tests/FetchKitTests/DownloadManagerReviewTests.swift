@@ -130,6 +130,55 @@ struct DownloadManagerReviewTests {
         }
     }
 
+    /// A file that changed length while its download was paused: the resumed download starts
+    /// over, and its batch counts the new length, not the old (it kept the first length a
+    /// member announced, and reported more bytes received than expected).
+    @Test func aBatchCountsTheNewLengthOfAFileThatChangedWhilePaused() async throws {
+        let server = try LoopbackServer()
+        let directory = try TemporaryDirectory()
+        let gate = ServerGate()
+        defer { gate.open(); server.stop(); directory.remove() }
+        let length = Locked(300_000)
+        let held = 100_000
+        server.route("/file") { request in
+            let length = length.current
+            let tag = "\"\(length)\""
+            var headers: HTTPHeaders = ["ETag": tag, "Accept-Ranges": "bytes"]
+            if let range = request.headers["Range"], request.headers["If-Range"] == tag,
+               let start = Int(range.dropFirst(6).prefix { $0 != "-" }) {
+                headers["Content-Range"] = "bytes \(start)-\(length - 1)/\(length)"
+                return HTTPResponse(status: 206, headers: headers, body: .pattern(offset: start, count: length - start))
+            }
+            headers["Content-Length"] = String(length)
+            return .script([.write(HTTPResponse.rawHead(status: 200, headers: headers)),
+                            .writePattern(offset: 0, count: held), .wait(gate),
+                            .writePattern(offset: held, count: length - held)])
+        }
+        let queue = makeFetchQueue(total: 1)
+        let download = DownloadOperation(url: server.url("/file"), destination: directory.file("file.bin"))
+        let halfway = reached(Int64(held), download)
+        let done = Countdown(1)
+        let final = Locked<FetchBatch.Status?>(nil)
+        let batch = queue.enqueue(batch: [download], on: .global, completion: { status in
+            final.withLock { $0 = status }
+            done.signal()
+        })
+        #expect(await halfway.wait())
+        #expect(batch.status.bytesExpected == 300_000)
+        #expect(queue.pause(batch.ids[0]))
+        #expect(await counts(of: queue) { $0.inFlight == 0 })
+        length.withLock { $0 = 250_000 }
+        gate.open()
+        #expect(queue.resume(batch.ids[0]))
+        #expect(await done.wait())
+        #expect(download.error == nil)
+        #expect(contents(download.destination) == BytePattern.data(offset: 0, count: 250_000))
+        let status = try #require(final.current)
+        #expect(status.bytesExpected == 250_000, "the new length")
+        #expect(status.bytesReceived == 250_000)
+        #expect(batch.byteProgress.totalUnitCount == 250_000)
+    }
+
     /// Pauses and resumes every download of a queue again and again, at whatever moment each
     /// happens to be in (waiting, transferring, its body just complete): each completes once,
     /// with its whole file.

@@ -22,7 +22,8 @@ public final class FetchBatch: @unchecked Sendable {
         public var failed = 0
         /// Body bytes received by all members so far.
         public var bytesReceived: Int64 = 0
-        /// The sum of the announced lengths of the members whose length is known.
+        /// The sum of the announced lengths of the members whose length is known (each
+        /// member's latest: a download that started over on a changed file counts its new one).
         public var bytesExpected: Int64 = 0
         /// Members whose length is not (yet) known.
         public var membersWithUnknownLength: Int
@@ -126,11 +127,18 @@ public final class FetchBatch: @unchecked Sendable {
         let status = state.withLock { state -> Status in
             let before = state.perMember[index]
             state.status.bytesReceived += received - before.received
-            if before.expected == nil, let expected {
-                state.status.bytesExpected += expected
+            // A member's latest length counts: a download that started over (its file changed
+            // while it was paused or between retries) may announce another.
+            switch (before.expected, expected) {
+            case (nil, let new?):
+                state.status.bytesExpected += new
                 state.status.membersWithUnknownLength -= 1
+            case (let old?, let new?) where new != old:
+                state.status.bytesExpected += new - old
+            default:
+                break
             }
-            state.perMember[index] = (received, before.expected ?? expected)
+            state.perMember[index] = (received, expected ?? before.expected)
             state.rate.add(moved, at: now)
             state.status.bytesPerSecond = state.rate.bytesPerSecond
             state.status.estimatedTimeRemaining = state.status.membersWithUnknownLength == 0
