@@ -426,11 +426,12 @@ struct DownloadManagerReviewTests {
         defer { server.stop(); directory.remove() }
         let journalURL = directory.file("downloads.json")
         let url = server.url("/bytes/1000").absoluteString
-        func entry(_ identifier: String, destination: String, digest: String? = nil) -> String {
+        func entry(_ identifier: String, url: String = url, destination: String, digest: String? = nil,
+                   headers: String = "{}") -> String {
             let digestField = digest.map { ", \"expectedDigest\": \"\($0)\"" } ?? ""
             return """
             {"identifier": "\(identifier)", "url": "\(url)", "redactedURL": "\(url)", "destination": "\(destination)", \
-            "headers": {}, "isComplete": true\(digestField)}
+            "headers": \(headers), "isComplete": true\(digestField)}
             """
         }
         let subdirectory = directory.file("sub")
@@ -440,19 +441,32 @@ struct DownloadManagerReviewTests {
             entry("directory", destination: subdirectory.absoluteString),
             entry("badDigest", destination: directory.file("d").absoluteString, digest: "sha256:nothex"),
             entry("unknownAlgorithm", destination: directory.file("e").absoluteString, digest: "md5:00"),
+            // A local file copied into the folder; a header that smuggles another line.
+            entry("localFile", url: "file:///etc/passwd", destination: directory.file("passwd").absoluteString),
+            entry("smuggled", destination: directory.file("s").absoluteString,
+                  headers: #"{"X-A": "1\r\nX-Injected: 2"}"#),
         ]
         try Data("{\"version\": 1, \"entries\": [\(entries.joined(separator: ","))]}".utf8).write(to: journalURL)
         chmod(journalURL.path, 0o600)
         let journal = try DownloadJournal(contentsOf: journalURL)
         let restored = journal.restore()
         #expect(Set(restored.unresolved.map(\.identifier)) == ["remote", "badDigest", "unknownAlgorithm"])
-        let (identifier, operation) = try #require(restored.downloads.first)
-        #expect(identifier == "directory")
-        await #expect(throws: FetchError.self) { try await operation.run() }
-        #expect(operation.error?.code == .fileSystem, "\(String(describing: operation.error))")
+        #expect(restored.downloads.map(\.identifier) == ["directory", "localFile", "smuggled"])
+        for (identifier, operation) in restored.downloads where identifier != "smuggled" {
+            await #expect(throws: FetchError.self) { try await operation.run() }
+            let expected: FetchError.Code = identifier == "directory" ? .fileSystem : .invalidRequest
+            #expect(operation.error?.code == expected, "\(identifier): \(String(describing: operation.error))")
+        }
         #expect(server.requestCount(path: "/bytes/1000") == 0, "refused before anything was sent")
         #expect(try FileManager.default.contentsOfDirectory(atPath: subdirectory.path).isEmpty)
-        #expect(journal.entries.count == 4, "nothing restored succeeded: all stay listed")
+        #expect(!FileManager.default.fileExists(atPath: directory.file("passwd").path))
+        #expect(journal.entries.count == 6, "nothing restored succeeded: all stay listed")
+        // Foundation drops a header value with a line break (URLRequest.setValue): nothing
+        // is smuggled into the request.
+        let smuggled = try #require(restored.downloads.last?.operation)
+        try await smuggled.run()
+        let headers = try #require(server.requests(path: "/bytes/1000").last?.headers)
+        #expect(headers["X-Injected"] == nil && headers["X-A"] == nil)
     }
 
     /// A hand-edited destination cannot hide where it writes: one relative to the process's
