@@ -179,62 +179,56 @@ struct DownloadManagerReviewTests {
         #expect(batch.byteProgress.totalUnitCount == 250_000)
     }
 
-    /// Pauses and resumes every download of a queue again and again, at whatever moment each
-    /// happens to be in (waiting, transferring, its body just complete): each completes once,
-    /// with its whole file.
+    /// Pauses and resumes every download of a queue again and again, from its own progress
+    /// handler (whatever moment its transfer is at, its last chunk included, when the body is
+    /// complete and the pause comes too late) and, now and then, all of them at once: each
+    /// completes once, with its whole file.
     @Test func pausesRacingCompletionsStillCompleteEachDownloadOnceAndWhole() async throws {
         let server = try LoopbackServer()
         let directory = try TemporaryDirectory()
         defer { server.stop(); directory.remove() }
-        let count = 24
-        let lengths = (0..<count).map { 60_000 + $0 * 7_919 }
-        // A first request sends part of the file and waits for the gate; a resumed one (a
-        // `Range`) gets the rest at once, and its download completes as the pauses go on.
+        let count = 16, pausesEach = 12
+        let lengths = (0..<count).map { 400_000 + $0 * 37_919 }
+        // A first request sends part of its file and waits (for a gate never opened): each
+        // download is paused there at least once; a resumed one (a `Range`) gets the rest at
+        // once, its later pauses racing its end.
         let gate = ServerGate()
         defer { gate.open() }
         for (index, length) in lengths.enumerated() {
-            server.heldResumableRoute("/f\(index)", length: length, held: 20_000 + index, gate: gate)
+            server.heldResumableRoute("/f\(index)", length: length, held: 50_000 + index, gate: gate)
         }
         let queue = makeFetchQueue(total: 3)
         let completions = Locked([Int](repeating: 0, count: count))
         let done = Countdown(count)
+        let pausesLeft = Locked([Int](repeating: pausesEach, count: count))
+        let paused = Locked(0)
         let downloads = (0..<count).map { DownloadOperation(url: server.url("/f\($0)"), destination: directory.file("f\($0).bin")) }
-        let ids = downloads.enumerated().map { index, download in
+        for (index, download) in downloads.enumerated() {
+            download.onProgress(on: .global) { _ in
+                let turn = pausesLeft.withLock { left -> Int? in
+                    guard left[index] > 0 else { return nil }
+                    left[index] -= 1
+                    return left[index]
+                }
+                guard let turn else { return }
+                if index == 0, turn % 4 == 0 {
+                    let all = queue.pauseAll()
+                    paused.withLock { $0 += all }
+                    queue.resumeAll()
+                } else if download.pause() {
+                    paused.withLock { $0 += 1 }
+                    download.resume()
+                }
+            }
+        }
+        for (index, download) in downloads.enumerated() {
             queue.enqueue(download, on: .global) { _ in
                 completions.withLock { $0[index] += 1 }
                 done.signal()
             }
         }
-        // Pauses and resumes from several threads until every download has finished.
-        let paused = Locked(0)
-        await withTaskGroup(of: Void.self) { group in
-            for worker in 0..<3 {
-                group.addTask {
-                    var generator = SystemRandomNumberGenerator()
-                    while !downloads.allSatisfy(\.isFinished) {
-                        let id = ids[Int.random(in: 0..<count, using: &generator)]
-                        if worker == 0, Int.random(in: 0..<8, using: &generator) == 0 {
-                            queue.pauseAll()
-                            queue.resumeAll()
-                        } else if queue.pause(id) {
-                            // Once many pauses took, the downloads never paused may finish too.
-                            if paused.withLock({ $0 += 1; return $0 }) == 20 * count { gate.open() }
-                            _ = queue.resume(id)
-                        }
-                        await Task.yield()
-                    }
-                }
-            }
-            // A download left paused by a worker's last round is resumed, so that all end.
-            group.addTask {
-                while !downloads.allSatisfy(\.isFinished) {
-                    queue.resumeAll()
-                    await Task.yield()
-                }
-            }
-        }
         #expect(await done.wait())
-        #expect(paused.current >= 20 * count, "the pauses met the downloads")
+        #expect(paused.current >= count, "the pauses met the downloads: \(paused.current)")
         #expect(completions.current == [Int](repeating: 1, count: count), "each completed once")
         for (index, download) in downloads.enumerated() {
             #expect(download.error == nil, "f\(index): \(String(describing: download.error))")
@@ -260,7 +254,7 @@ struct DownloadManagerReviewTests {
         for index in 0..<count { server.heldResumableRoute("/f\(index)", length: length, held: held, gate: gate) }
         let queue = makeFetchQueue(total: 2)
         let downloads = (0..<count).map { DownloadOperation(url: server.url("/f\($0)"), destination: directory.file("f\($0)")) }
-        let started = downloads.prefix(2).map { reached(Int64(held), $0) }
+        let halfway = downloads.map { reached(Int64(held), $0) }
         let completions = Locked([Int](repeating: 0, count: count))
         let memberDone = Countdown(count), batchDone = Countdown(1)
         let batchCompletions = Locked<[FetchBatch.Status]>([])
@@ -271,11 +265,16 @@ struct DownloadManagerReviewTests {
             batchCompletions.withLock { $0.append(status) }
             batchDone.signal()
         })
-        for countdown in started { #expect(await countdown.wait()) }
+        // An `OperationQueue` starts operations in no set order: the two that asked first run.
         #expect(await counts(of: queue) { $0.inFlight == 2 && $0.waiting == count - 2 })
+        #expect(await server.waitUntil { $0.requestsReceived == 2 })
+        let running = (0..<count).filter { server.requestCount(path: "/f\($0)") == 1 }
+        try #require(running.count == 2)
+        for index in running { #expect(await halfway[index].wait()) }
+        let waiting = (0..<count).filter { !running.contains($0) }
         let ids = batch.ids
-        #expect(queue.pause(ids[0]), "running")
-        #expect(queue.pause(ids[4]), "waiting")
+        #expect(queue.pause(ids[running[0]]), "running")
+        #expect(queue.pause(ids[waiting[2]]), "waiting")
         // The paused ones are in neither count; the running one's slot went to the next.
         #expect(await counts(of: queue) { $0.inFlight == 2 && $0.waiting == count - 4 })
         switch ending {
@@ -285,7 +284,7 @@ struct DownloadManagerReviewTests {
             for id in ids { queue.cancel(id) }
         case .pauseThenCancelAtOnce:
             // A running one paused and cancelled before its stop took; the others cancelled.
-            #expect(queue.pause(ids[1]))
+            #expect(queue.pause(ids[running[1]]))
             for id in ids { queue.cancel(id) }
         }
         #expect(await memberDone.wait())
@@ -294,10 +293,10 @@ struct DownloadManagerReviewTests {
         #expect(downloads.allSatisfy { $0.error?.isCancellation == true && !$0.isPaused && $0.isFinished })
         #expect(batchCompletions.current.count == 1)
         #expect(batchCompletions.current.first?.failed == count)
-        #expect(!queue.resume(ids[0]) && queue.resumeAll() == 0, "nothing left to resume")
+        #expect(!queue.resume(ids[running[0]]) && queue.resumeAll() == 0, "nothing left to resume")
         #expect(await counts(of: queue) { $0.inFlight == 0 && $0.waiting == 0 })
         #expect(queue.count == 0)
-        #expect(server.requestCount(path: "/f4") == 0, "the one paused while waiting sent nothing")
+        #expect(server.requestCount(path: "/f\(waiting[2])") == 0, "the one paused while waiting sent nothing")
     }
 
     /// A server that gives no validator cannot resume: a paused download with an expected
