@@ -416,6 +416,34 @@ struct DownloadManagerReviewTests {
         #expect(journal.entries.isEmpty)
     }
 
+    /// An entry replaced under its identifier while the download it listed still ran: that
+    /// download's success does not take the new entry with it (it did, and the new download,
+    /// unfinished, was not restored after a crash).
+    @Test func aReplacedEntryIsNotRemovedByTheSuccessOfTheDownloadItReplaced() async throws {
+        let server = try LoopbackServer()
+        let directory = try TemporaryDirectory()
+        let gate = ServerGate()
+        defer { gate.open(); server.stop(); directory.remove() }
+        server.gatedRoute("/old", gate)
+        let journal = try DownloadJournal(contentsOf: directory.file("downloads.json"))
+        let old = DownloadOperation(url: server.url("/old"), destination: directory.file("file.bin"))
+        try journal.track(old, identifier: "file")
+        old.start()
+        #expect(await server.waitUntil { $0.requestsReceived == 1 })
+        // The user gives the file again, from another mirror, while the first still runs.
+        let new = DownloadOperation(url: server.url("/bytes/1000"), destination: directory.file("other.bin"))
+        try journal.track([(new, "file")], replacingExisting: true)
+        gate.open()
+        try await old.finished()
+        try journal.flush()
+        #expect(journal.entries.map(\.url) == [server.url("/bytes/1000")], "the new entry stays")
+        let onDisk = try #require(FileManager.default.contents(atPath: journal.fileURL.path))
+        #expect(String(decoding: onDisk, as: UTF8.self).contains("other.bin"))
+        // Its own download's success removes it.
+        try await new.run()
+        #expect(journal.entries.isEmpty)
+    }
+
     /// A journal edited by hand: entries whose destination is not a local file, or is a
     /// directory, or whose digest is not one; a download to them is refused clearly and writes
     /// nothing.

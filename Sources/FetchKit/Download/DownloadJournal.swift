@@ -46,7 +46,7 @@ import FoundationNetworking
 /// ``init(contentsOf:storesSecrets:)`` fails with ``JournalError/Kind/inUse(by:)``.
 public final class DownloadJournal: Sendable {
     /// One download of the journal.
-    public struct Entry: Sendable, Equatable, Codable {
+    public struct Entry: Sendable, Hashable, Codable {
         /// The identifier you gave ``DownloadJournal/track(_:identifier:)``, or a UUID.
         public let identifier: String
         /// The URL, if the journal holds it in clear: `nil` when it holds a secret and the journal
@@ -249,7 +249,9 @@ public final class DownloadJournal: Sendable {
     ///   - downloads: Downloads that have not started, each with your identifier or `nil` for a
     ///     new UUID.
     ///   - replacingExisting: Whether an entry already listed under one of the identifiers is
-    ///     replaced (a download given again); `false` (the default) refuses it with
+    ///     replaced (a download given again: the download the old entry listed, if it still
+    ///     runs, no longer takes the entry with it when it succeeds); `false` (the default)
+    ///     refuses it with
     ///     ``JournalError/Kind/duplicateIdentifier(_:)``. Two of `downloads` with one identifier
     ///     are refused either way.
     /// - Returns: The entries' identifiers, in order.
@@ -277,8 +279,7 @@ public final class DownloadJournal: Sendable {
             entries += added
         }
         for (index, entry) in added.enumerated() {
-            let identifier = entry.identifier
-            downloads[index].download.whenSucceeded { self.leave(identifier) }
+            downloads[index].download.whenSucceeded { self.leave(entry) }
         }
         return added.map(\.identifier)
     }
@@ -347,9 +348,8 @@ public final class DownloadJournal: Sendable {
             }
             let operation = DownloadOperation(request: made, destination: entry.destination)
             operation.expectedDigest = digest
-            let identifier = entry.identifier
-            operation.whenSucceeded { self.leave(identifier) }
-            downloads.append((identifier, operation))
+            operation.whenSucceeded { self.leave(entry) }
+            downloads.append((entry.identifier, operation))
         }
         return (downloads, unresolved)
     }
@@ -390,9 +390,10 @@ public final class DownloadJournal: Sendable {
                 return .failure(error)
             }
             state.withLock { contents in
-                // Only downloads leaving can have changed them since: what they took out stays out.
-                let left = Set(current.map(\.identifier)).subtracting(contents.entries.map(\.identifier))
-                contents.entries = changed.filter { !left.contains($0.identifier) }
+                // Only downloads leaving can have changed them since: what they took out stays
+                // out (their own entries: not one that replaced theirs under its identifier).
+                let left = Set(current).subtracting(contents.entries)
+                contents.entries = changed.filter { !left.contains($0) }
                 contents.unwritten = !left.isEmpty
             }
             return .success(())
@@ -401,11 +402,13 @@ public final class DownloadJournal: Sendable {
     }
 
     /// A download that succeeded leaves: at once from ``entries``, and from the file by the next
-    /// write, queued unless one is already queued (those that succeed together share it).
-    private func leave(_ identifier: String) {
+    /// write, queued unless one is already queued (those that succeed together share it). Only
+    /// its own entry leaves: one that replaced it under its identifier (`replacingExisting`) lists
+    /// another download, which has not succeeded.
+    private func leave(_ entry: Entry) {
         let queue = state.withLock { contents -> Bool in
             let before = contents.entries.count
-            contents.entries.removeAll { $0.identifier == identifier }
+            contents.entries.removeAll { $0 == entry }
             guard contents.entries.count != before else { return false }
             contents.unwritten = true
             guard !contents.catchUpQueued else { return false }
