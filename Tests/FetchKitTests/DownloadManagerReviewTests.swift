@@ -179,6 +179,40 @@ struct DownloadManagerReviewTests {
         #expect(batch.byteProgress.totalUnitCount == 250_000)
     }
 
+    /// A member that failed partway receives nothing more: the batch's time remaining is that
+    /// of the members still running, 0 once they have all they asked for (it counted the failed
+    /// member's missing bytes as still to come, for good).
+    @Test func aBatchsTimeRemainingLeavesOutAMemberThatFailed() async throws {
+        let server = try LoopbackServer()
+        let directory = try TemporaryDirectory()
+        let gate = ServerGate()
+        defer { gate.open(); server.stop(); directory.remove() }
+        server.route("/cut") { _ in
+            .script([.write(HTTPResponse.rawHead(status: 200, headers: ["Content-Length": "100000"])),
+                     .writePattern(offset: 0, count: 30_000), .close])
+        }
+        server.heldResumableRoute("/held", length: 100_000, held: 50_000, gate: gate)
+        let queue = makeFetchQueue(total: 2)
+        let failing = DownloadOperation(url: server.url("/cut"), destination: directory.file("cut.bin"))
+        failing.configuration.retryPolicy = .none
+        let held = DownloadOperation(url: server.url("/held"), destination: directory.file("held.bin"))
+        let failed = Countdown(1), done = Countdown(1)
+        failing.onCompletion(on: .global) { _ in failed.signal() }
+        let final = Locked<FetchBatch.Status?>(nil)
+        queue.enqueue(batch: [failing, held], on: .global, completion: { status in
+            final.withLock { $0 = status }
+            done.signal()
+        })
+        #expect(await failed.wait())
+        #expect(failing.error != nil)
+        gate.open()
+        #expect(await done.wait())
+        #expect(held.error == nil)
+        let status = try #require(final.current)
+        #expect(status.failed == 1 && status.succeeded == 1)
+        #expect(status.estimatedTimeRemaining == 0, "nothing is left to come: \(String(describing: status.estimatedTimeRemaining))")
+    }
+
     /// Pauses and resumes every download of a queue again and again, from its own progress
     /// handler (whatever moment its transfer is at, its last chunk included, when the body is
     /// complete and the pause comes too late) and, now and then, all of them at once: each
