@@ -544,12 +544,13 @@ struct ReprioritizePausedTests {
         let queue = makeFetchQueue(total: 1)
         queue.enqueue(server.operation("/held"))
         #expect(await server.waitUntil { $0.requestsReceived == 1 })
+        // One at a time: an `OperationQueue` starts operations in no set order.
         let done = Countdown(3)
         var ids: [String: FetchID] = [:]
-        for name in ["a", "b", "c"] {
+        for (index, name) in ["a", "b", "c"].enumerated() {
             ids[name] = queue.enqueue(server.operation("/\(name)"), on: .global) { _ in done.signal() }
+            #expect(await counts(of: queue) { $0.waiting == index + 1 })
         }
-        #expect(await counts(of: queue) { $0.waiting == 3 })
         let (a, b) = (try #require(ids["a"]), try #require(ids["b"]))
         #expect(queue.setPriority(.normal, of: a), "waiting, unchanged")
         #expect(queue.pause(b))
