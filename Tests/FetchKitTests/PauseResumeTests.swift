@@ -529,3 +529,68 @@ struct ReprioritizeTests {
         queue.cancel(urgentID)
     }
 }
+
+@Suite("Re-prioritising paused fetches", .timeLimit(.minutes(3)))
+struct ReprioritizePausedTests {
+    /// Re-prioritising a paused fetch to the priority it has already is nothing: it keeps its
+    /// place in line, as a waiting fetch does (it once went to the back of its line).
+    @Test func anUnchangedPriorityKeepsAPausedFetchsPlace() async throws {
+        let server = try LoopbackServer()
+        let gate = ServerGate()
+        defer { gate.open(); server.stop() }
+        server.gatedRoute("/held", gate)
+        let order = Locked<[String]>([])
+        for name in ["a", "b", "c"] { server.orderRoute("/\(name)", order) }
+        let queue = makeFetchQueue(total: 1)
+        queue.enqueue(server.operation("/held"))
+        #expect(await server.waitUntil { $0.requestsReceived == 1 })
+        // One at a time: an `OperationQueue` starts operations in no set order.
+        let done = Countdown(3)
+        var ids: [String: FetchID] = [:]
+        for (index, name) in ["a", "b", "c"].enumerated() {
+            ids[name] = queue.enqueue(server.operation("/\(name)"), on: .global) { _ in done.signal() }
+            #expect(await counts(of: queue) { $0.waiting == index + 1 })
+        }
+        let (a, b) = (try #require(ids["a"]), try #require(ids["b"]))
+        #expect(queue.setPriority(.normal, of: a), "waiting, unchanged")
+        #expect(queue.pause(b))
+        #expect(queue.setPriority(.normal, of: b), "paused, unchanged")
+        #expect(queue.resume(b))
+        #expect(await counts(of: queue) { $0.waiting == 3 })
+        gate.open()
+        #expect(await done.wait())
+        #expect(order.current == ["/a", "/b", "/c"], "both kept their places")
+    }
+
+    /// A changed priority re-places a paused fetch as it does a waiting one: at the back of its
+    /// new priority; set again to the same, it stays there.
+    @Test func aChangedPriorityMovesAPausedFetchToTheBackOfItsNewLevel() async throws {
+        let server = try LoopbackServer()
+        let gate = ServerGate()
+        defer { gate.open(); server.stop() }
+        server.gatedRoute("/held", gate)
+        let order = Locked<[String]>([])
+        for name in ["a", "b", "c", "d"] { server.orderRoute("/\(name)", order) }
+        let queue = makeFetchQueue(total: 1)
+        queue.enqueue(server.operation("/held"))
+        #expect(await server.waitUntil { $0.requestsReceived == 1 })
+        let done = Countdown(4)
+        var ids: [String: FetchID] = [:]
+        for name in ["a", "b", "c", "d"] {
+            ids[name] = queue.enqueue(server.operation("/\(name)"), on: .global) { _ in done.signal() }
+        }
+        #expect(await counts(of: queue) { $0.waiting == 4 })
+        let (a, c, d) = (try #require(ids["a"]), try #require(ids["c"]), try #require(ids["d"]))
+        #expect(queue.setPriority(.high, of: c))        // waiting: c goes first
+        #expect(queue.pause(d))
+        #expect(queue.setPriority(.high, of: d))        // paused: d goes behind c
+        #expect(queue.setPriority(.high, of: d), "again: unchanged")
+        #expect(queue.pause(a))
+        #expect(queue.setPriority(.low, of: a))         // paused: a goes last
+        #expect(queue.resume(a) && queue.resume(d))
+        #expect(await counts(of: queue) { $0.waiting == 4 })
+        gate.open()
+        #expect(await done.wait())
+        #expect(order.current == ["/c", "/d", "/b", "/a"])
+    }
+}

@@ -199,6 +199,28 @@ struct ReprioritizeStateTests {
         #expect(state.homes.isEmpty, "nothing kept for a finished fetch")
     }
 
+    /// Its own priority again, set while it is paused, is nothing: it keeps its place (it
+    /// once went to the back of its line, as if the priority had changed).
+    @Test func aFetchGivenItsOwnPriorityWhilePausedKeepsItsPlace() throws {
+        var state = StubState(maximumTotal: 1, maximumPerHost: 1, coalesces: false)
+        let busy = try busySlot(&state)
+        let paused = helper.fetch("a", in: &state)
+        let later = helper.fetch("a", in: &state)
+        let raised = helper.fetch("a", in: &state, priority: .high)
+        for member in [paused, later, raised] { state.join(member) }
+        state.leave(paused)
+        state.reprioritize(paused.id, attempt: nil, to: level(.normal))
+        state.leave(raised)
+        state.reprioritize(raised.id, attempt: nil, to: level(.high))
+        let resumed = helper.attempt(of: paused.id, host: "a", in: &state)
+        let resumedRaised = helper.attempt(of: raised.id, host: "a", in: &state, priority: .high)
+        state.join(resumed)
+        state.join(resumedRaised)
+        _ = state.takeActions()
+        let order = try drain(after: busy, &state, count: 3)
+        #expect(order == [resumedRaised, resumed, later], "both where they waited")
+    }
+
     @Test func aSharedFlightKeepsItsPlaceWhenALeaverDidNotSetItsPriority() throws {
         var state = StubState(maximumTotal: 1, maximumPerHost: 1, coalesces: true)
         let busy = try busySlot(&state)

@@ -46,7 +46,7 @@ import FoundationNetworking
 /// ``init(contentsOf:storesSecrets:)`` fails with ``JournalError/Kind/inUse(by:)``.
 public final class DownloadJournal: Sendable {
     /// One download of the journal.
-    public struct Entry: Sendable, Equatable, Codable {
+    public struct Entry: Sendable, Hashable, Codable {
         /// The identifier you gave ``DownloadJournal/track(_:identifier:)``, or a UUID.
         public let identifier: String
         /// The URL, if the journal holds it in clear: `nil` when it holds a secret and the journal
@@ -81,6 +81,22 @@ public final class DownloadJournal: Sendable {
             if let method { request.httpMethod = method }
             for (name, value) in headers { request.setValue(value, forHTTPHeaderField: name) }
             return request
+        }
+
+        /// Whether ``destination`` is an absolute file path: one that is not (`file:name`, as a
+        /// journal edited by hand may hold) would be written relative to the process's working
+        /// directory, and is not restored.
+        var hasAbsoluteDestination: Bool {
+            destination.isFileURL && destination.path.hasPrefix("/")
+        }
+
+        /// The entry as read from a file: its destination standardized (`.` and `..` resolved,
+        /// as a download to it resolves them), so that what an app checks is where it writes.
+        func standardized() -> Entry {
+            guard hasAbsoluteDestination else { return self }
+            return Entry(identifier: identifier, url: url, redactedURL: redactedURL,
+                         destination: destination.standardizedFileURL, expectedDigest: expectedDigest,
+                         method: method, headers: headers, isComplete: isComplete)
         }
     }
 
@@ -196,7 +212,7 @@ public final class DownloadJournal: Sendable {
                 lock.release()
                 throw JournalError(kind: .malformed, path: path)
             }
-            entries = file.entries
+            entries = file.entries.map { $0.standardized() }
         }
         state = Protected(Contents(entries: entries))
     }
@@ -233,7 +249,9 @@ public final class DownloadJournal: Sendable {
     ///   - downloads: Downloads that have not started, each with your identifier or `nil` for a
     ///     new UUID.
     ///   - replacingExisting: Whether an entry already listed under one of the identifiers is
-    ///     replaced (a download given again); `false` (the default) refuses it with
+    ///     replaced (a download given again: the download the old entry listed, if it still
+    ///     runs, no longer takes the entry with it when it succeeds); `false` (the default)
+    ///     refuses it with
     ///     ``JournalError/Kind/duplicateIdentifier(_:)``. Two of `downloads` with one identifier
     ///     are refused either way.
     /// - Returns: The entries' identifiers, in order.
@@ -261,8 +279,7 @@ public final class DownloadJournal: Sendable {
             entries += added
         }
         for (index, entry) in added.enumerated() {
-            let identifier = entry.identifier
-            downloads[index].download.whenSucceeded { self.leave(identifier) }
+            downloads[index].download.whenSucceeded { self.leave(entry) }
         }
         return added.map(\.identifier)
     }
@@ -302,9 +319,20 @@ public final class DownloadJournal: Sendable {
     /// The downloads to enqueue again: one per entry, each resuming its partial file.
     ///
     /// An entry that is not ``Entry/isComplete`` (a secret was left out) gets its request from
-    /// `request`; one it returns `nil` for, or whose digest or URL cannot be read, is listed in
-    /// `unresolved` and stays in the journal. The operations are tracked: each leaves the journal
-    /// when it succeeds.
+    /// `request`; one it returns `nil` for, or whose digest or URL cannot be read, or whose
+    /// destination is not an absolute file path, is listed in `unresolved` and stays in the
+    /// journal. The operations are tracked: each leaves the journal when it succeeds.
+    ///
+    /// A download goes where its entry says. When the journal's file may have been written by
+    /// someone else (it lies in a shared or synced folder), check ``Entry/destination`` in
+    /// `request` and return `nil` for one outside your folder: destinations are read back
+    /// standardized (no `..`), so a check of the path is a check of where the file goes.
+    ///
+    /// ```swift
+    /// let restored = journal.restore { entry in
+    ///     entry.destination.deletingLastPathComponent().path == folder.standardizedFileURL.path ? entry.request : nil
+    /// }
+    /// ```
     ///
     /// - Parameter request: Makes the request of an entry: called for every entry, complete or not
     ///   (return `entry.request` to keep what the journal holds). Default: the entry's own.
@@ -314,15 +342,14 @@ public final class DownloadJournal: Sendable {
         var unresolved: [Entry] = []
         for entry in entries {
             let digest = entry.digest
-            guard entry.expectedDigest == nil || digest != nil, entry.destination.isFileURL, let made = request(entry) else {
+            guard entry.expectedDigest == nil || digest != nil, entry.hasAbsoluteDestination, let made = request(entry) else {
                 unresolved.append(entry)
                 continue
             }
             let operation = DownloadOperation(request: made, destination: entry.destination)
             operation.expectedDigest = digest
-            let identifier = entry.identifier
-            operation.whenSucceeded { self.leave(identifier) }
-            downloads.append((identifier, operation))
+            operation.whenSucceeded { self.leave(entry) }
+            downloads.append((entry.identifier, operation))
         }
         return (downloads, unresolved)
     }
@@ -363,9 +390,10 @@ public final class DownloadJournal: Sendable {
                 return .failure(error)
             }
             state.withLock { contents in
-                // Only downloads leaving can have changed them since: what they took out stays out.
-                let left = Set(current.map(\.identifier)).subtracting(contents.entries.map(\.identifier))
-                contents.entries = changed.filter { !left.contains($0.identifier) }
+                // Only downloads leaving can have changed them since: what they took out stays
+                // out (their own entries: not one that replaced theirs under its identifier).
+                let left = Set(current).subtracting(contents.entries)
+                contents.entries = changed.filter { !left.contains($0) }
                 contents.unwritten = !left.isEmpty
             }
             return .success(())
@@ -374,11 +402,13 @@ public final class DownloadJournal: Sendable {
     }
 
     /// A download that succeeded leaves: at once from ``entries``, and from the file by the next
-    /// write, queued unless one is already queued (those that succeed together share it).
-    private func leave(_ identifier: String) {
+    /// write, queued unless one is already queued (those that succeed together share it). Only
+    /// its own entry leaves: one that replaced it under its identifier (`replacingExisting`) lists
+    /// another download, which has not succeeded.
+    private func leave(_ entry: Entry) {
         let queue = state.withLock { contents -> Bool in
             let before = contents.entries.count
-            contents.entries.removeAll { $0.identifier == identifier }
+            contents.entries.removeAll { $0 == entry }
             guard contents.entries.count != before else { return false }
             contents.unwritten = true
             guard !contents.catchUpQueued else { return false }

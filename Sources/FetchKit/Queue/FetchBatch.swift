@@ -22,7 +22,8 @@ public final class FetchBatch: @unchecked Sendable {
         public var failed = 0
         /// Body bytes received by all members so far.
         public var bytesReceived: Int64 = 0
-        /// The sum of the announced lengths of the members whose length is known.
+        /// The sum of the announced lengths of the members whose length is known (each
+        /// member's latest: a download that started over on a changed file counts its new one).
         public var bytesExpected: Int64 = 0
         /// Members whose length is not (yet) known.
         public var membersWithUnknownLength: Int
@@ -34,9 +35,11 @@ public final class FetchBatch: @unchecked Sendable {
         /// computed as chunks arrive: while no member receives anything, it keeps its last
         /// value. Also in ``FetchBatch/byteProgress`` under `ProgressUserInfoKey.throughputKey`.
         public var bytesPerSecond: Double?
-        /// How long the rest takes at ``bytesPerSecond``: `nil` until every member's length is
-        /// known (and while the rate is unknown or zero). Also in ``FetchBatch/byteProgress``
-        /// under `ProgressUserInfoKey.estimatedTimeRemainingKey`.
+        /// How long the rest takes at ``bytesPerSecond``: the bytes the members that have not
+        /// completed have yet to receive (a member that failed partway receives no more); `nil`
+        /// until the length of each of them is known (and while the rate is unknown or zero), 0
+        /// once nothing is left to come. Also in ``FetchBatch/byteProgress`` under
+        /// `ProgressUserInfoKey.estimatedTimeRemainingKey`.
         public var estimatedTimeRemaining: TimeInterval?
 
         /// Members that completed without error.
@@ -63,8 +66,11 @@ public final class FetchBatch: @unchecked Sendable {
     /// `completedUnitCount` the bytes received.
     public let byteProgress: Progress
 
-    private let state: Protected<(status: Status, perMember: [(received: Int64, expected: Int64?)], completed: Bool,
+    private let state: Protected<(status: Status, perMember: [Member], completed: Bool,
                                   streams: LatestValueStreams<Status>, rate: RateWindow)>
+    /// A member's bytes received (from the start of its file), its length if known, and
+    /// whether it completed.
+    private typealias Member = (received: Int64, expected: Int64?, ended: Bool)
     private let relay: CoalescingRelay<Status>?
     private let completion: Callback<Status>?
     /// Where the batch's handlers run: the main queue, or the queue the caller named.
@@ -75,7 +81,7 @@ public final class FetchBatch: @unchecked Sendable {
         self.callbackQueue = callbackQueue
         self.completion = completion
         let status = Status(total: ids.count, membersWithUnknownLength: ids.count)
-        state = Protected((status, Array(repeating: (0, nil), count: ids.count), false, LatestValueStreams(), RateWindow()))
+        state = Protected((status, Array(repeating: (0, nil, false), count: ids.count), false, LatestValueStreams(), RateWindow()))
         self.progress = Progress(totalUnitCount: Int64(ids.count))
         byteProgress = Progress(totalUnitCount: -1)
         relay = progress.map { CoalescingRelay(queue: $0.queue, handler: $0.body) }
@@ -126,15 +132,21 @@ public final class FetchBatch: @unchecked Sendable {
         let status = state.withLock { state -> Status in
             let before = state.perMember[index]
             state.status.bytesReceived += received - before.received
-            if before.expected == nil, let expected {
-                state.status.bytesExpected += expected
+            // A member's latest length counts: a download that started over (its file changed
+            // while it was paused or between retries) may announce another.
+            switch (before.expected, expected) {
+            case (nil, let new?):
+                state.status.bytesExpected += new
                 state.status.membersWithUnknownLength -= 1
+            case (let old?, let new?) where new != old:
+                state.status.bytesExpected += new - old
+            default:
+                break
             }
-            state.perMember[index] = (received, before.expected ?? expected)
+            state.perMember[index] = (received, expected ?? before.expected, before.ended)
             state.rate.add(moved, at: now)
             state.status.bytesPerSecond = state.rate.bytesPerSecond
-            state.status.estimatedTimeRemaining = state.status.membersWithUnknownLength == 0
-                ? state.rate.timeRemaining(for: state.status.bytesExpected - state.status.bytesReceived) : nil
+            state.status.estimatedTimeRemaining = Self.timeRemaining(of: state.perMember, at: state.rate)
             state.streams.yield(state.status)
             return state.status
         }
@@ -145,6 +157,9 @@ public final class FetchBatch: @unchecked Sendable {
         let (status, last, streams) = state.withLock { state in
             state.status.finished += 1
             if failed { state.status.failed += 1 }
+            state.perMember[index].ended = true
+            // What it did not receive is no longer to come.
+            state.status.estimatedTimeRemaining = Self.timeRemaining(of: state.perMember, at: state.rate)
             let last = state.status.isFinished && !state.completed
             if last { state.completed = true }
             state.streams.yield(state.status)
@@ -155,6 +170,17 @@ public final class FetchBatch: @unchecked Sendable {
         if last {
             completion?.post(status)
         }
+    }
+
+    /// How long the members that have not completed take to receive the rest at `rate`: `nil`
+    /// if one of them has no known length (or the rate is unknown), 0 if nothing is left.
+    private static func timeRemaining(of members: [Member], at rate: RateWindow) -> TimeInterval? {
+        var remaining: Int64 = 0
+        for member in members where !member.ended {
+            guard let expected = member.expected else { return nil }
+            remaining += max(0, expected - member.received)
+        }
+        return rate.timeRemaining(for: remaining)
     }
 
     /// Completes an empty batch.

@@ -61,7 +61,8 @@ extension FetchQueue {
     /// Changes the priority of a fetch in the queue, up or down.
     ///
     /// A fetch waiting for a slot moves to the back of its new priority at once, and so does a
-    /// paused one (it waits there when resumed); one in flight keeps its slot, and its later
+    /// paused one (it waits there when resumed); given the priority it has, either keeps its
+    /// place. One in flight keeps its slot, and its later
     /// attempts (a retry, a resume after ``pause(_:)``) wait at the new priority. In a shared flight (``coalescesIdenticalRequests``) the flight waits at
     /// the priority of its most urgent member: raising one raises it, and lowering (or pausing,
     /// or cancelling) that member lets it fall back to the most urgent of those left.

@@ -82,9 +82,10 @@ struct QueueState<Fetch, Flight: SlotFlight> {
     /// of the place their member was made with (its ``SlotHolder/place``). Only while they wait.
     var relocated: [FetchID: SlotPlace] = [:]
     /// The places kept by fetches whose attempt left the line or its flight (paused, or
-    /// cancelled), as sequences in line: their next attempt (a resume) waits there, at its
-    /// priority, not behind the fetches enqueued after them. Until they finish.
-    var homes: [FetchID: UInt64] = [:]
+    /// cancelled): their next attempt (a resume) waits at that sequence in line, at its
+    /// priority, not behind the fetches enqueued after them. The level is the one it waited at
+    /// (a re-prioritisation to it changes nothing). Until they finish.
+    var homes: [FetchID: SlotPlace] = [:]
     /// Fetches a `cancelAll` chose: they are about to be cancelled, and get no slot.
     var swept: Set<FetchID> = []
     /// Chosen fetches whose attempt a `cancelAll` took out of line (or kept from joining): each
@@ -175,7 +176,7 @@ struct QueueState<Fetch, Flight: SlotFlight> {
         // attempt was made at its new level waits there.
         let level = levels[member.id] ?? member.place.level
         if let home = homes[member.id] {
-            relocated[member.id] = SlotPlace(level: level, sequence: home)
+            relocated[member.id] = SlotPlace(level: level, sequence: home.sequence)
         } else if level != member.place.level {
             relocated[member.id] = scheduler.reservePlace(level: level)
         }
@@ -206,7 +207,7 @@ struct QueueState<Fetch, Flight: SlotFlight> {
         }
         // Where it waited, or waited before it was granted: its next attempt waits there again.
         if homes[member.id] == nil, registry[member.id] != nil {
-            homes[member.id] = place(of: member).sequence
+            homes[member.id] = place(of: member)
         }
         if let key = member.key, let index = waitingShared.index(forKey: key),
            waitingShared.values[index].members.contains(member) {
@@ -221,7 +222,7 @@ struct QueueState<Fetch, Flight: SlotFlight> {
                 settle(at: index)
                 // Its place may stay the flight's: its next attempt joins the flight there, or
                 // (a request that differs now) waits at the back, never beside it in line.
-                if homes[member.id] == waitingShared.values[index].place.sequence { homes[member.id] = nil }
+                if homes[member.id]?.sequence == waitingShared.values[index].place.sequence { homes[member.id] = nil }
             }
             actions.append(.confirmCancel(member))
             return
@@ -307,25 +308,26 @@ struct QueueState<Fetch, Flight: SlotFlight> {
     /// runs, or waits for nothing here, is not moved.
     mutating func reprioritize(_ id: FetchID, attempt: Member?, to level: Int) {
         guard registry[id] != nil else { return }
-        let changed = levels[id].map { $0 != level } ?? true
+        // A paused fetch given a new level goes to the back of it, as a waiting one does: there
+        // it waits when resumed. Given the level it has, it keeps its place.
+        let current = levels[id] ?? homes[id]?.level
         levels[id] = level
-        // A paused fetch goes to the back of its new level: there it waits when resumed.
-        if changed, homes[id] != nil {
-            homes[id] = scheduler.reservePlace(level: level).sequence
+        if let current, current != level, homes[id] != nil {
+            homes[id] = scheduler.reservePlace(level: level)
         }
         guard let member = attempt, member.id == id, level != place(of: member).level else { return }
         let target = scheduler.reservePlace(level: level)
         if let key = member.key, let index = waitingShared.index(forKey: key) {
             guard waitingShared.values[index].members.contains(member) else { return }
             relocated[member.id] = target
-            if homes[id] != nil { homes[id] = target.sequence }
+            if homes[id] != nil { homes[id] = target }
             settle(at: index)
             return
         }
         guard member.key == nil else { return }
         if scheduler.move(at: place(of: member), host: member.host, to: target) {
             relocated[member.id] = target
-            if homes[id] != nil { homes[id] = target.sequence }
+            if homes[id] != nil { homes[id] = target }
         }
     }
 
