@@ -104,6 +104,30 @@ struct ProgressRateTests {
         #expect(progress.userInfo[.estimatedTimeRemainingKey] is NSNumber)
     }
 
+    /// A paused fetch receives nothing, so it shows no rate and no time remaining (before,
+    /// it kept the last ones, as if it still ran at that rate).
+    @Test func aPausedFetchShowsNoRate() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        // 8 KiB every 50 ms for 10 s: long enough to pause while it runs.
+        server.route("/paced") { _ in pacedBody(steps: 200, step: 8192, milliseconds: 50) }
+        let queue = FetchQueue(maximumConcurrentTransfers: 1)
+        let operation = FetchOperation<Data>(url: server.url("/paced"))
+        var updates = operation.progressUpdates.makeAsyncIterator()
+        queue.enqueue(operation)
+        while let value = await updates.next(), value.bytesPerSecond == nil {}
+        #expect(operation.pause())
+        var paused: FetchProgress?
+        while let value = await updates.next() {
+            if value.bytesPerSecond == nil { paused = value; break }
+        }
+        let value = try #require(paused, "a value without a rate follows the pause")
+        #expect(value.estimatedTimeRemaining == nil && value.bytesReceived > 0)
+        #expect(operation.isPaused)
+        operation.cancel()
+        await #expect(throws: FetchError.self) { try await operation.value }
+    }
+
     @Test func aResumedDownloadCountsOnlyTheBytesThatArrive() async throws {
         let server = try LoopbackServer()
         defer { server.stop() }

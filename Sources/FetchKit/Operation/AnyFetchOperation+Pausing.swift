@@ -52,6 +52,7 @@ extension AnyFetchOperation {
             if action != .none { core.observed?.send(.paused, self) }
             return (action, core.transfer)
         }
+        if action != .none { reportPausedRate() }
         switch action {
         case .none:
             return false

@@ -29,7 +29,8 @@ public struct FetchProgress: Sendable, Equatable {
     ///
     /// Only the bytes that arrive count: a download that resumes a partial file does not count
     /// the bytes already on disk, and a retry starts the window again. The rate is computed as
-    /// each chunk arrives, so a transfer that stalls keeps its last rate until the next chunk.
+    /// each chunk arrives, so a transfer that stalls keeps its last rate until the next chunk;
+    /// a paused fetch reports `nil` (its window starts again with the next attempt's response).
     /// The same value is in the operation's `Progress` (``AnyFetchOperation/progress``) under
     /// `ProgressUserInfoKey.throughputKey` (`Progress.throughput` on Apple platforms), rounded.
     public let bytesPerSecond: Double?
@@ -170,6 +171,27 @@ extension AnyFetchOperation {
             core.attemptBytesCounted = max(core.attemptBytesCounted, received)
             core.rate.add(moved, at: now)
             return moved
+        }
+    }
+
+    /// A fetch was paused: it receives nothing now, so its rate and time remaining are no longer
+    /// known. The window starts again with the next attempt's response; if progress was
+    /// reported before, the value without a rate goes to the `Progress` object, the sequences
+    /// and the progress handlers (not to the batch: no bytes moved).
+    func reportPausedRate() {
+        typealias Update = (value: FetchProgress, progress: Progress?, relays: [ProgressRelay])
+        let update = core.withLock { core -> Update? in
+            core.rate = RateWindow()
+            guard core.progressReported, !core.machine.isFinished else { return nil }
+            let value = core.currentProgress
+            core.yieldProgress(value)
+            core.updateObserved { $0.progressed(value, self) }
+            return (value, core.progress, core.progressRelays)
+        }
+        guard let update else { return }
+        update.progress?.setRate(nil, timeRemaining: nil)
+        for relay in update.relays {
+            relay.post(update.value)
         }
     }
 
