@@ -15,7 +15,13 @@ import Musl
 /// - ``TrustSettings``: libcurl's `CURLOPT_CAINFO_BLOB` (the system's CAs and the added ones)
 ///   and `CURLOPT_PINNEDPUBLICKEY` (the host's pins), on every task of a session that has them;
 /// - ``FetchConfiguration/connectTimeout``: `CURLOPT_CONNECTTIMEOUT_MS`, on the tasks whose
-///   fetch sets one (FoundationNetworking sets none, so libcurl's default of 300 s applies).
+///   fetch sets one (FoundationNetworking sets none, so libcurl's default of 300 s applies);
+/// - a bandwidth limit's small receive window (``ReceiveWindow``): `CURLOPT_SOCKOPTFUNCTION`
+///   and `CURLOPT_SOCKOPTDATA` (replacing FoundationNetworking's callback, which sets nothing)
+///   with `CURLOPT_FRESH_CONNECT` and `CURLOPT_FORBID_REUSE`, on the tasks whose share of a
+///   limit is below 250 kB/s; and,
+///   on every task under a limit, a clean slate in ``CurlSocketCallback``'s sockets for its
+///   new handle.
 ///
 /// **Where.** FoundationNetworking (read in 6.3.1, `URLSessionTask.swift`) makes a task's
 /// protocol object, and with it the libcurl easy handle (`_NativeProtocol.init`), in
@@ -54,6 +60,8 @@ final class CurlTaskOptions: URLCache, @unchecked Sendable {
         var trust: Bool
         /// Whether the connect timeout asked for was set (`false` when none was asked for).
         var connectTimeout: Bool
+        /// Whether the receive window asked for was set (`false` when none was asked for).
+        var receiveWindow: Bool = false
     }
 
     let trust: TrustSettings
@@ -66,6 +74,9 @@ final class CurlTaskOptions: URLCache, @unchecked Sendable {
     /// The connect timeout (ms) of each task about to be resumed that has one, by task; taken
     /// on the work queue when FoundationNetworking asks the cache.
     private let connectTimeouts = Protected([ObjectIdentifier: Int]())
+    /// The share of a bandwidth limit (bytes per second) of each task about to be resumed that
+    /// reads under one, by task.
+    private let bandwidthShares = Protected([ObjectIdentifier: Int]())
     /// What was set, by task; taken by ``take(_:)`` once the task is resumed.
     private let outcomes = Protected([ObjectIdentifier: Outcome]())
     /// Why the path is not proven: "not probed" until the probe, `nil` once it succeeded. Until
@@ -77,6 +88,10 @@ final class CurlTaskOptions: URLCache, @unchecked Sendable {
         static let caInfoBlob: Int32 = 40_309        // CURLOPT_CAINFO_BLOB (CURLOPTTYPE_BLOB + 309)
         static let pinnedPublicKey: Int32 = 10_230   // CURLOPT_PINNEDPUBLICKEY (CURLOPTTYPE_STRINGPOINT + 230)
         static let connectTimeoutMS: Int32 = 156     // CURLOPT_CONNECTTIMEOUT_MS (CURLOPTTYPE_LONG + 156)
+        static let socketOptionFunction: Int32 = 20_148  // CURLOPT_SOCKOPTFUNCTION (CURLOPTTYPE_FUNCTIONPOINT + 148)
+        static let socketOptionData: Int32 = 10_149      // CURLOPT_SOCKOPTDATA (CURLOPTTYPE_CBPOINT + 149)
+        static let freshConnect: Int32 = 74              // CURLOPT_FRESH_CONNECT (CURLOPTTYPE_LONG + 74)
+        static let forbidReuse: Int32 = 75               // CURLOPT_FORBID_REUSE (CURLOPTTYPE_LONG + 75)
         static let caInfo: Int32 = 0x100000 + 61     // CURLINFO_CAINFO (CURLINFO_STRING + 61)
         static let blobCopy: UInt32 = 1              // CURL_BLOB_COPY
     }
@@ -133,10 +148,13 @@ final class CurlTaskOptions: URLCache, @unchecked Sendable {
     /// Why the probe did not prove that each task's handle takes the options; `nil` once it did.
     var probeFailure: String? { unproven.snapshot }
 
-    /// Asks for `milliseconds` of connect timeout on `task`, which is about to be resumed.
-    func willResume(_ task: URLSessionTask, connectTimeout milliseconds: Int) {
+    /// Asks for `milliseconds` of connect timeout on `task`, which is about to be resumed, and
+    /// tells that it reads under a bandwidth limit whose share is `bandwidthShare` bytes per
+    /// second.
+    func willResume(_ task: URLSessionTask, connectTimeout milliseconds: Int?, bandwidthShare: Int? = nil) {
         guard probeFailure == nil else { return }
-        connectTimeouts.withLock { $0[ObjectIdentifier(task)] = milliseconds }
+        if let milliseconds { connectTimeouts.withLock { $0[ObjectIdentifier(task)] = milliseconds } }
+        if let bandwidthShare { bandwidthShares.withLock { $0[ObjectIdentifier(task)] = bandwidthShare } }
     }
 
     /// What was set on `task`'s handle (`nil`: FoundationNetworking never asked, or there was
@@ -145,6 +163,7 @@ final class CurlTaskOptions: URLCache, @unchecked Sendable {
     func take(_ task: URLSessionTask) -> Outcome? {
         let key = ObjectIdentifier(task)
         connectTimeouts.withLock { $0[key] = nil }
+        bandwidthShares.withLock { $0[key] = nil }
         return outcomes.withLock { $0.removeValue(forKey: key) }
     }
 
@@ -157,9 +176,13 @@ final class CurlTaskOptions: URLCache, @unchecked Sendable {
         let key = ObjectIdentifier(dataTask)
         let isProbe = probing.snapshot
         let connectTimeout = isProbe ? 1_000 : connectTimeouts.withLock { $0.removeValue(forKey: key) }
-        // Nothing to set: the common case costs two lookups.
-        guard !trust.isEmpty || connectTimeout != nil || isProbe else { return }
-        let outcome = apply(to: dataTask, connectTimeout: connectTimeout, isProbe: isProbe)
+        let bandwidthShare = bandwidthShares.withLock { $0.removeValue(forKey: key) }
+        // Nothing to set: the common case costs three lookups.
+        guard !trust.isEmpty || connectTimeout != nil || bandwidthShare != nil || isProbe else { return }
+        var outcome = apply(to: dataTask, connectTimeout: connectTimeout, isProbe: isProbe)
+        if let bandwidthShare, let handle = lookup(dataTask) {
+            outcome.receiveWindow = applyBandwidthShare(bandwidthShare, to: handle)
+        }
         outcomes.withLock { $0[key] = outcome }
     }
 
@@ -174,6 +197,7 @@ final class CurlTaskOptions: URLCache, @unchecked Sendable {
     // MARK: Setting the options (URLSession's work queue)
 
     private typealias SetPointerOption = @convention(c) (UnsafeMutableRawPointer, Int32, UnsafeRawPointer?) -> Int32
+    private typealias SetFunctionOption = @convention(c) (UnsafeMutableRawPointer, Int32, ReceiveWindow.Callback) -> Int32
     private typealias SetLongOption = @convention(c) (UnsafeMutableRawPointer, Int32, Int) -> Int32
     private typealias GetStringInfo = @convention(c) (UnsafeMutableRawPointer, Int32, UnsafeMutablePointer<UnsafePointer<CChar>?>) -> Int32
 
@@ -190,6 +214,33 @@ final class CurlTaskOptions: URLCache, @unchecked Sendable {
             timed = set(handle, Curl.connectTimeoutMS, max(1, connectTimeout)) == 0   // CURLE_OK
         }
         return Outcome(trust: trusted, connectTimeout: timed)
+    }
+
+    /// Prepares `handle`, new, for a transfer under a bandwidth limit whose share is `share`
+    /// bytes per second: forgets any socket watched for a handle freed at its address
+    /// (``CurlSocketCallback/forget(_:)``), and, below ``ReceiveWindow/threshold``, gives it a
+    /// new connection of its own with a small receive window, closed when the transfer ends
+    /// (``ReceiveWindow``). Whether a window was set (`false` when none is needed).
+    private func applyBandwidthShare(_ share: Int, to handle: UnsafeMutableRawPointer) -> Bool {
+        CurlSocketCallback.forget(handle)
+        guard let bytes = ReceiveWindow.bytes(forShare: share) else { return false }
+        // CURLcode curl_easy_setopt(CURL *, CURLoption, ...) with a pointer, a function pointer
+        // or a `long`: on the Linux ABIs Swift supports, a variadic argument of each travels
+        // like a fixed one. The function first: FoundationNetworking's own callback must never
+        // be handed this data (it reads it as its handle object). Nothing uses the handle in
+        // between (this runs on the work queue, before the handle is added to libcurl).
+        let setPointer = unsafeBitCast(setOption, to: SetPointerOption.self)
+        let setFunction = unsafeBitCast(setOption, to: SetFunctionOption.self)
+        let setLong = unsafeBitCast(setOption, to: SetLongOption.self)
+        guard setFunction(handle, Curl.socketOptionFunction, ReceiveWindow.callback) == 0 else { return false }
+        guard setPointer(handle, Curl.socketOptionData, ReceiveWindow.callbackData(bytes: bytes)) == 0 else {
+            // No callback at all (libcurl's default) rather than this one with the old data;
+            // FoundationNetworking's sets nothing.
+            _ = setPointer(handle, Curl.socketOptionFunction, nil)
+            return false
+        }
+        // A connection of its own, which no other transfer gets from the pool afterwards.
+        return setLong(handle, Curl.freshConnect, 1) == 0 && setLong(handle, Curl.forbidReuse, 1) == 0
     }
 
     /// Sets the trust options on `handle`; whether all took (`true` when there are none).

@@ -243,21 +243,22 @@ public final class FetchSession: @unchecked Sendable {
     }
 
     /// Resumes `task`, with `connectTimeout` (seconds) on its handle where the session can set
-    /// it, and, where FetchKit sets the trust options per task, makes sure they were set —
+    /// it, and what a transfer under a bandwidth limit whose share is `bandwidthShare` bytes per
+    /// second needs on it (``ReceiveWindow``), and, where FetchKit sets the trust options per task, makes sure they were set —
     /// FoundationNetworking asks for them inside `resume()`. If not, cancels the task at once
     /// (`.refused`). (A defence in depth: the session's probe proved the same path in the same
     /// process; if it failed all the same, the cancel is queued behind the task's start on
     /// URLSession's queue, not before it.)
-    func resume(_ task: URLSessionTask, connectTimeout: TimeInterval? = nil) -> Resumption {
+    func resume(_ task: URLSessionTask, connectTimeout: TimeInterval? = nil, bandwidthShare: Int? = nil) -> Resumption {
         #if canImport(FoundationNetworking) && (canImport(Glibc) || canImport(Musl))
         let milliseconds = connectTimeout.flatMap(Self.milliseconds)
         // Nothing to set (the common case): the hook has nothing to record, nor this to take.
-        guard let taskOptions, !trust.isEmpty || milliseconds != nil else {
+        guard let taskOptions, !trust.isEmpty || milliseconds != nil || bandwidthShare != nil else {
             task.resume()
             return .started(connectTimeoutSet: false)
         }
-        if let milliseconds {
-            taskOptions.willResume(task, connectTimeout: milliseconds)
+        if milliseconds != nil || bandwidthShare != nil {
+            taskOptions.willResume(task, connectTimeout: milliseconds, bandwidthShare: bandwidthShare)
         }
         task.resume()
         let outcome = taskOptions.take(task)

@@ -148,7 +148,8 @@ final class Transfer: TransferHandle, @unchecked Sendable {
     /// (Linux); if they were not, the task is already cancelled and the transfer fails.
     @discardableResult
     func resumeProtected(_ task: URLSessionDataTask) -> Bool {
-        switch session.resume(task, connectTimeout: limits.connectTimeout) {
+        switch session.resume(task, connectTimeout: limits.connectTimeout,
+                              bandwidthShare: receiveBudgets.isEmpty ? nil : receiveBudgets.share) {
         case .refused:
             end(.failure(.invalidRequest(.init(reason: .trustNotEnforceable(
                 "the session's trust settings were not set on this request's libcurl handle, so it was cancelled at once"),
