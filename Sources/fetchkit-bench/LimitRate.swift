@@ -16,9 +16,17 @@ import Glibc
 ///
 /// Each mechanism (FetchKit's token bucket, libcurl's `CURLOPT_MAX_RECV_SPEED_LARGE` at each
 /// transfer's share, both) runs in turn in each round, so that they meet the same load; the
-/// figures are the medians over the rounds.
+/// figures are the medians over the rounds. A mechanism named with `-nowindow` (`bucket-nowindow`)
+/// runs without the small receive window that FetchKit gives a new connection below 250 kB/s
+/// per transfer (`FETCHKIT_RECEIVE_WINDOW=0`), for comparison.
 enum LimitRateBenchmark {
     static let mechanisms = ["bucket", "curl", "both"]
+    static let withoutWindow = "-nowindow"
+
+    /// Whether `name` is a mechanism, with or without ``withoutWindow``.
+    static func isMechanism(_ name: String) -> Bool {
+        mechanisms.contains(name.hasSuffix(withoutWindow) ? String(name.dropLast(withoutWindow.count)) : name)
+    }
 
     /// One run's figures, as ratios to the limit.
     struct Run {
@@ -54,11 +62,11 @@ enum LimitRateBenchmark {
                 }
             }
             print("\(count) transfer(s) sharing the limit: median of \(rounds)")
-            print("  mechanism | wire windows min | max  | first window | written max | overall | in ±15 %")
+            print("  mechanism        | wire windows min | max   | first window | written max | overall | in ±15 %")
             for mechanism in mechanisms {
                 let runs = results[mechanism] ?? []
                 let inside = runs.filter { $0.wireMin >= 0.85 && $0.wireMax <= 1.15 }.count
-                print(String(format: "  %-9@ | %16.3f | %.3f | %12.3f | %11.3f | %7.3f | %d of %d",
+                print(String(format: "  %-16@ | %16.3f | %.3f | %12.3f | %11.3f | %7.3f | %d of %d",
                              mechanism, median(runs.map(\.wireMin)), median(runs.map(\.wireMax)), median(runs.map(\.wireFirst)),
                              median(runs.map(\.writtenMax)), median(runs.map(\.overall)), inside, runs.count))
             }
@@ -69,8 +77,12 @@ enum LimitRateBenchmark {
                              sendBufferSize: Int?) throws -> Run {
         let server = try LoopbackServer(recordRequests: false, sendBufferSize: sendBufferSize)
         defer { server.stop() }
-        // Read when the queue is made (FetchKit's switch for this comparison).
-        setenv("FETCHKIT_BANDWIDTH_MECHANISM", mechanism, 1)
+        // Read when the queue is made (FetchKit's switch for this comparison); the window's, as
+        // each transfer starts.
+        let windowless = mechanism.hasSuffix(withoutWindow)
+        setenv("FETCHKIT_BANDWIDTH_MECHANISM", windowless ? String(mechanism.dropLast(withoutWindow.count)) : mechanism, 1)
+        if windowless { setenv("FETCHKIT_RECEIVE_WINDOW", "0", 1) }
+        defer { unsetenv("FETCHKIT_RECEIVE_WINDOW") }
         let queue = perHost ? FetchQueue(maximumConcurrentTransfers: transfers, maximumTransfersPerHost: transfers, bandwidthLimitPerHost: rate)
                             : FetchQueue(maximumConcurrentTransfers: transfers, maximumTransfersPerHost: transfers, bandwidthLimit: rate)
         unsetenv("FETCHKIT_BANDWIDTH_MECHANISM")

@@ -56,14 +56,15 @@ benchmarks:
       private mount namespace that trusts the CA (unshare --mount: root); where that cannot be
       done, or nginx, openssl or unshare is missing, the rows are skipped and it says why
   limit-rate [--rate B] [--seconds S] [--transfers N,...] [--per-host] [--rounds R]
-             [--mechanisms bucket,curl,both] [--send-buffer BYTES]
+             [--mechanisms bucket,curl,both,bucket-nowindow,...] [--send-buffer BYTES]
       a FetchQueue bandwidth limit of B bytes per second (default 1000000) measured on the
       wire at the loopback server (bytes the client acknowledged, TCP_INFO, sampled every
       50 ms; every 5-second window against the limit), with the kernel's default socket
       buffers (--send-buffer: the server's SO_SNDBUF): N transfers to it sharing the queue's
       limit (--per-host: the per-host limit; default 1,3), S seconds' worth in all (default
       20), each mechanism in turn per round (FetchKit's bucket, libcurl's
-      CURLOPT_MAX_RECV_SPEED_LARGE, both; default all), medians over R rounds (default 3)
+      CURLOPT_MAX_RECV_SPEED_LARGE, both; default all; -nowindow: without the small receive
+      window of a new connection below 250 kB/s per transfer), medians over R rounds (default 3)
   limit-rate --https [--rate B --transfers N,...] [--seconds S] [--per-host] [--rounds R]
              [--mechanisms ...] [--baseline-client BIN]
       the same over HTTPS, measured at the server facing the client: nginx with TLS (set up
@@ -177,8 +178,8 @@ do {
         }
         let https = arguments.contains("--https")
         let mechanisms = try list("--mechanisms", default: https ? "bucket" : LimitRateBenchmark.mechanisms.joined(separator: ","))
-        guard mechanisms.allSatisfy(LimitRateBenchmark.mechanisms.contains) else {
-            throw BenchError("--mechanisms takes \(LimitRateBenchmark.mechanisms.joined(separator: ", "))")
+        guard mechanisms.allSatisfy(LimitRateBenchmark.isMechanism) else {
+            throw BenchError("--mechanisms takes \(LimitRateBenchmark.mechanisms.joined(separator: ", ")), each perhaps with -nowindow")
         }
         if https {
             guard !arguments.contains("--send-buffer") else { throw BenchError("--send-buffer is for the plain mode (the server is nginx)") }

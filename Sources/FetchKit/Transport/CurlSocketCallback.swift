@@ -105,12 +105,18 @@ enum CurlSocketCallback {
     /// answers `CURLINFO_ACTIVESOCKET` only after a transfer, so a bandwidth limit finds its
     /// transfer's connection here (``socket(of:)``). Touched on URLSession's work queue, where
     /// libcurl runs.
-    private static let watchedSockets = Protected([UnsafeMutableRawPointer: Int32]())
+    private static let watchedSockets = Protected(WatchedSockets())
 
     /// The socket that libcurl watches for `easy` now, if the fix is installed and it watches
     /// one. Call it on URLSession's work queue, as the handle's other uses.
     static func socket(of easy: UnsafeMutableRawPointer) -> Int32? {
-        watchedSockets.withLock { $0[easy] }
+        watchedSockets.withLock { $0.socket(of: easy) }
+    }
+
+    /// Forgets what was watched for a handle at `easy`'s address: call it on URLSession's work
+    /// queue when a new handle is made there, before libcurl uses it (``CurlTaskOptions``).
+    static func forget(_ easy: UnsafeMutableRawPointer) {
+        watchedSockets.withLock { $0.forget(easy) }
     }
 
     /// What libcurl calls instead of FoundationNetworking's callback (see the type's comment).
@@ -119,7 +125,7 @@ enum CurlSocketCallback {
         guard let original = CurlSocketCallback.foundationCallback else { return -1 }
         if let easy {
             // A paused transfer's socket is removed, and watched again when it resumes.
-            CurlSocketCallback.watchedSockets.withLock { $0[easy] = what == Poll.remove ? nil : socket }
+            CurlSocketCallback.watchedSockets.withLock { $0.record(easy, socket: socket, removed: what == Poll.remove) }
         }
         guard socketp != nil, what == Poll.readable || what == Poll.writable else {
             return original(easy, socket, what, clientp, socketp)
@@ -133,4 +139,44 @@ enum CurlSocketCallback {
         return original(easy, socket, what, clientp, nil)
     }
     #endif
+}
+
+/// Which socket libcurl watches for each easy handle, from its socket callback.
+///
+/// libcurl calls the callback with the handle whose transfer changed what it waits for, and
+/// not for every handle on a socket: a second HTTP/2 stream joins a socket already watched
+/// without a call, and a handle that leaves a socket others still use hears nothing. So an
+/// entry can outlive its handle's use of the socket (and the handle itself: its address may
+/// serve a new handle later), or name a socket that was closed and whose number a new
+/// connection took. The map never answers with a socket another handle was seen on since:
+/// a socket belongs to the handle that last asked for it (a socket number is watched for at
+/// most one handle here, which is right for the HTTP/1 connections it serves: one transfer at
+/// a time), its removal drops it whoever asks, and a new handle at an old address starts
+/// empty (``forget(_:)``). So it also holds at most one entry per socket libcurl watches.
+struct WatchedSockets {
+    private var socketByHandle: [UnsafeMutableRawPointer: Int32] = [:]
+    private var handleBySocket: [Int32: UnsafeMutableRawPointer] = [:]
+
+    /// The socket watched for `easy`, if any.
+    func socket(of easy: UnsafeMutableRawPointer) -> Int32? {
+        socketByHandle[easy]
+    }
+
+    /// libcurl asked, for `easy`, to watch `socket` (`removed`: to stop watching it).
+    mutating func record(_ easy: UnsafeMutableRawPointer, socket: Int32, removed: Bool) {
+        // The socket is no other handle's now (nor any handle's, once removed).
+        if let previous = handleBySocket.removeValue(forKey: socket) { socketByHandle[previous] = nil }
+        // A removal of another socket (the loser of two connection attempts) leaves `easy`'s.
+        guard !removed else { return }
+        if let previous = socketByHandle.updateValue(socket, forKey: easy) { handleBySocket[previous] = nil }
+        handleBySocket[socket] = easy
+    }
+
+    /// A new handle is made at `easy`'s address: nothing watched before is its.
+    mutating func forget(_ easy: UnsafeMutableRawPointer) {
+        if let previous = socketByHandle.removeValue(forKey: easy) { handleBySocket[previous] = nil }
+    }
+
+    /// How many handles have an entry (for tests: at most one per socket).
+    var count: Int { socketByHandle.count }
 }

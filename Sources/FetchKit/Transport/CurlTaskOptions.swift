@@ -16,8 +16,12 @@ import Musl
 ///   and `CURLOPT_PINNEDPUBLICKEY` (the host's pins), on every task of a session that has them;
 /// - ``FetchConfiguration/connectTimeout``: `CURLOPT_CONNECTTIMEOUT_MS`, on the tasks whose
 ///   fetch sets one (FoundationNetworking sets none, so libcurl's default of 300 s applies);
-/// - HTTP/1.1 (`CURLOPT_HTTP_VERSION`), on the tasks under a bandwidth limit
-///   (``FetchQueue/bandwidthLimit``): an HTTP/2 stream cannot be held to one on the wire.
+/// - under a bandwidth limit (``FetchQueue/bandwidthLimit``): HTTP/1.1 (`CURLOPT_HTTP_VERSION`),
+///   as an HTTP/2 stream cannot be held to a limit on the wire; a clean slate in
+///   ``CurlSocketCallback``'s sockets for the new handle; and, on the tasks whose share of the
+///   limit is below 250 kB/s, a small receive window (``ReceiveWindow``):
+///   `CURLOPT_SOCKOPTFUNCTION` and `CURLOPT_SOCKOPTDATA` (replacing FoundationNetworking's
+///   callback, which sets nothing) with `CURLOPT_FRESH_CONNECT` and `CURLOPT_FORBID_REUSE`.
 ///
 /// **Where.** FoundationNetworking (read in 6.3.1, `URLSessionTask.swift`) makes a task's
 /// protocol object, and with it the libcurl easy handle (`_NativeProtocol.init`), in
@@ -62,14 +66,18 @@ final class CurlTaskOptions: URLCache, @unchecked Sendable {
         var connectTimeout: Bool
         /// Whether HTTP/1.1 was asked for and set (`false` when not asked for).
         var http1: Bool = false
+        /// Whether the receive window asked for was set (`false` when none was asked for).
+        var receiveWindow: Bool = false
     }
 
     /// What one task asks for beyond the session's trust settings.
     struct TaskRequest: Equatable {
         /// A connect timeout, in milliseconds.
         var connectTimeout: Int?
-        /// Whether the task keeps to HTTP/1.1.
-        var http1 = false
+        /// The task's share of a bandwidth limit, in bytes per second, if it reads under one:
+        /// it then keeps to HTTP/1.1, and below ``ReceiveWindow/threshold`` gets a small
+        /// receive window on a connection of its own.
+        var bandwidthShare: Int?
     }
 
     let trust: TrustSettings
@@ -95,6 +103,10 @@ final class CurlTaskOptions: URLCache, @unchecked Sendable {
         static let connectTimeoutMS: Int32 = 156     // CURLOPT_CONNECTTIMEOUT_MS (CURLOPTTYPE_LONG + 156)
         static let httpVersion: Int32 = 84           // CURLOPT_HTTP_VERSION (CURLOPTTYPE_VALUES + 84)
         static let httpVersion1_1 = 2                // CURL_HTTP_VERSION_1_1
+        static let socketOptionFunction: Int32 = 20_148  // CURLOPT_SOCKOPTFUNCTION (CURLOPTTYPE_FUNCTIONPOINT + 148)
+        static let socketOptionData: Int32 = 10_149      // CURLOPT_SOCKOPTDATA (CURLOPTTYPE_CBPOINT + 149)
+        static let freshConnect: Int32 = 74              // CURLOPT_FRESH_CONNECT (CURLOPTTYPE_LONG + 74)
+        static let forbidReuse: Int32 = 75               // CURLOPT_FORBID_REUSE (CURLOPTTYPE_LONG + 75)
         static let caInfo: Int32 = 0x100000 + 61     // CURLINFO_CAINFO (CURLINFO_STRING + 61)
         static let blobCopy: UInt32 = 1              // CURL_BLOB_COPY
     }
@@ -174,11 +186,14 @@ final class CurlTaskOptions: URLCache, @unchecked Sendable {
         completionHandler(nil)
         let key = ObjectIdentifier(dataTask)
         let isProbe = probing.snapshot
-        let request = isProbe ? TaskRequest(connectTimeout: 1_000, http1: true)
+        let request = isProbe ? TaskRequest(connectTimeout: 1_000, bandwidthShare: Int.max)
             : requests.withLock { $0.removeValue(forKey: key) } ?? TaskRequest()
         // Nothing to set: the common case costs two lookups.
         guard !trust.isEmpty || request != TaskRequest() || isProbe else { return }
-        let outcome = apply(to: dataTask, request, isProbe: isProbe)
+        var outcome = apply(to: dataTask, request, isProbe: isProbe)
+        if !isProbe, let share = request.bandwidthShare, let handle = lookup(dataTask) {
+            outcome.receiveWindow = applyBandwidthShare(share, to: handle)
+        }
         outcomes.withLock { $0[key] = outcome }
     }
 
@@ -193,6 +208,7 @@ final class CurlTaskOptions: URLCache, @unchecked Sendable {
     // MARK: Setting the options (URLSession's work queue)
 
     private typealias SetPointerOption = @convention(c) (UnsafeMutableRawPointer, Int32, UnsafeRawPointer?) -> Int32
+    private typealias SetFunctionOption = @convention(c) (UnsafeMutableRawPointer, Int32, ReceiveWindow.Callback) -> Int32
     private typealias SetLongOption = @convention(c) (UnsafeMutableRawPointer, Int32, Int) -> Int32
     private typealias GetStringInfo = @convention(c) (UnsafeMutableRawPointer, Int32, UnsafeMutablePointer<UnsafePointer<CChar>?>) -> Int32
 
@@ -205,8 +221,35 @@ final class CurlTaskOptions: URLCache, @unchecked Sendable {
         // Swift supports, a variadic integer argument travels like a fixed one.
         let set = unsafeBitCast(setOption, to: SetLongOption.self)
         let timed = request.connectTimeout.map { set(handle, Curl.connectTimeoutMS, max(1, $0)) == 0 } ?? false   // CURLE_OK
-        let http1 = request.http1 && set(handle, Curl.httpVersion, Curl.httpVersion1_1) == 0
+        let http1 = request.bandwidthShare != nil && set(handle, Curl.httpVersion, Curl.httpVersion1_1) == 0
         return Outcome(trust: trusted, connectTimeout: timed, http1: http1)
+    }
+
+    /// Prepares `handle`, new, for a transfer under a bandwidth limit whose share is `share`
+    /// bytes per second: forgets any socket watched for a handle freed at its address
+    /// (``CurlSocketCallback/forget(_:)``), and, below ``ReceiveWindow/threshold``, gives it a
+    /// new connection of its own with a small receive window, closed when the transfer ends
+    /// (``ReceiveWindow``). Whether a window was set (`false` when none is needed).
+    private func applyBandwidthShare(_ share: Int, to handle: UnsafeMutableRawPointer) -> Bool {
+        CurlSocketCallback.forget(handle)
+        guard let bytes = ReceiveWindow.bytes(forShare: share) else { return false }
+        // CURLcode curl_easy_setopt(CURL *, CURLoption, ...) with a pointer, a function pointer
+        // or a `long`: on the Linux ABIs Swift supports, a variadic argument of each travels
+        // like a fixed one. The function first: FoundationNetworking's own callback must never
+        // be handed this data (it reads it as its handle object). Nothing uses the handle in
+        // between (this runs on the work queue, before the handle is added to libcurl).
+        let setPointer = unsafeBitCast(setOption, to: SetPointerOption.self)
+        let setFunction = unsafeBitCast(setOption, to: SetFunctionOption.self)
+        let setLong = unsafeBitCast(setOption, to: SetLongOption.self)
+        guard setFunction(handle, Curl.socketOptionFunction, ReceiveWindow.callback) == 0 else { return false }
+        guard setPointer(handle, Curl.socketOptionData, ReceiveWindow.callbackData(bytes: bytes)) == 0 else {
+            // No callback at all (libcurl's default) rather than this one with the old data;
+            // FoundationNetworking's sets nothing.
+            _ = setPointer(handle, Curl.socketOptionFunction, nil)
+            return false
+        }
+        // A connection of its own, which no other transfer gets from the pool afterwards.
+        return setLong(handle, Curl.freshConnect, 1) == 0 && setLong(handle, Curl.forbidReuse, 1) == 0
     }
 
     /// Sets the trust options on `handle`; whether all took (`true` when there are none).

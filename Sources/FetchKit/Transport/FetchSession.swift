@@ -243,15 +243,16 @@ public final class FetchSession: @unchecked Sendable {
     }
 
     /// Resumes `task`, with `connectTimeout` (seconds) on its handle where the session can set
-    /// it, keeping it to HTTP/1.1 if `http1` (a bandwidth-limited transfer) where the session
-    /// can, and, where FetchKit sets the trust options per task, makes sure they were set —
+    /// it, what a transfer under a bandwidth limit whose share is `bandwidthShare` bytes per
+    /// second needs on it (HTTP/1.1, and a small receive window at a low share: ``ReceiveWindow``)
+    /// where the session can, and, where FetchKit sets the trust options per task, makes sure they were set —
     /// FoundationNetworking asks for them inside `resume()`. If not, cancels the task at once
     /// (`.refused`). (A defence in depth: the session's probe proved the same path in the same
     /// process; if it failed all the same, the cancel is queued behind the task's start on
     /// URLSession's queue, not before it.)
-    func resume(_ task: URLSessionTask, connectTimeout: TimeInterval? = nil, http1: Bool = false) -> Resumption {
+    func resume(_ task: URLSessionTask, connectTimeout: TimeInterval? = nil, bandwidthShare: Int? = nil) -> Resumption {
         #if canImport(FoundationNetworking) && (canImport(Glibc) || canImport(Musl))
-        let request = CurlTaskOptions.TaskRequest(connectTimeout: connectTimeout.flatMap(Self.milliseconds), http1: http1)
+        let request = CurlTaskOptions.TaskRequest(connectTimeout: connectTimeout.flatMap(Self.milliseconds), bandwidthShare: bandwidthShare)
         // Nothing to set (the common case): the hook has nothing to record, nor this to take.
         guard let taskOptions, !trust.isEmpty || request != CurlTaskOptions.TaskRequest() else {
             task.resume()

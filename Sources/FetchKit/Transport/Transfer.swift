@@ -148,9 +148,10 @@ final class Transfer: TransferHandle, @unchecked Sendable {
     /// (Linux); if they were not, the task is already cancelled and the transfer fails.
     @discardableResult
     func resumeProtected(_ task: URLSessionDataTask) -> Bool {
-        // Under a bandwidth limit, HTTP/1.1: an HTTP/2 stream cannot be held to it on the wire
-        // (see `FetchQueue.bandwidthLimit`).
-        switch session.resume(task, connectTimeout: limits.connectTimeout, http1: !receiveBudgets.isEmpty) {
+        // Under a bandwidth limit: HTTP/1.1, as an HTTP/2 stream cannot be held to it on the
+        // wire, and a small receive window at a low share (see `FetchQueue.bandwidthLimit`).
+        switch session.resume(task, connectTimeout: limits.connectTimeout,
+                              bandwidthShare: receiveBudgets.isEmpty ? nil : receiveBudgets.share) {
         case .refused:
             end(.failure(.invalidRequest(.init(reason: .trustNotEnforceable(
                 "the session's trust settings were not set on this request's libcurl handle, so it was cancelled at once"),

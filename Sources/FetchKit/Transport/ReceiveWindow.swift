@@ -1,0 +1,91 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+
+/// Keeps the TCP receive window of a connection made for a transfer under a low bandwidth
+/// limit small from its first packet (Linux), so that what the server sends ahead of the
+/// limit is a fraction of a second's worth, not the kernel's default window.
+///
+/// **Why.** A limited transfer pauses its reading (``ReceivePause``) and is charged for what
+/// its socket received (``WireMeter``), but before the first pause the server fills the
+/// connection's whole receive window: some 190 kB on loopback with the kernel's default
+/// buffers, more than a second's worth below 190 kB/s. The limit then pays that back as debt,
+/// and the 5-second windows measured at the server that start after it fall to 0.64× (50 kB/s,
+/// one transfer) or 0.38× (two), or the first exceeds the limit by 54 %.
+///
+/// **How.** `SO_RCVBUF`, set on the socket before it connects (libcurl's
+/// `CURLOPT_SOCKOPTFUNCTION`, set on the task's handle by ``CurlTaskOptions``), fixes the
+/// window the connection announces in its SYN and its window scale (0: windows stay under
+/// 64 KiB), and the sender's segment size follows half the largest window it has seen, so the
+/// connection never waits for TCP's persist timer. (Narrowing the buffer after the connection
+/// is made left the window scale and the sender's 64 KiB segments in place: the server waited
+/// for the persist timer, 0.59× at 150 kB/s. `TCP_WINDOW_CLAMP` set before connecting, tried
+/// beside it, did not bound the first window on Linux 6.18 and stalled transfers: a 5-second
+/// window with nothing sent at 50 kB/s.)
+///
+/// **How much.** ``bytes(forShare:)``: a tenth of a second of the transfer's share of its
+/// limit, at least 4 KiB, and nothing at or above ``threshold``, where the default buffers
+/// already hold the limit within ±15 %. A connection with such a window carries no more than
+/// it can hold per round trip: a path whose round trip is longer than about a tenth of a
+/// second holds the transfer below its share (the window, not the limit, paces it).
+///
+/// **Which connections.** Such a transfer gets a new connection of its own
+/// (`CURLOPT_FRESH_CONNECT`: one from the pool would keep its default window), closed when it
+/// ends (`CURLOPT_FORBID_REUSE`: no later transfer, limited or not, inherits the small window
+/// from the pool). So each transfer below the threshold costs a connection (and a TLS
+/// handshake over HTTPS). Over HTTP/2 the socket is made before the protocol is known: a
+/// limited stream gets a connection of its own too, and another stream to the same origin
+/// that libcurl multiplexes onto it while it runs shares its small window.
+enum ReceiveWindow {
+    /// Shares at or above this many bytes per second get no bound: measured with the kernel's
+    /// default buffers, a 250 kB/s limit held every 5-second window within 0.89–1.07×.
+    static let threshold = 250_000
+
+    /// The window, in seconds of the transfer's share.
+    static let seconds = 0.1
+
+    /// The smallest window asked for, in bytes.
+    static let minimumBytes = 4096
+
+    /// The environment variable that turns the bound off for the transfers resumed while it is
+    /// `0` (for `fetchkit-bench limit-rate`'s comparison).
+    static let environmentVariable = "FETCHKIT_RECEIVE_WINDOW"
+
+    /// The receive buffer, in bytes, for a new connection of a transfer whose share of its
+    /// bandwidth limit is `share` bytes per second; `nil` when it needs none.
+    static func bytes(forShare share: Int) -> Int? {
+        guard share < threshold, getenv(environmentVariable).map({ String(cString: $0) }) != "0" else { return nil }
+        return max(minimumBytes, Int(Double(max(0, share)) * seconds))
+    }
+
+    /// libcurl's `curl_sockopt_callback`: `int (void *clientp, curl_socket_t curlfd,
+    /// curlsocktype purpose)`.
+    typealias Callback = @convention(c) (UnsafeMutableRawPointer?, Int32, Int32) -> Int32
+
+    /// What libcurl hands ``callback`` for a buffer of `bytes`: the size itself, as the
+    /// pointer's bits (nothing to allocate or free).
+    static func callbackData(bytes: Int) -> UnsafeMutableRawPointer? {
+        UnsafeMutableRawPointer(bitPattern: min(max(bytes, 1), 1 << 30))
+    }
+
+    /// How many sockets ``callback`` has set, in all sessions of the process (for tests).
+    static let socketsSet = Protected(0)
+
+    /// Sets `SO_RCVBUF` on a connection's new socket, before libcurl connects it. Replaces
+    /// FoundationNetworking's own callback, which sets nothing (read in 6.3.1:
+    /// `_EasyHandle.setSocketOptions(for:)` is empty).
+    static let callback: Callback = { data, socket, purpose in
+        // CURLSOCKTYPE_IPCXN (0): a connection's socket; nothing else is touched.
+        guard purpose == 0 else { return 0 }
+        // The kernel doubles what it is given (for its bookkeeping), and on loopback the
+        // window takes about all of that: half is asked for.
+        var half = Int32(clamping: max(1, Int(bitPattern: data) / 2))
+        if setsockopt(socket, SOL_SOCKET, SO_RCVBUF, &half, socklen_t(MemoryLayout<Int32>.size)) == 0 {
+            ReceiveWindow.socketsSet.withLock { $0 &+= 1 }
+        }
+        return 0    // CURL_SOCKOPT_OK: a buffer that could not be set leaves the default one
+    }
+}
