@@ -17,7 +17,7 @@ import Glibc
 /// Each mechanism (FetchKit's token bucket, libcurl's `CURLOPT_MAX_RECV_SPEED_LARGE` at each
 /// transfer's share, both) runs in turn in each round, so that they meet the same load; the
 /// figures are the medians over the rounds. A mechanism named with `-nowindow` (`bucket-nowindow`)
-/// runs without the small receive window that FetchKit gives a new connection below 250 kB/s
+/// runs without the small receive window that FetchKit gives a new connection up to 1 MB/s
 /// per transfer (`FETCHKIT_RECEIVE_WINDOW=0`), for comparison.
 enum LimitRateBenchmark {
     static let mechanisms = ["bucket", "curl", "both"]

@@ -64,7 +64,7 @@ benchmarks:
       limit (--per-host: the per-host limit; default 1,3), S seconds' worth in all (default
       20), each mechanism in turn per round (FetchKit's bucket, libcurl's
       CURLOPT_MAX_RECV_SPEED_LARGE, both; default all; -nowindow: without the small receive
-      window of a new connection below 250 kB/s per transfer), medians over R rounds (default 3)
+      window of a new connection up to 1 MB/s per transfer), medians over R rounds (default 3)
   limit-rate --https [--rate B --transfers N,...] [--seconds S] [--per-host] [--rounds R]
              [--mechanisms ...] [--baseline-client BIN]
       the same over HTTPS, measured at the server facing the client: nginx with TLS (set up

@@ -135,7 +135,7 @@ struct BandwidthLimitTests {
                 "two transfers to one host: 5-s windows \(Int(rates.min() ?? 0))...\(Int(rates.max() ?? 0)) B/s under 150 kB/s: \(summary(samples))")
     }
 
-    /// Below 250 kB/s per transfer, a new connection's receive window is a tenth of a second
+    /// Up to 1 MB/s per transfer, a new connection's receive window is a tenth of a second
     /// of its share (``ReceiveWindow``), set before it connects: the server is never ahead of
     /// the limit by more than the bucket's burst (16 KiB) and that window. With the kernel's
     /// default window the server sent some 190 kB at once, which the limit then paid back
@@ -159,12 +159,12 @@ struct BandwidthLimitTests {
 
     /// A transfer given a small window has a connection of its own: not one from the pool
     /// (which would keep its default window), and closed when it ends (no later transfer,
-    /// limited or not, inherits its window). A transfer whose share needs no window (250 kB/s
-    /// or more) uses the pool as any other.
+    /// limited or not, inherits its window). A transfer whose share needs no window (above
+    /// 1 MB/s) uses the pool as any other.
     @Test func aConnectionWithASmallWindowIsItsTransfersAlone() async throws {
         let before = try LoopbackServer(), after = try LoopbackServer(), fast = try LoopbackServer()
         defer { before.stop(); after.stop(); fast.stop() }
-        let unlimited = FetchQueue(), slow = FetchQueue(bandwidthLimit: 100_000), quick = FetchQueue(bandwidthLimit: 1_000_000)
+        let unlimited = FetchQueue(), slow = FetchQueue(bandwidthLimit: 100_000), quick = FetchQueue(bandwidthLimit: 2_000_000)
         _ = try await unlimited.fetch(FetchOperation<Data>(url: before.url("/bytes/1000?first")))
         _ = try await slow.fetch(FetchOperation<Data>(url: before.url("/bytes/1000?then-slow")))
         #expect(before.connectionsAccepted == 2, "the slow transfer did not take the pooled connection")
@@ -173,13 +173,13 @@ struct BandwidthLimitTests {
         #expect(after.connectionsAccepted == 2, "the slow transfer's connection was closed after it")
         _ = try await quick.fetch(FetchOperation<Data>(url: fast.url("/bytes/1000?quick")))
         _ = try await unlimited.fetch(FetchOperation<Data>(url: fast.url("/bytes/1000?then-unlimited")))
-        #expect(fast.connectionsAccepted == 1, "a 1 MB/s share's connection is pooled and reused")
+        #expect(fast.connectionsAccepted == 1, "a 2 MB/s share's connection is pooled and reused")
     }
 
-    @Test func theWindowIsATenthOfASecondOfTheShareBelow250kBPerSecond() {
+    @Test func theWindowIsATenthOfASecondOfTheShareUpTo1MBPerSecond() {
         #expect(ReceiveWindow.bytes(forShare: 100_000) == 10_000)
-        #expect(ReceiveWindow.bytes(forShare: 249_999) == 24_999)
+        #expect(ReceiveWindow.bytes(forShare: 1_000_000) == 100_000)
         #expect(ReceiveWindow.bytes(forShare: 20_000) == 4096, "at least 4 KiB")
-        #expect(ReceiveWindow.bytes(forShare: 250_000) == nil, "the default window holds the limit from there")
+        #expect(ReceiveWindow.bytes(forShare: 1_000_001) == nil, "the default window holds the limit from there")
     }
 }

@@ -109,8 +109,9 @@ struct ProgressRateTests {
     @Test func aPausedFetchShowsNoRate() async throws {
         let server = try LoopbackServer()
         defer { server.stop() }
-        // 8 KiB every 50 ms for 10 s: long enough to pause while it runs.
-        server.route("/paced") { _ in pacedBody(steps: 200, step: 8192, milliseconds: 50) }
+        // 8 KiB every 50 ms for 100 s: it is paused long before (then cancelled), however
+        // late a loaded machine hands the test its first value with a rate.
+        server.route("/paced") { _ in pacedBody(steps: 2000, step: 8192, milliseconds: 50) }
         let queue = FetchQueue(maximumConcurrentTransfers: 1)
         let operation = FetchOperation<Data>(url: server.url("/paced"))
         var updates = operation.progressUpdates.makeAsyncIterator()

@@ -19,7 +19,7 @@ import Musl
 /// - under a bandwidth limit (``FetchQueue/bandwidthLimit``): HTTP/1.1 (`CURLOPT_HTTP_VERSION`),
 ///   as an HTTP/2 stream cannot be held to a limit on the wire; a clean slate in
 ///   ``CurlSocketCallback``'s sockets for the new handle; and, on the tasks whose share of the
-///   limit is below 250 kB/s, a small receive window (``ReceiveWindow``):
+///   limit is at most 1 MB/s, a small receive window (``ReceiveWindow``):
 ///   `CURLOPT_SOCKOPTFUNCTION` and `CURLOPT_SOCKOPTDATA` (replacing FoundationNetworking's
 ///   callback, which sets nothing) with `CURLOPT_FRESH_CONNECT` and `CURLOPT_FORBID_REUSE`.
 ///
