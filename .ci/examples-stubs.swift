@@ -79,6 +79,14 @@ public let storeQueue = DispatchQueue(label: "store")
 public let operation = GetUser(url: userURL)
 public let getUser = operation
 public let download = DownloadOperation(url: imageURL, destination: folder.appendingPathComponent("big.iso"))
+// A journal for the examples that restore from one (nothing is written: the stub is never run).
+public let journal: DownloadJournal = {
+    do {
+        return try DownloadJournal(contentsOf: folder.appendingPathComponent("downloads.json"))
+    } catch {
+        fatalError("the examples' stubs are compiled, never run")
+    }
+}()
 
 // MARK: Errors and what an app does with them
 
