@@ -170,20 +170,8 @@ final class Downloader: @unchecked Sendable {
                 ended(index)
             }
             startAll()
-            if display.interactive {
-                let source = DispatchSource.makeTimerSource(queue: ui)
-                source.schedule(deadline: .now(), repeating: .milliseconds(100))
-                source.setEventHandler { [self] in display.render(items, startedAt: startedAt) }
-                source.resume()
-                timer = source
-            } else if options.summaryInterval > 0, options.verbosity != .quiet {
-                let source = DispatchSource.makeTimerSource(queue: ui)
-                let interval = DispatchTimeInterval.milliseconds(max(100, Int(options.summaryInterval * 1000)))
-                source.schedule(deadline: .now() + interval, repeating: interval)
-                source.setEventHandler { [self] in display.plainProgress(items) }
-                source.resume()
-                timer = source
-            }
+            timer = ticker(first: .now(), interactive: { [self] in display.render(items, startedAt: startedAt) },
+                           plain: { [self] in display.plainProgress(items) })
         }
         finished.wait()
         return ui.sync {
@@ -263,6 +251,27 @@ final class Downloader: @unchecked Sendable {
         return true
     }
 
+    /// A timer on the UI queue (call it there): on a terminal, `interactive` ten times a
+    /// second from `first`; elsewhere `plain` every `--summary-interval`; none with `-q` off a
+    /// terminal or a zero interval. Cancel it when done.
+    private func ticker(first: DispatchTime, interactive: @escaping () -> Void, plain: @escaping () -> Void) -> DispatchSourceTimer? {
+        let source: DispatchSourceTimer
+        if display.interactive {
+            source = DispatchSource.makeTimerSource(queue: ui)
+            source.schedule(deadline: first, repeating: .milliseconds(100))
+            source.setEventHandler(handler: interactive)
+        } else if options.summaryInterval > 0, options.verbosity != .quiet {
+            source = DispatchSource.makeTimerSource(queue: ui)
+            let interval = DispatchTimeInterval.milliseconds(max(100, Int(options.summaryInterval * 1000)))
+            source.schedule(deadline: .now() + interval, repeating: interval)
+            source.setEventHandler(handler: plain)
+        } else {
+            return nil
+        }
+        source.resume()
+        return source
+    }
+
     /// Sends `heads` (the questions about `files` files already there and `names` names) at
     /// once, bounded by the queue, and waits for their answers, saying what it waits for, as
     /// progress is shown: on a terminal a live line from the start, redrawn with the answers and
@@ -283,22 +292,10 @@ final class Downloader: @unchecked Sendable {
             let line = { [self] in
                 "  … \(asking): \(headsAnswered) of \(total) answered, \(Format.duration(Date().timeIntervalSince(began)))"
             }
-            if display.interactive {
-                // Drawn before the first question goes out, then redrawn ten times a second.
-                display.status(line())
-                let source = DispatchSource.makeTimerSource(queue: ui)
-                source.schedule(deadline: .now() + .milliseconds(100), repeating: .milliseconds(100))
-                source.setEventHandler { [self] in display.status(line()) }
-                source.resume()
-                timer = source
-            } else if options.summaryInterval > 0, options.verbosity != .quiet {
-                let source = DispatchSource.makeTimerSource(queue: ui)
-                let interval = DispatchTimeInterval.milliseconds(max(100, Int(options.summaryInterval * 1000)))
-                source.schedule(deadline: .now() + interval, repeating: interval)
-                source.setEventHandler { [self] in display.header(line()) }
-                source.resume()
-                timer = source
-            }
+            // On a terminal, drawn before the first question goes out, then redrawn.
+            if display.interactive { display.status(line()) }
+            timer = ticker(first: .now() + .milliseconds(100), interactive: { [self] in display.status(line()) },
+                           plain: { [self] in display.header(line()) })
         }
         for operation in heads {
             group.enter()
