@@ -67,9 +67,12 @@ private func held(_ rates: [Double], to limit: Double, over: Double = 0.15) -> B
 struct BandwidthLimitTests {
     @Test func aBucketPaysForWhatItLendsAtItsRate() {
         let budget = ReceiveBudget(bytesPerSecond: 100_000, now: 0)
-        #expect(budget.take(16_384, at: 0) == 0, "the burst (16 KiB at least) is free")
+        #expect(budget.take(10_000, at: 0) == 0, "the burst (a tenth of a second) is free")
         #expect(budget.take(100_000, at: 0) == 1.0, "then each byte costs 10 µs")
         #expect(budget.take(0, at: 1_000_000_000) == 0, "paid after 1 s")
+        let slow = ReceiveBudget(bytesPerSecond: 10_000, now: 0)
+        #expect(slow.take(4096, at: 0) == 0, "at least 4 KiB are free")
+        #expect(slow.take(16_384, at: 0) == 1.6384, "a libcurl read beyond it is lent")
     }
 
     @Test(.disabled(if: runsUnderSanitizer, "under a sanitizer: an 8-second transfer; the two-host test runs the same buckets under it"))

@@ -106,7 +106,7 @@ public final class FetchQueue: @unchecked Sendable {
     ///
     /// **Enforced on the wire.** On Linux, each body chunk is charged, as libcurl reads it, to
     /// a token bucket that the queue's transfers share (it refills at this rate and holds at
-    /// most a tenth of a second's worth, at least 16 KiB); a transfer whose chunk overdraws it
+    /// most a tenth of a second's worth, at least 4 KiB); a transfer whose chunk overdraws it
     /// stops reading (libcurl's `curl_easy_pause`) until the refill has paid the debt. Its
     /// socket's receive buffer then fills, TCP's window closes, and the server sends no faster
     /// than the limit. A transfer alone on its connection (HTTP/1) is charged for what its
@@ -141,9 +141,11 @@ public final class FetchQueue: @unchecked Sendable {
     /// windows that start after the first burst fell to 0.64× (50 kB/s, one transfer), 0.38×
     /// (50 kB/s, two) or 0.81× (150 kB/s, two), and at 50 kB/s the first rose to 1.54×.
     /// Three transfers: 0.95–1.09× at 100 kB/s per queue, 0.96–1.13× at 50 kB/s per host.
-    /// Lower, the first window passes 1.15× (one run each: 1.16× at 25 kB/s for one transfer,
-    /// 1.21× for two, 1.18× at 50 kB/s for five): the bucket's burst of at least 16 KiB
-    /// (0.66 s at 25 kB/s) and each connection's window of at least 4 KiB are sent at once.
+    /// Lower, with the bucket's burst at least 16 KiB (0.66 s at 25 kB/s), the first window
+    /// passed 1.15× (1.16× at 25 kB/s for one transfer, 1.21× for two, 1.18× at 50 kB/s for
+    /// five); with its floor at 4 KiB (debug build, 12 s' worth, per host): 0.98–1.06× and
+    /// 0.98–1.12× at 25 kB/s for one and two transfers, 0.95–1.14× at 50 kB/s for five (two
+    /// rounds each), and 0.96–1.06× at 100 kB/s for two.
     ///
     /// **HTTP/1.1 only.** A limited transfer is made over HTTP/1.1, a connection of its own,
     /// even to a server that speaks HTTP/2: libcurl 7.88 opens each HTTP/2 stream with a 32 MB
