@@ -113,6 +113,8 @@ struct Options: Equatable {
                            together, as curl and wget do; K, M, G suffixes (powers of
                            1024), e.g. 500k or 2M. The server is slowed, not only the
                            writing: each download pauses reading from its connection
+                           while over the limit, and keeps to HTTP/1.1 (a connection
+                           of its own, even where the server speaks HTTP/2)
       --sha256 HEX         the SHA-256 the file must have (64 hex digits, as sha256sum
                            prints it); only with exactly one download (an -i list gives
                            one per line). A file that does not match is not saved, its
