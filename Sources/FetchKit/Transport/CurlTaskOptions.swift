@@ -190,10 +190,7 @@ final class CurlTaskOptions: URLCache, @unchecked Sendable {
             : requests.withLock { $0.removeValue(forKey: key) } ?? TaskRequest()
         // Nothing to set: the common case costs two lookups.
         guard !trust.isEmpty || request != TaskRequest() || isProbe else { return }
-        var outcome = apply(to: dataTask, request, isProbe: isProbe)
-        if !isProbe, let share = request.bandwidthShare, let handle = lookup(dataTask) {
-            outcome.receiveWindow = applyBandwidthShare(share, to: handle)
-        }
+        let outcome = apply(to: dataTask, request, isProbe: isProbe)
         outcomes.withLock { $0[key] = outcome }
     }
 
@@ -222,12 +219,14 @@ final class CurlTaskOptions: URLCache, @unchecked Sendable {
         let set = unsafeBitCast(setOption, to: SetLongOption.self)
         let timed = request.connectTimeout.map { set(handle, Curl.connectTimeoutMS, max(1, $0)) == 0 } ?? false   // CURLE_OK
         let http1 = request.bandwidthShare != nil && set(handle, Curl.httpVersion, Curl.httpVersion1_1) == 0
-        return Outcome(trust: trusted, connectTimeout: timed, http1: http1)
+        // The probe's handle never connects: no window (a convenience) to prove on it.
+        let window = isProbe ? false : request.bandwidthShare.map { applyBandwidthShare($0, to: handle) } ?? false
+        return Outcome(trust: trusted, connectTimeout: timed, http1: http1, receiveWindow: window)
     }
 
     /// Prepares `handle`, new, for a transfer under a bandwidth limit whose share is `share`
     /// bytes per second: forgets any socket watched for a handle freed at its address
-    /// (``CurlSocketCallback/forget(_:)``), and, below ``ReceiveWindow/threshold``, gives it a
+    /// (``CurlSocketCallback/forget(_:)``), and, up to ``ReceiveWindow/threshold``, gives it a
     /// new connection of its own with a small receive window, closed when the transfer ends
     /// (``ReceiveWindow``). Whether a window was set (`false` when none is needed).
     private func applyBandwidthShare(_ share: Int, to handle: UnsafeMutableRawPointer) -> Bool {
