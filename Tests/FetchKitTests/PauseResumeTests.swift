@@ -42,6 +42,42 @@ func signalOnce(_ countdown: Countdown) -> @Sendable (Bool) -> Void {
     }
 }
 
+/// A one-slot queue whose slot a request holds until ``gate`` opens, and routes that record
+/// the order in which the server gets `names`: to see the order of a line of waiting fetches.
+struct HeldSlotLine {
+    let server: LoopbackServer
+    let gate = ServerGate()
+    let order = Locked<[String]>([])
+    let queue = makeFetchQueue(total: 1)
+
+    /// Starts the server and the held request; returns once the server has it.
+    init(names: [String]) async throws {
+        server = try LoopbackServer()
+        server.gatedRoute("/held", gate)
+        for name in names { server.orderRoute("/\(name)", order) }
+        queue.enqueue(server.operation("/held"))
+        // The held request takes the slot before the others are enqueued: an `OperationQueue`
+        // starts operations in no set order, and the first to ask takes the slot.
+        #expect(await server.waitUntil { $0.requestsReceived == 1 })
+    }
+
+    /// Enqueues a fetch of each of `names`, one at a time, each in line before the next is
+    /// enqueued; each signals `done` when it completes.
+    func enqueue(_ names: [String], signalling done: Countdown) async throws -> [String: FetchID] {
+        var ids: [String: FetchID] = [:]
+        for (index, name) in names.enumerated() {
+            ids[name] = queue.enqueue(server.operation("/\(name)"), on: .global) { _ in done.signal() }
+            #expect(await counts(of: queue) { $0.waiting == index + 1 })
+        }
+        return ids
+    }
+
+    func stop() {
+        gate.open()
+        server.stop()
+    }
+}
+
 /// Puts a bearer token the test sets on each request; never refreshes (no request is refused).
 private struct BearerToken: FetchAuthenticator {
     let refreshURL: URL
@@ -309,23 +345,11 @@ struct PauseResumeTests {
 @Suite("Re-prioritising waiting fetches", .timeLimit(.minutes(3)))
 struct ReprioritizeTests {
     @Test func theServerSeesTheNewOrderWithOneSlot() async throws {
-        let server = try LoopbackServer()
-        let gate = ServerGate()
-        defer { gate.open(); server.stop() }
-        server.gatedRoute("/held", gate)
-        let order = Locked<[String]>([])
-        for name in ["a", "b", "c", "d"] { server.orderRoute("/\(name)", order) }
-        let queue = makeFetchQueue(total: 1)
-        queue.enqueue(server.operation("/held"))
-        // The blocker holds the only slot before the others are enqueued: an `OperationQueue`
-        // starts operations in no set order, and the first to ask takes the slot.
-        #expect(await server.waitUntil { $0.requestsReceived == 1 })
+        let line = try await HeldSlotLine(names: ["a", "b", "c", "d"])
+        defer { line.stop() }
+        let (queue, gate, order) = (line.queue, line.gate, line.order)
         let done = Countdown(4)
-        var ids: [String: FetchID] = [:]
-        for name in ["a", "b", "c", "d"] {
-            ids[name] = queue.enqueue(server.operation("/\(name)"), on: .global) { _ in done.signal() }
-        }
-        #expect(await counts(of: queue) { $0.waiting == 4 })
+        let ids = try await line.enqueue(["a", "b", "c", "d"], signalling: done)
         let (a, c, d) = (try #require(ids["a"]), try #require(ids["c"]), try #require(ids["d"]))
         #expect(queue.setPriority(.veryHigh, of: d))     // last → first
         #expect(queue.setPriority(.low, of: a))          // first → last
@@ -535,22 +559,12 @@ struct ReprioritizePausedTests {
     /// Re-prioritising a paused fetch to the priority it has already is nothing: it keeps its
     /// place in line, as a waiting fetch does (it once went to the back of its line).
     @Test func anUnchangedPriorityKeepsAPausedFetchsPlace() async throws {
-        let server = try LoopbackServer()
-        let gate = ServerGate()
-        defer { gate.open(); server.stop() }
-        server.gatedRoute("/held", gate)
-        let order = Locked<[String]>([])
-        for name in ["a", "b", "c"] { server.orderRoute("/\(name)", order) }
-        let queue = makeFetchQueue(total: 1)
-        queue.enqueue(server.operation("/held"))
-        #expect(await server.waitUntil { $0.requestsReceived == 1 })
+        let line = try await HeldSlotLine(names: ["a", "b", "c"])
+        defer { line.stop() }
+        let (queue, gate, order) = (line.queue, line.gate, line.order)
         // One at a time: an `OperationQueue` starts operations in no set order.
         let done = Countdown(3)
-        var ids: [String: FetchID] = [:]
-        for (index, name) in ["a", "b", "c"].enumerated() {
-            ids[name] = queue.enqueue(server.operation("/\(name)"), on: .global) { _ in done.signal() }
-            #expect(await counts(of: queue) { $0.waiting == index + 1 })
-        }
+        let ids = try await line.enqueue(["a", "b", "c"], signalling: done)
         let (a, b) = (try #require(ids["a"]), try #require(ids["b"]))
         #expect(queue.setPriority(.normal, of: a), "waiting, unchanged")
         #expect(queue.pause(b))
@@ -565,21 +579,11 @@ struct ReprioritizePausedTests {
     /// A changed priority re-places a paused fetch as it does a waiting one: at the back of its
     /// new priority; set again to the same, it stays there.
     @Test func aChangedPriorityMovesAPausedFetchToTheBackOfItsNewLevel() async throws {
-        let server = try LoopbackServer()
-        let gate = ServerGate()
-        defer { gate.open(); server.stop() }
-        server.gatedRoute("/held", gate)
-        let order = Locked<[String]>([])
-        for name in ["a", "b", "c", "d"] { server.orderRoute("/\(name)", order) }
-        let queue = makeFetchQueue(total: 1)
-        queue.enqueue(server.operation("/held"))
-        #expect(await server.waitUntil { $0.requestsReceived == 1 })
+        let line = try await HeldSlotLine(names: ["a", "b", "c", "d"])
+        defer { line.stop() }
+        let (queue, gate, order) = (line.queue, line.gate, line.order)
         let done = Countdown(4)
-        var ids: [String: FetchID] = [:]
-        for name in ["a", "b", "c", "d"] {
-            ids[name] = queue.enqueue(server.operation("/\(name)"), on: .global) { _ in done.signal() }
-        }
-        #expect(await counts(of: queue) { $0.waiting == 4 })
+        let ids = try await line.enqueue(["a", "b", "c", "d"], signalling: done)
         let (a, c, d) = (try #require(ids["a"]), try #require(ids["c"]), try #require(ids["d"]))
         #expect(queue.setPriority(.high, of: c))        // waiting: c goes first
         #expect(queue.pause(d))
