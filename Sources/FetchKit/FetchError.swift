@@ -711,6 +711,29 @@ extension FetchError {
             /// (libcurl) reports a stream cut in the middle as complete, so a truncated body
             /// cannot be told from a whole one.
             case unframedEncodedBody(coding: String)
+            /// The status line is not one (RFC 9112 §4): what was wrong, with the line as
+            /// received (control bytes escaped, at most 80 characters) — `Http/1.1 200 OK` (the
+            /// protocol name is case-sensitive), no three-digit code. A valid
+            /// one without a reason phrase (`HTTP/1.1 200`) is accepted.
+            case malformedStatusLine(String)
+            /// The trailer fields after the body passed `limit` bytes (see
+            /// ``AnyFetchOperation/responseTrailers``).
+            case trailersTooLarge(limit: Int)
+            /// A header field cannot be read (what was wrong, naming the field): it has no name,
+            /// or its bytes are not UTF-8.
+            case malformedHeaderField(String)
+            /// The `Content-Length` (the field value as received) is 2^63 or more: no body is
+            /// that long, and FoundationNetworking cannot hold the number.
+            case contentLengthTooLarge(String)
+
+            init(_ refused: ResponseHeadFilter.Failure) {
+                switch refused {
+                case .malformedStatusLine(let problem): self = .malformedStatusLine(problem)
+                case .trailersTooLarge(let limit): self = .trailersTooLarge(limit: limit)
+                case .malformedField(let problem): self = .malformedHeaderField(problem)
+                case .contentLengthTooLarge(let field): self = .contentLengthTooLarge(field)
+                }
+            }
         }
 
         /// What was wrong.
@@ -739,6 +762,14 @@ extension FetchError {
             case .unframedEncodedBody(let coding):
                 return "\(target) sent a \(coding.prefix(40))-encoded body with neither Content-Length nor chunked framing, "
                     + "so a complete body cannot be told from a truncated one."
+            case .malformedStatusLine(let problem):
+                return "\(target) sent a response that is not HTTP: \(problem.prefix(300))."
+            case .trailersTooLarge(let limit):
+                return "\(target) sent more than \(limit) bytes of trailer fields after its body."
+            case .malformedHeaderField(let problem):
+                return "\(target) sent a response head that cannot be read: \(problem.prefix(200))."
+            case .contentLengthTooLarge(let field):
+                return "\(target) sent a Content-Length (\(field.prefix(60))) larger than any body can be."
             }
         }
     }

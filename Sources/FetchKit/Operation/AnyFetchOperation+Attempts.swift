@@ -250,8 +250,9 @@ extension AnyFetchOperation {
             let action = core.machine.attemptEnded(outcome, anotherAttempt: anotherAttempt)
             if action == .parse || action == .complete {
                 switch result {
-                case .success(let response, let body):
+                case .success(let response, let body, let trailers):
                     core.response = response
+                    core.trailers = trailers
                     if response.statusCode == 304 && core.sentConditionalRequest {
                         // Nothing changed: the output is made from the body the store kept.
                         core.isNotModified = true

@@ -29,7 +29,7 @@ extension AnyFetchOperation {
     /// After a `304 Not Modified` to a conditional request, the body the store kept for the URL
     /// (`nil` if it keeps none); `nil` for any other result.
     func storedBodyIfNotModified(_ result: TransferResult) -> Data? {
-        guard case .success(let response, _) = result, response.statusCode == 304 else { return nil }
+        guard case .success(let response, _, _) = result, response.statusCode == 304 else { return nil }
         let (conditional, url, store) = core.withLock {
             ($0.sentConditionalRequest, $0.sentRequest?.url, $0.settings.configuration.validatorStore)
         }

@@ -208,6 +208,7 @@ extension AnyFetchOperation {
     /// ``Core``). Reached only under the operation's lock.
     struct Record: DefaultConstructible {
         var response: HTTPURLResponse?
+        var trailers: [String: String] = [:]
         var body: ResponseBody?
         var output: (any Sendable)?
         var bytesReceived: Int64 = 0

@@ -166,6 +166,19 @@ open class AnyFetchOperation: Operation, @unchecked Sendable {
         core.withLock { $0.response }
     }
 
+    /// The trailer fields that followed the response body, after a successful transfer: names
+    /// lowercased, a repeated field's values joined with `", "`; empty when there were none.
+    ///
+    /// Trailers come after a chunked HTTP/1.1 body or an HTTP/2 stream (RFC 9110 §6.5): a
+    /// checksum, a `Server-Timing`, a gRPC status. They are never taken for header fields — a
+    /// trailer does not set a cookie or change how the body is read. On Linux FetchKit keeps
+    /// them where ``FetchSession/guardsResponseHeads`` is `true`, up to 64 KiB (more fail the
+    /// fetch with ``FetchError/InvalidResponse/Reason/trailersTooLarge(limit:)``); URLSession on
+    /// Apple platforms does not hand them over, so there they are always empty.
+    public var responseTrailers: [String: String] {
+        core.withLock { $0.trailers }
+    }
+
     /// The response body, after a successful transfer.
     public var responseBody: Data? {
         core.withLock { $0.body?.data }

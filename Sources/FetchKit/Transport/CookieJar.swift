@@ -121,6 +121,10 @@ struct CookieJar: Sendable {
         var cookies: [HTTPCookie] = []
         let defaultPath = Self.writable(Self.defaultPath(of: url))
         for var line in Self.lines(of: field) {
+            // Foundation's parser indexes past the end of a name with a non-ASCII character
+            // (`HTTPCookie.swift`, `splitNameValue`: a crash); RFC 6265 makes names tokens, and
+            // such a field is ignored. (A session's head filter drops these first, where it has one.)
+            if Array(line.utf8).withUnsafeBytes({ ResponseHeadFilter.hasNonASCIIName($0[...]) }) { continue }
             // `HTTPCookie` gives a cookie without a valid `Path` the path `/`, not the
             // directory of the URL that set it (RFC 6265 §5.2.4): name that one (the last
             // `Path` counts).

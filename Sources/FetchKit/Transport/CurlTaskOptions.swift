@@ -56,7 +56,14 @@ import Musl
 /// ``FetchQueue/isBandwidthLimitEnforced`` `false`).
 final class CurlTaskOptions: URLCache, @unchecked Sendable {
     /// Finds a task's libcurl easy handle (reflection by default; tests give one that fails).
-    typealias HandleLookup = @Sendable (URLSessionTask) -> UnsafeMutableRawPointer?
+    typealias HandleLookup = @Sendable (URLSessionTask) -> EasyHandle?
+
+    /// A task's libcurl easy handle, and the data FoundationNetworking gives its callbacks (the
+    /// address of its handle object).
+    struct EasyHandle {
+        let raw: UnsafeMutableRawPointer
+        let callbackData: UnsafeMutableRawPointer
+    }
 
     /// What was set on one task's handle.
     struct Outcome: Equatable {
@@ -68,6 +75,8 @@ final class CurlTaskOptions: URLCache, @unchecked Sendable {
         var http1: Bool = false
         /// Whether the receive window asked for was set (`false` when none was asked for).
         var receiveWindow: Bool = false
+        /// Whether the header callback goes through ``ResponseHeadFilter`` (``CurlHeaderCallback``).
+        var headGuard: Bool = false
     }
 
     /// What one task asks for beyond the session's trust settings.
@@ -149,15 +158,25 @@ final class CurlTaskOptions: URLCache, @unchecked Sendable {
         probing.withLock { $0 = true }
         task.cancel()   // makes the protocol, through this cache, on the work queue; sends nothing
         probing.withLock { $0 = false }
+        _ = CurlHeaderCallback.take(task)
         guard let outcome = take(task) else {
             return "FoundationNetworking did not ask the session's URL cache before making the task's libcurl handle"
         }
+        guardsHeads.withLock { $0 = outcome.headGuard }
         guard outcome.trust, outcome.connectTimeout, outcome.http1 else {
             return "the task's libcurl handle was not found (another FoundationNetworking layout) or did not take "
                 + "CURLOPT_CAINFO_BLOB, CURLOPT_PINNEDPUBLICKEY, CURLOPT_CONNECTTIMEOUT_MS and CURLOPT_HTTP_VERSION"
         }
         return nil
     }
+
+    /// Whether the probe put ``CurlHeaderCallback`` on its task's handle: then every task's
+    /// response head goes through ``ResponseHeadFilter``.
+    var guardsResponseHeads: Bool { guardsHeads.snapshot }
+
+    /// How many of this session's tasks have a head filter and have not completed (for tests).
+    var headFilterCount: Int { CurlHeaderCallback.count(of: ObjectIdentifier(self)) }
+    private let guardsHeads = Protected(false)
     private let probing = Protected(false)
 
     /// Why the probe did not prove that each task's handle takes the options; `nil` once it did.
@@ -188,9 +207,9 @@ final class CurlTaskOptions: URLCache, @unchecked Sendable {
         let isProbe = probing.snapshot
         let request = isProbe ? TaskRequest(connectTimeout: 1_000, bandwidthShare: Int.max)
             : requests.withLock { $0.removeValue(forKey: key) } ?? TaskRequest()
-        // Nothing to set: the common case costs two lookups.
-        guard !trust.isEmpty || request != TaskRequest() || isProbe else { return }
         let outcome = apply(to: dataTask, request, isProbe: isProbe)
+        // Nothing asked for (the common case): nothing for `take(_:)` to read.
+        guard !trust.isEmpty || request != TaskRequest() || isProbe else { return }
         outcomes.withLock { $0[key] = outcome }
     }
 
@@ -212,7 +231,11 @@ final class CurlTaskOptions: URLCache, @unchecked Sendable {
     /// Sets the options on `task`'s new easy handle. The probe sets every option, a pin, a
     /// connect timeout and HTTP/1.1 included, to prove each takes (its handle never connects).
     private func apply(to task: URLSessionTask, _ request: TaskRequest, isProbe: Bool) -> Outcome {
-        guard let handle = lookup(task) else { return Outcome(trust: trust.isEmpty && !isProbe, connectTimeout: false) }
+        guard let found = lookup(task) else { return Outcome(trust: trust.isEmpty && !isProbe, connectTimeout: false) }
+        let handle = found.raw
+        // First: every task's head goes through the filter where it can.
+        let guarded = CurlHeaderCallback.install(on: handle, callbackData: found.callbackData, task: task,
+                                                       owner: ObjectIdentifier(self), setOption: setOption)
         let trusted = applyTrust(to: handle, host: task.originalRequest?.url?.host, isProbe: isProbe)
         // CURLcode curl_easy_setopt(CURL *, CURLoption, ...) with a `long`: on the Linux ABIs
         // Swift supports, a variadic integer argument travels like a fixed one.
@@ -221,7 +244,7 @@ final class CurlTaskOptions: URLCache, @unchecked Sendable {
         let http1 = request.bandwidthShare != nil && set(handle, Curl.httpVersion, Curl.httpVersion1_1) == 0
         // The probe's handle never connects: no window (a convenience) to prove on it.
         let window = isProbe ? false : request.bandwidthShare.map { applyBandwidthShare($0, to: handle) } ?? false
-        return Outcome(trust: trusted, connectTimeout: timed, http1: http1, receiveWindow: window)
+        return Outcome(trust: trusted, connectTimeout: timed, http1: http1, receiveWindow: window, headGuard: guarded)
     }
 
     /// Prepares `handle`, new, for a transfer under a bandwidth limit whose share is `share`
@@ -306,34 +329,78 @@ final class CurlTaskOptions: URLCache, @unchecked Sendable {
 
     /// `task`'s libcurl easy handle, once FoundationNetworking has made its protocol: found by
     /// reflection, each step checked; `nil` on any other layout.
-    @Sendable static func easyHandle(of task: URLSessionTask) -> UnsafeMutableRawPointer? {
+    @Sendable static func easyHandle(of task: URLSessionTask) -> EasyHandle? {
         guard let storage = child("_protocolStorage", of: task) else { return nil }
         let state = Mirror(reflecting: storage)
         guard state.displayStyle == .enum, let existing = state.children.first, existing.label == "existing",
               let urlProtocol = existing.value as? URLProtocol, urlProtocol.task === task,
               let easyHandle = child("easyHandle", of: urlProtocol).flatMap(unwrapped),
-              let raw = child("rawHandle", of: easyHandle).flatMap(unwrapped)
+              let raw = child("rawHandle", of: easyHandle).flatMap(unwrapped),
+              // The data FoundationNetworking gives the handle's callbacks: its address
+              // (`Unmanaged.passUnretained(self).toOpaque()`, `EasyHandle.swift`).
+              isEasyHandleClass(type(of: easyHandle))
         else { return nil }
-        if let pointer = raw as? UnsafeMutableRawPointer { return pointer }
-        if let pointer = raw as? OpaquePointer { return UnsafeMutableRawPointer(pointer) }
+        let object = easyHandle as AnyObject
+        let callbackData = Unmanaged.passUnretained(object).toOpaque()
+        if let pointer = raw as? UnsafeMutableRawPointer { return EasyHandle(raw: pointer, callbackData: callbackData) }
+        if let pointer = raw as? OpaquePointer { return EasyHandle(raw: UnsafeMutableRawPointer(pointer), callbackData: callbackData) }
         return nil
     }
 
+    /// Whether `type` is FoundationNetworking's `_EasyHandle` (its name checked once per type).
+    private static func isEasyHandleClass(_ type: Any.Type) -> Bool {
+        let key = ObjectIdentifier(type)
+        if let known = easyHandleClasses.withLock({ $0[key] }) { return known }
+        let matches = String(reflecting: type).hasSuffix("._EasyHandle")
+        easyHandleClasses.withLock { $0[key] = matches }
+        return matches
+    }
+    private static let easyHandleClasses = Protected([ObjectIdentifier: Bool]())
+
+    /// Where a stored property was found: how many superclasses up, and at which child.
+    private struct ChildPlace {
+        let depth: Int
+        let offset: Int
+    }
+    private struct ChildKey: Hashable {
+        let type: ObjectIdentifier
+        let label: String
+    }
+    /// Where each property was found in each type, so that the next lookup reads one child
+    /// (a mirror's children are made one at a time, as they are read) instead of all before it.
+    private static let childPlaces = Protected([ChildKey: ChildPlace]())
+
     /// The stored property `label` of `value`, looked for in its class and its superclasses.
     static func child(_ label: String, of value: Any) -> Any? {
+        let key = ChildKey(type: ObjectIdentifier(type(of: value)), label: label)
+        if let place = childPlaces.withLock({ $0[key] }) {
+            var mirror: Mirror? = Mirror(reflecting: value)
+            for _ in 0..<place.depth { mirror = mirror?.superclassMirror }
+            // The place is checked each time: the label must be the one found there.
+            if let children = mirror?.children, place.offset < children.count {
+                let found = children[children.index(children.startIndex, offsetBy: place.offset)]
+                if found.label == label { return found.value }
+            }
+        }
         var mirror: Mirror? = Mirror(reflecting: value)
+        var depth = 0
         while let current = mirror {
-            if let found = current.children.first(where: { $0.label == label }) { return found.value }
+            if let index = current.children.firstIndex(where: { $0.label == label }) {
+                let offset = current.children.distance(from: current.children.startIndex, to: index)
+                childPlaces.withLock { $0[key] = ChildPlace(depth: depth, offset: offset) }
+                return current.children[index].value
+            }
             mirror = current.superclassMirror
+            depth += 1
         }
         return nil
     }
 
-    /// `value` itself, or what it wraps if it is an optional (`nil` if that is empty).
+    /// `value` itself, or what it wraps if it is an optional (`nil` if that is empty). (A cast
+    /// to `Any?` unwraps an optional in an `Any`, and wraps anything else: no mirror needed.)
     private static func unwrapped(_ value: Any) -> Any? {
-        let mirror = Mirror(reflecting: value)
-        guard mirror.displayStyle == .optional else { return value }
-        return mirror.children.first?.value
+        if case Optional<Any>.some(let inner) = value { return inner }
+        return nil
     }
 }
 #endif

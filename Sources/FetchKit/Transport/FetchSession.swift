@@ -147,7 +147,7 @@ public final class FetchSession: @unchecked Sendable {
     /// Creates a session with `trust`; `handleLookup` replaces how a task's libcurl handle is
     /// found (tests: one that finds none, to see the refusal).
     convenience init(configuration: URLSessionConfiguration, monitors: [any FetchEventMonitor], trust: TrustSettings,
-                     handleLookup: (@Sendable (URLSessionTask) -> UnsafeMutableRawPointer?)?) throws(TrustConfigurationError) {
+                     handleLookup: (@Sendable (URLSessionTask) -> CurlTaskOptions.EasyHandle?)?) throws(TrustConfigurationError) {
         #if canImport(FoundationNetworking) && (canImport(Glibc) || canImport(Musl))
         var hook: CurlTaskOptions?
         if !trust.isEmpty {
@@ -229,6 +229,32 @@ public final class FetchSession: @unchecked Sendable {
     public var enforcesConnectTimeouts: Bool {
         #if canImport(FoundationNetworking) && (canImport(Glibc) || canImport(Musl))
         return taskOptions.map { $0.probeFailure == nil } ?? false
+        #else
+        return false
+        #endif
+    }
+
+    /// Whether this session keeps every response's framing from reaching FoundationNetworking's
+    /// traps (Linux).
+    ///
+    /// FoundationNetworking (Swift 6.3.x) parses each header line libcurl hands over as part of
+    /// a head: trailer fields after a chunked body ended the process (`Fatal error: Transfer
+    /// completed, but there's no response`), a `1xx` head before the final one was announced as a
+    /// response of its own, and a status line in the wrong case was taken for a `200` with no
+    /// body. Where this is `true`, FetchKit passes each task's head through a filter of its own
+    /// first, on the task's libcurl handle: one final head reaches FoundationNetworking, its
+    /// status line checked (a malformed one fails with
+    /// ``FetchError/InvalidResponse/Reason/malformedStatusLine(_:)``); interim heads and a
+    /// proxy's answer to `CONNECT` never do; trailers are kept aside
+    /// (``AnyFetchOperation/responseTrailers``). It is `false` where FetchKit cannot install the
+    /// filter: a configuration with a `urlCache` of its own (FetchKit needs that slot), a
+    /// FoundationNetworking whose header callback is not where FetchKit looks (a stripped or
+    /// statically linked library, another layout) — there a response with trailers still ends
+    /// the process on Swift 6.3.x. Always `false` on Apple platforms, where URLSession needs none
+    /// of this.
+    public var guardsResponseHeads: Bool {
+        #if canImport(FoundationNetworking) && (canImport(Glibc) || canImport(Musl))
+        return taskOptions?.guardsResponseHeads ?? false
         #else
         return false
         #endif

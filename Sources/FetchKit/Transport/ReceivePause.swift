@@ -179,7 +179,7 @@ enum ReceivePause {
     /// The `CURL *` of `task`'s current protocol, if FoundationNetworking's layout is the one
     /// expected: the same guarded path that sets each task's options (``CurlTaskOptions``).
     static func easyHandle(of task: URLSessionTask) -> UnsafeMutableRawPointer? {
-        CurlTaskOptions.easyHandle(of: task)
+        CurlTaskOptions.easyHandle(of: task)?.raw
     }
     #endif
 }

@@ -219,7 +219,11 @@ extension SessionRouter: URLSessionDataDelegate {
     func urlSession(_ session: URLSession, task: URLSessionTask, didCompleteWithError error: (any Error)?) {
         handle { [self] in
             cookies.storeFromWithheldHead(of: task)
+            #if canImport(FoundationNetworking) && os(Linux) && (canImport(Glibc) || canImport(Musl))
+            transfer(for: task)?.didComplete(error: error, head: CurlHeaderCallback.take(task))
+            #else
             transfer(for: task)?.didComplete(error: error)
+            #endif
         }
     }
 

@@ -238,7 +238,7 @@ struct TransferStateMachine {
     }
 
     /// The task completed, with `error` or without.
-    mutating func complete(error: (any Error)?) -> CompletionAction {
+    mutating func complete(error: (any Error)?, refusedHead: ResponseHeadFilter.Failure? = nil) -> CompletionAction {
         switch (state, error) {
         case (.ended, _):
             return .ignore
@@ -248,6 +248,8 @@ struct TransferStateMachine {
         case (.idle, _), (.writingOut, _):
             impossible("completion")
         case (_, let error?):
+            // FetchKit's filter refused the head (libcurl says only "Failed writing header").
+            if let refusedHead { return .fail(.invalidResponse(.init(reason: .init(refusedHead), url: response?.url ?? url))) }
             return .fail(failure(for: error))
         case (.awaitingHead, nil):
             return .fail(.transport(Self.urlError(.badServerResponse, url: url)))

@@ -6,7 +6,8 @@ import FoundationNetworking
 
 /// What a transfer reports, exactly once, when it ends.
 enum TransferResult: Sendable {
-    case success(HTTPURLResponse, ResponseBody)
+    /// The response, its body, and its trailer fields (names lowercased; empty when none).
+    case success(HTTPURLResponse, ResponseBody, trailers: [String: String])
     case failure(FetchError, HTTPURLResponse?)
 }
 
@@ -55,6 +56,8 @@ final class Transfer: TransferHandle, @unchecked Sendable {
     var owner: (any TransferOwner)?
     /// The task in flight; once ended for the disk to catch up (draining), the stopped one.
     var task: URLSessionDataTask?
+    /// The trailer fields that followed the body (``ResponseHeadFilter``), once the task completed.
+    private var trailers: [String: String] = [:]
 
     var queue: DispatchQueue { session.router.queue }
     var limits: TransferLimits { machine.limits }
@@ -238,8 +241,9 @@ final class Transfer: TransferHandle, @unchecked Sendable {
 
     static let progressStep: Int64 = 64 << 10
 
-    func didComplete(error: (any Error)?) {
-        switch machine.complete(error: error) {
+    func didComplete(error: (any Error)?, head: ResponseHeadFilter? = nil) {
+        if let head { trailers = head.trailers }
+        switch machine.complete(error: error, refusedHead: head?.failure) {
         case .ignore:
             break
         case .stoppedTaskCompleted(let bodyComplete):
@@ -270,7 +274,7 @@ final class Transfer: TransferHandle, @unchecked Sendable {
         guard let response = machine.written() else { return }
         do {
             let body = try sink.close()
-            end(.success(response, body))
+            end(.success(response, body, trailers: trailers))
         } catch {
             end(.failure(error, response))
         }
