@@ -725,6 +725,13 @@ extension FetchError {
             /// The `Content-Length` (the field value as received) is 2^63 or more: no body is
             /// that long, and FoundationNetworking cannot hold the number.
             case contentLengthTooLarge(String)
+            /// A download's resume was answered with a range of another file: the `206` did not
+            /// carry the validator (`ETag`, else `Last-Modified`) the partial file was made with,
+            /// or its `Content-Range` gave another total length (what changed, in words). The
+            /// server ignored `If-Range`. The partial file was removed, never appended to; a
+            /// ``DownloadOperation`` starts over by itself unless
+            /// ``DownloadOperation/restartsWhenSourceChanges`` is `false`.
+            case changedWhileResuming(String)
 
             init(_ refused: ResponseHeadFilter.Failure) {
                 switch refused {
@@ -770,6 +777,8 @@ extension FetchError {
                 return "\(target) sent a response head that cannot be read: \(problem.prefix(200))."
             case .contentLengthTooLarge(let field):
                 return "\(target) sent a Content-Length (\(field.prefix(60))) larger than any body can be."
+            case .changedWhileResuming(let change):
+                return "\(target) changed while it was being resumed (\(change.prefix(200))): the partial file was discarded."
             }
         }
     }

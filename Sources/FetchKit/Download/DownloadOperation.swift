@@ -26,7 +26,11 @@ import FoundationNetworking
 /// an `ETag` or `Last-Modified`, and accepts ranges), the partial file is kept. The next
 /// download to the same destination from the same URL asks for the rest with `Range` and
 /// `If-Range`; a server that answers `206` continues the file, one that answers `200` (the
-/// file changed, or it ignores ranges) starts it over. Otherwise the partial file is removed.
+/// file changed, or it ignores ranges) starts it over. A `206` is appended only if it carries
+/// the validator the partial file was made with and the same total length in `Content-Range`:
+/// a server that ignored `If-Range` and sent a range of a new version never splices two files
+/// (the partial is removed and the download starts over, ``restartsWhenSourceChanges``).
+/// Otherwise the partial file is removed.
 /// ``AnyFetchOperation/pause()`` keeps the partial file the same way, and
 /// ``AnyFetchOperation/resume()`` continues it in the same operation, with the same completion.
 ///
@@ -84,6 +88,7 @@ open class DownloadOperation: AnyFetchOperation, OutputProducing, @unchecked Sen
         var resumedBytes: Int64 = 0
         var downloadedFileURL: URL?
         var notices: [PartialFileNotice] = []
+        var restartsWhenSourceChanges = true
         var openFile = PartialFileOpener.safe
         var backpressure = Backpressure()
         /// The current attempt's sink: whether it stopped the transfer for the disk to catch up.
@@ -133,6 +138,29 @@ open class DownloadOperation: AnyFetchOperation, OutputProducing, @unchecked Sen
     @available(*, unavailable, message: "a download needs a destination: use init(request:destination:)")
     public override init(request: URLRequest?) {
         preconditionFailure("unavailable: a download needs a destination")
+    }
+
+    /// Whether a download whose resume is answered with a range of another version of the file
+    /// starts over from byte 0 at once (default `true`), or fails with
+    /// ``FetchError/InvalidResponse/Reason/changedWhileResuming(_:)``. Either way the partial
+    /// file is removed first, and not a byte of the new version is appended to it.
+    ///
+    /// A server may ignore `If-Range` (a CDN that replaced the object) and answer the resume
+    /// with `206` and the new version's bytes: FetchKit appends only to a `206` that carries
+    /// the partial file's validator (its strong `ETag`, else its `Last-Modified`) and the same
+    /// total length in `Content-Range`. A start-over is an attempt of its own (``attempts``
+    /// counts it, retry handlers hear it), not bounded by the retry policy: it asks for the
+    /// whole file, which cannot be spliced. It is noted in ``partialFileNotices``
+    /// (``PartialFileNotice/Reason/changedOnServer``). Set it before the operation starts;
+    /// setting it later traps.
+    public var restartsWhenSourceChanges: Bool {
+        get { downloadState.withLock { $0.restartsWhenSourceChanges } }
+        set {
+            guard core.withLock({ $0.machine.phase == .pending }) else {
+                preconditionFailure("FetchKit: restartsWhenSourceChanges of \(self) set after it started")
+            }
+            downloadState.withLock { $0.restartsWhenSourceChanges = newValue }
+        }
     }
 
     /// Whether to keep a partial file the server allows resuming, and resume from it. Default
@@ -364,6 +392,14 @@ open class DownloadOperation: AnyFetchOperation, OutputProducing, @unchecked Sen
         makeBodySink()
     }
 
+    override func startsOver(after error: FetchError) -> Bool {
+        guard case .invalidResponse(let failure) = error, case .changedWhileResuming = failure.reason else { return false }
+        return downloadState.withLock { state in
+            state.notices.append(PartialFileNotice(reason: .changedOnServer, path: partialFileURL.path))
+            return state.restartsWhenSourceChanges
+        }
+    }
+
     override func sinkThatFellBehind() -> (any DownloadBodySink)? {
         downloadState.withLock { state in
             state.sink.flatMap { $0.stoppedForBackpressure ? $0 : nil }
@@ -566,6 +602,10 @@ extension DownloadOperation {
             case notResumable
             /// The partial file already reaches ``FetchConfiguration/maximumResponseSize``.
             case overSizeLimit
+            /// The server answered the resume with a range of another version of the file (see
+            /// ``FetchError/InvalidResponse/Reason/changedWhileResuming(_:)``): the partial file
+            /// was removed and the download started over.
+            case changedOnServer
         }
 
         /// What was wrong with it.
@@ -584,6 +624,7 @@ extension DownloadOperation {
             case .lengthMismatch: why = "its length is not the one its record gives"
             case .notResumable: why = "the server gave no validator to resume it with"
             case .overSizeLimit: why = "it already reaches the size limit"
+            case .changedOnServer: why = "the file changed on the server"
             }
             return "Ignored the partial download \(path): \(why); starting over."
         }

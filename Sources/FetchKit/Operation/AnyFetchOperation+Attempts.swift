@@ -207,6 +207,10 @@ extension AnyFetchOperation {
         if case .failure(_, let response?) = result, let refused = afterRefusal(response, error: error) {
             return refused
         }
+        // The source changed under a resume: the whole file, now, unless the deadline passed.
+        if startsOver(after: error), total.map({ firstStart == 0 || Self.timeLeft(of: $0, since: firstStart) > 0 }) ?? true {
+            return (.retry(RetryEvent(attempt: attempt + 1, delay: 0, error: error)), result)
+        }
         guard let delay = configuration.value.retryPolicy.delay(after: error, attempt: attempt, method: request?.httpMethod ?? "GET")
         else { return (.none, result) }
         // Silent for the whole idle timeout without a word: the timeout the user set is how

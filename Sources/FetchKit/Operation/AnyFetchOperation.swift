@@ -346,6 +346,13 @@ open class AnyFetchOperation: Operation, @unchecked Sendable {
         nil
     }
 
+    /// Whether an attempt that failed with `error` is followed at once by one that starts
+    /// over from nothing, whatever the retry policy says: a download whose source changed
+    /// while it resumed (its partial file is gone; the next attempt asks for the whole file).
+    func startsOver(after error: FetchError) -> Bool {
+        false
+    }
+
     /// Whether the operation can make its output from a `304 Not Modified` when its validator
     /// store kept no body for the URL. `true` here (a download keeps its file); a
     /// ``FetchOperation`` says.

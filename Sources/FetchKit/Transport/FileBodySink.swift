@@ -31,6 +31,9 @@ struct PartialDownloadRecord: Codable, Equatable, Sendable {
     /// ``fingerprint(of:)`` the whole source URL. (`nil` in a record from before fingerprints:
     /// its ``url`` then is the whole URL.)
     var source: String?
+    /// The whole file's length as the server gave it (`Content-Length` of a `200`, the total of
+    /// a `206`'s `Content-Range`), if known: a resume's `Content-Range` must give the same.
+    var total: Int64?
 
     /// A record of a download from `sourceURL`.
     init(source sourceURL: URL?, entityTag: String?, lastModified: String?, length: Int64? = nil) {
@@ -169,6 +172,7 @@ final class FileBodySink: DownloadBodySink {
 
     func open(response: HTTPURLResponse, expectedLength: Int64?) throws(FetchError) {
         var offset: Int64 = 0
+        let total: Int64?
         if response.statusCode == 206 {
             // Only a range that starts exactly where the partial file ends can be appended.
             guard let start = Self.rangeStart(of: response), start == requestedOffset else {
@@ -177,9 +181,21 @@ final class FileBodySink: DownloadBodySink {
                     NSLocalizedDescriptionKey: "a 206 response whose Content-Range does not continue the partial download",
                 ]))
             }
+            // And only a range of the same file: `If-Range` asks the server for that, and
+            // nothing makes it so. A byte is appended only if the 206 carries the validator the
+            // partial file was made with and the same total length.
+            total = Self.rangeTotal(of: response)
+            if let change = Self.change(from: PartialDownloadRecord.load(from: recordURL), to: response, total: total) {
+                // Nothing of the old file can be used with the new one.
+                Self.removePartial(partialURL, recordURL)
+                throw .invalidResponse(.init(reason: .changedWhileResuming(change), url: response.url ?? sourceURL))
+            }
             offset = start
-        } else if requestedOffset > 0 {
-            mayStop = false
+        } else {
+            if requestedOffset > 0 { mayStop = false }
+            // A 200's length is the file's, unless a content coding was decoded on the way.
+            let coding = response.value(forHTTPHeaderField: "Content-Encoding")?.lowercased() ?? "identity"
+            total = coding == "identity" || coding.isEmpty ? expectedLength : nil
         }
         // The cap counts the whole file: what a resumed transfer appends, and what is there.
         if let expectedLength, offset > 0, offset > maximumLength - expectedLength {
@@ -202,11 +218,12 @@ final class FileBodySink: DownloadBodySink {
         }
         let acceptsRanges = response.statusCode == 206
             || (response.value(forHTTPHeaderField: "Accept-Ranges")?.lowercased().contains("bytes") ?? false)
-        let record = PartialDownloadRecord(
+        var record = PartialDownloadRecord(
             source: sourceURL,
             entityTag: response.value(forHTTPHeaderField: "ETag"),
             lastModified: response.value(forHTTPHeaderField: "Last-Modified")
         )
+        record.total = total
         resumable = acceptsRanges && record.validator != nil
         if resumable {
             record.save(to: recordURL)
@@ -453,6 +470,35 @@ final class FileBodySink: DownloadBodySink {
         guard var record = PartialDownloadRecord.load(from: recordURL), record.belongs(to: sourceURL) else { return }
         record.length = length
         record.save(to: recordURL)
+    }
+
+    /// Why a `206` answering a resume is not a range of the file the partial was made from, or
+    /// `nil` if it is: its validator (the strong `ETag` the record holds, else its
+    /// `Last-Modified`) must be the one the record holds, and its total length (`total`, when
+    /// the server gives one) the one the record knows.
+    static func change(from record: PartialDownloadRecord?, to response: HTTPURLResponse, total: Int64?) -> String? {
+        guard let record, let validator = record.validator else { return "the partial file has no record of its validator" }
+        if let entityTag = record.entityTag, validator == entityTag {
+            let now = response.value(forHTTPHeaderField: "ETag")
+            guard now == entityTag else {
+                return "ETag \(entityTag.prefix(80)) became \(now.map { String($0.prefix(80)) } ?? "none")"
+            }
+        } else {
+            let now = response.value(forHTTPHeaderField: "Last-Modified")
+            guard now == validator else {
+                return "Last-Modified \(validator.prefix(80)) became \(now.map { String($0.prefix(80)) } ?? "none")"
+            }
+        }
+        if let known = record.total, let total, known != total {
+            return "its length \(known) became \(total) (Content-Range)"
+        }
+        return nil
+    }
+
+    /// The total of `Content-Range: bytes a-b/n`; `nil` when it is `*` or unreadable.
+    static func rangeTotal(of response: HTTPURLResponse) -> Int64? {
+        guard let value = response.value(forHTTPHeaderField: "Content-Range"), let slash = value.lastIndex(of: "/") else { return nil }
+        return Int64(value[value.index(after: slash)...].trimmingCharacters(in: .whitespaces))
     }
 
     /// The first byte of `Content-Range: bytes a-b/n`.

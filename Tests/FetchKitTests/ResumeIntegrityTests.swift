@@ -1,0 +1,159 @@
+import Foundation
+import LoopbackServer
+import Testing
+@testable import FetchKit
+
+// A resumed download must never splice two versions of a file. `If-Range` is a request, not a
+// guarantee: a server (a CDN that replaced the object) may ignore it and answer `206` with the
+// new version's bytes. The `206` must carry the validator the partial file was made with, and a
+// `Content-Range` total equal to the length known for it; otherwise the partial is discarded and
+// the download starts over.
+
+@Suite("Resumed downloads never splice two files", .timeLimit(.minutes(3)))
+struct ResumeIntegrityTests {
+    /// The object's bytes in version `version`: the pattern from another offset each time.
+    static func content(version: Int, length: Int) -> Data {
+        BytePattern.data(offset: version * 7_919, count: length)
+    }
+
+    /// A server that ignores `If-Range`: it answers any `Range` with `206` and the current
+    /// version's bytes and validators. The first full answer stops after half the body.
+    final class LyingServer: Sendable {
+        let server: LoopbackServer
+        let version = Locked(1)
+        /// The current version's length (a new version may be longer).
+        let length = Locked(200_000)
+        let cutFirstFull = Locked(true)
+        /// Which validators the server sends: an ETag, a Last-Modified, or both.
+        let sendsETag: Bool
+        let sendsLastModified: Bool
+        /// An ETag that stays the same whatever the version (a broken origin).
+        let fixedETag: Bool
+
+        init(sendsETag: Bool = true, sendsLastModified: Bool = false, fixedETag: Bool = false) throws {
+            server = try LoopbackServer()
+            self.sendsETag = sendsETag
+            self.sendsLastModified = sendsLastModified
+            self.fixedETag = fixedETag
+            server.route("/object") { [self] request in
+                let version = self.version.current
+                let length = self.length.current
+                var headers: HTTPHeaders = ["Accept-Ranges": "bytes"]
+                if sendsETag { headers["ETag"] = fixedETag ? "\"v1\"" : "\"v\(version)\"" }
+                if sendsLastModified { headers["Last-Modified"] = "Mon, 0\(version) Jun 2026 10:00:00 GMT" }
+                let body = ResumeIntegrityTests.content(version: version, length: length)
+                if let range = request.headers["Range"], range.hasPrefix("bytes="),
+                   let start = Int(range.dropFirst(6).prefix { $0 != "-" }), start < length {
+                    headers["Content-Range"] = "bytes \(start)-\(length - 1)/\(length)"
+                    return HTTPResponse(status: 206, headers: headers, body: body.subdata(in: start..<length))
+                }
+                if self.cutFirstFull.withLock({ cut -> Bool in
+                    defer { cut = false }
+                    return cut
+                }) {
+                    headers["Content-Length"] = String(length)
+                    return .script([.write(HTTPResponse.rawHead(status: 200, headers: headers)),
+                                    .write(body.prefix(length / 2)), .close])
+                }
+                return HTTPResponse(status: 200, headers: headers, body: body)
+            }
+        }
+    }
+
+    /// Leaves half of version 1 on disk, then replaces the object.
+    static func leaveHalfOfVersion1(_ lying: LyingServer, at destination: URL, newLength: Int? = nil) async throws {
+        let first = DownloadOperation(url: lying.server.url("/object"), destination: destination)
+        first.configuration.retryPolicy = .none
+        await #expect(throws: FetchError.self) { try await first.run() }
+        #expect(DownloadOperation.fileSize(first.partialFileURL) == 100_000, "half of version 1 is kept")
+        lying.version.withLock { $0 = 2 }
+        if let newLength { lying.length.withLock { $0 = newLength } }
+    }
+
+    @Test func aResumeAnsweredWithAnotherETagStartsOver() async throws {
+        let lying = try LyingServer()
+        let directory = try TemporaryDirectory()
+        defer { lying.server.stop(); directory.remove() }
+        let destination = directory.file("object.bin")
+        try await Self.leaveHalfOfVersion1(lying, at: destination)
+
+        let second = DownloadOperation(url: lying.server.url("/object"), destination: destination)
+        try await second.run()
+        #expect(FileManager.default.contents(atPath: destination.path) == Self.content(version: 2, length: 200_000),
+                "the file is version 2, whole: never half of each")
+        let requests = lying.server.requests(path: "/object")
+        #expect(requests.count == 3)
+        #expect(requests[1].headers["If-Range"] == "\"v1\"")
+        #expect(requests[2].headers["Range"] == nil, "started over from byte 0")
+        #expect(second.partialFileNotices.map(\.reason) == [.changedOnServer])
+        #expect(!FileManager.default.fileExists(atPath: second.partialFileURL.path))
+    }
+
+    @Test func aResumeAnsweredWithAnotherLastModifiedStartsOver() async throws {
+        let lying = try LyingServer(sendsETag: false, sendsLastModified: true)
+        let directory = try TemporaryDirectory()
+        defer { lying.server.stop(); directory.remove() }
+        let destination = directory.file("object.bin")
+        try await Self.leaveHalfOfVersion1(lying, at: destination)
+
+        let second = DownloadOperation(url: lying.server.url("/object"), destination: destination)
+        try await second.run()
+        #expect(FileManager.default.contents(atPath: destination.path) == Self.content(version: 2, length: 200_000))
+        let requests = lying.server.requests(path: "/object")
+        #expect(requests.count == 3)
+        #expect(requests[1].headers["If-Range"] == "Mon, 01 Jun 2026 10:00:00 GMT")
+        #expect(requests[2].headers["Range"] == nil)
+    }
+
+    @Test func aResumeWhoseContentRangeTotalDiffersStartsOver() async throws {
+        // The same ETag, but the object is now longer: its Content-Range total gives it away.
+        let lying = try LyingServer(fixedETag: true)
+        let directory = try TemporaryDirectory()
+        defer { lying.server.stop(); directory.remove() }
+        let destination = directory.file("object.bin")
+        try await Self.leaveHalfOfVersion1(lying, at: destination, newLength: 250_000)
+
+        let second = DownloadOperation(url: lying.server.url("/object"), destination: destination)
+        try await second.run()
+        #expect(FileManager.default.contents(atPath: destination.path) == Self.content(version: 2, length: 250_000))
+        #expect(lying.server.requests(path: "/object").count == 3)
+        #expect(lying.server.requests(path: "/object").last?.headers["Range"] == nil)
+    }
+
+    @Test func aTruthfulResumeStillAppends() async throws {
+        let lying = try LyingServer()
+        let directory = try TemporaryDirectory()
+        defer { lying.server.stop(); directory.remove() }
+        let destination = directory.file("object.bin")
+        try await Self.leaveHalfOfVersion1(lying, at: destination)
+        lying.version.withLock { $0 = 1 }   // nothing changed after all
+
+        let second = DownloadOperation(url: lying.server.url("/object"), destination: destination)
+        try await second.run()
+        #expect(FileManager.default.contents(atPath: destination.path) == Self.content(version: 1, length: 200_000))
+        #expect(second.resumedBytes == 100_000)
+        #expect(lying.server.requests(path: "/object").count == 2)
+        #expect(second.partialFileNotices.isEmpty)
+    }
+
+    @Test func whereItCannotStartOverItFailsClearlyAndKeepsNoSplice() async throws {
+        // A download told not to start over fails, and says why.
+        let lying = try LyingServer()
+        let directory = try TemporaryDirectory()
+        defer { lying.server.stop(); directory.remove() }
+        let destination = directory.file("object.bin")
+        try await Self.leaveHalfOfVersion1(lying, at: destination)
+
+        let second = DownloadOperation(url: lying.server.url("/object"), destination: destination)
+        second.restartsWhenSourceChanges = false
+        await #expect(throws: FetchError.self) { try await second.run() }
+        guard case .invalidResponse(let failure)? = second.error, case .changedWhileResuming(let detail) = failure.reason else {
+            Issue.record("expected changedWhileResuming, got \(String(describing: second.error))")
+            return
+        }
+        #expect(detail.contains("\"v1\"") && detail.contains("\"v2\""), "\(detail)")
+        #expect(!FileManager.default.fileExists(atPath: destination.path))
+        #expect(!FileManager.default.fileExists(atPath: second.partialFileURL.path), "the old half is gone: nothing left to splice")
+        #expect(lying.server.requests(path: "/object").count == 2)
+    }
+}
