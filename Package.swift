@@ -23,7 +23,7 @@ let package = Package(
         // The in-tree HTTP/1.1 server on 127.0.0.1 that the tests, the demo and the benchmark
         // run against. A target, not a product: it is not part of FetchKit's public surface.
         .target(name: "LoopbackServer"),
-        .testTarget(name: "FetchKitTests", dependencies: ["FetchKit", "LoopbackServer", "RunLoopProbe", "DependencyProbe", "TLSProbe", "FramingProbe", "fetchkit", "fetchkit-bench", "CZlib"]),
+        .testTarget(name: "FetchKitTests", dependencies: ["FetchKit", "LoopbackServer", "RunLoopProbe", "DependencyProbe", "TLSProbe", "FramingProbe", "SubclassProbe", "fetchkit", "fetchkit-bench", "CZlib"]),
         // zlib, for the tests only: they compress real gzip streams (a bomb, a truncated body).
         // FetchKit itself needs no zlib: libcurl decodes content codings under URLSession.
         .systemLibrary(name: "CZlib", path: "Tests/CZlib", pkgConfig: "zlib", providers: [.apt(["zlib1g-dev"])]),
@@ -39,6 +39,10 @@ let package = Package(
         // Fetches one hostile response in a process of its own, through FetchKit or a plain
         // URLSession: where FoundationNetworking crashes on it, this process dies, not the tests.
         .executableTarget(name: "FramingProbe", dependencies: ["FetchKit", "LoopbackServer"], path: "Tests/FramingProbe"),
+        // Subclasses of each operation calling each of its initializers through `super`, as an
+        // endpoint author's module does: built with the tests, so an initializer that compiles
+        // across modules but does not link fails the build.
+        .executableTarget(name: "SubclassProbe", dependencies: ["FetchKit"], path: "Tests/SubclassProbe"),
         .testTarget(name: "LoopbackServerTests", dependencies: ["LoopbackServer"]),
         // The command-line downloader, and the offline demo it runs with no URL: `swift run fetchkit`.
         .executableTarget(name: "fetchkit", dependencies: ["FetchKit", "LoopbackServer"]),

@@ -34,7 +34,7 @@ func fail(_ message: String) -> Never {
 
 /// POST /login, answered when the test says (see `gate`).
 final class LogIn: FetchOperation<String>, @unchecked Sendable {
-    init(url: URL) {
+    override init(url: URL) {
         var request = URLRequest(url: url)
         request.httpMethod = "POST"
         request.httpBody = Data(#"{"user":"alice","password":"secret"}"#.utf8)

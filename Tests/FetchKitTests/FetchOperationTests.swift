@@ -333,7 +333,7 @@ struct FetchOperationTests {
     @Test func makeRequestBuildsTheRequestJustBeforeSending() async throws {
         final class Late: FetchOperation<Data>, @unchecked Sendable {
             let url: URL
-            init(url: URL) { self.url = url; super.init() }
+            override init(url: URL) { self.url = url; super.init() }
             override func makeRequest() throws -> URLRequest? {
                 var request = URLRequest(url: url)
                 request.setValue("built-late", forHTTPHeaderField: "X-Test")

@@ -157,3 +157,22 @@ struct ResumeIntegrityTests {
         #expect(lying.server.requests(path: "/object").count == 2)
     }
 }
+
+/// Every initializer of the three operation classes called through `super` from another module
+/// (`SubclassProbe`, which is built with the tests: a call that compiles but does not link
+/// fails the build before this runs).
+@Suite("Subclass initializers link from another module", .timeLimit(.minutes(1)))
+struct SubclassInitializerTests {
+    @Test func everyInitializerCalledThroughSuperWorks() async throws {
+        let (status, stdout, stderr) = try await runTool("SubclassProbe", [])
+        #expect(status == 0, "\(stderr)")
+        #expect(stdout.split(separator: "\n").map(String.init) == [
+            "GetUserByRequest https://api.example.com/v1/users/1",
+            "GetUser https://api.example.com/v1/users/2",
+            "GetFeed https://api.example.com/v1/feed",
+            "GetFeedByRequest https://api.example.com/v1/feed",
+            "GetArchive https://api.example.com/v1/archive.zip",
+            "GetArchiveByRequest https://api.example.com/v1/archive.zip",
+        ])
+    }
+}

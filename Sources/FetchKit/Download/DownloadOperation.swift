@@ -118,15 +118,26 @@ open class DownloadOperation: AnyFetchOperation, OutputProducing, @unchecked Sen
     ///     be a symbolic link or a directory.
     public init(request: URLRequest? = nil, destination: URL) {
         self.destination = destination.standardizedFileURL
-        let name = self.destination.lastPathComponent
-        partialStem = "." + SafeFileName.fitted(name, source: name, limit: SafeFileName.maximumPartialStemByteCount)
+        partialStem = Self.partialStem(of: self.destination)
         super.init(request: request)
         configuration.maximumResponseSize = Self.defaultMaximumDownloadSize
     }
 
     /// Creates a download of `url` to `destination`.
-    public convenience init(url: URL, destination: URL) {
-        self.init(request: URLRequest(url: url), destination: destination)
+    ///
+    /// A designated initializer, like ``init(request:destination:)``: a subclass's own
+    /// initializer may call either through `super`.
+    public init(url: URL, destination: URL) {
+        self.destination = destination.standardizedFileURL
+        partialStem = Self.partialStem(of: self.destination)
+        super.init(request: URLRequest(url: url))
+        configuration.maximumResponseSize = Self.defaultMaximumDownloadSize
+    }
+
+    /// `.<name>` of the destination's partial file and its record, shortened when long.
+    private static func partialStem(of destination: URL) -> String {
+        let name = destination.lastPathComponent
+        return "." + SafeFileName.fitted(name, source: name, limit: SafeFileName.maximumPartialStemByteCount)
     }
 
     /// Unavailable: a download needs a destination (``init(request:destination:)``).
@@ -148,7 +159,7 @@ open class DownloadOperation: AnyFetchOperation, OutputProducing, @unchecked Sen
     /// A server may ignore `If-Range` (a CDN that replaced the object) and answer the resume
     /// with `206` and the new version's bytes: FetchKit appends only to a `206` that carries
     /// the partial file's validator (its strong `ETag`, else its `Last-Modified`) and the same
-    /// total length in `Content-Range`. A start-over is an attempt of its own (``attempts``
+    /// total length in `Content-Range`. A start-over is an attempt of its own (``AnyFetchOperation/attempts``
     /// counts it, retry handlers hear it), not bounded by the retry policy: it asks for the
     /// whole file, which cannot be spliced. It is noted in ``partialFileNotices``
     /// (``PartialFileNotice/Reason/changedOnServer``). Set it before the operation starts;

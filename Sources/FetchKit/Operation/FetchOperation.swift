@@ -50,8 +50,11 @@ open class FetchOperation<Output: Sendable>: AnyFetchOperation, OutputProducing,
     }
 
     /// Creates an operation that GETs `url`.
-    public convenience init(url: URL) {
-        self.init(request: URLRequest(url: url))
+    ///
+    /// A designated initializer, like ``init(request:)``: a subclass's own initializer may
+    /// call either through `super`.
+    public init(url: URL) {
+        super.init(request: URLRequest(url: url))
     }
 
     /// Parses the body of a successful, validated response into the output. Override it.
@@ -174,11 +177,15 @@ open class JSONFetchOperation<Output: Decodable & Sendable>: FetchOperation<Outp
 
     /// Creates an operation that GETs `url` and decodes the body as `Output`.
     ///
+    /// A designated initializer, like ``init(request:decoder:)``: a subclass's own initializer
+    /// may call either through `super`.
+    ///
     /// - Parameters:
     ///   - url: The URL to get.
     ///   - decoder: The decoder to use. Default: a `JSONDecoder()` with its default strategies.
-    public convenience init(url: URL, decoder: JSONDecoder = JSONDecoder()) {
-        self.init(request: URLRequest(url: url), decoder: decoder)
+    public init(url: URL, decoder: JSONDecoder = JSONDecoder()) {
+        self.decoder = decoder
+        super.init(request: URLRequest(url: url))
     }
 
     /// Decodes the body as `Output` with ``decoder``.
