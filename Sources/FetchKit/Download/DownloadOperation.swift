@@ -327,13 +327,28 @@ open class DownloadOperation: AnyFetchOperation, OutputProducing, @unchecked Sen
         return request
     }
 
+    /// The destination is free before Foundation hears that the download finished: a
+    /// dependent download to the same file starts then.
+    override func willAnnounceFinished() {
+        letGoOfDestination()
+    }
+
     override func finishedBeforeCompletions() {
-        let (letGo, succeeded) = downloadState.withLock { state in
-            defer { state.letGo = nil; state.succeeded = nil }
-            return (state.letGo, state.succeeded)
+        // Already let go of, unless the operation finished without announcing it.
+        letGoOfDestination()
+        let succeeded = downloadState.withLock { state in
+            defer { state.succeeded = nil }
+            return state.succeeded
+        }
+        if error == nil { succeeded?() }
+    }
+
+    private func letGoOfDestination() {
+        let letGo = downloadState.withLock { state in
+            defer { state.letGo = nil }
+            return state.letGo
         }
         letGo?(self)
-        if error == nil { succeeded?() }
     }
 
     /// Runs `body` when the download succeeds, before any completion handler (a

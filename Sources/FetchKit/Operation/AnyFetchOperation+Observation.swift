@@ -129,6 +129,9 @@ extension AnyFetchOperation {
                 // Before anyone hears of it and frees the operation, while a dependency still
                 // holds a pointer to it.
                 leaveDependencies(super.dependencies, onlyIfUnfinished: true) { super.removeDependency($0) }
+                // What it holds that a dependent may need (a download's destination): an
+                // OperationQueue starts the dependents as it hears this.
+                willAnnounceFinished()
                 willChangeValue(forKey: "isFinished")
                 didChangeValue(forKey: "isFinished")
             case .ready, .cancelled:

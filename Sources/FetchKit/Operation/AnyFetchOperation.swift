@@ -326,6 +326,10 @@ open class AnyFetchOperation: Operation, @unchecked Sendable {
     /// lets go of its destination here, so that whoever a handler tells of the end finds it so.
     func finishedBeforeCompletions() {}
 
+    /// Called once the operation is finished, right before Foundation hears `isFinished`: lets
+    /// go of what a dependent may need. Does nothing here.
+    func willAnnounceFinished() {}
+
     /// Where the body goes: memory here; a download writes a file. Called once per transfer.
     func makeBodySink() -> any ResponseBodySink {
         MemoryBodySink(limit: maximumResponseSize)
