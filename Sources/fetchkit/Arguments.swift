@@ -1,12 +1,26 @@
 import FetchKit
 import Foundation
 
-/// The command line: `fetchkit [URL ...] [-i FILE] [options]` (see ``usage``).
+/// The command line: `fetchkit [URL ...] [-i FILE] [options]`, or `fetchkit demo` (see ``usage``).
 struct Options: Equatable {
     /// The downloads, in the order given: the URLs on the command line and in `-i` lists.
     var entries: [InputList.Entry] = []
     var urls: [URL] { entries.map(\.url) }
     var outputDirectory = URL(fileURLWithPath: FileManager.default.currentDirectoryPath)
+    /// The one download's file name in ``outputDirectory`` (`-o FILE`, as curl and aria2c
+    /// take it: a relative path is in the `-d` directory, as aria2c reads it); `nil` to name it
+    /// from its URL.
+    var outputName: String?
+    /// `fetchkit demo`: the offline demo.
+    var runsDemo = false
+    /// `-u user:password`: answers the server's HTTP Basic challenge (a 401), for the hosts of
+    /// the URLs given only. Never printed (see ``Credentials/description``).
+    var credentials: Credentials?
+    /// `--cacert FILE`: the CAs trusted besides the system's.
+    var trust = TrustSettings()
+    /// `--pinnedpubkey sha256//BASE64[;sha256//...]`: the keys the hosts of the URLs given must
+    /// present one of over HTTPS (checked here; pinned per host by the downloader).
+    var pinnedKeys: [String] = []
     var parallel = 4
     var perHost = 2
     var retries = 2
@@ -49,6 +63,14 @@ struct Options: Equatable {
         case verbose
     }
 
+    /// `-u user:password`. Its description never holds the password.
+    struct Credentials: Equatable, CustomStringConvertible, CustomDebugStringConvertible {
+        let user: String
+        let password: String
+        var description: String { "REDACTED" }
+        var debugDescription: String { description }
+    }
+
     /// A request header from `-H 'Name: value'` or `-A`.
     struct Header: Equatable {
         let name: String
@@ -56,28 +78,34 @@ struct Options: Equatable {
     }
 
     /// The usage's first line, which follows a usage error.
-    static let synopsis = "usage: fetchkit [URL ...] [-i FILE] [options]"
+    static let synopsis = "usage: fetchkit [URL ...] [-i FILE] [options] | fetchkit demo"
 
     static let usage = """
     \(synopsis)
 
-    Downloads the URLs concurrently with FetchKit. With no argument at all, runs an offline
-    demo: a local server on 127.0.0.1 serves sample RSS feeds, and FetchKit refreshes them all.
-    Options without a URL (fetchkit -o DIR, as an empty xargs runs it) are a usage error.
-    Options that take a value accept it as the next argument or after '=' (--retry=3);
-    one-letter options bundle and take a value attached, as in wget and curl (-qJ, -oDIR).
+    Downloads the URLs concurrently with FetchKit. fetchkit demo runs an offline demo: a
+    local server on 127.0.0.1 serves sample RSS feeds, and FetchKit refreshes them all.
+    No argument at all, or options without a URL (fetchkit -d DIR, as an empty xargs runs
+    it), is a usage error, as in curl and wget. Options that take a value accept it as the
+    next argument or after '=' (--retry=3); one-letter options bundle and take a value
+    attached, as in wget and curl (-qJ, -dDIR, -sSL). A mistyped option names the closest.
 
     what to download:
       -i, --input-file FILE  read URLs from FILE ('-' for standard input): one a line,
                            optionally followed by 'sha256:' and the file's 64 hex digits;
                            blank lines and lines starting with '#' are skipped. A bad line
                            stops the run before anything is downloaded (exit 2)
-      -o, --output DIR     directory to save into (default: the current directory;
-                           also -P, --directory-prefix as in wget, -d, --dir as in aria2c).
+      -d, --directory DIR  directory to save into (default: the current directory;
+                           also -P, --directory-prefix as in wget, --dir as in aria2c).
                            Each file is named after the last part of its URL's path, made
                            safe (no '/', control characters or leading dot); a URL whose
-                           path ends in '/' is saved as index.html, as wget does. A name
-                           given twice in one run gets -1, -2... before its extension
+                           path ends in '/' is saved as index.html, as wget does (-O,
+                           --remote-name, as curl says it: the default). A name given
+                           twice in one run gets -1, -2... before its extension
+      -o, --output FILE    save the one download as FILE, as curl and aria2c do (a
+                           relative FILE is in the -d directory); only with exactly one
+                           URL. It wins over --content-disposition. (Earlier versions
+                           took -o as the directory: that is -d now)
       --content-disposition  name each file as the server's Content-Disposition header
                            says (filename*= or filename=), made safe as names from URLs
                            are; without one, the URL's name. A name already taken in DIR
@@ -86,7 +114,9 @@ struct Options: Equatable {
                            (interrupted, killed, or failed): each run keeps the list of
                            its unfinished downloads in DIR/.fetchkit-journal.json, and
                            each resumes its partial file. A URL that holds a password or
-                           token is not kept there: give it again
+                           token is not kept there: give it again. curl's -C - is
+                           the same (any other -C offset is refused: each download
+                           resumes its own partial file)
       --force              replace files that are already in DIR (default: a file
                            already there is kept, like wget --no-clobber, and the
                            server is asked whether its copy changed since the file's
@@ -96,7 +126,8 @@ struct Options: Equatable {
                            --summary-interval elsewhere)
 
     how:
-      --parallel N         downloads at once, overall (default 4); at most what the
+      --parallel N         downloads at once, overall (default 4; also -j,
+                           --max-concurrent-downloads as in aria2c); at most what the
                            open-file limit (ulimit -n) has room for, which it says
       --per-host N         downloads at once to one host (default 2)
       --retry N            retries per download after a transient failure (default 2)
@@ -126,13 +157,33 @@ struct Options: Equatable {
                            the same name replaces an earlier one). Names are HTTP tokens;
                            values may not hold control characters
       -A, --user-agent TEXT  the User-Agent to send (default: fetchkit/\(Version.current))
+      -u, --user USER:PASSWORD  answer a server's HTTP Basic challenge (a 401) with
+                           these credentials, as wget does: only for the hosts of the
+                           URLs given, never after a redirect to another host, never
+                           printed, never kept in the journal (give -u again with -c).
+                           Basic sends the password merely encoded: use HTTPS. (Not with
+                           --cacert or --pinnedpubkey on Linux, where FoundationNetworking
+                           answers a challenge on a connection FetchKit cannot set them on)
+      --cacert FILE        also trust the CA certificates in this PEM file (a private CA),
+                           besides the system's; verification always stays on
+      --pinnedpubkey sha256//BASE64[;sha256//BASE64...]
+                           over HTTPS, the hosts of the URLs given must present one of
+                           these public keys (base64 SHA-256 of the key's DER, curl's
+                           syntax; a key file is not taken), on top of a valid chain; a
+                           mismatch fails before the request is sent. A host a redirect
+                           leads to is not pinned
+      -L, --location       accepted for curl's sake: redirects are always followed (at
+                           most 10; HTTPS to HTTP is refused)
+      -f, --fail, -S, --show-error  accepted for curl's sake: an HTTP error status is
+                           always a failure, and always shown
 
     output:
       --json               one JSON object per file on standard output, as it ends:
                            url (redacted), path, bytes, status (HTTP), sha256 (when
                            checked), seconds, result, error (a class below) and message;
                            the human output goes to standard error
-      -q, --quiet          print nothing but one line per failed file (standard error)
+      -q, --quiet          print nothing but one line per failed file (standard error;
+                           also -s, --silent as in curl)
       -v, --verbose        also print each request's headers (secrets redacted), each
                            redirect followed (its status, the Location it leads to and
                            the request that follows, secrets redacted) and each
@@ -165,14 +216,22 @@ struct Options: Equatable {
         }
     }
 
-    /// The one-letter options that take a value: in a bundle (`-qo DIR`) only the last may, and
-    /// one may have its value attached (`-oDIR`, `-m30`), as getopt reads them for wget and curl.
-    static let shortOptionsTakingValue: Set<Character> = ["i", "o", "P", "d", "m", "H", "A"]
+    /// The one-letter options that take a value: in a bundle (`-qd DIR`) only the last may, and
+    /// one may have its value attached (`-dDIR`, `-m30`), as getopt reads them for wget and curl.
+    static let shortOptionsTakingValue: Set<Character> = ["i", "o", "P", "d", "m", "H", "A", "C", "j", "u"]
 
     static func parse(_ arguments: [String]) throws(UsageError) -> Options {
         // Bundles are taken apart in place: `-qcJ` is read as `-q`, then `-cJ`, then `-J`.
         var arguments = arguments
         var options = Options()
+        // As curl and wget: a bare `fetchkit` (an empty `xargs`) is an error, not a demo.
+        if arguments.isEmpty {
+            throw UsageError.line("no URL to download; fetchkit demo runs the offline demo")
+        }
+        if arguments == ["demo"] {
+            options.runsDemo = true
+            return options
+        }
         var index = 0
         var onlyURLs = false
         /// The value after `=` in `--name=value`.
@@ -232,9 +291,39 @@ struct Options: Equatable {
                 onlyURLs = true
             case "-i", "--input-file":
                 options.entries += try InputList.read(try value(for: argument))
-            case "-o", "--output", "-P", "--directory-prefix", "-d", "--dir":
+            case "-o", "--output":
+                let name = try value(for: argument)
+                guard name != "-" else {
+                    throw UsageError(description: "\(argument) -: writing to standard output is not supported; give a file name")
+                }
+                let last = name.split(separator: "/").last.map(String.init) ?? ""
+                guard !name.hasSuffix("/"), !last.isEmpty, last != ".", last != ".." else {
+                    throw UsageError(description: "\(argument) names the file to save; the directory is -d DIR")
+                }
+                options.outputName = name
+            case "-d", "--directory", "--dir", "-P", "--directory-prefix":
                 options.outputDirectory = URL(fileURLWithPath: try value(for: argument), isDirectory: true)
-            case "--parallel":
+            case "-O", "--remote-name", "-L", "--location", "-f", "--fail", "-S", "--show-error":
+                // curl's habits: the remote name is the default, redirects are followed, an
+                // HTTP error is a failure and is shown, all without being asked.
+                break
+            case "-C", "--continue-at":
+                guard try value(for: argument) == "-" else {
+                    throw UsageError(description: "\(argument) takes only '-' (-C -, the same as -c): each download resumes its own partial file")
+                }
+                options.continues = true
+            case "-u", "--user":
+                options.credentials = try credentials(try value(for: argument), option: argument)
+            case "--cacert":
+                let path = try value(for: argument)
+                do {
+                    try options.trust.addCertificateAuthorities(contentsOf: URL(fileURLWithPath: path))
+                } catch {
+                    throw UsageError(description: "\(argument): \(Terminal.sanitized(error.description))")
+                }
+            case "--pinnedpubkey":
+                options.pinnedKeys += try pins(try value(for: argument))
+            case "--parallel", "-j", "--max-concurrent-downloads":
                 options.parallel = try count(for: argument)
             case "--per-host":
                 options.perHost = try count(for: argument)
@@ -272,7 +361,7 @@ struct Options: Equatable {
                 options.contentDisposition = true
             case "--json":
                 options.json = true
-            case "-q", "--quiet":
+            case "-q", "--quiet", "-s", "--silent":
                 options.verbosity = .quiet
             case "-v", "--verbose":
                 options.verbosity = .verbose
@@ -291,7 +380,8 @@ struct Options: Equatable {
             case "-h", "--help":
                 options.showHelp = true
             default:
-                throw UsageError(description: "unknown option '\(shown(argument))'")
+                let closest = OptionSuggestion.closest(to: argument, among: Self.longOptions).map { "; did you mean \($0)?" } ?? ""
+                throw UsageError(description: "unknown option \(shown(argument))\(closest)")
             }
             if inlineValue != nil {
                 throw UsageError(description: "\(argument) takes no value")
@@ -303,11 +393,28 @@ struct Options: Equatable {
             }
         }
         if options.showHelp || options.showVersion { return options }
-        // `fetchkit -o dir` from an empty `xargs`, or a script whose URL list came out empty:
-        // an error, not the demo (which runs with no argument at all).
-        if options.entries.isEmpty, !arguments.isEmpty, !options.continues {
-            throw UsageError(description: "no URL to download (fetchkit with no argument at all runs the offline demo)")
+        // `fetchkit -d dir` from an empty `xargs`, or a script whose URL list came out empty.
+        if options.entries.isEmpty, !options.continues {
+            throw UsageError(description: "no URL to download (fetchkit demo runs the offline demo)")
         }
+        if let name = options.outputName {
+            guard options.entries.count == 1 else {
+                throw UsageError(description: "-o names the file of one download: give exactly one URL, not \(options.entries.count) "
+                    + "(-d DIR saves several into a directory)")
+            }
+            // As aria2c reads `-d DIR -o NAME`: a relative name is in the directory.
+            let file = name.hasPrefix("/") ? URL(fileURLWithPath: name) : options.outputDirectory.appendingPathComponent(name)
+            options.outputDirectory = file.deletingLastPathComponent()
+            options.outputName = file.lastPathComponent
+            // The name given wins over the server's.
+            options.contentDisposition = false
+        }
+        #if canImport(FoundationNetworking)
+        if options.credentials != nil, !options.trust.isEmpty || !options.pinnedKeys.isEmpty {
+            throw UsageError(description: "-u cannot go with --cacert or --pinnedpubkey on Linux: FoundationNetworking answers "
+                + "the server's challenge on a connection FetchKit cannot set them on (send -H 'Authorization: ...' instead)")
+        }
+        #endif
         if let digest = options.sha256 {
             guard options.entries.count == 1 else {
                 throw UsageError(description: "--sha256 checks one download: give exactly one URL, not \(options.entries.count) (an -i list takes a sha256: on each line)")
@@ -319,6 +426,49 @@ struct Options: Equatable {
         }
         return options
     }
+
+    /// The credentials of `-u user:password`. Neither part is ever echoed: a message names
+    /// what is missing, not what was given.
+    static func credentials(_ text: String, option: String) throws(UsageError) -> Credentials {
+        guard let colon = text.firstIndex(of: ":") else {
+            throw UsageError(description: "\(option) needs user:password (fetchkit does not ask for the password)")
+        }
+        let user = String(text[..<colon])
+        let password = String(text[text.index(after: colon)...])
+        guard !user.isEmpty, !password.isEmpty else {
+            throw UsageError(description: "\(option) needs user:password, both not empty")
+        }
+        guard isValidHeaderValue(text) else {
+            throw UsageError(description: "\(option): the credentials hold a control character (CR, LF, NUL...)")
+        }
+        return Credentials(user: user, password: password)
+    }
+
+    /// The pins of `--pinnedpubkey sha256//BASE64[;sha256//BASE64...]`, as curl writes them,
+    /// each checked to be the base64 of 32 bytes.
+    static func pins(_ text: String) throws(UsageError) -> [String] {
+        let pins = text.split(separator: ";", omittingEmptySubsequences: false).map { $0.trimmingCharacters(in: .whitespaces) }
+        guard pins.allSatisfy({ $0.lowercased().hasPrefix("sha256//") }) else {
+            throw UsageError(description: "--pinnedpubkey takes sha256//BASE64 pins separated by ';', not a key file")
+        }
+        do {
+            var check = TrustSettings()
+            try check.pinPublicKeys(pins, forHost: "pinned.invalid")
+        } catch {
+            throw UsageError(description: "--pinnedpubkey: " + (pins.count == 1 ? "the pin" : "a pin")
+                + " is not sha256// and the base64 of a SHA-256 digest (44 characters, 32 bytes)")
+        }
+        return pins
+    }
+
+    /// Every long option, for ``OptionSuggestion`` to find the one meant.
+    static let longOptions = [
+        "--input-file", "--output", "--directory", "--directory-prefix", "--dir", "--remote-name", "--content-disposition",
+        "--continue", "--continue-at", "--force", "--parallel", "--max-concurrent-downloads", "--per-host", "--retry",
+        "--timeout", "--read-timeout", "--max-time", "--connect-timeout", "--max-size", "--limit-rate", "--sha256", "--header",
+        "--user-agent", "--user", "--cacert", "--pinnedpubkey", "--location", "--fail", "--show-error", "--json", "--quiet",
+        "--silent", "--verbose", "--summary-interval", "--version", "--help",
+    ]
 
     /// `text` as a URL to download: `http` or `https`, with a host; `nil` otherwise.
     static func httpURL(_ text: String) -> URL? {

@@ -105,6 +105,10 @@ final class Downloader: @unchecked Sendable {
     /// The output directory's list of unfinished downloads (``DownloadJournal``), if this run
     /// could take it (another fetchkit in the same directory may hold it).
     private var journal: DownloadJournal?
+    /// The session with `--cacert` and `--pinnedpubkey`, if they were given.
+    private var session: FetchSession?
+    /// `-u`, for the hosts of this run's URLs.
+    private var credentials: CredentialProvider?
 
     /// How many of the questions about files already there the server answered (on the display
     /// queue; see ``awaitAnswers(_:files:names:)``).
@@ -143,13 +147,24 @@ final class Downloader: @unchecked Sendable {
                 + Terminal.sanitized(error.localizedDescription))
             return ExitStatus.fileSystem.rawValue
         }
-        let names = Self.fileNames(for: options.urls)
+        var names = Self.fileNames(for: options.urls)
+        // `-o FILE`: the one download's name, as given.
+        if let name = options.outputName, names.count == 1 { names = [name] }
         items = zip(options.entries, names).map { Item(url: $0.url, destination: directory.appendingPathComponent($1), sha256: $0.sha256) }
         guard let restored = openJournal(in: directory) else { return ExitStatus.fileSystem.rawValue }
         items += restored
         if items.isEmpty {
             display.header("Nothing to continue in \(Terminal.sanitized(directory.path))")
             return ExitStatus.success.rawValue
+        }
+        guard makeSession() else {
+            closeJournal(directory)
+            return ExitStatus.usage.rawValue
+        }
+        if let given = options.credentials {
+            let credential = URLCredential(user: given.user, password: given.password, persistence: .none)
+            let hosts = Set(items.compactMap { $0.url.host?.lowercased() })
+            credentials = .perHost(Dictionary(uniqueKeysWithValues: hosts.map { ($0, credential) }))
         }
         // Like wget --no-clobber: a file already there is kept, not replaced, unless --force;
         // the server is asked whether its copy changed (see ExistingFile).
@@ -187,6 +202,31 @@ final class Downloader: @unchecked Sendable {
         }
     }
 
+    /// The session for `--cacert` and `--pinnedpubkey` (each pin for every host of this run's
+    /// URLs), if they were given; `false`, having said why, when it cannot be made.
+    private func makeSession() -> Bool {
+        var trust = options.trust
+        do {
+            if !options.pinnedKeys.isEmpty {
+                for host in Set(items.compactMap { $0.url.host }) {
+                    try trust.pinPublicKeys(options.pinnedKeys, forHost: host)
+                }
+            }
+            if !trust.isEmpty { session = try FetchSession(trust: trust) }
+            return true
+        } catch {
+            Terminal.error("fetchkit: --cacert/--pinnedpubkey: \(Terminal.sanitized(error.description))")
+            return false
+        }
+    }
+
+    /// What every fetch of this run shares: the session of `--cacert` and `--pinnedpubkey`,
+    /// and the credentials of `-u`.
+    private func configure(_ configuration: inout FetchConfiguration) {
+        if let session { configuration.session = session }
+        configuration.credentials = credentials
+    }
+
     /// Marks every file already there as kept, and asks the server of each, at once (bounded
     /// by the queue), whether its copy differs: a conditional `HEAD` (``ExistingFile``).
     ///
@@ -210,6 +250,7 @@ final class Downloader: @unchecked Sendable {
             checks.append((index, ExistingFile.check(request(for: items[index].url), against: file,
                                                            timeout: options.timeout, connectTimeout: options.connectTimeout), file))
         }
+        for head in checks.map(\.check) + nameQuestions.map(\.question) { configure(&head.configuration) }
         awaitAnswers(checks.map(\.check) + nameQuestions.map(\.question), files: checks.count, names: nameQuestions.count)
         for entry in checks {
             items[entry.index].verdict = ExistingFile.verdict(of: entry.check, for: entry.file)
@@ -389,6 +430,7 @@ final class Downloader: @unchecked Sendable {
 
     private func makeDownload(_ index: Int) -> DownloadOperation {
         let download = DownloadOperation(request: request(for: items[index].url), destination: items[index].destination)
+        configure(&download.configuration)
         download.configuration.idleTimeout = options.timeout
         download.configuration.totalTimeout = options.maxTime
         download.configuration.connectTimeout = options.connectTimeout
@@ -511,7 +553,7 @@ final class Downloader: @unchecked Sendable {
             try? FileManager.default.removeItem(at: journal.fileURL)
         } else if options.verbosity != .quiet {
             display.header("\(left) unfinished download\(left == 1 ? "" : "s") listed in \(Terminal.sanitized(journal.fileURL.path)): "
-                + "fetchkit -c -o \(Terminal.sanitized(directory.path)) continues \(left == 1 ? "it" : "them")")
+                + "fetchkit -c -d \(Terminal.sanitized(directory.path)) continues \(left == 1 ? "it" : "them")")
         }
         self.journal = nil
     }

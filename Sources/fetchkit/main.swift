@@ -1,6 +1,6 @@
-// fetchkit: download URLs concurrently with FetchKit, or, with no URL, run an offline demo.
+// fetchkit: download URLs concurrently with FetchKit, or run an offline demo.
 //
-//   swift run fetchkit                                   the demo (no network needed)
+//   swift run fetchkit demo                              the demo (no network needed)
 //   swift run fetchkit URL... [-i FILE] [options]        see `fetchkit --help`
 //
 // Exit status (ExitStatus.swift, one code per failure class): 0 when every download succeeded,
@@ -40,7 +40,7 @@ if options.showVersion {
     print("fetchkit \(Version.current)")
     exit(ExitStatus.success.rawValue)
 }
-if options.urls.isEmpty && !options.continues { exit(Demo.run()) }
+if options.runsDemo { exit(Demo.run()) }
 // No more downloads at once than the open-file limit has room for: past it, each one more fails
 // with "Too many open files" (see OpenFileLimit).
 let fit = OpenFileLimit.downloadsThatFit()

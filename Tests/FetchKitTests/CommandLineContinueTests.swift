@@ -65,7 +65,7 @@ struct CommandLineContinueTests {
         for run in 0..<8 {
             let directory = try TemporaryDirectory()
             defer { directory.remove() }
-            let arguments = urls + ["-o", directory.url.path, "--parallel", "4", "--per-host", "4"]
+            let arguments = urls + ["-d", directory.url.path, "--parallel", "4", "--per-host", "4"]
             let requestsBefore = server.requestsReceived
             let child = try ChildProcess("fetchkit", arguments)
             // A random moment: on even runs, up to the whole run's length (about 0.4 s) from the
@@ -89,7 +89,7 @@ struct CommandLineContinueTests {
             if killed && !listedAtKill.isEmpty { interrupted += 1 }
 
             // What the journal lists comes back whole with -c alone.
-            let continued = try await runTool("fetchkit", ["-c", "-o", directory.url.path])
+            let continued = try await runTool("fetchkit", ["-c", "-d", directory.url.path])
             #expect(continued.status == 0, "run \(run): \(continued.stdout)\(continued.stderr)")
             for name in listedAtKill {
                 let index = try #require(Int(name), "run \(run): a name fetchkit did not give: \(name)")
@@ -112,7 +112,7 @@ struct CommandLineContinueTests {
     @Test func continueWithNothingToContinueIsNotADemo() async throws {
         let directory = try TemporaryDirectory()
         defer { directory.remove() }
-        let result = try await runTool("fetchkit", ["-c", "-o", directory.url.path])
+        let result = try await runTool("fetchkit", ["-c", "-d", directory.url.path])
         #expect(result.status == 0, "\(result.stdout)\(result.stderr)")
         #expect(result.stdout.contains("Nothing to continue"), "\(result.stdout)")
         #expect(try FileManager.default.contentsOfDirectory(atPath: directory.url.path).isEmpty)
@@ -124,11 +124,11 @@ struct CommandLineContinueTests {
         defer { server.stop(); directory.remove() }
         // A download that fails for now (503) stays listed; its URL holds a token.
         let url = server.url("/status/503?token=s3cr3tvalue").absoluteString
-        let first = try await runTool("fetchkit", [url, "-o", directory.url.path, "--retry", "0"])
+        let first = try await runTool("fetchkit", [url, "-d", directory.url.path, "--retry", "0"])
         #expect(first.status == 8, "\(first.stdout)\(first.stderr)")
         let journal = try #require(FileManager.default.contents(atPath: directory.file(".fetchkit-journal.json").path))
         #expect(!String(decoding: journal, as: UTF8.self).contains("s3cr3tvalue"))
-        let continued = try await runTool("fetchkit", ["-c", "-o", directory.url.path])
+        let continued = try await runTool("fetchkit", ["-c", "-d", directory.url.path])
         #expect(continued.stderr.contains("give it again"), "\(continued.stderr)")
         #expect(!continued.stderr.contains("s3cr3tvalue") && !continued.stdout.contains("s3cr3tvalue"))
     }

@@ -20,7 +20,7 @@ struct CommandLineDigestTests {
         let directory = try TemporaryDirectory()
         defer { server.stop(); directory.remove() }
         let hex = try await sha256sum(of: BytePattern.data(offset: 0, count: 100_003), in: directory)
-        let result = try await runTool("fetchkit", [server.url("/bytes/100003").absoluteString, "-o", directory.url.path,
+        let result = try await runTool("fetchkit", [server.url("/bytes/100003").absoluteString, "-d", directory.url.path,
                                                     "--sha256", hex.uppercased()])
         #expect(result.status == 0, "\(result.stdout)\(result.stderr)")
         #expect(FileManager.default.contents(atPath: directory.file("100003").path) == BytePattern.data(offset: 0, count: 100_003))
@@ -32,7 +32,7 @@ struct CommandLineDigestTests {
         defer { server.stop(); directory.remove() }
         let actual = try await sha256sum(of: BytePattern.data(offset: 0, count: 100_003), in: directory)
         let wrong = String(repeating: "0", count: 64)
-        let result = try await runTool("fetchkit", [server.url("/bytes/100003").absoluteString, "-o", directory.url.path,
+        let result = try await runTool("fetchkit", [server.url("/bytes/100003").absoluteString, "-d", directory.url.path,
                                                     "--sha256", wrong])
         #expect(result.status == 9, "ExitStatus.checksum")
         // The file's line, as every failure has one (the summary repeats it with the URL).

@@ -23,7 +23,7 @@ struct CommandLineExistingFileTests {
         try mine.write(to: directory.file("hello.txt"))
 
         let result = try await runTool("fetchkit", [server.url("/hello.txt").absoluteString, server.url("/bytes/100").absoluteString,
-                                                    "-o", directory.url.path])
+                                                    "-d", directory.url.path])
 
         #expect(result.status == 0, "\(result.stdout)\(result.stderr)")
         #expect(FileManager.default.contents(atPath: directory.file("hello.txt").path) == mine, "replaced without --force")
@@ -41,7 +41,7 @@ struct CommandLineExistingFileTests {
         server.route("/hello.txt") { _ in .text("from the server") }
         try Data("old".utf8).write(to: directory.file("hello.txt"))
 
-        let result = try await runTool("fetchkit", [server.url("/hello.txt").absoluteString, "-o", directory.url.path, "--force"])
+        let result = try await runTool("fetchkit", [server.url("/hello.txt").absoluteString, "-d", directory.url.path, "--force"])
 
         #expect(result.status == 0, "\(result.stdout)\(result.stderr)")
         #expect(FileManager.default.contents(atPath: directory.file("hello.txt").path) == Data("from the server".utf8))
@@ -52,7 +52,7 @@ struct CommandLineExistingFileTests {
         let server = try LoopbackServer()
         let directory = try TemporaryDirectory()
         defer { server.stop(); directory.remove() }
-        let arguments = [server.url("/bytes/20000").absoluteString, "-o", directory.url.path]
+        let arguments = [server.url("/bytes/20000").absoluteString, "-d", directory.url.path]
         let first = try await runTool("fetchkit", arguments)
         let second = try await runTool("fetchkit", arguments)
         #expect(first.status == 0 && second.status == 0, "\(first.stdout)\(second.stdout)")
@@ -81,7 +81,7 @@ struct CommandLineExistingFileTests {
             }
             return HTTPResponse.text("version of \(current)").with(header: "Last-Modified", current)
         }
-        let arguments = [server.url("/dated.txt").absoluteString, "-o", directory.url.path]
+        let arguments = [server.url("/dated.txt").absoluteString, "-d", directory.url.path]
         let first = try await runTool("fetchkit", arguments)
         let file = directory.file("dated.txt")
         let original = try #require(FileManager.default.contents(atPath: file.path), "\(first.stdout)")

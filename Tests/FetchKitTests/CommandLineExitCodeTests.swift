@@ -15,7 +15,7 @@ struct CommandLineExitCodeTests {
         let port = try ClosedPort()
         defer { server.stop(); directory.remove(); _ = port }
         let urls = paths.map { $0.hasPrefix("closed:") ? "http://127.0.0.1:\(port.port)/\($0.dropFirst(7))" : server.url($0).absoluteString }
-        let result = try await runTool("fetchkit", urls + ["-o", directory.url.path, "--retry", "0"] + flags)
+        let result = try await runTool("fetchkit", urls + ["-d", directory.url.path, "--retry", "0"] + flags)
         return (result.status, result.stdout + result.stderr)
     }
 
@@ -40,7 +40,7 @@ struct CommandLineExitCodeTests {
         let port = try SilentPort(.connectStalls)
         let directory = try TemporaryDirectory()
         defer { directory.remove() }
-        let result = try await runTool("fetchkit", [port.url("/file").absoluteString, "-o", directory.url.path, "--retry", "0",
+        let result = try await runTool("fetchkit", [port.url("/file").absoluteString, "-d", directory.url.path, "--retry", "0",
                                                     "--timeout", "60", "--connect-timeout", "0.3"])
         let output = result.stdout + result.stderr
         #expect(result.status == ExitStatus.network.rawValue, "\(output)")
@@ -85,7 +85,7 @@ struct CommandLineExitCodeTests {
         let directory = try TemporaryDirectory()
         defer { directory.remove() }
         try Data("a file".utf8).write(to: directory.file("plain"))
-        let result = try await runTool("fetchkit", ["http://127.0.0.1:9/a", "-o", directory.file("plain/sub").path])
+        let result = try await runTool("fetchkit", ["http://127.0.0.1:9/a", "-d", directory.file("plain/sub").path])
         #expect(result.status == ExitStatus.fileSystem.rawValue, "\(result)")
         #expect(ExitStatus.fileSystem.rawValue == 3)
     }

@@ -30,7 +30,7 @@ struct CommandLineFlagsTests {
         \(server.url(hostile).absoluteString) sha256:\(hex)
         \(server.url("/status/404").absoluteString)
         """
-        let result = try await runTool("fetchkit", ["--json", "-i", "-", "-o", directory.url.path], input: Data(list.utf8))
+        let result = try await runTool("fetchkit", ["--json", "-i", "-", "-d", directory.url.path], input: Data(list.utf8))
         #expect(result.status == ExitStatus.someFailed.rawValue, "\(result)")
         let objects = try jsonLines(result.stdout)
         #expect(objects.count == 2, "one line per file: \(result.stdout)")
@@ -60,7 +60,7 @@ struct CommandLineFlagsTests {
         defer { server.stop(); directory.remove() }
         try Data("mine".utf8).write(to: directory.file("300"))
         let result = try await runTool("fetchkit", [server.url("/bytes/300").absoluteString, server.url("/bytes/400").absoluteString,
-                                                    "--json", "-q", "-o", directory.url.path])
+                                                    "--json", "-q", "-d", directory.url.path])
         #expect(result.status == 0, "\(result)")
         #expect(result.stderr.isEmpty, "\(result.stderr)")
         let objects = try jsonLines(result.stdout)
@@ -72,10 +72,10 @@ struct CommandLineFlagsTests {
         let server = try LoopbackServer()
         let directory = try TemporaryDirectory()
         defer { server.stop(); directory.remove() }
-        let ok = try await runTool("fetchkit", [server.url("/bytes/100").absoluteString, "-q", "-o", directory.url.path])
+        let ok = try await runTool("fetchkit", [server.url("/bytes/100").absoluteString, "-q", "-d", directory.url.path])
         #expect(ok == (0, "", ""), "\(ok)")
         #expect(FileManager.default.fileExists(atPath: directory.file("100").path))
-        let failed = try await runTool("fetchkit", [server.url("/status/500?sig=hunter22").absoluteString, "--quiet", "--retry", "0", "-o", directory.url.path])
+        let failed = try await runTool("fetchkit", [server.url("/status/500?sig=hunter22").absoluteString, "--quiet", "--retry", "0", "-d", directory.url.path])
         #expect(failed.status == ExitStatus.httpStatus.rawValue)
         #expect(failed.stdout.isEmpty)
         #expect(failed.stderr == "fetchkit: 500: HTTP 500 Internal Server Error (\(server.url("/status/500?sig=REDACTED").absoluteString))\n", "\(failed.stderr)")
@@ -85,14 +85,14 @@ struct CommandLineFlagsTests {
         let server = try LoopbackServer()
         let directory = try TemporaryDirectory()
         defer { server.stop(); directory.remove() }
-        let result = try await runTool("fetchkit", [server.url("/bytes/100").absoluteString, "-v", "-o", directory.url.path,
+        let result = try await runTool("fetchkit", [server.url("/bytes/100").absoluteString, "-v", "-d", directory.url.path,
                                                     "-H", "X-Trace: trace-42", "-H", "Authorization: Bearer hunter2-token"])
         #expect(result.status == 0, "\(result)")
         #expect(result.stdout.contains("X-Trace: trace-42"), "\(result.stdout)")
         #expect(result.stdout.contains("Authorization: REDACTED"), "\(result.stdout)")
         #expect(!result.stdout.contains("hunter2"), "\(result.stdout)")
         #expect(result.stdout.contains("< 100: HTTP 200"), "\(result.stdout)")
-        let plain = try await runTool("fetchkit", [server.url("/bytes/101").absoluteString, "-o", directory.url.path])
+        let plain = try await runTool("fetchkit", [server.url("/bytes/101").absoluteString, "-d", directory.url.path])
         #expect(!plain.stdout.contains("HTTP 200"), "not without -v: \(plain.stdout)")
     }
 
@@ -106,7 +106,7 @@ struct CommandLineFlagsTests {
         let server = try LoopbackServer()
         let directory = try TemporaryDirectory()
         defer { server.stop(); directory.remove() }
-        let result = try await runTool("fetchkit", [server.url("/bytes/10").absoluteString, "-o", directory.url.path,
+        let result = try await runTool("fetchkit", [server.url("/bytes/10").absoluteString, "-d", directory.url.path,
                                                     "-H", "X-One: 1", "--header", "X-Two:  two words ", "-H", "X-One: replaced",
                                                     "-A", "Agent/9 (test)"])
         #expect(result.status == 0, "\(result)")
@@ -114,10 +114,10 @@ struct CommandLineFlagsTests {
         #expect(request.headers.values(for: "X-One") == ["replaced"])
         #expect(request.headers["X-Two"] == "two words")
         #expect(request.headers["User-Agent"] == "Agent/9 (test)")
-        let plain = try await runTool("fetchkit", [server.url("/bytes/11").absoluteString, "-o", directory.url.path, "--user-agent=Other/1"])
+        let plain = try await runTool("fetchkit", [server.url("/bytes/11").absoluteString, "-d", directory.url.path, "--user-agent=Other/1"])
         #expect(plain.status == 0)
         #expect(server.requests(path: "/bytes/11").first?.headers["User-Agent"] == "Other/1")
-        _ = try await runTool("fetchkit", [server.url("/bytes/12").absoluteString, "-o", directory.url.path])
+        _ = try await runTool("fetchkit", [server.url("/bytes/12").absoluteString, "-d", directory.url.path])
         #expect(server.requests(path: "/bytes/12").first?.headers["User-Agent"] == "fetchkit/\(Version.current)")
     }
 
@@ -129,7 +129,7 @@ struct CommandLineFlagsTests {
         // (A NUL cannot be passed: an argument ends at its first NUL.)
         let directory = try TemporaryDirectory()
         defer { directory.remove() }
-        let result = try await runTool("fetchkit", ["http://127.0.0.1:9/a", "-o", directory.url.path] + flags)
+        let result = try await runTool("fetchkit", ["http://127.0.0.1:9/a", "-d", directory.url.path] + flags)
         #expect(result.status == 2, "\(result)")
         #expect(result.stdout.isEmpty)
         #expect(result.stderr.contains("usage: fetchkit"))
@@ -157,7 +157,7 @@ struct CommandLineFlagsTests {
         let output = base.file("out")
         server.route("/download") { _ in HTTPResponse(status: 200, headers: ["Content-Disposition": header], body: Data("payload".utf8)) }
         let url = server.url("/download")
-        let result = try await runTool("fetchkit", [url.absoluteString, "--content-disposition", "-o", output.path])
+        let result = try await runTool("fetchkit", [url.absoluteString, "--content-disposition", "-d", output.path])
         #expect(result.status == 0, "\(result)")
         let expected = SafeFileName.sanitize(raw, source: url.absoluteString)
         let files = try FileManager.default.contentsOfDirectory(atPath: output.path)
@@ -183,13 +183,13 @@ struct CommandLineFlagsTests {
         }
         let gets = { server.recordedRequests.filter { $0.method == "GET" }.map(\.target) }
         try Data("mine".utf8).write(to: directory.file("report.csv"))
-        let kept = try await runTool("fetchkit", [server.url("/get?a").absoluteString, "--content-disposition", "-o", directory.url.path])
+        let kept = try await runTool("fetchkit", [server.url("/get?a").absoluteString, "--content-disposition", "-d", directory.url.path])
         #expect(kept.status == 0, "\(kept)")
         #expect(kept.stdout.contains("report.csv") && kept.stdout.contains("already there, kept"), "\(kept.stdout)")
         #expect(gets().isEmpty, "asked its name with a HEAD, then kept: \(gets())")
         #expect(FileManager.default.contents(atPath: directory.file("report.csv").path) == Data("mine".utf8))
 
-        let twice = [server.url("/other?1").absoluteString, server.url("/other?2").absoluteString, "--content-disposition", "-o", directory.url.path]
+        let twice = [server.url("/other?1").absoluteString, server.url("/other?2").absoluteString, "--content-disposition", "-d", directory.url.path]
         let first = try await runTool("fetchkit", twice)
         #expect(first.status == 0, "\(first)")
         #expect(Set(try FileManager.default.contentsOfDirectory(atPath: directory.url.path)) == ["report.csv", "data.csv", "data-1.csv"])
@@ -199,11 +199,11 @@ struct CommandLineFlagsTests {
         #expect(gets().count == getsBefore, "the second run downloads nothing again: \(gets())")
         #expect(Set(try FileManager.default.contentsOfDirectory(atPath: directory.url.path)) == ["report.csv", "data.csv", "data-1.csv"])
 
-        let forced = try await runTool("fetchkit", [server.url("/get?c").absoluteString, "--content-disposition", "--force", "-o", directory.url.path])
+        let forced = try await runTool("fetchkit", [server.url("/get?c").absoluteString, "--content-disposition", "--force", "-d", directory.url.path])
         #expect(forced.status == 0, "\(forced)")
         #expect(FileManager.default.contents(atPath: directory.file("report.csv").path) == Data("new /get?c".utf8))
 
-        let without = try await runTool("fetchkit", [server.url("/get?d").absoluteString, "-o", directory.url.path])
+        let without = try await runTool("fetchkit", [server.url("/get?d").absoluteString, "-d", directory.url.path])
         #expect(without.status == 0)
         #expect(FileManager.default.fileExists(atPath: directory.file("get").path), "without the flag, the URL's name")
     }
@@ -218,7 +218,7 @@ struct CommandLineFlagsTests {
             HTTPResponse(status: 200, headers: ["Content-Type": "application/octet-stream"],
                          body: .chunkedPattern(count: .max, chunkSize: 100, intervalMilliseconds: 100))
         }
-        let result = try await runTool("fetchkit", [server.url("/endless").absoluteString, "-o", directory.url.path,
+        let result = try await runTool("fetchkit", [server.url("/endless").absoluteString, "-d", directory.url.path,
                                                     "--max-time", "0.5", "--timeout", "30"])
         #expect(result.status == ExitStatus.network.rawValue, "\(result)")
         #expect(result.stdout.contains("✗ endless  not complete within 0.5 s (--max-time)"), "\(result.stdout)")
@@ -231,14 +231,14 @@ struct CommandLineFlagsTests {
         defer { server.stop(); directory.remove() }
         // 20 chunks of 5000 bytes, one each 100 ms: about 2 s.
         let url = server.url("/trickle/100000/5000/100").absoluteString
-        let result = try await runTool("fetchkit", [url, "-o", directory.url.path, "--summary-interval", "0.3"])
+        let result = try await runTool("fetchkit", [url, "-d", directory.url.path, "--summary-interval", "0.3"])
         #expect(result.status == 0, "\(result)")
         let lines = result.stdout.split(separator: "\n").filter { $0.hasPrefix("  ↓ 100  ") }
         #expect(lines.count >= 2, "\(result.stdout)")
         #expect(lines.allSatisfy { $0.contains(" KiB") && $0.contains("/s") }, "bytes and rate: \(lines)")
         #expect(!result.stdout.contains("\u{1B}"), "no escape sequence: \(result.stdout)")
 
-        let silent = try await runTool("fetchkit", [url, "-o", directory.file("again").path, "--summary-interval=0"])
+        let silent = try await runTool("fetchkit", [url, "-d", directory.file("again").path, "--summary-interval=0"])
         #expect(silent.status == 0)
         #expect(!silent.stdout.contains("↓"), "\(silent.stdout)")
     }

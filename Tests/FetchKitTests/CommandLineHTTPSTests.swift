@@ -18,7 +18,7 @@ struct CommandLineHTTPSTests {
             func run(_ url: URL, trusting bundle: URL?, into name: String) async throws -> (status: Int32, stdout: String, stderr: String) {
                 let output = directory.file(name)
                 try FileManager.default.createDirectory(at: output, withIntermediateDirectories: true)
-                let child = try ChildProcess(trusting: bundle, "fetchkit", [url.absoluteString, "-o", output.path])
+                let child = try ChildProcess(trusting: bundle, "fetchkit", [url.absoluteString, "-d", output.path])
                 let (ending, stdout, stderr) = try await child.finish(timeout: 120)
                 guard case .exit(let status) = ending else { throw ParseTestError(reason: "fetchkit ended by \(ending)\n\(stdout)\(stderr)") }
                 return (status, stdout, stderr)
@@ -47,5 +47,36 @@ struct CommandLineHTTPSTests {
         }
         #expect(!FileManager.default.fileExists(atPath: directory.file("untrusted/100").path))
         #expect(!FileManager.default.fileExists(atPath: directory.file("self-signed/100").path))
+    }
+
+    /// `--cacert` and `--pinnedpubkey` (issue 32, point 6) are the library's TrustSettings: the
+    /// test CA is trusted from the file alone (the system bundle is left as it is), the right
+    /// pin downloads, a wrong one fails as TLS before the request is sent.
+    @Test func cacertTrustsTheCAAndPinnedpubkeyRequiresTheKey() async throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let (runs, _) = try await withTLSServer { server, pki in
+            let right = try await opensslPin(of: pki.certificate(.valid))
+            let wrong = try await opensslPin(of: pki.certificate(.otherKey))
+            func run(_ arguments: [String], into name: String) async throws -> (status: Int32, stdout: String, stderr: String) {
+                let child = try ChildProcess(trusting: nil, "fetchkit", [server.url(.valid, "/bytes/100").absoluteString,
+                                                                          "-d", directory.file(name).path, "--cacert", pki.caCertificate.path] + arguments)
+                let (ending, stdout, stderr) = try await child.finish(timeout: 120)
+                guard case .exit(let status) = ending else { throw ParseTestError(reason: "fetchkit ended by \(ending)\n\(stdout)\(stderr)") }
+                return (status, stdout, stderr)
+            }
+            let runs = [try await run([], into: "cacert"),
+                        try await run(["--pinnedpubkey", "sha256//\(wrong);sha256//\(right)"], into: "pinned"),
+                        try await run(["--pinnedpubkey", "sha256//\(wrong)"], into: "mismatch")]
+            #expect(server.backend.requestCount(path: "/bytes/100") == 2, "the mismatch sent nothing")
+            return runs
+        }
+        #expect(runs[0].status == 0, "\(runs[0])")
+        #expect(runs[1].status == 0, "\(runs[1])")
+        #expect(runs[2].status == 5, "ExitStatus.tls: \(runs[2])")
+        for name in ["cacert", "pinned"] {
+            #expect(FileManager.default.contents(atPath: directory.file("\(name)/100").path) == BytePattern.data(offset: 0, count: 100))
+        }
+        #expect(!FileManager.default.fileExists(atPath: directory.file("mismatch/100").path))
     }
 }

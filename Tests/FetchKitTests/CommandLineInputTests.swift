@@ -38,7 +38,7 @@ struct CommandLineInputTests {
         """
         // The second line has a stray field: first see that it is refused, with its number.
         try Data(list.utf8).write(to: directory.file("bad.txt"))
-        let refused = try await runTool("fetchkit", ["-i", directory.file("bad.txt").path, "-o", directory.file("out").path])
+        let refused = try await runTool("fetchkit", ["-i", directory.file("bad.txt").path, "-d", directory.file("out").path])
         #expect(refused.status == 2, "\(refused)")
         #expect(refused.stderr.contains("bad.txt:4: after the URL, only 'sha256:'"), "\(refused.stderr)")
         #expect(server.requestsReceived == 0, "nothing is downloaded from a list with a bad line")
@@ -52,7 +52,7 @@ struct CommandLineInputTests {
         \(server.url("/bytes/3001").absoluteString)  sha256:\(hex.uppercased())
         """
         try Data(good.utf8).write(to: directory.file("list.txt"))
-        let result = try await runTool("fetchkit", ["--input-file", directory.file("list.txt").path, "-o", directory.file("out").path])
+        let result = try await runTool("fetchkit", ["--input-file", directory.file("list.txt").path, "-d", directory.file("out").path])
         #expect(result.status == 0, "\(result)")
         for size in [1000, 2000, 3001] {
             #expect(FileManager.default.contents(atPath: directory.file("out/\(size)").path) == BytePattern.data(offset: 0, count: size))
@@ -66,7 +66,7 @@ struct CommandLineInputTests {
         defer { server.stop(); directory.remove() }
         let wrong = String(repeating: "ab", count: 32)
         let list = "\(server.url("/bytes/500").absoluteString)\n\(server.url("/bytes/700").absoluteString) sha256:\(wrong)\n"
-        let result = try await runTool("fetchkit", ["-i", "-", "-o", directory.url.path], input: Data(list.utf8))
+        let result = try await runTool("fetchkit", ["-i", "-", "-d", directory.url.path], input: Data(list.utf8))
         #expect(result.status == ExitStatus.someFailed.rawValue, "one saved, one mismatch: \(result)")
         #expect(FileManager.default.contents(atPath: directory.file("500").path) == BytePattern.data(offset: 0, count: 500))
         #expect(!FileManager.default.fileExists(atPath: directory.file("700").path), "a wrong digest leaves no file")
@@ -78,7 +78,7 @@ struct CommandLineInputTests {
         let directory = try TemporaryDirectory()
         defer { server.stop(); directory.remove() }
         let wrong = String(repeating: "0", count: 64)
-        let result = try await runTool("fetchkit", ["-i", "-", "-o", directory.url.path],
+        let result = try await runTool("fetchkit", ["-i", "-", "-d", directory.url.path],
                                        input: Data("\(server.url("/bytes/900").absoluteString) SHA256:\(wrong)".utf8))
         #expect(result.status == ExitStatus.checksum.rawValue, "\(result)")
         #expect(try FileManager.default.contentsOfDirectory(atPath: directory.url.path).isEmpty)
@@ -98,7 +98,7 @@ struct CommandLineInputTests {
         let directory = try TemporaryDirectory()
         defer { directory.remove() }
         try Data(list.utf8).write(to: directory.file("urls"))
-        let result = try await runTool("fetchkit", ["-i", directory.file("urls").path, "-o", directory.file("out").path])
+        let result = try await runTool("fetchkit", ["-i", directory.file("urls").path, "-d", directory.file("out").path])
         #expect(result.status == 2, "\(result)")
         #expect(result.stdout.isEmpty)
         let lines = result.stderr.split(separator: "\n")

@@ -84,7 +84,7 @@ struct CommandLineInterruptTests {
         defer { server.stop(); directory.remove() }
         serveResumableFile(server, path: "/big.bin", size: Self.size, firstPart: Self.firstPart)
         // The server holds the rest: no idle timeout may end the wait, however slow the run.
-        let arguments = [server.url("/big.bin").absoluteString, "-o", directory.url.path, "--timeout", "3600"]
+        let arguments = [server.url("/big.bin").absoluteString, "-d", directory.url.path, "--timeout", "3600"]
         let partial = directory.file(".big.bin.fetchkit-partial")
         let record = directory.file(".big.bin.fetchkit-partial.json")
 
@@ -135,7 +135,7 @@ struct CommandLineInterruptTests {
         defer { server.stop(); directory.remove() }
         let big = "/bytes/4000000000", small = "/bytes/1000"
         let arguments = [server.url(big).absoluteString, server.url(small).absoluteString,
-                         "-o", directory.url.path, "--per-host", "2", "--timeout", "3600"]
+                         "-d", directory.url.path, "--per-host", "2", "--timeout", "3600"]
         let partial = directory.file(".4000000000.fetchkit-partial")
         let record = directory.file(".4000000000.fetchkit-partial.json")
 
@@ -164,7 +164,7 @@ struct CommandLineInterruptTests {
             serveResumableFile(server, path: "/\(name)", size: Self.size, firstPart: Self.firstPart)
         }
         let arguments = [server.url("/a.bin").absoluteString, server.url("/b.bin").absoluteString,
-                         "-o", directory.url.path, "--parallel", "1", "--timeout", "3600"]
+                         "-d", directory.url.path, "--parallel", "1", "--timeout", "3600"]
         let partials = ["a.bin", "b.bin"].map { directory.file(".\($0).fetchkit-partial") }
 
         let tool = try RunningTool(arguments)

@@ -14,7 +14,7 @@ struct CommandLineLimitRateTests {
         defer { server.stop(); directory.remove() }
         let started = Date()
         // 1 MiB at 200 KiB/s: about 5 s (the first burst and socket buffers make it a little less).
-        let result = try await runTool("fetchkit", [server.url("/bytes/1048576").absoluteString, "-o", directory.url.path,
+        let result = try await runTool("fetchkit", [server.url("/bytes/1048576").absoluteString, "-d", directory.url.path,
                                                     "--limit-rate", "200k"])
         let seconds = Date().timeIntervalSince(started)
         #expect(result.status == 0, "\(result.stdout)\(result.stderr)")

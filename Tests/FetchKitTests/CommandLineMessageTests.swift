@@ -26,7 +26,7 @@ struct CommandLineRealUseMessageTests {
         server.route("/logs.tar") { _ in HTTPResponse(status: 200, headers: ["Content-Encoding": "gzip"], body: bomb) }
         let url = server.url("/logs.tar").absoluteString
 
-        let result = try await runTool("fetchkit", [url, "-o", directory.url.path, "--max-size", "1M", "--retry", "0"])
+        let result = try await runTool("fetchkit", [url, "-d", directory.url.path, "--max-size", "1M", "--retry", "0"])
 
         #expect(result.status == 10, "ExitStatus.sizeLimit")
         #expect(result.stdout.contains("✗ logs.tar  larger than the 1 MiB limit (--max-size, counted after decompression)"), "\(result.stdout)")
@@ -41,7 +41,7 @@ struct CommandLineRealUseMessageTests {
         let directory = try TemporaryDirectory()
         defer { server.stop(); directory.remove() }
         let url = server.url("/bytes/3145728").absoluteString
-        let result = try await runTool("fetchkit", [url, "-o", directory.url.path, "--max-size", "2M", "--retry", "0"])
+        let result = try await runTool("fetchkit", [url, "-d", directory.url.path, "--max-size", "2M", "--retry", "0"])
         #expect(result.status == 10, "ExitStatus.sizeLimit")
         #expect(result.stdout.contains("larger than the 2 MiB limit (--max-size, counted after decompression); the server announced 3.0 MiB"), "\(result.stdout)")
         #expect(occurrences(of: url, in: result.stdout) == 1, "\(result.stdout)")
@@ -53,7 +53,7 @@ struct CommandLineRealUseMessageTests {
         let directory = try TemporaryDirectory()
         defer { server.stop(); directory.remove() }
         let urls = [server.url("/lie/5000/100").absoluteString, server.url("/garbage").absoluteString]
-        let result = try await runTool("fetchkit", urls + ["-o", directory.url.path, "--retry", "0"])
+        let result = try await runTool("fetchkit", urls + ["-d", directory.url.path, "--retry", "0"])
         #expect(result.status == 4, "ExitStatus.network: a body cut short and garbage are both what a connection delivered")
         #expect(result.stdout.contains("the server announced 5000 bytes but 100 arrived"), "\(result.stdout)")
         for url in urls {
@@ -61,9 +61,9 @@ struct CommandLineRealUseMessageTests {
         }
     }
 
-    /// `fetchkit -o dir`, as `xargs fetchkit -o dir` runs it on empty input: a usage error,
+    /// `fetchkit -d dir`, as `xargs fetchkit -d dir` runs it on empty input: a usage error,
     /// not the offline demo.
-    @Test(arguments: [["-o", "somewhere"], ["--parallel", "3"], ["--"], ["--max-size", "1M", "--timeout", "5"]])
+    @Test(arguments: [["-d", "somewhere"], ["--parallel", "3"], ["--"], ["--max-size", "1M", "--timeout", "5"]])
     func optionsWithoutAURLAreAUsageError(_ arguments: [String]) async throws {
         let result = try await runTool("fetchkit", arguments)
         #expect(result.status == 2, "\(result.stdout)\(result.stderr)")
@@ -79,7 +79,7 @@ struct CommandLineRealUseMessageTests {
         let directory = try TemporaryDirectory()
         defer { server.stop(); directory.remove() }
         let output = directory.file("red\u{1B}]0;owned\u{07}\u{1B}[31mdir")
-        let result = try await runTool("fetchkit", [server.url("/bytes/100").absoluteString, "-o", output.path])
+        let result = try await runTool("fetchkit", [server.url("/bytes/100").absoluteString, "-d", output.path])
         #expect(result.status == 0, "\(result.stdout)\(result.stderr)")
         #expect(!result.stdout.contains("\u{1B}") && !result.stdout.contains("\u{07}"), "\(result.stdout.debugDescription)")
         let header = try #require(result.stdout.split(separator: "\n").first)

@@ -36,7 +36,7 @@ struct CommandLinePipeTests {
         let urls = names.map { server.url("/held/\($0)").absoluteString }
 
         // Given a run whose reader closes the pipe after the first line
-        let child = try ChildProcess("fetchkit", urls + ["-o", directory.url.path], standardOutput: .pipeClosedAfterFirstLine)
+        let child = try ChildProcess("fetchkit", urls + ["-d", directory.url.path], standardOutput: .pipeClosedAfterFirstLine)
         defer { child.stop() }
         try #require(await child.outputClosed.wait(timeout: 60), "the header line never came")
 
@@ -98,7 +98,7 @@ struct CommandLineTerminalTests {
         let actions = script
         server.route(path) { _ in .script(actions) }
 
-        let child = try ChildProcess("fetchkit", [server.url(path).absoluteString, "-o", directory.url.path],
+        let child = try ChildProcess("fetchkit", [server.url(path).absoluteString, "-d", directory.url.path],
                                      standardOutput: .terminal(columns: 60), environment: ["TERM": "xterm"])
         defer { child.stop() }
         let result = try await child.finish(timeout: 60)

@@ -21,7 +21,7 @@ struct CommandLineTests {
         let directory = try TemporaryDirectory()
         defer { server.stop(); directory.remove() }
         let urls = ["/bytes/100000", "/bytes/5000", "/status/404"].map { server.url($0).absoluteString }
-        let result = try await runTool("fetchkit", urls + ["-o", directory.url.path, "--parallel", "2"])
+        let result = try await runTool("fetchkit", urls + ["-d", directory.url.path, "--parallel", "2"])
         #expect(result.status == 11, "one failed, others succeeded: ExitStatus.someFailed")
         #expect(FileManager.default.contents(atPath: directory.file("100000").path) == BytePattern.data(offset: 0, count: 100_000))
         #expect(FileManager.default.contents(atPath: directory.file("5000").path) == BytePattern.data(offset: 0, count: 5000))
@@ -38,7 +38,7 @@ struct CommandLineTests {
         let directory = try TemporaryDirectory()
         defer { server.stop(); directory.remove() }
         let urls = ["/bytes/10", "/bytes/10?again=1"].map { server.url($0).absoluteString }
-        let result = try await runTool("fetchkit", urls + ["-o", directory.url.path])
+        let result = try await runTool("fetchkit", urls + ["-d", directory.url.path])
         #expect(result.status == 0, "\(result.stdout)\(result.stderr)")
         #expect(FileManager.default.fileExists(atPath: directory.file("10").path))
         #expect(FileManager.default.fileExists(atPath: directory.file("10-1").path))
@@ -50,7 +50,7 @@ struct CommandLineTests {
         let directory = try TemporaryDirectory()
         defer { server.stop(); directory.remove() }
         server.route("/") { _ in HTTPResponse(status: 200, body: Data("home".utf8)) }
-        let result = try await runTool("fetchkit", [server.url("/").absoluteString, "-o", directory.url.path])
+        let result = try await runTool("fetchkit", [server.url("/").absoluteString, "-d", directory.url.path])
         #expect(result.status == 0, "\(result.stdout)\(result.stderr)")
         #expect(FileManager.default.contents(atPath: directory.file("index.html").path) == Data("home".utf8))
     }
@@ -60,7 +60,7 @@ struct CommandLineTests {
         let directory = try TemporaryDirectory()
         defer { server.stop(); directory.remove() }
         let url = server.url("/flaky/cli/2/503").absoluteString
-        let result = try await runTool("fetchkit", [url, "-o", directory.url.path, "--retry", "2"])
+        let result = try await runTool("fetchkit", [url, "-d", directory.url.path, "--retry", "2"])
         #expect(result.status == 0, "\(result.stdout)\(result.stderr)")
         #expect(result.stdout.contains("HTTP 503"))
         #expect(result.stdout.contains("retrying (attempt 3 of 3)"))
@@ -73,7 +73,7 @@ struct CommandLineTests {
         let directory = try TemporaryDirectory()
         defer { server.stop(); directory.remove() }
         let url = server.url("/flaky/cli-hard/5/503").absoluteString
-        let result = try await runTool("fetchkit", [url, "-o", directory.url.path, "--retry", "1"])
+        let result = try await runTool("fetchkit", [url, "-d", directory.url.path, "--retry", "1"])
         #expect(result.status == 8, "ExitStatus.httpStatus")
         #expect(server.requestCount(path: "/flaky/cli-hard/5/503") == 2)
     }
@@ -83,7 +83,7 @@ struct CommandLineTests {
         let directory = try TemporaryDirectory()
         defer { server.stop(); directory.remove() }
         let url = server.url("/stall-head").absoluteString
-        let result = try await runTool("fetchkit", [url, "-o", directory.url.path, "--timeout", "0.3", "--retry", "0"])
+        let result = try await runTool("fetchkit", [url, "-d", directory.url.path, "--timeout", "0.3", "--retry", "0"])
         #expect(result.status == 4, "ExitStatus.network")
         #expect(result.stdout.contains("no data for"))
     }
@@ -102,8 +102,8 @@ struct CommandLineTests {
         #expect(result.stdout.contains("--per-host N"))
     }
 
-    @Test func withNoURLTheOfflineDemoRefreshesTheSampleFeeds() async throws {
-        let result = try await runTool("fetchkit", [])
+    @Test func theOfflineDemoRefreshesTheSampleFeeds() async throws {
+        let result = try await runTool("fetchkit", ["demo"])
         #expect(result.status == 0, "\(result.stderr)")
         #expect(result.stdout.contains("runs offline"))
         #expect(result.stdout.contains("Nothing leaves this machine"))
@@ -143,7 +143,7 @@ struct CommandLineFileTests {
         let record = #"{"url":"\#(server.url("/planted").absoluteString)","entityTag":"\"v1\"","length":\#(secretBytes.count)}"#
         try Data(record.utf8).write(to: directory.file(".planted.fetchkit-partial.json"))
 
-        let result = try await runTool("fetchkit", [server.url("/planted").absoluteString, "-o", directory.url.path])
+        let result = try await runTool("fetchkit", [server.url("/planted").absoluteString, "-d", directory.url.path])
 
         #expect(result.status == 0, "\(result.stdout)\(result.stderr)")
         #expect(contents(secret) == secretBytes, "nothing is written through the link")
@@ -162,7 +162,7 @@ struct CommandLineFileTests {
         try secretBytes.write(to: secret)
         try FileManager.default.createSymbolicLink(at: directory.file("5000"), withDestinationURL: secret)
 
-        let result = try await runTool("fetchkit", [server.url("/bytes/5000").absoluteString, "-o", directory.url.path])
+        let result = try await runTool("fetchkit", [server.url("/bytes/5000").absoluteString, "-d", directory.url.path])
 
         #expect(result.status == 3, "ExitStatus.fileSystem")
         #expect(contents(secret) == secretBytes)
@@ -176,7 +176,7 @@ struct CommandLineFileTests {
         let directory = try TemporaryDirectory()
         defer { server.stop(); directory.remove() }
         try FileManager.default.createDirectory(at: directory.file("5000"), withIntermediateDirectories: false)
-        let result = try await runTool("fetchkit", [server.url("/bytes/5000").absoluteString, "-o", directory.url.path])
+        let result = try await runTool("fetchkit", [server.url("/bytes/5000").absoluteString, "-d", directory.url.path])
         #expect(result.status == 3, "ExitStatus.fileSystem")
         #expect(result.stdout.contains("Is a directory"), "\(result.stdout)")
         #expect(try FileManager.default.contentsOfDirectory(atPath: directory.file("5000").path).isEmpty)
@@ -205,7 +205,7 @@ struct CommandLineFileTests {
             try record.write(to: recordPath)
         }
 
-        let result = try await runTool("fetchkit", [server.url("/rec").absoluteString, "-o", directory.url.path])
+        let result = try await runTool("fetchkit", [server.url("/rec").absoluteString, "-d", directory.url.path])
 
         #expect(result.status == 0, "\(result.stdout)\(result.stderr)")
         #expect(server.requests(path: "/rec").last?.headers["Range"] == nil, "not resumed")
@@ -225,7 +225,7 @@ struct CommandLineFileTests {
         server.route(path) { _ in .pattern(count: 2000) }
         let url = server.url(path)
 
-        let result = try await runTool("fetchkit", [url.absoluteString, "-o", directory.url.path])
+        let result = try await runTool("fetchkit", [url.absoluteString, "-d", directory.url.path])
 
         #expect(result.status == 0, "\(result.stdout)\(result.stderr)")
         let names = try FileManager.default.contentsOfDirectory(atPath: directory.url.path)
@@ -249,7 +249,7 @@ struct CommandLineFileTests {
         let path = "/files/" + (name.addingPercentEncoding(withAllowedCharacters: .urlPathAllowed) ?? name)
         server.route(path) { _ in .pattern(count: 3000) }
 
-        let result = try await runTool("fetchkit", [server.url(path).absoluteString, "-o", directory.url.path])
+        let result = try await runTool("fetchkit", [server.url(path).absoluteString, "-d", directory.url.path])
 
         #expect(result.status == 0, "\(result.stdout)\(result.stderr)")
         #expect(try FileManager.default.contentsOfDirectory(atPath: directory.url.path) == [name])
@@ -264,7 +264,7 @@ struct CommandLineFileTests {
         for path in paths { server.route(path) { _ in .pattern(count: 100) } }
         let urls = paths.map { server.url($0) }
 
-        let result = try await runTool("fetchkit", urls.map(\.absoluteString) + ["-o", directory.url.path])
+        let result = try await runTool("fetchkit", urls.map(\.absoluteString) + ["-d", directory.url.path])
 
         #expect(result.status == 0, "\(result.stdout)\(result.stderr)")
         let names = try FileManager.default.contentsOfDirectory(atPath: directory.url.path).sorted()
@@ -282,14 +282,14 @@ struct CommandLineFileTests {
         let server = try LoopbackServer()
         let directory = try TemporaryDirectory()
         defer { server.stop(); directory.remove() }
-        let result = try await runTool("fetchkit", [server.url("/bytes/5000").absoluteString, "-o", directory.url.path, "--max-size", "1K"])
+        let result = try await runTool("fetchkit", [server.url("/bytes/5000").absoluteString, "-d", directory.url.path, "--max-size", "1K"])
         #expect(result.status == 10, "ExitStatus.sizeLimit")
         #expect(result.stdout.contains("larger than the 1 KiB limit"), "\(result.stdout)")
         #expect(try FileManager.default.contentsOfDirectory(atPath: directory.url.path).isEmpty)
 
-        let roomy = try await runTool("fetchkit", [server.url("/bytes/5000").absoluteString, "-o", directory.url.path, "--max-size", "1M"])
+        let roomy = try await runTool("fetchkit", [server.url("/bytes/5000").absoluteString, "-d", directory.url.path, "--max-size", "1M"])
         #expect(roomy.status == 0, "\(roomy.stdout)\(roomy.stderr)")
-        let unlimited = try await runTool("fetchkit", [server.url("/bytes/6000").absoluteString, "-o", directory.url.path, "--max-size", "0"])
+        let unlimited = try await runTool("fetchkit", [server.url("/bytes/6000").absoluteString, "-d", directory.url.path, "--max-size", "0"])
         #expect(unlimited.status == 0, "\(unlimited.stdout)\(unlimited.stderr)")
     }
 
@@ -299,7 +299,7 @@ struct CommandLineFileTests {
         defer { server.stop(); directory.remove() }
         let bomb = Gzip.zeros(count: 32 << 20)
         server.route("/bomb.bin") { _ in HTTPResponse(status: 200, headers: ["Content-Encoding": "gzip"], body: bomb) }
-        let result = try await runTool("fetchkit", [server.url("/bomb.bin").absoluteString, "-o", directory.url.path,
+        let result = try await runTool("fetchkit", [server.url("/bomb.bin").absoluteString, "-d", directory.url.path,
                                                     "--max-size", "2M", "--retry", "0"])
         #expect(result.status == 10, "ExitStatus.sizeLimit")
         #expect(result.stdout.contains("larger than the 2 MiB limit"), "\(result.stdout)")

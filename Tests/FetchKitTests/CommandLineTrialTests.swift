@@ -20,7 +20,7 @@ struct CommandLineTrialTests {
         server.route("/dir/") { _ in .text("the index of dir") }
         server.route("/other/") { _ in .text("the index of other") }
         let result = try await runTool("fetchkit", [server.url("/dir/").absoluteString, server.url("/other/?page=2").absoluteString,
-                                                    "-o", directory.url.path])
+                                                    "-d", directory.url.path])
         #expect(result.status == 0, "\(result)")
         #expect(FileManager.default.contents(atPath: directory.file("index.html").path) == Data("the index of dir".utf8))
         #expect(FileManager.default.contents(atPath: directory.file("index-1.html").path) == Data("the index of other".utf8))
@@ -57,7 +57,7 @@ struct CommandLineTrialTests {
         server.route("/middle") { _ in HTTPResponse(status: 307, headers: ["Location": final]) }
         server.route("/final.bin") { _ in HTTPResponse(status: 200, body: Data("at last".utf8)) }
 
-        let result = try await runTool("fetchkit", [server.url("/start").absoluteString, "-v", "-o", directory.url.path])
+        let result = try await runTool("fetchkit", [server.url("/start").absoluteString, "-v", "-d", directory.url.path])
 
         #expect(result.status == 0, "\(result)")
         #expect(FileManager.default.contents(atPath: directory.file("start").path) == Data("at last".utf8))
@@ -75,7 +75,7 @@ struct CommandLineTrialTests {
         #expect(positions.compactMap { $0 } == positions.compactMap { $0 }.sorted(), "in order: \(result.stdout)")
         #expect(!result.stdout.contains("hunter2") && !result.stdout.contains("s3cret"), "\(result.stdout)")
 
-        let plain = try await runTool("fetchkit", [server.url("/start").absoluteString, "--force", "-o", directory.url.path])
+        let plain = try await runTool("fetchkit", [server.url("/start").absoluteString, "--force", "-d", directory.url.path])
         #expect(plain.status == 0 && !plain.stdout.contains("HTTP 302"), "not without -v: \(plain.stdout)")
     }
 
@@ -86,7 +86,7 @@ struct CommandLineTrialTests {
         let directory = try TemporaryDirectory()
         defer { server.stop(); directory.remove() }
         let urls = (1...8).map { server.url("/redirect/\($0 % 3)?n=\($0)").absoluteString } + [server.url("/status/404").absoluteString]
-        let result = try await runTool("fetchkit", urls + ["-v", "--retry", "0", "--parallel", "8", "--per-host", "8", "-o", directory.url.path])
+        let result = try await runTool("fetchkit", urls + ["-v", "--retry", "0", "--parallel", "8", "--per-host", "8", "-d", directory.url.path])
         #expect(result.status == ExitStatus.someFailed.rawValue, "\(result)")
         #expect(result.stdout.components(separatedBy: ", Location: ").count - 1 == (1...8).map { $0 % 3 }.reduce(0, +), "\(result.stdout)")
         #expect(result.stdout.components(separatedBy: "\n  ✓ ").count - 1 == 8, "\(result.stdout)")
@@ -109,7 +109,7 @@ struct CommandLineTrialTests {
             return .text("from the server")
         }
         try Data("mine".utf8).write(to: directory.file("slow.txt"))
-        let child = try ChildProcess("fetchkit", [server.url("/slow.txt").absoluteString, "-o", directory.url.path, "--json",
+        let child = try ChildProcess("fetchkit", [server.url("/slow.txt").absoluteString, "-d", directory.url.path, "--json",
                                                   "--summary-interval", "0.2", "--timeout", "120"],
                                      errorMarker: "asking the server whether 1 file already there changed: 0 of 1 answered")
         defer { child.stop() }
@@ -135,7 +135,7 @@ struct CommandLineTrialTests {
         }
         try Data("mine".utf8).write(to: directory.file("kept.txt"))
         server.route("/kept.txt") { _ in .text("from the server") }
-        let arguments = [server.url("/kept.txt").absoluteString, server.url("/named").absoluteString, "-J", "-o", directory.url.path]
+        let arguments = [server.url("/kept.txt").absoluteString, server.url("/named").absoluteString, "-J", "-d", directory.url.path]
         let child = try ChildProcess("fetchkit", arguments, standardOutput: .terminal(columns: 200))
         defer { child.stop() }
         let (ending, stdout, _) = try await child.finish()
@@ -172,27 +172,27 @@ struct CommandLineTrialTests {
         func gets() -> Int { server.requests(path: "/get").filter { $0.method == "GET" }.count }
 
         try Data("another file".utf8).write(to: directory.file("real.bin"))
-        let wrong = try await runTool("fetchkit", [url, "-J", "--sha256", hex, "-o", directory.url.path])
+        let wrong = try await runTool("fetchkit", [url, "-J", "--sha256", hex, "-d", directory.url.path])
         #expect(wrong.status == ExitStatus.checksum.rawValue, "\(wrong)")
         #expect(wrong.stdout.contains("✗ real.bin  already there, but its SHA-256 is"), "\(wrong.stdout)")
         #expect(FileManager.default.contents(atPath: directory.file("real.bin").path) == Data("another file".utf8), "kept as it was")
         #expect(gets() == 0, "nothing downloaded")
 
         try body.write(to: directory.file("real.bin"))
-        let right = try await runTool("fetchkit", [url, "-J", "--sha256", hex, "--json", "-o", directory.url.path])
+        let right = try await runTool("fetchkit", [url, "-J", "--sha256", hex, "--json", "-d", directory.url.path])
         #expect(right.status == 0, "\(right)")
         #expect(right.stderr.contains("= real.bin  already there, SHA-256 matches"), "\(right.stderr)")
         #expect(right.stdout.contains("\"sha256\":\"\(hex)\""), "\(right.stdout)")
         #expect(gets() == 0, "nothing downloaded")
 
         try FileManager.default.removeItem(at: directory.file("real.bin"))
-        let fresh = try await runTool("fetchkit", [url, "-J", "--sha256", hex, "--json", "-o", directory.url.path])
+        let fresh = try await runTool("fetchkit", [url, "-J", "--sha256", hex, "--json", "-d", directory.url.path])
         #expect(fresh.status == 0, "\(fresh)")
         #expect(FileManager.default.contents(atPath: directory.file("real.bin").path) == body)
         #expect(fresh.stdout.contains("\"sha256\":\"\(hex)\"") && fresh.stdout.contains("real.bin\""), "\(fresh.stdout)")
 
         try FileManager.default.removeItem(at: directory.file("real.bin"))
-        let mismatch = try await runTool("fetchkit", [url, "-J", "--sha256", String(repeating: "0", count: 64), "-o", directory.url.path])
+        let mismatch = try await runTool("fetchkit", [url, "-J", "--sha256", String(repeating: "0", count: 64), "-d", directory.url.path])
         #expect(mismatch.status == ExitStatus.checksum.rawValue, "\(mismatch)")
         #expect(try FileManager.default.contentsOfDirectory(atPath: directory.url.path).filter { !$0.hasPrefix(".") }.isEmpty,
                 "a wrong digest leaves no file under either name")
@@ -212,7 +212,7 @@ struct CommandLineTrialTests {
         while list.count < 40 << 20 { list += chunk }
         list += Data("\(server.url("/bytes/700").absoluteString) sha256:\(hex)\r\n".utf8)
         try list.write(to: directory.file("urls.txt"))
-        let child = try ChildProcess("fetchkit", ["-i", directory.file("urls.txt").path, "-o", directory.file("out").path])
+        let child = try ChildProcess("fetchkit", ["-i", directory.file("urls.txt").path, "-d", directory.file("out").path])
         defer { child.stop() }
         let (ending, stdout, stderr) = try await child.finish()
         #expect(ending == .exit(0), "\(ending) \(stdout) \(stderr)")

@@ -327,7 +327,7 @@ struct CommandLineMessageTests {
         }
         server.route("/teapot") { _ in .text("short and stout", status: 418) }
         let urls = [server.url("/short"), server.url("/teapot")].map(\.absoluteString)
-        let result = try await runTool("fetchkit", urls + ["-o", directory.url.path, "--retry", "1"])
+        let result = try await runTool("fetchkit", urls + ["-d", directory.url.path, "--retry", "1"])
         #expect(result.status == 11, "ExitStatus.someFailed: failed for different reasons")
         let output = result.stdout
         #expect(output.contains("HTTP 418"), "\(output)")

@@ -45,7 +45,7 @@ struct PartialFileLockTests {
         defer { gate.open() }
         let size = 1_000_000
         serveGatedFile(server, path: "/big.bin", size: size, firstPart: 300_000, gate: gate)
-        let arguments = [server.url("/big.bin").absoluteString, "-o", directory.url.path, "--timeout", "3600"]
+        let arguments = [server.url("/big.bin").absoluteString, "-d", directory.url.path, "--timeout", "3600"]
         let partial = directory.file(".big.bin.fetchkit-partial")
 
         // Given a first run that is mid-body

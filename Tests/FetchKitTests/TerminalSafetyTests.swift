@@ -30,7 +30,7 @@ struct TerminalSafetyTests {
         let directory = try TemporaryDirectory()
         defer { server.stop(); directory.remove() }
         server.route(Self.evilPath) { _ in HTTPResponse(status: 200, body: Data("ok".utf8)) }
-        let result = try await runTool("fetchkit", [server.url(Self.evilPath).absoluteString, "-o", directory.url.path])
+        let result = try await runTool("fetchkit", [server.url(Self.evilPath).absoluteString, "-d", directory.url.path])
         #expect(result.status == 0, "\(result.stdout)\(result.stderr)")
         expectClean(result.stdout)
         expectClean(result.stderr)
@@ -60,7 +60,7 @@ struct TerminalSafetyTests {
             HTTPResponse(status: 302, headers: ["Location": "/escape-loop?%1B%5B31m%0Afake=%1B"])
         }
         let urls = [Self.evilPath, "/escape-redirect", "/escape-loop"].map { server.url($0).absoluteString }
-        let result = try await runTool("fetchkit", urls + ["-o", directory.url.path, "--retry", "0"])
+        let result = try await runTool("fetchkit", urls + ["-d", directory.url.path, "--retry", "0"])
         #expect(result.status == 11, "ExitStatus.someFailed")
         expectClean(result.stdout)
         expectClean(result.stderr)
@@ -83,7 +83,7 @@ struct TerminalSafetyTests {
             "http://127.0.0.1:\(port)/hop?access_token=tok3nsecret",
             "http://hunter2secret@127.0.0.1:\(closed.port)/down?X-Amz-Signature=tok3nsecret",
         ]
-        let result = try await runTool("fetchkit", urls + ["-o", directory.url.path, "--retry", "0"])
+        let result = try await runTool("fetchkit", urls + ["-d", directory.url.path, "--retry", "0"])
         withExtendedLifetime(closed) {}
         #expect(result.status == 11, "ExitStatus.someFailed: failed for different reasons")
         expectClean(result.stdout)

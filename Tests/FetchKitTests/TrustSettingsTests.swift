@@ -222,7 +222,7 @@ private func tlsReason(_ result: Result<Data, FetchError>) -> FetchError.TLSFail
 }
 
 /// The pin of `certificate`'s key, as the documentation tells users to compute it.
-private func opensslPin(of certificate: URL) async throws -> String {
+func opensslPin(of certificate: URL) async throws -> String {
     try await shell("openssl x509 -in \"$1\" -pubkey -noout | openssl pkey -pubin -outform der | openssl dgst -sha256 -binary | base64", certificate)
 }
 
