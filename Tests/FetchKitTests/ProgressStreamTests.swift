@@ -232,3 +232,33 @@ struct UploadClampTests {
         #expect(sent.allSatisfy { $0.total == 3_000_000 })
     }
 }
+
+@Suite("Progress stream intervals", .timeLimit(.minutes(1)))
+struct ProgressStreamIntervalTests {
+    private static let millisecond: UInt64 = 1_000_000
+
+    /// Everything a stream's continuation was given, once it ended.
+    private func values(_ stream: AsyncStream<Int>) async -> [Int] {
+        var values: [Int] = []
+        for await value in stream { values.append(value) }
+        return values
+    }
+
+    @Test func aConsumerWithAnIntervalGetsTheNewestValueWhenDueAndTheFinalOneAtOnce() async {
+        let ms = Self.millisecond
+        var streams = LatestValueStreams<Int>()
+        let (slow, slowInput) = AsyncStream.makeStream(of: Int.self, bufferingPolicy: .unbounded)
+        let (every, everyInput) = AsyncStream.makeStream(of: Int.self, bufferingPolicy: .unbounded)
+        _ = streams.add(slowInput, minimumInterval: 100 * ms, at: 0)
+        _ = streams.add(everyInput, minimumInterval: 0, at: 0)
+        #expect(streams.yield(1, at: 0) == nil, "the first value goes at once")
+        #expect(streams.yield(2, at: 10 * ms) == 100 * ms, "the slow consumer waits: a timer is asked for")
+        #expect(streams.yield(3, at: 20 * ms) == nil, "asked for already")
+        #expect(streams.flush(due: 50 * ms, at: 50 * ms) == nil, "a timer not asked for does nothing")
+        #expect(streams.flush(due: 100 * ms, at: 100 * ms) == nil, "the newest went: none waits")
+        #expect(streams.yield(5, at: 150 * ms) == 200 * ms)
+        for continuation in streams.finish(with: 6) { continuation.finish() }
+        #expect(await values(slow) == [1, 3, 6], "the newest when due; the final at once")
+        #expect(await values(every) == [1, 2, 3, 5, 6])
+    }
+}

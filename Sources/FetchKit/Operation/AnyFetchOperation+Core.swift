@@ -170,15 +170,16 @@ extension AnyFetchOperation {
             extras[\.progressStreams] ?? LatestValueStreams(latest: progressReported ? currentProgress : nil, finished: machine.isFinished)
         }
 
-        /// Registers a progress sequence's consumer (see ``LatestValueStreams/add(_:)``).
-        mutating func addProgressStream(_ continuation: AsyncStream<FetchProgress>.Continuation) -> Int? {
+        /// Registers a progress sequence's consumer that is given a value at most every
+        /// `minimumInterval` nanoseconds (see ``LatestValueStreams/add(_:minimumInterval:at:)``).
+        mutating func addProgressStream(_ continuation: AsyncStream<FetchProgress>.Continuation, minimumInterval: UInt64) -> Int? {
             let initial = progressReported ? currentProgress : nil
             let ended = machine.isFinished
             return extras.withMade { extras in
                 if extras.progressStreams == nil {
                     extras.progressStreams = LatestValueStreams(latest: initial, finished: ended)
                 }
-                return extras.progressStreams?.add(continuation)
+                return extras.progressStreams?.add(continuation, minimumInterval: minimumInterval)
             }
         }
 
@@ -187,9 +188,24 @@ extension AnyFetchOperation {
         }
 
         /// Records a progress report and yields it to the sequences, if any.
-        mutating func yieldProgress(_ value: FetchProgress) {
+        ///
+        /// - Returns: When to call ``flushProgressStreams(due:at:)``, if a sequence's consumer waits
+        ///   for its interval (``AnyFetchOperation/armProgressFlush(at:)`` arms it after unlocking).
+        mutating func yieldProgress(_ value: FetchProgress) -> UInt64? {
             progressReported = true
-            extras.ifMade { $0.progressStreams?.yield(value) }
+            var flush: UInt64?
+            extras.ifMade { flush = $0.progressStreams?.yield(value) }
+            return flush
+        }
+
+        /// Gives the latest value to the sequences' consumers that waited for their interval
+        /// (the timer armed for `due` fired).
+        ///
+        /// - Returns: When to call it again, if some still wait.
+        mutating func flushProgressStreams(due: UInt64, at now: UInt64) -> UInt64? {
+            var flush: UInt64?
+            extras.ifMade { flush = $0.progressStreams?.flush(due: due, at: now) }
+            return flush
         }
 
         /// Ends the sequences, after yielding `final` (if any) to them: in the terminal transition

@@ -186,8 +186,9 @@ extension AnyFetchOperation {
     /// - Parameter onGlobal: It runs on a thread of ``CallbackQueue/global``, where a completion
     ///   handler for that queue may then run without another hand-off.
     func completeNow(onGlobal: Bool = false) {
-        let (deliver, progress, succeeded, streams) = core.withLock { core in
+        let (deliver, progress, succeeded, streams, relays) = core.withLock { core in
             let outcome = core.machine.complete()
+            let relays = core.progressRelays
             core.dropHandlers(observers: false)
             let succeeded: Bool
             if case .success = outcome { succeeded = true } else { succeeded = false }
@@ -197,9 +198,11 @@ extension AnyFetchOperation {
                 .change(StateChange(key: .finished, oldValue: false, newValue: true)),
                 .releaseCompletions
             )
-            return (deliver, core.progress, succeeded, streams)
+            return (deliver, core.progress, succeeded, streams, relays)
         }
         for stream in streams { stream.finish() }
+        // The last update waits for no interval, and is handed over before the completions.
+        for relay in relays { relay.finish() }
         if succeeded, let progress, progress.totalUnitCount < 0 {
             progress.totalUnitCount = progress.completedUnitCount
         }

@@ -42,6 +42,18 @@ public struct FetchProgress: Sendable, Equatable {
     /// How far back ``bytesPerSecond`` looks: 5 seconds.
     public static let rateWindow: TimeInterval = RateWindow.window
 
+    /// The least time between two progress updates a handler or a sequence gets unless you
+    /// choose otherwise: 0.1 seconds, at most 10 updates a second (the rate of
+    /// ``FetchEventMonitor``'s progress events).
+    ///
+    /// A transfer reports every chunk, hundreds of times a second on a fast download; updates
+    /// that come sooner are coalesced into the newest. The final update is never held back for
+    /// the interval. Choose another with ``AnyFetchOperation/onProgress(minimumInterval:_:)``,
+    /// ``AnyFetchOperation/onProgress(on:minimumInterval:_:)`` or
+    /// ``AnyFetchOperation/progressUpdates(minimumInterval:)``; 0 for every update a busy
+    /// handler can take.
+    public static let defaultMinimumInterval: TimeInterval = 0.1
+
     /// Creates a progress value.
     ///
     /// - Parameters:
@@ -82,7 +94,8 @@ public struct FetchProgress: Sendable, Equatable {
 
 extension AnyFetchOperation {
     /// The operation's progress as an asynchronous sequence: each iteration gets the latest
-    /// ``FetchProgress``, and the sequence ends when the operation finishes.
+    /// ``FetchProgress``, at most every ``FetchProgress/defaultMinimumInterval`` (0.1 s), and the
+    /// sequence ends when the operation finishes.
     ///
     /// ```swift
     /// let upload = FetchOperation<Data>(request: request)      // a POST with a body
@@ -94,25 +107,49 @@ extension AnyFetchOperation {
     ///
     /// - Values are coalesced: a consumer slower than the transfer gets the newest value, never
     ///   a backlog of every chunk. The last value before the end is the final one (after a
-    ///   success, `bytesExpected` is the length received).
+    ///   success, `bytesExpected` is the length received), given without waiting for the
+    ///   interval.
     /// - Each access makes a new sequence; several consumers each get every latest value.
     /// - A sequence made while the operation runs starts with its latest value; one made after
     ///   it finished yields the final value (none if no transfer began) and ends.
     /// - Cancelling the task that iterates ends that iteration only: it does **not** cancel the
     ///   fetch. Call `cancel()` on the operation for that.
     /// - A finished operation keeps no reference to its sequences.
+    ///
+    /// For another rate, see ``progressUpdates(minimumInterval:)``.
     public var progressUpdates: AsyncStream<FetchProgress> {
-        LatestValueStreams<FetchProgress>.makeStream(
-            add: { [core] continuation in core.withLock { $0.addProgressStream(continuation) } },
+        progressUpdates(minimumInterval: FetchProgress.defaultMinimumInterval)
+    }
+
+    /// The operation's progress as an asynchronous sequence, like ``progressUpdates``, with
+    /// values at most every `minimumInterval` seconds.
+    ///
+    /// ```swift
+    /// for await progress in download.progressUpdates(minimumInterval: 1) {
+    ///     print(progress.bytesReceived, "bytes")                // once a second at most
+    /// }
+    /// ```
+    ///
+    /// - Parameter minimumInterval: The least time between two values, in seconds: a value that
+    ///   comes sooner waits (replaced by any newer one) until the interval has passed. 0 for
+    ///   every value the consumer can take. The final value never waits.
+    /// - Returns: A new sequence of the operation's progress.
+    public func progressUpdates(minimumInterval: TimeInterval) -> AsyncStream<FetchProgress> {
+        let interval = Self.nanoseconds(minimumInterval)
+        return LatestValueStreams<FetchProgress>.makeStream(
+            add: { [core] continuation in core.withLock { $0.addProgressStream(continuation, minimumInterval: interval) } },
             remove: { [weak self] id in self?.core.withLock { $0.removeProgressStream(id) } })
     }
 
-    /// Calls `handler` on the main actor as the body arrives (and as a request body is sent).
+    /// Calls `handler` on the main actor as the body arrives (and as a request body is sent),
+    /// at most every `minimumInterval` seconds.
     ///
-    /// Updates are coalesced: if the main actor is busy, you get the latest value rather than
-    /// a backlog of every chunk. The last update before completion is always delivered
-    /// (before the completion handlers that run on the main actor). For the same values as an
-    /// asynchronous sequence, see ``progressUpdates``.
+    /// Updates are coalesced: if the main actor is busy, or an update comes sooner than the
+    /// interval after the last, you get the latest value rather than a backlog of every chunk.
+    /// The handler is never called with an older value after a newer one. The last update
+    /// before completion is always delivered, without waiting for the interval (before the
+    /// completion handlers that run on the main actor). For the same values as an asynchronous
+    /// sequence, see ``progressUpdates``.
     ///
     /// ```swift
     /// download.onProgress { progress in
@@ -120,20 +157,53 @@ extension AnyFetchOperation {
     /// }
     /// ```
     ///
-    /// - Parameter handler: Receives each progress value, on the main actor.
-    public func onProgress(_ handler: @escaping @MainActor (FetchProgress) -> Void) {
-        addProgressRelay(ProgressRelay(queue: .main) { progress in
+    /// - Parameters:
+    ///   - minimumInterval: The least time between the starts of two calls, in seconds;
+    ///     ``FetchProgress/defaultMinimumInterval`` (0.1 s) by default. 0 for every update the
+    ///     main actor can take.
+    ///   - handler: Receives each progress value, on the main actor.
+    public func onProgress(minimumInterval: TimeInterval = FetchProgress.defaultMinimumInterval,
+                           _ handler: @escaping @MainActor (FetchProgress) -> Void) {
+        addProgressRelay(ProgressRelay(queue: .main, minimumInterval: minimumInterval) { progress in
             MainActor.assumeIsolated { handler(progress) }
         })
     }
 
-    /// Calls `handler` on `queue` as the body arrives, coalescing like ``onProgress(_:)``.
+    /// Calls `handler` on `queue` as the body arrives, coalescing like
+    /// ``onProgress(minimumInterval:_:)``.
+    ///
+    /// One call at a time, whatever the queue: on a concurrent queue such as
+    /// ``CallbackQueue/global`` too, the handler is not called again before it returned, and
+    /// never with an older value after a newer one. A handler slower than the transfer gets
+    /// the newest value when it returns.
     ///
     /// - Parameters:
     ///   - queue: Where it runs.
+    ///   - minimumInterval: The least time between the starts of two calls, in seconds;
+    ///     ``FetchProgress/defaultMinimumInterval`` (0.1 s) by default. 0 for every update the
+    ///     handler can take.
     ///   - handler: Receives each progress value.
-    public func onProgress(on queue: CallbackQueue, _ handler: @escaping @Sendable (FetchProgress) -> Void) {
-        addProgressRelay(ProgressRelay(queue: queue, handler: handler))
+    public func onProgress(on queue: CallbackQueue, minimumInterval: TimeInterval = FetchProgress.defaultMinimumInterval,
+                           _ handler: @escaping @Sendable (FetchProgress) -> Void) {
+        addProgressRelay(ProgressRelay(queue: queue, minimumInterval: minimumInterval, handler: handler))
+    }
+
+    /// `seconds` in whole nanoseconds, 0 for a negative or not-a-number interval.
+    static func nanoseconds(_ seconds: TimeInterval) -> UInt64 {
+        guard seconds > 0 else { return 0 }
+        return seconds >= Double(UInt64.max) / 1e9 ? .max : UInt64(seconds * 1e9)
+    }
+
+    /// Arms the timer for the sequences' consumers that wait for their interval; when it
+    /// fires, they get the latest value (unless the operation finished and gave them the final
+    /// one), and it is armed again if some still wait.
+    func armProgressFlush(at deadline: UInt64) {
+        deliveryTimers.asyncAfter(deadline: DispatchTime(uptimeNanoseconds: deadline)) { [weak self] in
+            guard let self else { return }
+            if let next = core.withLock({ $0.flushProgressStreams(due: deadline, at: RateWindow.now()) }) {
+                armProgressFlush(at: next)
+            }
+        }
     }
 
     private func addProgressRelay(_ relay: ProgressRelay) {
@@ -179,16 +249,17 @@ extension AnyFetchOperation {
     /// reported before, the value without a rate goes to the `Progress` object, the sequences
     /// and the progress handlers (not to the batch: no bytes moved).
     func reportPausedRate() {
-        typealias Update = (value: FetchProgress, progress: Progress?, relays: [ProgressRelay])
+        typealias Update = (value: FetchProgress, progress: Progress?, relays: [ProgressRelay], flush: UInt64?)
         let update = core.withLock { core -> Update? in
             core.rate = RateWindow()
             guard core.progressReported, !core.machine.isFinished else { return nil }
             let value = core.currentProgress
-            core.yieldProgress(value)
+            let flush = core.yieldProgress(value)
             core.updateObserved { $0.progressed(value, self) }
-            return (value, core.progress, core.progressRelays)
+            return (value, core.progress, core.progressRelays, flush)
         }
         guard let update else { return }
+        if let flush = update.flush { armProgressFlush(at: flush) }
         update.progress?.setRate(nil, timeRemaining: nil)
         for relay in update.relays {
             relay.post(update.value)
@@ -203,16 +274,18 @@ extension AnyFetchOperation {
     /// The sequences get the value under the lock, so that no older value can overtake the
     /// final one that ``Core/endProgressStreams(succeeded:)`` yields.
     private func reportProgress(toBatch: Bool = false, _ change: (inout Core) -> Int64) {
-        typealias Update = (value: FetchProgress, moved: Int64, progress: Progress?, relays: [ProgressRelay], batch: (FetchBatch, Int)?)
+        typealias Update = (value: FetchProgress, moved: Int64, progress: Progress?, relays: [ProgressRelay],
+                            batch: (FetchBatch, Int)?, flush: UInt64?)
         let update = core.withLock { core -> Update? in
             guard case .executing(.transferring) = core.machine.state else { return nil }
             let moved = change(&core)
             let value = core.currentProgress
-            core.yieldProgress(value)
+            let flush = core.yieldProgress(value)
             core.updateObserved { $0.progressed(value, self) }
-            return (value, moved, core.progress, core.progressRelays, toBatch ? core.observed?.batch : nil)
+            return (value, moved, core.progress, core.progressRelays, toBatch ? core.observed?.batch : nil, flush)
         }
         guard let update else { return }
+        if let flush = update.flush { armProgressFlush(at: flush) }
         if let (batch, index) = update.batch {
             batch.member(index, received: update.value.bytesReceived, expected: update.value.bytesExpected, moved: update.moved)
         }
@@ -260,13 +333,33 @@ extension AnyFetchOperation.Core {
 /// themselves. Each stream buffers only the newest value. If the owner is freed before it
 /// finished (an operation never started), its consumers' sequences end then: a dropped
 /// continuation alone would leave them waiting forever.
+///
+/// A consumer may have a minimum interval: a value that comes sooner after the last one it was
+/// given waits (replaced by any newer one), and ``yield(_:at:)`` asks the owner to call
+/// ``flush(due:at:)`` when it is due. The final value (``finish(with:)``) is given at once.
 struct LatestValueStreams<Value: Sendable> {
     typealias Continuation = AsyncStream<Value>.Continuation
+
+    /// One consumer: its continuation, its interval (nanoseconds), when it was last given a
+    /// value, and whether a newer value than that waits for it.
+    struct Consumer {
+        let continuation: Continuation
+        let interval: UInt64
+        var lastYield: UInt64?
+        var behind = false
+
+        func isDue(at now: UInt64) -> Bool {
+            guard interval > 0, let lastYield else { return true }
+            return now >= lastYield &+ interval
+        }
+    }
 
     /// The last value yielded.
     private(set) var latest: Value?
     private(set) var isFinished = false
     private let registry = Registry()
+    /// When the owner was last asked to call ``flush(due:at:)``, if it was and has not yet.
+    private var flushDue: UInt64?
 
     /// Consumers to come, of a sequence whose latest value is `latest` (if any), and that
     /// ended already if `finished`.
@@ -274,62 +367,113 @@ struct LatestValueStreams<Value: Sendable> {
         self.latest = latest
         isFinished = finished
     }
-    private var continuations: [Int: Continuation] {
-        get { registry.continuations }
-        nonmutating set { registry.continuations = newValue }
+    private var consumers: [Int: Consumer] {
+        get { registry.consumers }
+        nonmutating set { registry.consumers = newValue }
     }
     private var nextID = 0
 
     /// How many consumers are registered (tests).
-    var count: Int { continuations.count }
+    var count: Int { consumers.count }
 
     /// Holds the consumers, and ends their sequences if the owner goes away with them. Used
     /// only under the owner's lock (or in its deinit, when no one else can reach it).
     private final class Registry {
-        var continuations: [Int: Continuation] = [:]
+        var consumers: [Int: Consumer] = [:]
         deinit {
             // The owner is being freed: its termination handlers find it gone and take no lock.
-            for continuation in continuations.values { continuation.finish() }
+            for consumer in consumers.values { consumer.continuation.finish() }
         }
     }
 
     /// Registers a consumer and gives it the latest value.
     ///
+    /// - Parameter minimumInterval: The least time between two values it is given, in
+    ///   nanoseconds (0: none).
     /// - Returns: Its identifier, or `nil` when finished: the caller then finishes it.
-    mutating func add(_ continuation: Continuation) -> Int? {
+    mutating func add(_ continuation: Continuation, minimumInterval: UInt64 = 0, at now: UInt64 = RateWindow.now()) -> Int? {
         if let latest { continuation.yield(latest) }
         guard !isFinished else { return nil }
         let id = nextID
         nextID += 1
-        continuations[id] = continuation
+        consumers[id] = Consumer(continuation: continuation, interval: minimumInterval, lastYield: latest == nil ? nil : now)
         return id
     }
 
     mutating func remove(_ id: Int) {
-        continuations[id] = nil
+        consumers[id] = nil
     }
 
-    mutating func yield(_ value: Value) {
-        guard !isFinished else { return }
+    /// Gives `value` to every consumer that is due, and keeps it for the others.
+    ///
+    /// - Returns: When the owner is to call ``flush(due:at:)``, if a consumer waits and the
+    ///   owner was not asked for that time or sooner already. It arms the timer after unlocking.
+    @discardableResult
+    mutating func yield(_ value: Value, at now: UInt64 = RateWindow.now()) -> UInt64? {
+        guard !isFinished else { return nil }
         latest = value
-        for continuation in continuations.values {
-            continuation.yield(value)
+        var waiting: UInt64?
+        for (id, var consumer) in consumers {
+            if consumer.isDue(at: now) {
+                consumer.continuation.yield(value)
+                consumer.lastYield = now
+                consumer.behind = false
+            } else {
+                consumer.behind = true
+                let due = (consumer.lastYield ?? now) &+ consumer.interval
+                waiting = min(waiting ?? due, due)
+            }
+            consumers[id] = consumer
         }
+        guard let waiting, waiting < flushDue ?? .max else { return nil }
+        flushDue = waiting
+        return waiting
     }
 
-    /// Yields `final` (if any), then ends: later consumers get the latest value and end.
+    /// The timer the owner armed for `due` fired: gives the latest value to the consumers that
+    /// waited for it and are due now. A timer armed for a later time than one armed since
+    /// does nothing.
+    ///
+    /// - Returns: When to call it again, if some still wait.
+    mutating func flush(due: UInt64, at now: UInt64) -> UInt64? {
+        guard due == flushDue else { return nil }
+        flushDue = nil
+        guard !isFinished, let latest else { return nil }
+        var waiting: UInt64?
+        for (id, var consumer) in consumers where consumer.behind {
+            if consumer.isDue(at: now) {
+                consumer.continuation.yield(latest)
+                consumer.lastYield = now
+                consumer.behind = false
+            } else {
+                let due = (consumer.lastYield ?? now) &+ consumer.interval
+                waiting = min(waiting ?? due, due)
+            }
+            consumers[id] = consumer
+        }
+        flushDue = waiting
+        return waiting
+    }
+
+    /// Yields `final` (if any) to every consumer at once, whatever its interval, then ends:
+    /// later consumers get the latest value and end.
     ///
     /// - Returns: The consumers, for the caller to finish after unlocking.
     mutating func finish(with final: Value?) -> [Continuation] {
-        if let final { yield(final) }
+        guard !isFinished else { return [] }
+        let value = final ?? latest
+        latest = value
+        for consumer in consumers.values where final != nil || consumer.behind {
+            if let value { consumer.continuation.yield(value) }
+        }
         isFinished = true
-        defer { continuations.removeAll() }
-        return Array(continuations.values)
+        defer { consumers.removeAll() }
+        return consumers.values.map(\.continuation)
     }
 
     /// Makes a stream that buffers only the newest value, registered through `add` (which
-    /// runs ``add(_:)`` under the owner's lock) and removed through `remove` when its consumer
-    /// stops iterating.
+    /// runs ``add(_:minimumInterval:at:)`` under the owner's lock) and removed through
+    /// `remove` when its consumer stops iterating.
     static func makeStream(add: (Continuation) -> Int?, remove: @escaping @Sendable (Int) -> Void) -> AsyncStream<Value> {
         let (stream, continuation) = AsyncStream.makeStream(of: Value.self, bufferingPolicy: .bufferingNewest(1))
         // The stream is not handed out yet, so nothing can end it before the handler is set.
@@ -341,35 +485,3 @@ struct LatestValueStreams<Value: Sendable> {
         return stream
     }
 }
-
-/// Delivers values to one handler on its queue, coalescing while the queue is busy: the handler
-/// gets the latest value, not a backlog. Used for operation progress and batch status.
-final class CoalescingRelay<Value: Sendable>: @unchecked Sendable {
-    private let queue: CallbackQueue
-    private let handler: @Sendable (Value) -> Void
-    private let state = Protected<(latest: Value?, scheduled: Bool)>((nil, false))
-
-    init(queue: CallbackQueue, handler: @escaping @Sendable (Value) -> Void) {
-        self.queue = queue
-        self.handler = handler
-    }
-
-    func post(_ value: Value) {
-        let schedule = state.withLock { state -> Bool in
-            state.latest = value
-            guard !state.scheduled else { return false }
-            state.scheduled = true
-            return true
-        }
-        guard schedule else { return }
-        queue.perform {
-            let latest = self.state.withLock { state -> Value? in
-                state.scheduled = false
-                return state.latest
-            }
-            if let latest { self.handler(latest) }
-        }
-    }
-}
-
-typealias ProgressRelay = CoalescingRelay<FetchProgress>

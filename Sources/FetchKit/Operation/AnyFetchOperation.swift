@@ -101,7 +101,7 @@ open class AnyFetchOperation: Operation, @unchecked Sendable {
     /// the bytes received. Calling `cancel()` on it cancels the operation. It has no parent:
     /// to compose it, `addChild(_:withPendingUnitCount:)` it to yours. Created on first use,
     /// so that queued operations nobody watches carry none. On Linux a `Progress` cannot be
-    /// observed with KVO: poll it, or use ``onProgress(on:_:)``.
+    /// observed with KVO: poll it, or use ``onProgress(on:minimumInterval:_:)``.
     public var progress: Progress {
         core.withLock { core in
             if let progress = core.progress { return progress }

@@ -108,7 +108,7 @@ public final class FetchBatch: @unchecked Sendable {
     /// ```
     ///
     /// Values are coalesced like ``AnyFetchOperation/progressUpdates``: a slow consumer gets the
-    /// newest status, never a backlog. Each access makes a new sequence; one made after the
+    /// newest status, never a backlog (but with no minimum interval: every status it can take). Each access makes a new sequence; one made after the
     /// batch completed yields the final status and ends. Cancelling the task that iterates ends
     /// that iteration only: it does not cancel the members.
     public var statusUpdates: AsyncStream<Status> {
