@@ -32,3 +32,37 @@ struct DependentDownloadTests {
         #expect(FileManager.default.contents(atPath: destination.path)?.count == 3000)
     }
 }
+
+/// What a fetch that never reached the network reports: no attempt and no sent request, even
+/// when it was paused or cancelled while it waited for its queue's slot.
+@Suite("Attempts count what was sent", .timeLimit(.minutes(2)))
+struct AttemptsCountWhatWasSentTests {
+    @Test(arguments: ["pause", "cancel"])
+    func aDownloadStoppedWhileWaitingForASlotMadeNoAttempt(_ how: String) async throws {
+        let line = try await HeldSlotLine(names: [])
+        let directory = try TemporaryDirectory()
+        defer { line.stop(); directory.remove() }
+        let download = DownloadOperation(url: line.server.url("/bytes/5000"), destination: directory.file("waiting.bin"))
+        let done = Countdown(1)
+        line.queue.enqueue(download, on: .global) { _ in done.signal() }
+        #expect(await counts(of: line.queue) { $0.waiting == 1 }, "the download waits for the held slot")
+        if how == "pause" {
+            #expect(download.pause())
+        } else {
+            download.cancel()
+            #expect(await done.wait())
+        }
+        #expect(download.attempts == 0, "nothing was sent")
+        #expect(download.sentRequest == nil)
+        #expect(line.server.requestCount(path: "/bytes/5000") == 0)
+        if how == "pause" {
+            // Resumed, it is sent: one attempt, and its request.
+            line.gate.open()
+            #expect(download.resume())
+            #expect(await done.wait())
+            #expect(download.error == nil)
+            #expect(download.attempts == 1)
+            #expect(download.sentRequest?.url == line.server.url("/bytes/5000"))
+        }
+    }
+}

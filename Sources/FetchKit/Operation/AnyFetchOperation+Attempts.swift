@@ -227,6 +227,9 @@ extension AnyFetchOperation {
         core.withLock { core in
             core.attemptStarted = true
             if core.firstTransferStart == 0 { core.firstTransferStart = Transfer.now() }
+            // What users read: only what reached the network counts.
+            core.attemptsSent = core.attempts
+            core.lastSentRequest = core.sentRequest
         }
     }
 

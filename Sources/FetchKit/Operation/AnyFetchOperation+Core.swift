@@ -249,6 +249,10 @@ extension AnyFetchOperation {
         var deadlineGeneration: Int32 = 0
         /// The current attempt's transfer started (it may wait for a queue slot first).
         var attemptStarted = false
+        /// The number of the last attempt whose transfer started (0: none): ``AnyFetchOperation/attempts``.
+        var attemptsSent = 0
+        /// The request of the last attempt whose transfer started: ``AnyFetchOperation/sentRequest``.
+        var lastSentRequest: URLRequest?
         /// The current attempt got a response head: a server that answered and then stalled
         /// is worth another attempt; one that stayed silent for the whole idle timeout is not.
         var attemptAnswered = false

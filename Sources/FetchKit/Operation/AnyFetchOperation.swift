@@ -150,8 +150,11 @@ open class AnyFetchOperation: Operation, @unchecked Sendable {
     // MARK: Results (set when finished)
 
     /// How many attempts were made (more than 1 when retried); 0 if nothing was sent.
+    ///
+    /// An attempt counts once its request went to the network: a fetch paused or cancelled
+    /// while it waited for its queue's slot, or for a dependency, counts none for that wait.
     public var attempts: Int {
-        core.withLock { $0.attempts }
+        core.withLock { $0.attemptsSent }
     }
 
     /// Whether the server answered `304 Not Modified` to a conditional GET (see
@@ -192,9 +195,10 @@ open class AnyFetchOperation: Operation, @unchecked Sendable {
         } }
     }
 
-    /// The request as it was sent (after ``makeRequest()``), once the operation started sending.
+    /// The request as it was sent (after ``makeRequest()``), once the operation started sending:
+    /// `nil` until an attempt's request went to the network (not while it waits for a slot).
     public var sentRequest: URLRequest? {
-        core.withLock { $0.sentRequest }
+        core.withLock { $0.lastSentRequest }
     }
 
     // MARK: Hooks for subclasses
