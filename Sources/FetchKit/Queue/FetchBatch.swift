@@ -2,9 +2,17 @@ import Foundation
 
 /// A group of fetches enqueued together — one refresh of every feed — that reports as one.
 ///
-/// It counts members finished, failed and in all, and body bytes received and expected (where
-/// the servers announced a length), as two Foundation `Progress` objects and a callback, and
-/// completes once, after its last member completed.
+/// It counts members finished, failed, cancelled and in all, and body bytes received and
+/// expected (where the servers announced a length), as two Foundation `Progress` objects and a
+/// callback, and completes once, after its last member completed. ``cancel()`` cancels the
+/// members that have not completed; `cancellingRestOnFailure: true` does so at the first member
+/// that fails.
+///
+/// ```swift
+/// let refresh = queue.enqueue(batch: feeds.map { GetFeed(url: $0) }, cancellingRestOnFailure: true)
+/// // … the user presses Stop:
+/// refresh.cancel()
+/// ```
 ///
 /// ```swift
 /// let batch = queue.enqueue(batch: feeds.map { GetFeed(url: $0) },
@@ -18,8 +26,12 @@ public final class FetchBatch: @unchecked Sendable {
         public let total: Int
         /// Members that completed, successfully or not.
         public var finished = 0
-        /// Members that completed with an error (cancellation included).
+        /// Members that completed with an error other than a cancellation (a member the queue
+        /// refused counts here).
         public var failed = 0
+        /// Members that completed cancelled (``FetchError/cancelled(_:)``): by ``cancel()``, by
+        /// their own `cancel()`, or by the queue's.
+        public var cancelled = 0
         /// Body bytes received by all members so far.
         public var bytesReceived: Int64 = 0
         /// The sum of the announced lengths of the members whose length is known (each
@@ -43,7 +55,7 @@ public final class FetchBatch: @unchecked Sendable {
         public var estimatedTimeRemaining: TimeInterval?
 
         /// Members that completed without error.
-        public var succeeded: Int { finished - failed }
+        public var succeeded: Int { finished - failed - cancelled }
         /// Whether every member completed.
         public var isFinished: Bool { finished == total }
         /// `finished / total` (1 for an empty batch).
@@ -52,7 +64,7 @@ public final class FetchBatch: @unchecked Sendable {
         /// Whether the counts are the same (the rate and time remaining, estimates that depend
         /// on when the status was taken, are not compared).
         public static func == (lhs: Status, rhs: Status) -> Bool {
-            lhs.total == rhs.total && lhs.finished == rhs.finished && lhs.failed == rhs.failed
+            lhs.total == rhs.total && lhs.finished == rhs.finished && lhs.failed == rhs.failed && lhs.cancelled == rhs.cancelled
                 && lhs.bytesReceived == rhs.bytesReceived && lhs.bytesExpected == rhs.bytesExpected
                 && lhs.membersWithUnknownLength == rhs.membersWithUnknownLength
         }
@@ -76,8 +88,17 @@ public final class FetchBatch: @unchecked Sendable {
     /// Where the batch's handlers run: the main queue, or the queue the caller named.
     let callbackQueue: CallbackQueue
 
-    init(ids: [FetchID], callbackQueue: CallbackQueue, progress: Callback<Status>?, completion: Callback<Status>?) {
+    /// Cancels the members that have not completed (through their queue); set once, at
+    /// ``init(ids:callbackQueue:progress:completion:cancelling:cancellingRestOnFailure:)``.
+    private let cancelMembers: @Sendable ([FetchID]) -> Void
+    /// Whether the first member to fail cancels the others.
+    private let cancelsRestOnFailure: Bool
+
+    init(ids: [FetchID], callbackQueue: CallbackQueue, progress: Callback<Status>?, completion: Callback<Status>?,
+         cancelling: @escaping @Sendable ([FetchID]) -> Void = { _ in }, cancellingRestOnFailure: Bool = false) {
         self.ids = ids
+        cancelMembers = cancelling
+        cancelsRestOnFailure = cancellingRestOnFailure
         self.callbackQueue = callbackQueue
         self.completion = completion
         let status = Status(total: ids.count, membersWithUnknownLength: ids.count)
@@ -153,10 +174,38 @@ public final class FetchBatch: @unchecked Sendable {
         publish(status)
     }
 
-    func memberFinished(_ index: Int, failed: Bool) {
+    /// Cancels every member that has not completed: each completes once, as cancelled, and
+    /// counts in ``Status/cancelled``; none of them starts a transfer after this returns. The
+    /// batch then completes as usual, after its last member. Members that completed keep their
+    /// outcome. Does nothing once the batch completed.
+    public func cancel() {
+        let remaining = state.withLock { state -> [FetchID] in
+            state.completed ? [] : ids.indices.filter { !state.perMember[$0].ended }.map { ids[$0] }
+        }
+        if !remaining.isEmpty { cancelMembers(remaining) }
+    }
+
+    /// How a member ended.
+    enum MemberOutcome {
+        case succeeded, failed, cancelled
+
+        init(_ error: FetchError?) {
+            switch error {
+            case nil: self = .succeeded
+            case .cancelled?: self = .cancelled
+            case _?: self = .failed
+            }
+        }
+    }
+
+    func memberFinished(_ index: Int, outcome: MemberOutcome) {
         let (status, last, streams) = state.withLock { state in
             state.status.finished += 1
-            if failed { state.status.failed += 1 }
+            switch outcome {
+            case .succeeded: break
+            case .failed: state.status.failed += 1
+            case .cancelled: state.status.cancelled += 1
+            }
             state.perMember[index].ended = true
             // What it did not receive is no longer to come.
             state.status.estimatedTimeRemaining = Self.timeRemaining(of: state.perMember, at: state.rate)
@@ -167,6 +216,7 @@ public final class FetchBatch: @unchecked Sendable {
         }
         for stream in streams { stream.finish() }
         publish(status)
+        if outcome == .failed, cancelsRestOnFailure, !last { cancel() }
         if last {
             completion?.post(status)
         }
@@ -222,16 +272,20 @@ extension FetchQueue {
     ///
     /// - Parameters:
     ///   - operations: The members.
+    ///   - cancellingRestOnFailure: Whether the first member that fails (with an error other
+    ///     than a cancellation) cancels the members that have not completed (``FetchBatch/cancel()``).
+    ///     Default `false`: every member runs to its end.
     ///   - progress: Called on the main actor as members progress and finish (coalesced).
     ///   - completion: Called once, on the main actor, after the last member completed.
-    /// - Returns: The batch, for its status and `Progress` objects.
+    /// - Returns: The batch, for its status, its `Progress` objects and ``FetchBatch/cancel()``.
     @discardableResult
     public func enqueue(
         batch operations: [AnyFetchOperation],
+        cancellingRestOnFailure: Bool = false,
         progress: (@MainActor (FetchBatch.Status) -> Void)? = nil,
         completion: (@MainActor (FetchBatch.Status) -> Void)? = nil
     ) -> FetchBatch {
-        enqueue(batch: operations, callbackQueue: .main,
+        enqueue(batch: operations, callbackQueue: .main, cancellingRestOnFailure: cancellingRestOnFailure,
                 progress: progress.map { Callback(mainActor: $0) },
                 completion: completion.map { Callback(mainActor: $0) })
     }
@@ -242,17 +296,20 @@ extension FetchQueue {
     /// - Parameters:
     ///   - operations: The members.
     ///   - queue: Where `progress` and `completion` run.
+    ///   - cancellingRestOnFailure: Whether the first member that fails cancels the rest (see
+    ///     ``enqueue(batch:cancellingRestOnFailure:progress:completion:)``). Default `false`.
     ///   - progress: Called as members progress and finish (coalesced).
     ///   - completion: Called once, after the last member completed.
-    /// - Returns: The batch, for its status and `Progress` objects.
+    /// - Returns: The batch, for its status, its `Progress` objects and ``FetchBatch/cancel()``.
     @discardableResult
     public func enqueue(
         batch operations: [AnyFetchOperation],
         on queue: CallbackQueue,
+        cancellingRestOnFailure: Bool = false,
         progress: (@Sendable (FetchBatch.Status) -> Void)? = nil,
         completion: (@Sendable (FetchBatch.Status) -> Void)? = nil
     ) -> FetchBatch {
-        enqueue(batch: operations, callbackQueue: queue,
+        enqueue(batch: operations, callbackQueue: queue, cancellingRestOnFailure: cancellingRestOnFailure,
                 progress: progress.map { Callback(on: queue, $0) },
                 completion: completion.map { Callback(on: queue, $0) })
     }
@@ -260,6 +317,7 @@ extension FetchQueue {
     private func enqueue(
         batch operations: [AnyFetchOperation],
         callbackQueue: CallbackQueue,
+        cancellingRestOnFailure: Bool,
         progress: Callback<FetchBatch.Status>?,
         completion: Callback<FetchBatch.Status>?
     ) -> FetchBatch {
@@ -295,18 +353,23 @@ extension FetchQueue {
             }
         }
         adopt(orphans)
-        let batch = FetchBatch(ids: ids, callbackQueue: callbackQueue, progress: progress, completion: completion)
+        let cancelling: @Sendable ([FetchID]) -> Void = { [weak self] members in
+            let wanted = Set(members)
+            _ = self?.cancelAll { id, _ in wanted.contains(id) }
+        }
+        let batch = FetchBatch(ids: ids, callbackQueue: callbackQueue, progress: progress, completion: completion,
+                               cancelling: cancelling, cancellingRestOnFailure: cancellingRestOnFailure)
         for (index, (operation, id, refusal)) in pending.enumerated() {
             if refusal != nil {
                 // Refused (already enqueued elsewhere, or could never start): a failed member.
-                batch.memberFinished(index, failed: true)
+                batch.memberFinished(index, outcome: .failed)
                 continue
             }
             operation.join(batch, at: index)
             // After the member's own completion handlers on the batch's queue.
             let joinBatch = {
                 operation.addCompletionHandler(on: callbackQueue) { operation in
-                    batch.memberFinished(index, failed: operation.error != nil)
+                    batch.memberFinished(index, outcome: FetchBatch.MemberOutcome(operation.error))
                 }
             }
             if takenOver.contains(index) {

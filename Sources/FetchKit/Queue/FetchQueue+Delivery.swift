@@ -54,7 +54,7 @@ extension FetchQueue {
         }
 
         /// Enqueues a batch; its handlers run on ``callbackQueue``. As
-        /// ``FetchQueue/enqueue(batch:on:progress:completion:)``.
+        /// ``FetchQueue/enqueue(batch:on:cancellingRestOnFailure:progress:completion:)``.
         @discardableResult
         public func enqueue(
             batch operations: [AnyFetchOperation],
