@@ -22,7 +22,11 @@ struct Options: Equatable {
     /// present one of over HTTPS (checked here; pinned per host by the downloader).
     var pinnedKeys: [String] = []
     var parallel = 4
-    var perHost = 2
+    /// `--per-host N`; without it, one host may have all of `--parallel` (as curl's and
+    /// aria2c's do): see ``perHostLimit``.
+    var perHost: Int?
+    /// At most this many downloads at once to one host.
+    var perHostLimit: Int { min(perHost ?? parallel, parallel) }
     var retries = 2
     /// Seconds without data before an attempt fails (`--timeout`, `--read-timeout`).
     var timeout: TimeInterval = 30
@@ -129,7 +133,8 @@ struct Options: Equatable {
       --parallel N         downloads at once, overall (default 4; also -j,
                            --max-concurrent-downloads as in aria2c); at most what the
                            open-file limit (ulimit -n) has room for, which it says
-      --per-host N         downloads at once to one host (default 2)
+      --per-host N         downloads at once to one host (default: as many as
+                           --parallel)
       --retry N            retries per download after a transient failure (default 2)
       --timeout S          seconds without data before an attempt fails (default 30;
                            also --read-timeout)

@@ -126,7 +126,7 @@ final class Downloader: @unchecked Sendable {
         queue = FetchQueue(
             name: "fetchkit",
             maximumConcurrentTransfers: options.parallel,
-            maximumTransfersPerHost: options.perHost,
+            maximumTransfersPerHost: options.perHostLimit,
             monitors: redirects.map { [$0] } ?? [],
             bandwidthLimit: options.limitRate
         )
@@ -173,7 +173,7 @@ final class Downloader: @unchecked Sendable {
         // digest (--force replaces it).
         try? journal?.remove(items.filter(\.state.isSettled).map(\.name))
         display.header("Downloading \(items.count) file\(items.count == 1 ? "" : "s") to \(Terminal.sanitized(directory.path)) "
-            + "(\(options.parallel) at once, \(options.perHost) per host)")
+            + "(\(options.parallel) at once, \(options.perHostLimit) per host)")
 
         // The live display redraws ten times a second, on a terminal only; elsewhere (a CI
         // log), a plain line per active file every --summary-interval. (A dispatch source

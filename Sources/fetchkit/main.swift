@@ -51,5 +51,4 @@ if options.parallel > fit.downloads {
     }
     options.parallel = fit.downloads
 }
-options.perHost = min(options.perHost, options.parallel)
 exit(Downloader(options: options).run())
