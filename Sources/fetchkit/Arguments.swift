@@ -55,6 +55,8 @@ struct Options: Equatable {
     var summaryInterval: TimeInterval = 5
     /// The most bytes per second all downloads together receive (`--limit-rate`), or `nil`.
     var limitRate: Int?
+    /// The most bytes per second all downloads together receive (`--limit-rate-total`), or `nil`.
+    var limitRateTotal: Int?
     /// Also download what the output directory's journal lists as unfinished (`-c`, `--continue`).
     var continues = false
 
@@ -145,12 +147,16 @@ struct Options: Equatable {
       --max-size SIZE      largest file to save, counted on the bytes written (after
                            decompression); K, M, G, T suffixes (powers of 1024); 0 for no
                            limit (default 16G). A larger download fails and leaves no file.
-      --limit-rate RATE    receive at most RATE bytes per second, all downloads
-                           together, as curl and wget do; K, M, G suffixes (powers of
-                           1024), e.g. 500k or 2M. The server is slowed, not only the
-                           writing: each download pauses reading from its connection
-                           while over the limit, and keeps to HTTP/1.1 (a connection
-                           of its own, even where the server speaks HTTP/2)
+      --limit-rate RATE    receive at most RATE bytes per second in each download, as
+                           curl and wget do (also aria2c's --max-download-limit); K, M,
+                           G suffixes (powers of 1024), e.g. 500k or 2M. The server is
+                           slowed, not only the writing: a download pauses reading from
+                           its connection while over the limit, and keeps to HTTP/1.1
+                           (a connection of its own, even where the server speaks HTTP/2)
+      --limit-rate-total RATE
+                           receive at most RATE bytes per second, all downloads
+                           together (aria2c's --max-overall-download-limit); with
+                           --limit-rate, both hold
       --sha256 HEX         the SHA-256 the file must have (64 hex digits, as sha256sum
                            prints it); only with exactly one download (an -i list gives
                            one per line). A file that does not match is not saved, its
@@ -376,12 +382,16 @@ struct Options: Equatable {
                 options.showVersion = true
             case "-c", "--continue":
                 options.continues = true
-            case "--limit-rate":
+            case "--limit-rate", "--limit-rate-total", "--max-overall-download-limit", "--max-download-limit":
                 let text = try value(for: argument)
                 guard let rate = Self.size(text), rate > 0 else {
-                    throw UsageError(description: "--limit-rate needs a rate such as 500k or 2M bytes per second, not '\(shown(text))'")
+                    throw UsageError(description: "\(argument) needs a rate such as 500k or 2M bytes per second, not '\(shown(text))'")
                 }
-                options.limitRate = Int(clamping: rate)
+                if argument == "--limit-rate" || argument == "--max-download-limit" {
+                    options.limitRate = Int(clamping: rate)
+                } else {
+                    options.limitRateTotal = Int(clamping: rate)
+                }
             case "-h", "--help":
                 options.showHelp = true
             default:
@@ -470,7 +480,7 @@ struct Options: Equatable {
     static let longOptions = [
         "--input-file", "--output", "--directory", "--directory-prefix", "--dir", "--remote-name", "--content-disposition",
         "--continue", "--continue-at", "--force", "--parallel", "--max-concurrent-downloads", "--per-host", "--retry",
-        "--timeout", "--read-timeout", "--max-time", "--connect-timeout", "--max-size", "--limit-rate", "--sha256", "--header",
+        "--timeout", "--read-timeout", "--max-time", "--connect-timeout", "--max-size", "--limit-rate", "--limit-rate-total", "--max-overall-download-limit", "--max-download-limit", "--sha256", "--header",
         "--user-agent", "--user", "--cacert", "--pinnedpubkey", "--location", "--fail", "--show-error", "--json", "--quiet",
         "--silent", "--verbose", "--summary-interval", "--version", "--help",
     ]

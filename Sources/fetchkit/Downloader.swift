@@ -128,7 +128,7 @@ final class Downloader: @unchecked Sendable {
             maximumConcurrentTransfers: options.parallel,
             maximumTransfersPerHost: options.perHostLimit,
             monitors: redirects.map { [$0] } ?? [],
-            bandwidthLimit: options.limitRate
+            bandwidthLimit: options.limitRateTotal
         )
         // With --json, standard output carries the JSON lines only; people read standard error.
         let human = options.json ? Terminal.errors : Terminal.output
@@ -435,6 +435,7 @@ final class Downloader: @unchecked Sendable {
         download.configuration.totalTimeout = options.maxTime
         download.configuration.connectTimeout = options.connectTimeout
         download.configuration.maximumResponseSize = options.maximumSize
+        download.configuration.bandwidthLimit = options.limitRate
         download.expectedDigest = items[index].sha256
         // FetchKit retries transient failures itself, with backoff (and Retry-After); a retry
         // resumes the partial file.

@@ -38,3 +38,54 @@ struct CommandLineLimitRateTests {
         #expect(try Options.parse(["http://127.0.0.1:9/a"]).limitRate == nil)
     }
 }
+
+/// `--limit-rate` is per download, as curl and wget mean it; `--limit-rate-total` is the total.
+@Suite("The fetchkit command: --limit-rate per download", .timeLimit(.minutes(2)))
+struct CommandLineLimitRatePerDownloadTests {
+    @Test func limitRateIsPerDownloadAndTheTotalIsItsOwnFlag() throws {
+        let each = try Options.parse(["--limit-rate", "100k", "http://127.0.0.1:9/a"])
+        #expect(each.limitRate == 100 << 10 && each.limitRateTotal == nil)
+        let both = try Options.parse(["--limit-rate", "100k", "--limit-rate-total", "1M", "http://127.0.0.1:9/a"])
+        #expect(both.limitRate == 100 << 10 && both.limitRateTotal == 1 << 20)
+        #expect(try Options.parse(["--max-overall-download-limit", "2M", "http://127.0.0.1:9/a"]).limitRateTotal == 2 << 20)
+        #expect(try Options.parse(["--max-download-limit", "2M", "http://127.0.0.1:9/a"]).limitRate == 2 << 20)
+    }
+}
+
+/// A fetch's own limit holds for it alone, in a queue or not.
+@Suite("A fetch's own bandwidth limit", .timeLimit(.minutes(2)))
+struct FetchBandwidthLimitTests {
+    @Test(arguments: [false, true])
+    func aFetchReadsNoFasterThanItsOwnLimit(inQueue: Bool) async throws {
+        let server = try LoopbackServer(sendBufferSize: 32 << 10)
+        defer { server.stop() }
+        // 300,000 bytes at 100,000 bytes a second: about 3 s (the first burst makes it a little less).
+        let operation = FetchOperation<Data>(url: server.url("/bytes/300000"))
+        operation.configuration.bandwidthLimit = 100_000
+        let started = ContinuousClock.now
+        if inQueue {
+            _ = try await FetchQueue(maximumConcurrentTransfers: 4).fetch(operation)
+        } else {
+            try await operation.run()
+        }
+        let elapsed = ContinuousClock.now - started
+        #expect(operation.responseBody?.count == 300_000)
+        #expect(elapsed > .seconds(2), "300,000 bytes at 100,000 B/s took \(elapsed)")
+    }
+
+    @Test func twoFetchesWithTheirOwnLimitsAreNotSharedAndEachIsHeld() async throws {
+        let server = try LoopbackServer(sendBufferSize: 32 << 10)
+        defer { server.stop() }
+        let queue = FetchQueue(maximumConcurrentTransfers: 4, coalescesIdenticalRequests: true)
+        let operations = (0..<2).map { _ in FetchOperation<Data>(url: server.url("/bytes/200000")) }
+        for operation in operations { operation.configuration.bandwidthLimit = 100_000 }
+        let started = ContinuousClock.now
+        try await withThrowingTaskGroup(of: Int.self) { group in
+            for operation in operations { group.addTask { try await queue.fetch(operation).count } }
+            for try await count in group { #expect(count == 200_000) }
+        }
+        let elapsed = ContinuousClock.now - started
+        #expect(elapsed > .milliseconds(1300), "each read at most 100,000 B/s: \(elapsed)")
+        #expect(server.requestCount(path: "/bytes/200000") == 2, "a fetch with a limit of its own has its own transfer")
+    }
+}

@@ -109,7 +109,7 @@ extension AnyFetchOperation {
             return
         } else {
             handle = Transfer(request: attemptSetup.request, session: configuration.value.session, limits: limits,
-                              sink: makeBodySink(), owner: self)
+                              sink: makeBodySink(), owner: self, receiveBudgets: ownReceiveBudget(limits.bandwidthLimit))
         }
         let attached = core.withLock { core -> (attached: Bool, parked: Bool, generation: Int32?) in
             guard core.machine.attachTransfer() else { return (false, core.machine.isParked, nil) }
@@ -326,8 +326,23 @@ extension TransferLimits.Settings {
             acceptableStatusCodes: configuration.acceptableStatusCodes,
             credentials: configuration.credentials,
             redirectPolicy: configuration.redirectPolicy,
-            allowsInsecureRedirects: configuration.allowsInsecureRedirects
+            allowsInsecureRedirects: configuration.allowsInsecureRedirects,
+            bandwidthLimit: configuration.bandwidthLimit
         )
+    }
+}
+
+extension AnyFetchOperation {
+    /// The budget of the fetch's own bandwidth limit, one for all its attempts (made at the
+    /// first); none without a limit.
+    func ownReceiveBudget(_ limit: Int?) -> [ReceiveBudget] {
+        guard let limit else { return [] }
+        return [core.withLock { core in
+            if let budget = core.ownBudget, budget.bytesPerSecond == limit { return budget }
+            let budget = ReceiveBudget(bytesPerSecond: limit, mechanism: .current)
+            core.ownBudget = budget
+            return budget
+        }]
     }
 }
 

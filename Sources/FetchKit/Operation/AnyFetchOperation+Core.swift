@@ -251,6 +251,8 @@ extension AnyFetchOperation {
         var attemptStarted = false
         /// The number of the last attempt whose transfer started (0: none): ``AnyFetchOperation/attempts``.
         var attemptsSent = 0
+        /// The budget of ``FetchConfiguration/bandwidthLimit``, once an attempt needed it.
+        var ownBudget: ReceiveBudget?
         /// The request of the last attempt whose transfer started: ``AnyFetchOperation/sentRequest``.
         var lastSentRequest: URLRequest?
         /// The current attempt got a response head: a server that answered and then stalled

@@ -36,6 +36,21 @@ public struct FetchConfiguration: Sendable {
     }
     private var storedMaximumResponseSize: Int64
 
+    /// The most response-body bytes per second this fetch reads, over all its attempts, or
+    /// `nil` (the default) for no limit of its own. Values below 1 count as 1.
+    ///
+    /// It is enforced as a ``FetchQueue``'s ``FetchQueue/bandwidthLimit`` is (read pauses on
+    /// libcurl's handle, HTTP/1.1, a small receive window at low rates), and with the same
+    /// reservations where that cannot be done; a fetch in a queue with limits reads under all of
+    /// them, whichever is lowest at each moment. This is `curl --limit-rate`: one download's
+    /// limit, whatever else runs. A fetch with a limit of its own never shares its transfer
+    /// with an identical request (``FetchQueue/coalescesIdenticalRequests``).
+    public var bandwidthLimit: Int? {
+        get { storedBandwidthLimit }
+        set { storedBandwidthLimit = newValue.map { max(1, $0) } }
+    }
+    private var storedBandwidthLimit: Int?
+
     /// The longest one attempt may go without hearing from the server, in seconds, at
     /// sub-second precision: until the response head, then between bytes of the body. `nil`
     /// (the default) uses the request's `timeoutInterval` (60 s unless set). When it passes,
@@ -180,7 +195,8 @@ extension FetchConfiguration {
               retryPolicy == other.retryPolicy,
               allowsInsecureRedirects == other.allowsInsecureRedirects,
               authenticates == other.authenticates,
-              acceptableStatusCodes == other.acceptableStatusCodes
+              acceptableStatusCodes == other.acceptableStatusCodes,
+              bandwidthLimit == other.bandwidthLimit
         else { return false }
         switch (parseQueue.target, other.parseQueue.target) {
         case (.dispatch(let a), .dispatch(let b)) where a === b: break

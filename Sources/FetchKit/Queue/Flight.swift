@@ -63,6 +63,7 @@ struct FlightKey: Hashable, Sendable {
               request.httpBody == nil, request.httpBodyStream == nil,
               sink == nil || sink is MemoryBodySink,      // nil: a memory sink, made at grant
               limits.credentials == nil,
+              limits.bandwidthLimit == nil,     // a limit of its own is read by it alone
               !Self.asksForAFreshAnswer(request),
               let url = request.url?.absoluteString
         else { return nil }
@@ -200,7 +201,8 @@ final class Flight: SlotFlight, TransferOwner, @unchecked Sendable {
         for member in members { member.operation.attemptGranted() }
         let transfer = Transfer(request: first.requestAtGrant(), session: first.session, limits: first.limits,
                                 sink: first.sink ?? first.operation.makeBodySink(), owner: self,
-                                receiveBudgets: first.queue?.bandwidthBudgets?.budgets(forHost: first.host) ?? [])
+                                receiveBudgets: (first.queue?.bandwidthBudgets?.budgets(forHost: first.host) ?? [])
+                                    + first.operation.ownReceiveBudget(first.limits.bandwidthLimit))
         self.transfer = transfer
         transfer.start()
     }

@@ -15,10 +15,12 @@ struct TransferLimits: Sendable {
         let credentials: CredentialProvider?
         let redirectPolicy: RedirectPolicy
         let allowsInsecureRedirects: Bool
+        let bandwidthLimit: Int?
 
         init(totalTimeout: TimeInterval?, connectTimeout: TimeInterval? = nil, maximumResponseSize: Int64,
              acceptableStatusCodes: Set<Int>, credentials: CredentialProvider?, redirectPolicy: RedirectPolicy,
-             allowsInsecureRedirects: Bool = false) {
+             allowsInsecureRedirects: Bool = false, bandwidthLimit: Int? = nil) {
+            self.bandwidthLimit = bandwidthLimit
             self.totalTimeout = totalTimeout
             self.connectTimeout = connectTimeout
             self.maximumResponseSize = maximumResponseSize
@@ -71,6 +73,8 @@ struct TransferLimits: Sendable {
     var redirectPolicy: RedirectPolicy { settings.redirectPolicy }
     /// Whether a redirect from `https` to `http` is followed.
     var allowsInsecureRedirects: Bool { settings.allowsInsecureRedirects }
+    /// The fetch's own bandwidth limit (``FetchConfiguration/bandwidthLimit``), or `nil`.
+    var bandwidthLimit: Int? { settings.bandwidthLimit }
 
     init(idleTimeout: TimeInterval, totalTimeout: TimeInterval? = nil, acceptsNotModified: Bool = false,
          maximumResponseSize: Int64, acceptableStatusCodes: Set<Int>, credentials: CredentialProvider? = nil,
