@@ -3,7 +3,7 @@ import FetchKit
 /// What the command's exit status says, one code per failure class, in the spirit of wget's
 /// (1 generic, 2 usage, 3 file I/O, 4 network, 5 TLS, 7 protocol, 8 an HTTP error status) with
 /// FetchKit's own classes after them, and 128 + the signal's number when a signal stopped the
-/// run, as a shell reports it. ``Options/usage`` and the README list them: keep the three in step.
+/// run, as a shell reports it. ``Options/usage`` and the CommandLine article (Documentation.docc) list them: keep the three in step.
 enum ExitStatus: Int32, CaseIterable {
     /// Every download succeeded, or was already there and kept.
     case success = 0

@@ -4,7 +4,7 @@ import LoopbackServer
 import Testing
 @testable import fetchkit
 
-/// One exit code per failure class, as `--help` and the README list them (``ExitStatus``).
+/// One exit code per failure class, as `--help` and the CommandLine article list them (``ExitStatus``).
 @Suite("The fetchkit command: exit codes", .timeLimit(.minutes(3)),
        .disabled(if: runsUnderSanitizer, "under a sanitizer: the command runs in a process of its own, whose sanitizer reports the test does not read; CI's time"))
 struct CommandLineExitCodeTests {

@@ -122,8 +122,8 @@ public final class FetchBatch: @unchecked Sendable {
     /// ``Status``, and the sequence ends after the batch completed, its last value finished.
     ///
     /// ```swift
-    /// let refresh = queue.enqueue(batch: feeds.map { GetFeed(url: $0) })
-    /// for await status in refresh.statusUpdates {
+    /// let feedRefresh = queue.enqueue(batch: feeds.map { GetFeed(url: $0) })
+    /// for await status in feedRefresh.statusUpdates {
     ///     print(status.finished, "of", status.total)
     /// }
     /// ```

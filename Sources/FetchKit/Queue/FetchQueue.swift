@@ -122,53 +122,32 @@ public final class FetchQueue: @unchecked Sendable {
     /// server fills the kernel's default window (some 190 kB on loopback) before the first
     /// pause, more than a second's worth at a low rate, and the limit pays it back as debt;
     /// and the kernel's autotuning grows that window each time a resumed transfer drains it,
-    /// so that each resume lets a larger burst through (with Ethernet's 1500-byte segments, in
-    /// a network namespace, 400 kB/s for one transfer held 0.85–1.14× without the window,
-    /// 0.99–1.03× with it).
+    /// so that each resume lets a larger burst through.
     /// The costs: a connection (and over HTTPS a TLS handshake) per such transfer; over a path
     /// whose round trip is longer than about a tenth of a second the window, not the limit,
     /// paces it (below its share). A transfer whose handle cannot be
     /// given it (a session whose configuration has a `urlCache` of its own, or another
     /// FoundationNetworking layout) keeps the default window.
     ///
-    /// **Measured at the server** (`fetchkit-bench limit-rate`: the bytes the client
-    /// acknowledged, from the server's `TCP_INFO`, over every 5-second window from the request
-    /// to the server's last byte; kernel's default socket buffers, loopback, 2 cores, medians
-    /// of 3 rounds): at 1 MB/s, 0.98–1.02× the limit for one transfer and 0.95–1.06× for three
-    /// sharing it. From 50 to 250 kB/s, for one transfer or two sharing a per-host limit
-    /// (release build, 12 s' worth), every run's windows stayed within ±15 %: 0.92–1.11×
-    /// (medians, 24 runs of 24). With the kernel's default window instead, 11 runs of 24: the
-    /// windows that start after the first burst fell to 0.64× (50 kB/s, one transfer), 0.38×
-    /// (50 kB/s, two) or 0.81× (150 kB/s, two), and at 50 kB/s the first rose to 1.54×.
-    /// Three transfers: 0.95–1.09× at 100 kB/s per queue, 0.96–1.13× at 50 kB/s per host.
-    /// Lower, with the bucket's burst at least 16 KiB (0.66 s at 25 kB/s), the first window
-    /// passed 1.15× (1.16× at 25 kB/s for one transfer, 1.21× for two, 1.18× at 50 kB/s for
-    /// five); with its floor at 4 KiB (debug build, 12 s' worth, per host): 0.98–1.06× and
-    /// 0.98–1.12× at 25 kB/s for one and two transfers, 0.95–1.14× at 50 kB/s for five (two
-    /// rounds each), and 0.96–1.06× at 100 kB/s for two.
+    /// **How closely it holds.** Measured at the server over every 5-second window, it holds
+    /// within about ±15 % of the limit from 25 kB/s to 1 MB/s, for one transfer or several
+    /// sharing it (over TLS, two transfers at 250 kB/s, not in every round). The figures, and
+    /// the commands that measure them (`fetchkit-bench limit-rate`), are in <doc:Benchmarks>.
     ///
     /// **HTTP/1.1 only.** A limited transfer is made over HTTP/1.1, a connection of its own,
     /// even to a server that speaks HTTP/2: libcurl 7.88 opens each HTTP/2 stream with a 32 MB
     /// window, and pausing a stream only stops new window updates, so a server sends a body of
-    /// up to 32 MB at once whatever the pause. (Measured over TLS with nginx, two limited
-    /// 1.5 MB streams on one connection at 1 MB/s: in 4 runs of 20, one of them had all of its
-    /// body in under 110 ms, the other then paying the debt; over HTTP/1.1, each of the 40
-    /// bodies of 20 runs took 2.7–3.2 s.) Where the session cannot ask libcurl for HTTP/1.1 (its
+    /// up to 32 MB at once whatever the pause. Where the session cannot ask libcurl for HTTP/1.1 (its
     /// configuration has a `urlCache` of its own, or another FoundationNetworking layout), a
     /// limited transfer that runs over HTTP/2 turns ``isBandwidthLimitEnforced`` `false`: its
     /// body reaches the app at the limit, but the server sends it as fast as it can.
     ///
-    /// **Why not libcurl's own limit.** `CURLOPT_MAX_RECV_SPEED_LARGE`, set on each handle at
-    /// its share of the limit (libcurl 7.88 reads it before each read, so setting it on a
-    /// running transfer takes effect), was measured in the same runs: 0.82–1.24× for one
-    /// transfer and 0.63–1.72× for three. libcurl 7.88 checks it only between calls, and a
-    /// call reads up to a hundred 16 KiB buffers while the socket has data (1.6 MB at once
-    /// per transfer), then waits for the average (since a checkpoint every 3 s) to come back
-    /// down. Later libcurl bounds each read by the limit (8.4) and paces with a token bucket
-    /// of its own (8.18); FoundationNetworking links the system's libcurl, 7.88 on Debian 12.
-    /// Both together (libcurl's per handle, the bucket for the shared limit) held the windows
-    /// about as the bucket alone did, but with three transfers one of them stalled until its
-    /// idle timeout in two runs of three (80 s instead of 12); FetchKit uses the bucket alone.
+    /// **Why not libcurl's own limit.** `CURLOPT_MAX_RECV_SPEED_LARGE` lets bursts through:
+    /// libcurl 7.88 checks it only between calls, and a call reads up to a hundred 16 KiB
+    /// buffers while the socket has data (1.6 MB at once per transfer). Later libcurl bounds
+    /// each read by the limit (8.4) and paces with a token bucket of its own (8.18), but
+    /// FoundationNetworking links the system's libcurl, 7.88 on Debian 12. FetchKit uses its
+    /// bucket alone (the comparison is in <doc:Benchmarks>).
     ///
     /// **When it is not enforced.** FetchKit reaches libcurl's handle of each task by
     /// reflection on FoundationNetworking, as for ``FetchSession``'s trust settings. Where that

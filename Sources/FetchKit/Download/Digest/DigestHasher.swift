@@ -16,7 +16,7 @@ import Darwin
 /// libcrypto 1.8 GB/s (`openssl speed -evp sha256 -bytes 1048576`), the Swift one about
 /// 0.2 GB/s of CPU time (`swiftc -O -wmo`, 1 MiB pieces) — below what a download writes to disk,
 /// so that with it a download to disk is bound by the hash; with libcrypto it is not
-/// (`fetchkit-bench throughput --only 256m-disk --digest`, README *Benchmarks*).
+/// (`fetchkit-bench throughput --only 256m-disk --digest`, the Benchmarks article).
 ///
 /// `FETCHKIT_DIGEST_IMPLEMENTATION=portable` in the environment forces the Swift one
 /// (benchmarks and tests).
