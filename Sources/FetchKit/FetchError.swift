@@ -649,15 +649,19 @@ extension FetchError {
             /// No credential is set (never logged in, or logged out): nothing was sent.
             case noCredential
             /// The refresh of the credential failed — its operation's error, such as the refresh
-            /// endpoint's `400` or `401`, or its cancellation. Every fetch that waited for it
-            /// fails once with this, and so does each later fetch of the same credential, without
-            /// another refresh, until a new credential is set.
+            /// endpoint's `400` or `401`, its cancellation, or its timeout
+            /// (``FetchAuthentication/refreshTimeout``). Every fetch that waited for it fails
+            /// once with this; after any failure but a cancellation or a timeout, so does each
+            /// later fetch of the same credential, without another refresh, until a new
+            /// credential is set.
             case refreshFailed(FetchError)
             /// The server refused the credential again after the fetch was sent with a refreshed
             /// one (the status it answered, usually 401). The fetch is not refreshed twice.
             case refused(statusCode: Int)
             /// More than `maximum` refreshes started within `window` seconds: a backstop against
-            /// a server that keeps refusing fresh credentials. The fetch was not sent.
+            /// a server that keeps refusing fresh credentials. The fetch was not sent with a
+            /// refreshed credential: not at all if its credential was to be refreshed before it
+            /// was sent, or once, with the credential the server refused.
             case refreshLimitReached(maximum: Int, window: TimeInterval)
         }
 
@@ -691,7 +695,7 @@ extension FetchError {
             case .refused(let statusCode):
                 return "\(target) was not authorised: the server refused the refreshed credential \(generation) too (HTTP \(statusCode))."
             case .refreshLimitReached(let maximum, let window):
-                return "\(target) was not sent: more than \(maximum) credential refreshes within \(Int(window)) s; refreshing stopped."
+                return "\(target) was not authorised: more than \(maximum) credential refreshes within \(Int(window)) s; refreshing stopped."
             }
         }
     }

@@ -20,6 +20,8 @@ private final class TokenAPI: @unchecked Sendable {
     let refusals: Locked<Int> = Locked(0)
     /// Counts the refresh requests as they arrive (before they are answered).
     let refreshArrivals: Locked<Int> = Locked(0)
+    /// Counts the requests with the old token that arrived after the refresh request had.
+    let oldTokenAfterRefresh: Locked<Int> = Locked(0)
     /// When set, a refused request is answered only once this many were refused: every fetch of
     /// a test was sent before the first `401` starts the refresh. (A fetch whose attempt begins
     /// while a refresh runs waits for it unsent, as it should; on a loaded machine one could
@@ -52,6 +54,9 @@ private final class TokenAPI: @unchecked Sendable {
         let expected = valid.withLock { $0 }.map { "Bearer \($0)" }
         if let expected, request.headers["Authorization"] == expected {
             return .text("ok \(request.path)")
+        }
+        if request.headers["Authorization"] == "Bearer old", refreshArrivals.withLock({ $0 }) > 0 {
+            oldTokenAfterRefresh.withLock { $0 += 1 }
         }
         let refused = refusals.withLock { count -> Int in
             count += 1
@@ -202,7 +207,7 @@ struct CredentialRefreshTests {
         _ = holdRefreshUntilRefused(10, api)
         let paths = items(10)
         let (operations, done) = fetchAll(paths, api, on: queue)
-        #expect(await done.wait())
+        #expect(await done.wait(timeout: 60))
         #expect(done.overSignals == 0)
         for operation in operations {
             guard case .authenticationFailed(let failure)? = operation.error,
@@ -240,7 +245,7 @@ struct CredentialRefreshTests {
         _ = holdRefreshUntilRefused(10, api)
         let paths = items(10)
         let (operations, done) = fetchAll(paths, api, on: queue)
-        #expect(await done.wait())
+        #expect(await done.wait(timeout: 60))
         #expect(done.overSignals == 0)
         for operation in operations {
             guard case .authenticationFailed(let failure)? = operation.error else {
@@ -269,7 +274,7 @@ struct CredentialRefreshTests {
         let (api, _, queue, _) = try setUp(credential: expired)
         let paths = items(10)
         let (operations, done) = fetchAll(paths, api, on: queue)
-        #expect(await done.wait())
+        #expect(await done.wait(timeout: 60))
         #expect(operations.allSatisfy { $0.error == nil })
         #expect(api.refusals.withLock { $0 } == 0, "the server saw no 401")
         #expect(paths.allSatisfy { api.authorizations($0) == ["Bearer new"] })
@@ -306,7 +311,7 @@ struct CredentialRefreshTests {
         #expect(api.server.requests(path: "/public").map { $0.headers["Authorization"] } == [nil])
         operations[3].cancel()
         gate.open()
-        #expect(await done.wait())
+        #expect(await done.wait(timeout: 60))
         #expect(done.overSignals == 0)
         #expect(operations[3].error?.isCancellation == true)
         #expect(operations.enumerated().allSatisfy { $0.offset == 3 || $0.element.error == nil })
@@ -322,7 +327,7 @@ struct CredentialRefreshTests {
         let (operations, done) = fetchAll(paths, api, on: queue)
         #expect(await waitForWaiters(10, api, queue))
         queue.cancelAll()
-        #expect(await done.wait())
+        #expect(await done.wait(timeout: 60))
         gate.open()
         #expect(operations.allSatisfy { $0.error?.isCancellation == true })
         #expect(await events.ended.wait())
@@ -356,7 +361,7 @@ struct CredentialRefreshTests {
         #expect(await waiting.wait())
         authentication.setCredential(FetchCredential(token: "new"))
         hold.open()
-        #expect(await done.wait())
+        #expect(await done.wait(timeout: 60))
         withExtendedLifetime(observation) {}
         #expect(operations[0].error == nil, "\(String(describing: operations[0].error))")
         #expect(api.authorizations("/api/item/0") == ["Bearer new"], "the credential of the grant, not of the setup")
@@ -440,6 +445,127 @@ struct CredentialRefreshTests {
         #expect(failure.reason == .refreshLimitReached(maximum: 2, window: 600))
         #expect(api.server.requests(path: "/api/item/2").allSatisfy { $0.headers["Authorization"] != nil },
                 "nothing is sent without the credential")
+    }
+
+    @Test func fetchesWaitingForASlotWaitForTheRefreshInsteadOfSendingTheRefusedToken() async throws {
+        // Given 50 fetches behind the default 4 slots per host, and a token the server refuses
+        let (api, _, queue, _) = try setUp()
+        let paths = items(50)
+        // When they are all queued
+        let (operations, done) = fetchAll(paths, api, on: queue)
+        #expect(await done.wait(timeout: 60))
+        // Then only the 4 in flight carried the refused token; the others waited for the refresh.
+        #expect(operations.allSatisfy { $0.error == nil }, "\(operations.compactMap(\.error).prefix(3))")
+        let refused = paths.flatMap { api.authorizations($0) }.filter { $0 == "Bearer old" }.count
+        #expect(refused <= FetchQueue.defaultMaximumTransfersPerHost, "\(refused) requests carried the refused token")
+        #expect(api.oldTokenAfterRefresh.withLock { $0 } == 0, "sent with the refused token after the refresh began")
+        #expect(api.refreshCount == 1)
+        #expect(paths.allSatisfy { api.authorizations($0).last == "Bearer new" })
+    }
+
+    @Test func a401FromAnotherOriginIsThatServersAnswerNotARefusal() async throws {
+        // Given an API that redirects to a storage server (another origin) that answers 401
+        let (api, authentication, queue, events) = try setUp(credential: FetchCredential(token: "new"))
+        let storage = try LoopbackServer()
+        defer { storage.stop() }
+        storage.route("/blob") { _ in
+            HTTPResponse.text("link expired", status: 401).with(header: "X-Storage-Reason", "expired")
+        }
+        api.server.route("/api/redirect") { _ in
+            HTTPResponse(status: 302).with(header: "Location", storage.url("/blob").absoluteString)
+        }
+        // When the API is fetched
+        let fetch = FetchOperation<Data>(url: api.url("/api/redirect"))
+        let error = await outcome(of: queue, fetch)
+        // Then the fetch fails with the storage server's own 401: no refresh, no resend.
+        guard case .unacceptableStatus(let failure)? = error else {
+            Issue.record("\(String(describing: error))")
+            return
+        }
+        #expect(failure.statusCode == 401)
+        #expect(failure.url == storage.url("/blob"))
+        #expect(failure.headers.first { $0.key.lowercased() == "x-storage-reason" }?.value == "expired")
+        #expect(String(decoding: failure.bodyPrefix, as: UTF8.self) == "link expired")
+        #expect(api.refreshCount == 0)
+        #expect(api.authorizations("/api/redirect") == ["Bearer new"])
+        #expect(storage.requests(path: "/blob").map { $0.headers["Authorization"] } == [nil])
+        #expect(authentication.credential?.generation == 1)
+        #expect(events.events.withLock { $0 }.isEmpty)
+    }
+
+    @Test func aFetchWaitingForItsCredentialBeforeItsFirstRequestEndsAtItsTotalTimeout() async throws {
+        // Given a credential about to expire, and a refresh that hangs
+        let expiring = FetchCredential(token: "old", refreshToken: "r1", expiresAt: Date(timeIntervalSinceNow: 5))
+        let (api, _, queue, _) = try setUp(credential: expiring)
+        let gate = ServerGate()
+        api.refreshGate.withLock { $0 = gate }
+        defer { gate.open() }
+        let started = Date()
+        // When one fetch waits for the proactive refresh, and another is enqueued while it runs
+        let done = Countdown(2)
+        let proactive = FetchOperation<Data>(url: api.url("/api/item/0"))
+        proactive.configuration.totalTimeout = 2
+        queue.enqueue(proactive, on: .global) { _ in done.signal() }
+        #expect(await api.server.waitUntil(timeout: 30) { _ in api.refreshArrivals.withLock { $0 } == 1 })
+        let joining = FetchOperation<Data>(url: api.url("/api/item/1"))
+        joining.configuration.totalTimeout = 2
+        queue.enqueue(joining, on: .global) { _ in done.signal() }
+        // Then each ends at its total timeout, not when the refresh ends (held 60 s). Generous:
+        // a loaded machine may stall the process for seconds.
+        #expect(await done.wait(timeout: 55))
+        #expect(Date().timeIntervalSince(started) < 50)
+        for (operation, path) in [(proactive, "/api/item/0"), (joining, "/api/item/1")] {
+            guard case .timedOut(let timeout)? = operation.error else {
+                Issue.record("\(path): \(String(describing: operation.error))")
+                continue
+            }
+            #expect(timeout.kind == .total)
+            #expect(timeout.interval == 2)
+            #expect(timeout.url == api.url(path))
+            #expect(api.server.requestCount(path: path) == 0)
+        }
+    }
+
+    @Test func aHungRefreshEndsAtTheRefreshTimeoutAndTheNextFetchRefreshesAgain() async throws {
+        // Given a refresh that hangs, and a refresh timeout of 1 s
+        let api = try TokenAPI(valid: "new", refreshTo: "new")
+        let gate = ServerGate()
+        api.refreshGate.withLock { $0 = gate }
+        defer { gate.open() }
+        let authentication = FetchAuthentication(authenticator: TestAuthenticator(refreshURL: api.url("/refresh")),
+                                                 credential: FetchCredential(token: "old"), origins: [api.server.baseURL],
+                                                 refreshTimeout: 1)
+        let queue = FetchQueue(name: #function, authentication: authentication)
+        #expect(authentication.refreshTimeout == 1)
+        // When a fetch is refused and waits for it
+        let started = Date()
+        let error = await outcome(of: queue, FetchOperation<Data>(url: api.url("/api/item/0")))
+        // Then it fails with the refresh's timeout, long before the refresh's server answers
+        guard case .authenticationFailed(let failure)? = error, case .refreshFailed(let refreshError) = failure.reason,
+              case .timedOut(let timeout) = refreshError else {
+            Issue.record("\(String(describing: error))")
+            return
+        }
+        #expect(timeout.kind == .total)
+        #expect(timeout.interval == 1)
+        #expect(Date().timeIntervalSince(started) < 50, "not at the fetch's idle timeout (60 s)")
+        // And a timed-out refresh does not stand for its credential: the next fetch refreshes.
+        gate.open()
+        #expect(await outcome(of: queue, FetchOperation<Data>(url: api.url("/api/item/1"))) == nil)
+        #expect(api.refreshCount == 2)
+        #expect(authentication.credential?.token == "new")
+    }
+
+    @Test func aCredentialShowsNoTokenWhenPrintedDumpedOrReflected() {
+        let credential = FetchCredential(token: "secret-access", refreshToken: "secret-refresh")
+        var dumped = ""
+        dump(credential, to: &dumped)
+        let shown = [String(describing: credential), String(reflecting: credential), dumped,
+                     "\(Mirror(reflecting: credential).children.map { "\($0.label ?? ""): \($0.value)" })"]
+        for text in shown {
+            #expect(!text.contains("secret"), "\(text)")
+            #expect(text.contains("REDACTED"), "\(text)")
+        }
     }
 
     /// Until `count` requests were refused and only the refresh is left in flight at the

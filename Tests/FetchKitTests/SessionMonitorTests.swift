@@ -17,8 +17,8 @@ struct SessionMonitorTests {
     }
 
     @Test func aCancelWhileAnAttemptIsSetUpIsReportedAfterTheSetup() async throws {
-        // The attempt's record and its monitors' "started" come before the finish, as its
-        // count does: nothing of the attempt happens after the operation finished.
+        // The attempt's record and its monitors' "started" come before the finish: nothing of
+        // the attempt happens after the operation finished.
         let server = try LoopbackServer()
         defer { server.stop() }
         let detail = DetailRecorder()

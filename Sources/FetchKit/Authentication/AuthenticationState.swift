@@ -6,7 +6,7 @@ import Foundation
 ///             refused(current) / needs refresh
 ///  idle ──────────────────────────────────────▶ refreshing(g, waiters)
 ///   ▲  ▲                                          │ refreshEnded(.success)  → new credential g+1, idle
-///   │  └──────────── set(credential) ─────────────┤ refreshEnded(.cancelled) → idle
+///   │  └──────────── set(credential) ─────────────┤ refreshEnded(.cancelled) → idle (also a timeout)
 ///   │                                             ▼ refreshEnded(.failure)  → failed(g)
 ///   └──────────── set(credential) ──────────── failed(g, error)
 /// ```
@@ -106,6 +106,33 @@ struct AuthenticationState<Waiter> {
         refreshStarts.append(now)
         refresh = .refreshing(generation: credential.generation, waiters: [])
         return .wait(generation: credential.generation, start: credential)
+    }
+
+    /// What an attempt made with the credential of `carried` does when its queue grants it
+    /// its slot.
+    enum GrantDecision: Equatable {
+        /// Send the request as it was made.
+        case sendAsMade
+        /// Send it with this newer credential.
+        case send(FetchCredential)
+        /// Send nothing: give the slot back and wait for the refresh of this generation (or,
+        /// if it is no longer running, begin the attempt again and decide then).
+        case wait(generation: UInt64)
+    }
+
+    /// The queue granted the slot of an attempt made with the credential of `carried`: a
+    /// credential that is being refreshed, whose refresh failed, or that was forgotten is not
+    /// sent (see ``FetchAuthentication``).
+    func atGrant(carried: UInt64) -> GrantDecision {
+        guard let credential else { return .wait(generation: carried) }
+        switch refresh {
+        case .refreshing(let generation, _) where generation == credential.generation:
+            return .wait(generation: generation)
+        case .failed(let generation, _) where generation == credential.generation:
+            return .wait(generation: generation)
+        default:
+            return credential.generation == carried ? .sendAsMade : .send(credential)
+        }
     }
 
     /// A waiter for the refresh of `generation` joins it.

@@ -16,14 +16,18 @@ import FoundationNetworking
 /// is left alone and never waits for a refresh. A redirect to another origin drops it.
 ///
 /// Each attempt remembers the ``FetchCredential/generation`` it was sent with. When the server
-/// refuses it (``FetchAuthenticator/isRefused(_:)``, a `401` by default):
+/// refuses it (``FetchAuthenticator/isRefused(_:)``, a `401` by default, from one of ``origins``
+/// to a request that carried the credential — a `401` after a redirect to another origin is that
+/// server's own ``FetchError/unacceptableStatus(_:)``):
 ///
 /// - for the current generation, the first refusal starts the refresh — your
 ///   ``FetchAuthenticator/makeRefreshOperation(for:)``, run on the same queue ahead of the other
 ///   fetches, without a credential — and every other refused fetch joins it. A waiting fetch
 ///   holds no transfer slot. When the refresh succeeds, each is sent again, with its body's
-///   bytes as they were, under the new credential; a fetch about to be sent meanwhile waits for
-///   it instead of being sent with a credential known to be refused;
+///   bytes as they were, under the new credential; a fetch about to be sent meanwhile — its
+///   attempt beginning, or its slot granted — waits for it instead of being sent with a
+///   credential known to be refused (given its slot, it gives it back unsent), so only the
+///   fetches already in flight get a `401`;
 /// - for an older generation (a late answer, sent before the refresh), it is sent again at once
 ///   with the current credential: no refresh;
 /// - a fetch that was already sent again after a refresh and is refused once more fails with
@@ -39,6 +43,9 @@ import FoundationNetworking
 /// it is sent, so the server sees no refusal. A request whose body is a stream cannot be sent
 /// again: its refusal stands.
 ///
+/// A fetch's ``FetchConfiguration/totalTimeout`` includes waiting for its credential, before its
+/// first request too. A refresh is bounded by ``refreshTimeout``.
+///
 /// Cancelling a waiting fetch does not cancel the refresh; ``FetchQueue/cancelAll()`` cancels
 /// both, and each fetch completes once. The queue's monitors hear of each refresh
 /// (``FetchEventMonitor/fetch(_:didRefreshCredential:)``).
@@ -53,6 +60,14 @@ public final class FetchAuthentication: Sendable {
     public let maximumRefreshes: Int
     /// The window of ``maximumRefreshes``, in seconds.
     public let refreshWindow: TimeInterval
+    /// The longest a refresh may take, in seconds, from when its request is sent: the
+    /// refresh operation's ``FetchConfiguration/totalTimeout``, unless it sets a shorter one.
+    ///
+    /// A refresh stopped at it fails its waiting fetches once with
+    /// ``FetchError/AuthenticationFailure/Reason/refreshFailed(_:)`` (whose error is the
+    /// ``FetchError/timedOut(_:)``), and, unlike another failure, does not stand for its
+    /// credential: the next fetch that needs a refresh starts one (within ``maximumRefreshes``).
+    public let refreshTimeout: TimeInterval
 
     private let originKeys: Set<String>
     private let state: Protected<AuthenticationState<Waiter>>
@@ -67,12 +82,15 @@ public final class FetchAuthentication: Sendable {
     ///     does not matter.
     ///   - maximumRefreshes: How many refreshes may start within `refreshWindow`. Default 5.
     ///   - refreshWindow: In seconds. Default 60.
+    ///   - refreshTimeout: The longest a refresh may take once sent (``refreshTimeout``), in
+    ///     seconds. Default 30.
     public init(authenticator: some FetchAuthenticator, credential: FetchCredential? = nil, origins: [URL],
-                maximumRefreshes: Int = 5, refreshWindow: TimeInterval = 60) {
+                maximumRefreshes: Int = 5, refreshWindow: TimeInterval = 60, refreshTimeout: TimeInterval = 30) {
         self.authenticator = authenticator
         self.origins = origins
         self.maximumRefreshes = max(1, maximumRefreshes)
         self.refreshWindow = max(0, refreshWindow)
+        self.refreshTimeout = max(0.001, refreshTimeout)
         originKeys = Set(origins.compactMap(Self.originKey))
         state = Protected(AuthenticationState(credential: credential, maximumRefreshes: maximumRefreshes,
                                               window: refreshWindow))
@@ -129,6 +147,11 @@ public final class FetchAuthentication: Sendable {
         return decision
     }
 
+    /// What an attempt made with the credential of `carried` does at its slot's grant.
+    func atGrant(carried: UInt64) -> AuthenticationState<Waiter>.GrantDecision {
+        state.withLock { $0.atGrant(carried: carried) }
+    }
+
     /// Waits for the refresh of `generation`; `waiter` runs once it ended (`nil`: go on), or
     /// at once if it already has.
     func join(generation: UInt64, _ waiter: @escaping Waiter) {
@@ -162,6 +185,8 @@ public final class FetchAuthentication: Sendable {
         switch result {
         case .success(let credential): ended = .success(credential)
         case .failure(let error) where error.isCancellation: ended = .cancelled(error)
+        // A hung refresh stopped at its timeout may well succeed next time.
+        case .failure(let error) where error.code == .timedOut: ended = .cancelled(error)
         case .failure(let error): ended = .failure(error)
         }
         let (waiters, error, newGeneration) = state.withLock { $0.refreshEnded(generation: generation, ended) }

@@ -12,8 +12,10 @@ import FoundationNetworking
 /// how it tells a `401` for the current credential (refresh it, once) from a late `401` for an
 /// older one (send again with the current one).
 ///
-/// Its `description` never shows the tokens.
-public struct FetchCredential: Sendable, Equatable, CustomStringConvertible {
+/// Its `description`, `debugDescription` and mirror (what `dump(_:)`, `print` and a debugger
+/// show) never show the tokens.
+public struct FetchCredential: Sendable, Equatable, CustomStringConvertible, CustomDebugStringConvertible,
+    CustomReflectable {
     /// The access token, which ``FetchAuthenticator/apply(_:to:)`` puts on the request
     /// (by default as `Authorization: Bearer <token>`).
     public var token: String
@@ -42,6 +44,19 @@ public struct FetchCredential: Sendable, Equatable, CustomStringConvertible {
     /// The generation and expiry, without the tokens.
     public var description: String {
         "FetchCredential(generation: \(generation), token: REDACTED\(refreshToken == nil ? "" : ", refreshToken: REDACTED")\(expiresAt.map { ", expiresAt: \($0)" } ?? ""))"
+    }
+
+    /// The same as ``description``: the tokens are redacted.
+    public var debugDescription: String { description }
+
+    /// The fields, with `REDACTED` in place of each token.
+    public var customMirror: Mirror {
+        Mirror(self, children: [
+            "token": "REDACTED",
+            "refreshToken": refreshToken.map { _ in "REDACTED" } as String? as Any,
+            "expiresAt": expiresAt as Any,
+            "generation": generation,
+        ], displayStyle: .struct)
     }
 }
 

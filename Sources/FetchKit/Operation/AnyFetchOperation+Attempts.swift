@@ -48,6 +48,7 @@ extension AnyFetchOperation {
             }
             core.attemptAnswered = false
             core.attemptStarted = false
+            core.refreshAtGrant = nil
             // A continuation (or a resume) is the same attempt, unless none was made yet.
             return .setUp((request, core.settings.configurationBox, continuing && core.attempts > 0 ? core.attempts : core.attempts + 1,
                            core.firstTransferStart, core.coordinator, core.claimed, FetchID(rawValue: claimedID)))
@@ -191,11 +192,16 @@ extension AnyFetchOperation {
     /// the fetch ends with if none does. Decided outside the lock (the policy is the user's
     /// code); the lifecycle then decides whether a cancel wins (``LifecycleStateMachine/attemptEnded(_:anotherAttempt:)``).
     private func nextAttempt(after result: TransferResult) -> (next: NextAttempt, result: TransferResult) {
-        let (request, configuration, attempt, answered, overdue, firstStart) = core.withLock { core in
-            defer { core.attemptOverdue = false }
+        let (request, configuration, attempt, answered, overdue, firstStart, atGrant) = core.withLock { core in
+            defer {
+                core.attemptOverdue = false
+                core.refreshAtGrant = nil
+            }
             return (core.preparedRequest, core.settings.configurationBox, core.attempts, core.attemptAnswered,
-                    core.attemptOverdue, core.firstTransferStart)
+                    core.attemptOverdue, core.firstTransferStart, core.refreshAtGrant)
         }
+        // Granted its slot while its credential was being refreshed: it sent nothing, and waits.
+        if let atGrant { return (.authenticate(atGrant.authentication, generation: atGrant.generation), result) }
         guard case .failure(let error, _) = result else { return (.none, result) }
         let total = configuration.transferSettings.totalTimeout
         if overdue, error.isCancellation, let total {

@@ -40,9 +40,14 @@ extension AnyFetchOperation {
     /// once, and the refresh's end then changes nothing.
     func joinRefresh(of generation: UInt64, by authentication: FetchAuthentication) {
         // The fetch's total timeout holds while it waits: a refresh slower than what is left
-        // of it does not hold the fetch past its deadline.
-        let (total, firstStart) = core.withLock { ($0.settings.configurationBox.transferSettings.totalTimeout, $0.firstTransferStart) }
-        if let total, firstStart != 0 {
+        // of it does not hold the fetch past its deadline. A fetch that waits before its first
+        // request was sent starts its clock now: its total time includes waiting for its
+        // credential (documented on ``FetchConfiguration/totalTimeout``).
+        let (total, firstStart) = core.withLock { core -> (TimeInterval?, UInt64) in
+            if core.firstTransferStart == 0 { core.firstTransferStart = Transfer.now() }
+            return (core.settings.configurationBox.transferSettings.totalTimeout, core.firstTransferStart)
+        }
+        if let total {
             let left = Self.timeLeft(of: total, since: firstStart)
             DispatchQueue.global().asyncAfter(deadline: .now() + max(0, left)) { [self] in
                 failWaiting(.timedOut(.init(kind: .total, interval: total, url: nil)))
@@ -55,6 +60,20 @@ extension AnyFetchOperation {
                 waitEnded(continuing: false)
             }
         }
+    }
+
+    /// The queue granted the attempt's slot (the one `handle` waited for) while the refresh of
+    /// `generation` ran: nothing was sent, the slot went back, and the attempt ends to wait for
+    /// the refresh like a refused one (``NextAttempt/authenticate(_:generation:)``), without
+    /// counting as a refusal.
+    func slotGrantedDuringRefresh(of generation: UInt64, by authentication: FetchAuthentication, handle: any TransferHandle) {
+        let url = core.withLock { core -> URL?? in
+            guard core.transfer === handle else { return .none }
+            core.refreshAtGrant = (authentication, generation)
+            return .some(core.preparedRequest?.url)
+        }
+        guard let url else { return }
+        transferDidEnd(.failure(.cancelled(.init(url: url)), nil), of: handle)
     }
 
     /// The queue granted the attempt's slot with a newer credential than the one it was made
@@ -79,13 +98,17 @@ extension AnyFetchOperation {
 
     /// What follows an attempt whose `response` ended it with `error`, if the server refused
     /// the credential it carried; `nil` if it did not carry one, or was not refused.
+    ///
+    /// Only a covered origin's answer to a request that carried the credential is a refusal:
+    /// a `401` after a redirect to another origin (which dropped the credential) is that
+    /// server's own answer, and the fetch fails with it.
     func afterRefusal(_ response: HTTPURLResponse, error: FetchError) -> (next: NextAttempt, result: TransferResult)? {
         let (generation, resent, coordinator, request, cancelled) = core.withLock { core in
             (core.authGeneration, core.authResent, core.coordinator, core.preparedRequest, core.machine.isCancelled)
         }
         // A cancelled fetch starts no refresh: `cancelAll` would not reach it.
         guard !cancelled, generation != 0, let coordinator, let authentication = coordinator.authentication,
-              authentication.authenticator.isRefused(response)
+              authentication.covers(response.url), authentication.authenticator.isRefused(response)
         else { return nil }
         // A stream cannot be sent again: the refusal stands.
         if request?.httpBodyStream != nil { return nil }

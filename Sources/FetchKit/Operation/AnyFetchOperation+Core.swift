@@ -241,8 +241,8 @@ extension AnyFetchOperation {
         /// of a conditional GET, a download's `Range`); otherwise the sent request is it (see
         /// ``Core/preparedRequest``), and a fetch holds one request, not two.
         var attemptBase: URLRequest?
-        /// When the first attempt's transfer started (uptime ns; 0 before): the total timeout
-        /// counts from there.
+        /// When the first attempt's transfer started, or the fetch first waited for its
+        /// credential if that came first (uptime ns; 0 before): the total timeout counts from there.
         var firstTransferStart: UInt64 = 0
         /// Counts the deadline timers of later attempts, which may wait for a queue slot, so
         /// that a timer knows whether the attempt it watches is still the current one.
@@ -266,6 +266,9 @@ extension AnyFetchOperation {
         var authGeneration: UInt64 = 0
         /// The fetch was sent again because its credential was refused: a second refusal ends it.
         var authResent = false
+        /// The current attempt was granted its slot while the refresh of this generation ran:
+        /// it gave the slot back unsent, and waits for the refresh.
+        var refreshAtGrant: (authentication: FetchAuthentication, generation: UInt64)?
     }
 
     /// State that only some callers ask for, boxed at first use (see ``Core``). Reached only

@@ -223,6 +223,9 @@ extension AnyFetchOperation: TransferOwner {
 
     func transferDidRedirect(_ response: HTTPURLResponse, to request: URLRequest) {
         core.withLock { core in
+            // The redirect dropped the credential (see ``Transfer``): from here on the attempt
+            // carries none, and a `401` is the answer of a server it was not meant for.
+            if !Transfer.sameOrigin(response.url, request.url) { core.authGeneration = 0 }
             core.observed?.send(.redirected(response, request), self)
         }
     }

@@ -73,8 +73,12 @@ public struct FetchConfiguration: Sendable {
     /// default) for none.
     ///
     /// The clock starts when the first attempt's transfer starts (never while the operation
-    /// waits in a queue for a slot) and runs through every attempt and every wait between
-    /// them: an attempt still running at the deadline is stopped, and a retry is not begun
+    /// waits in a queue for a slot), or, if it comes first, when the fetch begins waiting for
+    /// its queue's credential to be refreshed (``FetchAuthentication``: a credential about to
+    /// expire, a refresh already running, a slot granted during one): a fetch's total time
+    /// includes waiting for its credential. It runs through every attempt and every wait
+    /// between them: an attempt still running at the deadline is stopped, a fetch waiting for a
+    /// refresh ends at it without waiting for the refresh's end, and a retry is not begun
     /// once the deadline has passed or when its wait would pass it (the last failure then
     /// stands). A fetch stopped at the deadline fails with ``FetchError/timedOut(_:)`` of kind
     /// ``FetchError/Timeout/Kind/total``, naming this interval. Enforced by FetchKit

@@ -14,6 +14,10 @@ extension FetchQueue {
             return
         }
         operation.configuration.authenticates = false
+        // A hung refresh must not hold every fetch of the API until their own deadlines.
+        if operation.configuration.totalTimeout.map({ $0 > authentication.refreshTimeout }) ?? true {
+            operation.configuration.totalTimeout = authentication.refreshTimeout
+        }
         operation.queuePriority = .veryHigh
         let (id, accepted) = reserve(operation)
         guard accepted else {

@@ -148,6 +148,8 @@ final class Flight: SlotFlight, TransferOwner, @unchecked Sendable {
     /// stopped transfer has ended — a download's partial file and resume record are then
     /// kept — not before.
     private var leftWhileRunning: FlightMember?
+    /// The refresh its members wait for, when its slot was granted while it ran: it sent nothing.
+    private var refreshWait: (authentication: FetchAuthentication, generation: UInt64)?
 
     init(first: FlightMember, members: [FlightMember]) {
         self.first = first
@@ -162,8 +164,12 @@ final class Flight: SlotFlight, TransferOwner, @unchecked Sendable {
     }
 
     /// Its slot was granted: creates the transfer and starts it.
+    ///
+    /// Always later on the router queue, never within the call: a slot is granted as another
+    /// flight ends, before that flight's members heard of their end, and a `401` among them
+    /// must have started its refresh before this flight decides which credential to send.
     func start() {
-        onRouter { self.begin() }
+        router.queue.async { self.begin() }
     }
 
     /// Adds a member that joined it running.
@@ -197,9 +203,31 @@ final class Flight: SlotFlight, TransferOwner, @unchecked Sendable {
             first.queue?.flightEnded(self, result: .failure(.cancelled(.init(url: first.request.url)), nil))
             return
         }
+        let request: URLRequest
+        switch first.requestAtGrant() {
+        case .send(let current, let generation):
+            request = current
+            if let generation {
+                for member in members where member.carriesCredential {
+                    member.operation.credentialChangedAtGrant(to: generation)
+                }
+            }
+        case .waitForRefresh(let authentication, let generation):
+            // Nothing is sent with a credential known to be refused: the slot goes back unused,
+            // and each member waits for the refresh, holding none.
+            ended = true
+            refreshWait = (authentication, generation)
+            let told = members
+            members = []
+            let queue = first.queue
+            queue?.flightEnded(self, result: .failure(.cancelled(.init(url: first.request.url)), nil))
+            for member in told { member.waitForRefresh(of: generation, by: authentication) }
+            withExtendedLifetime(queue) {}
+            return
+        }
         granted = true
         for member in members { member.operation.attemptGranted() }
-        let transfer = Transfer(request: first.requestAtGrant(), session: first.session, limits: first.limits,
+        let transfer = Transfer(request: request, session: first.session, limits: first.limits,
                                 sink: first.sink ?? first.operation.makeBodySink(), owner: self,
                                 receiveBudgets: (first.queue?.bandwidthBudgets?.budgets(forHost: first.host) ?? [])
                                     + first.operation.ownReceiveBudget(first.limits.bandwidthLimit))
@@ -214,7 +242,12 @@ final class Flight: SlotFlight, TransferOwner, @unchecked Sendable {
         if started { operation.transferDidStart() }
         if let head { operation.transferDidReceive(response: head.response, expectedLength: head.expected) }
         if let received { operation.transferDidReceive(bytes: received.bytes, of: received.expected) }
-        if ended { member.report(result ?? .failure(.cancelled(.init(url: member.request.url)), nil)) }
+        guard ended else { return }
+        if let (authentication, generation) = refreshWait {
+            member.waitForRefresh(of: generation, by: authentication)
+        } else {
+            member.report(result ?? .failure(.cancelled(.init(url: member.request.url)), nil))
+        }
     }
 
     // MARK: TransferOwner (router queue)
@@ -312,17 +345,41 @@ final class FlightMember: SlotHolder, TransferHandle, Sendable {
     /// Where the attempt resumes a download's partial file (with `Range`), or 0.
     var resumedFrom: Int64 { attachments?.resumedFrom ?? 0 }
 
+    /// Whether the attempt's request carries its queue's credential.
+    var carriesCredential: Bool { attachments?.credential != nil }
+
+    /// What the slot's grant sends.
+    enum AtGrant {
+        /// This request; with the credential of `generation` if it changed since the attempt
+        /// was made (`nil`: as made).
+        case send(URLRequest, generation: UInt64?)
+        /// Nothing: the credential it carries is being refreshed (or its refresh failed, or it
+        /// was forgotten): the attempt waits for that refresh, and begins again.
+        case waitForRefresh(FetchAuthentication, generation: UInt64)
+    }
+
     /// The request to send now that the slot is granted: with the current credential if the
     /// one it was made with has changed meanwhile (a fetch that waited while the credential was
-    /// refreshed or set is not sent with the old one). On the router queue.
-    func requestAtGrant() -> URLRequest {
-        guard let carried = attachments?.credential, let current = carried.authentication.credential,
-              current.generation != carried.generation
-        else { return request }
-        var fresh = carried.bareRequest
-        carried.authentication.authenticator.apply(current, to: &fresh)
-        operation.credentialChangedAtGrant(to: current.generation)
-        return fresh
+    /// refreshed or set is not sent with the old one), or none while that credential is being
+    /// refreshed. On the router queue.
+    func requestAtGrant() -> AtGrant {
+        guard let carried = attachments?.credential else { return .send(request, generation: nil) }
+        switch carried.authentication.atGrant(carried: carried.generation) {
+        case .sendAsMade:
+            return .send(request, generation: nil)
+        case .send(let current):
+            var fresh = carried.bareRequest
+            carried.authentication.authenticator.apply(current, to: &fresh)
+            return .send(fresh, generation: current.generation)
+        case .wait(let generation):
+            return .waitForRefresh(carried.authentication, generation: generation)
+        }
+    }
+
+    /// Its slot was granted while the refresh of `generation` ran: nothing was sent, and its
+    /// operation waits for the refresh. Outside every lock.
+    func waitForRefresh(of generation: UInt64, by authentication: FetchAuthentication) {
+        operation.slotGrantedDuringRefresh(of: generation, by: authentication, handle: self)
     }
 
     init(operation: AnyFetchOperation, id: FetchID, request: URLRequest, limits: TransferLimits, session: FetchSession,
