@@ -160,7 +160,7 @@ struct ResponseHeadFilter: Sendable {
             // A fold (obs-fold, RFC 9112 §5.2): libcurl joins it to the field before; one of
             // whitespace only adds nothing, and FoundationNetworking cannot parse it.
             if content.allSatisfy({ $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\t") }) { return .drop }
-            guard String(validating: content, as: UTF8.self) != nil else {
+            guard Self.isUTF8(content) else {
                 failure = .malformedField("a continuation line is not UTF-8")
                 return .refuse
             }
@@ -173,7 +173,7 @@ struct ResponseHeadFilter: Sendable {
             failure = .malformedField("a field has no name")
             return .refuse
         }
-        guard String(validating: content, as: UTF8.self) != nil else {
+        guard Self.isUTF8(content) else {
             failure = .malformedField("the field \(StatusLine.quoted(Array(nameBytes.prefix(60)))) is not UTF-8")
             return .refuse
         }
@@ -213,6 +213,12 @@ struct ResponseHeadFilter: Sendable {
         return lowercaseName.withUTF8Buffer { name in
             zip(bytes, name).allSatisfy { byte, wanted in byte | (byte >= 0x41 && byte <= 0x5A ? 0x20 : 0) == wanted }
         }
+    }
+
+    /// Whether `bytes` are UTF-8: at once when they are ASCII (nearly every field line), by
+    /// decoding otherwise.
+    static func isUTF8(_ bytes: UnsafeRawBufferPointer.SubSequence) -> Bool {
+        bytes.allSatisfy { $0 < 0x80 } || String(validating: bytes, as: UTF8.self) != nil
     }
 
     /// Whether `line` ends in `\r\n`.
