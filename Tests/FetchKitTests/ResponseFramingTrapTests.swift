@@ -52,7 +52,7 @@ struct ResponseFramingTrapTests {
 
     @Test(arguments: traps)
     func fetchKitSurvivesWhatEndsAPlainURLSession(_ trap: Trap) async throws {
-        let plain = try ChildProcess("FramingProbe", [trap.name, "urlsession"])
+        let plain = try ChildProcess("FramingProbe", [trap.name, "urlsession"], environment: Self.noBacktrace)
         let (plainEnding, plainOut, plainErr) = try await plain.finish()
         // SIGILL from the trap (SIGSEGV under ThreadSanitizer, whose handler takes it first).
         #expect(Self.crashed(plainEnding), "a plain URLSession no longer crashes on \(trap.name) (\(plainEnding)): \(plainOut)")
@@ -60,7 +60,7 @@ struct ResponseFramingTrapTests {
             #expect(plainErr.contains(trap.crash), "\(plainErr.suffix(1500))")
         }
 
-        let fetchKit = try ChildProcess("FramingProbe", [trap.name, "fetchkit"])
+        let fetchKit = try ChildProcess("FramingProbe", [trap.name, "fetchkit"], environment: Self.noBacktrace)
         let (ending, stdout, stderr) = try await fetchKit.finish()
         #expect(ending == .exit(0), "FetchKit's process ended by \(ending): \(stdout)\(stderr.suffix(2000))")
         #expect(Self.portless(stdout).hasPrefix(trap.fetchKit), "\(stdout)")
@@ -112,10 +112,15 @@ struct ResponseFramingTrapTests {
         let (status, stdout, _) = try await runTool("FramingProbe", ["plain", "own-url-cache"])
         #expect(status == 0)
         #expect(stdout.hasPrefix(Self.wholeBody + " trailers= guards=false"), "\(stdout)")
-        let unguarded = try ChildProcess("FramingProbe", ["trailers", "own-url-cache"])
+        let unguarded = try ChildProcess("FramingProbe", ["trailers", "own-url-cache"], environment: Self.noBacktrace)
         let (ending, _, stderr) = try await unguarded.finish()
         #expect(Self.crashed(ending), "\(stderr.suffix(1500))")
     }
+
+    /// A crashing child prints its fatal error and dies at once: the Swift runtime's backtracer
+    /// would symbolicate each crash for seconds of CPU, starving the timing-sensitive tests
+    /// that run beside this suite.
+    static let noBacktrace = ["SWIFT_BACKTRACE": "enable=no"]
 
     /// Whether a process ended by a signal (a crash), not by exiting.
     static func crashed(_ ending: ChildProcess.Ending) -> Bool {
