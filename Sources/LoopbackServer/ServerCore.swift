@@ -156,6 +156,9 @@ final class ServerCore: @unchecked Sendable {
         condition.lock()
         if !stopping {
             stopping = true
+            // Stops listening now, whenever the accept thread gets to close the descriptor: a
+            // connection made after stop() returns is refused (Linux; elsewhere at the close).
+            Socket.shutdownBoth(listenFD)
             Socket.poke(wakeWrite) // under the lock: the accept thread closes the pipe under it too
             for fd in openConnections.values { Socket.shutdownBoth(fd) }
             condition.broadcast()

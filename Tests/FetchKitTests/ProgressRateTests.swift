@@ -90,8 +90,10 @@ struct ProgressRateTests {
         let late = try #require(values.last { $0.bytesReceived < 61 * 8192 && $0.bytesPerSecond != nil })
         let rate = try #require(late.bytesPerSecond)
         // Generous: a loaded machine delays chunks and then hands them over in a burst, which a
-        // 5-second window averages only in part; the precise figures are fetchkit-bench's.
-        #expect(rate <= pace * 8 && rate >= pace * 0.2, "measured \(rate) B/s against a pace of \(pace)")
+        // 5-second window averages only in part, and slows the server's own pace (the CI runs
+        // that failed here had other work beside the suite). The bounds catch a rate in the
+        // wrong unit or over the wrong bytes; the precise figures are fetchkit-bench's.
+        #expect(rate <= pace * 8 && rate >= pace / 50, "measured \(rate) B/s against a pace of \(pace)")
         let remaining = try #require(late.estimatedTimeRemaining)
         let left = Double(61 * 8192 - late.bytesReceived)
         #expect(abs(remaining - left / rate) < 0.001, "the time left is what remains at the rate")
@@ -100,7 +102,7 @@ struct ProgressRateTests {
         // first report's time depends on the machine's load.)
         // Foundation's Progress carries the same, as Foundation names them.
         let throughput = try #require(progress.userInfo[.throughputKey] as? NSNumber)
-        #expect(Double(throughput.intValue) <= pace * 8 && Double(throughput.intValue) >= pace * 0.2)
+        #expect(Double(throughput.intValue) <= pace * 8 && Double(throughput.intValue) >= pace / 50)
         #expect(progress.userInfo[.estimatedTimeRemainingKey] is NSNumber)
     }
 
@@ -191,9 +193,8 @@ struct ProgressRateTests {
         let late = try #require(statuses.last { $0.bytesReceived < 122 * 8192 && $0.bytesPerSecond != nil && $0.estimatedTimeRemaining != nil },
                                 "\(statuses.map(\.bytesReceived))")
         let rate = try #require(late.bytesPerSecond)
-        // Generous: a loaded machine delays chunks and then hands them over in a burst, which a
-        // 5-second window averages only in part; the precise figures are fetchkit-bench's.
-        #expect(rate <= pace * 8 && rate >= pace * 0.2, "measured \(rate) B/s against \(pace)")
+        // Generous, as in the single fetch's test: the bounds catch a wrong unit or wrong bytes.
+        #expect(rate <= pace * 8 && rate >= pace / 50, "measured \(rate) B/s against \(pace)")
         let remaining = try #require(late.estimatedTimeRemaining, "both lengths are known")
         #expect(abs(remaining - Double(122 * 8192 - late.bytesReceived) / rate) < 0.001)
         let throughput = try #require(batch.byteProgress.userInfo[.throughputKey] as? NSNumber)

@@ -101,6 +101,9 @@ struct SessionMonitorTests {
         runner.addOperation(login)
         runner.addOperation(profile)
         await #expect(throws: FetchError.self) { try await profile.value }
+        // The profile may end before the login's last events are sent: an OperationQueue starts
+        // a dependent as it hears isFinished, and a fetch tells its monitors after that.
+        await #expect(throws: FetchError.self) { try await login.value }
         #expect(await eventsDrain(session))
         let byID = Dictionary(grouping: recorder.events.current, by: \.id).mapValues { $0.map(\.kind) }
         #expect(byID.values.sorted { $0.count > $1.count } == [

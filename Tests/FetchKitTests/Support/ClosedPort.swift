@@ -73,8 +73,32 @@ final class SilentPort: @unchecked Sendable {
                 throw ParseTestError(reason: "connect: \(errno)")
             }
             filler = client
+            // The client's connect() returns once it has sent its ACK; the listener queues the
+            // connection when it processes that ACK, which a loaded machine may defer. A SYN that
+            // came first would be answered, and its client would connect: wait for the queue.
+            #if os(Linux)
+            guard waitForFullAcceptQueue() else {
+                throw ParseTestError(reason: "the accept queue did not fill within 10 s")
+            }
+            #endif
         }
     }
+
+    #if os(Linux)
+    /// Whether the listener's accept queue holds the filler, within 10 s (Linux reports a
+    /// listening socket's queue length as `tcpi_unacked`).
+    private func waitForFullAcceptQueue() -> Bool {
+        let deadline = Date().addingTimeInterval(10)
+        while Date() < deadline {
+            var info = tcp_info()
+            var length = socklen_t(MemoryLayout<tcp_info>.size)
+            guard getsockopt(listener, Int32(IPPROTO_TCP), TCP_INFO, &info, &length) == 0 else { return false }
+            if info.tcpi_unacked >= 1 { return true }
+            usleep(1_000)
+        }
+        return false
+    }
+    #endif
 
     func url(_ path: String, scheme: String = "http") -> URL {
         URL(string: "\(scheme)://127.0.0.1:\(port)\(path)")!
