@@ -218,6 +218,8 @@ public final class DownloadJournal: Sendable {
     }
 
     deinit {
+        // Downloads that left while the write that follows them waited (``leaveDelay``).
+        try? catchUp()
         lock.release()
     }
 
@@ -299,9 +301,9 @@ public final class DownloadJournal: Sendable {
     /// is on disk.
     ///
     /// A download that succeeds leaves ``entries`` at once, before its completion handlers run;
-    /// the file follows within one write, on a queue of the journal's own, and the writes of
-    /// downloads that succeed together are one (a journal of a thousand small files is not
-    /// written a thousand times over). A crash in between leaves such a download listed, and
+    /// the file follows within ``leaveDelay`` (one second), in one write, on a queue of the
+    /// journal's own, for every download that succeeded meanwhile (a journal of a thousand small
+    /// files is not written a thousand times over, nor flushed to disk once per file). A crash in between leaves such a download listed, and
     /// ``restore(request:)`` downloads it again. Call this before you read the file yourself or
     /// remove it.
     public func flush() throws(JournalError) {
@@ -416,9 +418,19 @@ public final class DownloadJournal: Sendable {
             return true
         }
         guard queue else { return }
-        // On failure the file still lags: the next change or flush writes it.
-        writer.async { [self] in try? catchUp(endingQueuedCatchUp: true) }
+        // On failure the file still lags: the next change or flush writes it. Weak: a journal
+        // let go of writes what lags as it goes (deinit), and releases its lock then, not a
+        // second later.
+        writer.asyncAfter(deadline: .now() + Self.leaveDelay) { [weak self] in
+            try? self?.catchUp(endingQueuedCatchUp: true)
+        }
     }
+
+    /// How long the file may lag behind downloads that succeeded: one second. A success only
+    /// takes an entry out (a crash before the write leaves it listed, and it is downloaded, or
+    /// found complete, again), so it waits for others to share its write; a change that adds
+    /// or replaces entries is written at once.
+    static let leaveDelay: DispatchTimeInterval = .seconds(1)
 
     /// On ``writer``: writes the entries if the file lags behind them (on failure it still does).
     private func catchUp(endingQueuedCatchUp: Bool = false) throws(JournalError) {

@@ -174,7 +174,7 @@ final class FileWriter: @unchecked Sendable {
             guard !batch.isEmpty else { return }
             let size = batch.reduce(0) { $0 + $1.count }
             throttle?(size)
-            let failure = gather(batch[...], into: [])
+            let failure = Self.gather(batch[...], into: [], descriptor: descriptor)
             if failure == nil, let hasher {
                 hasher.markCheckpoint()
                 // Hashed after the write, from the same buffers: the bytes are still in the
@@ -195,23 +195,37 @@ final class FileWriter: @unchecked Sendable {
         }
     }
 
+    /// Writes `chunks` to `descriptor` where it stands, on the caller's thread, in `writev(2)`s
+    /// of at most ``batchLimit`` chunks (a whole body that arrived in one piece).
+    ///
+    /// - Returns: the `errno` of a failed write, if any.
+    static func write(_ chunks: [Data], to descriptor: Int32) -> Int32? {
+        var start = 0
+        while start < chunks.count {
+            let end = min(chunks.count, start + batchLimit)
+            if let failure = gather(chunks[start..<end], into: [], descriptor: descriptor) { return failure }
+            start = end
+        }
+        return nil
+    }
+
     /// Collects the chunks' buffers, each valid only inside its `withUnsafeBytes`, by nesting
     /// one call per chunk; the innermost writes them all.
-    private func gather(_ chunks: ArraySlice<Data>, into vectors: [iovec]) -> Int32? {
+    private static func gather(_ chunks: ArraySlice<Data>, into vectors: [iovec], descriptor: Int32) -> Int32? {
         guard let first = chunks.first else {
-            return writeAll(vectors)
+            return writeAll(vectors, descriptor: descriptor)
         }
         return first.withUnsafeBytes { buffer in
             var vectors = vectors
             if let base = buffer.baseAddress, buffer.count > 0 {
                 vectors.append(iovec(iov_base: UnsafeMutableRawPointer(mutating: base), iov_len: buffer.count))
             }
-            return gather(chunks.dropFirst(), into: vectors)
+            return gather(chunks.dropFirst(), into: vectors, descriptor: descriptor)
         }
     }
 
     /// Writes every vector, resuming after short writes and interruptions.
-    private func writeAll(_ vectors: [iovec]) -> Int32? {
+    private static func writeAll(_ vectors: [iovec], descriptor: Int32) -> Int32? {
         var vectors = vectors
         var index = 0
         while index < vectors.count {
