@@ -146,8 +146,14 @@ final class FileBodySink: DownloadBodySink {
     private var writer: FileWriter?
     /// The file's length when the writer was made.
     private var writerBase: Int64 = 0
-    /// When to stop the transfer because the writer fell behind (`nil`: never).
-    var backpressure: Backpressure?
+    /// When to stop the transfer because the writer fell behind (`nil`: never), and when to
+    /// hold its reading (``Backpressure/pauseAbove``); set before the first chunk.
+    var backpressure: Backpressure? {
+        didSet { gate = DiskGate(pauseAbove: backpressure?.pauseAbove ?? Backpressure.defaultPauseAbove) }
+    }
+    /// Holds the reading while the writer is behind; made anew when ``backpressure`` is set.
+    private var gate = DiskGate(pauseAbove: Backpressure.defaultPauseAbove)
+    var diskGate: DiskGate? { gate }
     private let stoppedBehind = Protected(false)
     /// Stopped for the writer and not completed yet: the task's late chunks are written.
     private var takingLateChunks = false
@@ -288,7 +294,7 @@ final class FileBodySink: DownloadBodySink {
     private func startHashing(_ digest: DigestCarrier, descriptor fd: Int32, offset: Int64) {
         let hasher = digest.take()
         self.hasher = hasher
-        let writer = FileWriter(descriptor: fd, throttle: backpressure?.throttle, hasher: hasher)
+        let writer = FileWriter(descriptor: fd, throttle: backpressure?.throttle, hasher: hasher, gate: gate)
         writerBase = offset
         self.writer = writer
         writer.perform { hasher.catchUp(to: offset, descriptor: fd) }
@@ -316,7 +322,7 @@ final class FileBodySink: DownloadBodySink {
         if let existing = self.writer {
             writer = existing
         } else {
-            writer = FileWriter(descriptor: descriptor, throttle: backpressure?.throttle, hasher: hasher)
+            writer = FileWriter(descriptor: descriptor, throttle: backpressure?.throttle, hasher: hasher, gate: gate)
             writerBase = length
             self.writer = writer
         }
