@@ -8,7 +8,7 @@ import Glibc
 /// in one run, against the loopback server: 200 small files (4 KiB each, with an `ETag` and
 /// ranges, as nginx serves a directory) into an empty directory, and one 1 GiB body to disk.
 /// Each (job, run) gives every client a fresh directory, in turn, the order rotated run by
-/// run; the table has medians of wall time and of peak RSS (`wait4`'s `ru_maxrss`), and each
+/// run; the table has medians of wall time and of peak RSS (`/usr/bin/time`'s `%M`), and each
 /// client's time against curl's.
 ///
 /// The commands (what a user types):
@@ -101,10 +101,31 @@ enum CommandLineToolsBenchmark {
 
     /// Runs `arguments` as a process, its output thrown away: its wall time, its peak RSS, and
     /// whether it exited 0.
+    ///
+    /// The peak RSS is `/usr/bin/time`'s `%M`, the `ru_maxrss` of a child that a small process
+    /// forked: a process spawned from this one (`posix_spawn` is a `vfork`) would report this
+    /// process's RSS at the `exec` as its own peak, whatever it used.
     static func measure(_ arguments: [String]) throws -> Sample {
         guard let executable = arguments.first.flatMap({ $0.hasPrefix("/") ? $0 : findOnPath($0) }) else {
             throw BenchError("cannot find \(arguments.first ?? "")")
         }
+        let time = "/usr/bin/time"
+        guard FileManager.default.isExecutableFile(atPath: time) else { throw BenchError("needs /usr/bin/time (apt-get install time)") }
+        let report = FileManager.default.temporaryDirectory.appendingPathComponent("fetchkit-bench-time-\(getpid())")
+        defer { try? FileManager.default.removeItem(at: report) }
+        var sample = try spawn([time, "-f", "%M", "-o", report.path, executable] + arguments.dropFirst())
+        let text = (try? String(contentsOf: report, encoding: .utf8)) ?? ""
+        guard let kibibytes = text.split(separator: "\n").last.flatMap({ Int($0.trimmingCharacters(in: .whitespaces)) }) else {
+            throw BenchError("no peak RSS from /usr/bin/time: \(text)")
+        }
+        sample.peakRSS = kibibytes * 1024
+        return sample
+    }
+
+    /// Runs `arguments` (an absolute path first), its output thrown away: its wall time, and
+    /// whether it exited 0.
+    private static func spawn(_ arguments: [String]) throws -> Sample {
+        let executable = arguments[0]
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
         defer { posix_spawn_file_actions_destroy(&actions) }
@@ -118,12 +139,10 @@ enum CommandLineToolsBenchmark {
         let spawned = posix_spawn(&pid, executable, &actions, nil, argv, environ)
         guard spawned == 0 else { throw BenchError("cannot start \(executable): \(String(cString: strerror(spawned)))") }
         var status: Int32 = 0
-        var usage = rusage()
-        while wait4(pid, &status, 0, &usage) < 0 && errno == EINTR {}
+        while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
         let seconds = Date().timeIntervalSince(started)
-        // ru_maxrss is in KiB on Linux.
         let exited = (status & 0x7f) == 0 && ((status >> 8) & 0xff) == 0
-        return Sample(seconds: seconds, peakRSS: usage.ru_maxrss * 1024, ok: exited)
+        return Sample(seconds: seconds, peakRSS: 0, ok: exited)
     }
 
     /// Whether `directory` holds `files` regular files of `size` bytes and nothing else.

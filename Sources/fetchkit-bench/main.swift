@@ -50,7 +50,7 @@ benchmarks:
       the fetchkit command beside curl and wget (those on PATH), whole processes in one
       run against the loopback server: N small files of 4 KiB (default 200; fetchkit -i
       LIST -d DIR, curl --remote-name-all, wget -i) and one body of MiB to disk (default
-      1024; -o FILE, -o, -O): wall time and peak RSS (ru_maxrss), medians of R interleaved
+      1024; -o FILE, -o, -O): wall time and peak RSS (/usr/bin/time), medians of R interleaved
       runs (default 5), each against curl's time
   idle-cpu [--transfers N] [--seconds S] [--runs R]
       CPU used while N transfers wait S seconds on a silent server and on trickled bodies:

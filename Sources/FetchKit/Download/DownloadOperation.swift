@@ -46,11 +46,21 @@ import FoundationNetworking
 /// `.<name>.fetchkit-partial.json` to fit in 255 bytes, the partial files get a shortened name
 /// (see ``SafeFileName``).
 ///
-/// **One process per file.** While it runs, a download holds an advisory lock (`flock(2)`) on
-/// `.<name>.fetchkit-partial.lock` beside the destination. A download in another process to
-/// the same destination fails at once with ``FetchError/FileFailure/Kind/destinationInUse``,
-/// having sent nothing and touched nothing, and ``otherProcessDownloading`` names the
-/// process that holds it. For a name taken from a URL, use ``SafeFileName/name(for:)``.
+/// **Small bodies.** A body that arrives in one piece (up to 256 KiB) never makes a partial
+/// file: it is written in one go to a new file of its own beside the destination
+/// (`.<name>.fetchkit-partial.XXXX`, created exclusively) and renamed into place — no lock, no
+/// record. A larger body gets its partial file, record and lock before its first byte is on
+/// disk, so that a process killed mid-body leaves a partial file that resumes.
+///
+/// **One process per file.** A download that has a partial file holds an advisory lock
+/// (`flock(2)`) on `.<name>.fetchkit-partial.lock` beside the destination until it ends; it
+/// takes it before it makes the partial file, or at the start when one is already there. A
+/// download in another process to the same destination fails with
+/// ``FetchError/FileFailure/Kind/destinationInUse`` — at once, having sent nothing and touched
+/// nothing, when the partial file is there; otherwise when it would make its own — and
+/// ``otherProcessDownloading`` names the process that holds it. (Two whose bodies each arrive
+/// in one piece both succeed, each renaming a whole file into place.) For a name taken from a
+/// URL, use ``SafeFileName/name(for:)``.
 ///
 /// **Size cap.** ``FetchConfiguration/maximumResponseSize`` bounds the file on disk: the decoded
 /// bytes (a small gzip body can inflate a thousandfold), resumed bytes included. It defaults to
@@ -240,8 +250,8 @@ open class DownloadOperation: AnyFetchOperation, OutputProducing, @unchecked Sen
     /// that process's ID (0 if it did not say). `nil` otherwise.
     ///
     /// FetchKit keeps processes apart with an advisory lock (`flock(2)`) on
-    /// `.<name>.fetchkit-partial.lock` beside the destination, held while a download runs and
-    /// removed after it.
+    /// `.<name>.fetchkit-partial.lock` beside the destination, held while a download has a
+    /// partial file and removed after it.
     public var otherProcessDownloading: Int32? {
         downloadState.withLock { $0.lockHolder }
     }
