@@ -301,7 +301,7 @@ public final class DownloadJournal: Sendable {
     /// is on disk.
     ///
     /// A download that succeeds leaves ``entries`` at once, before its completion handlers run;
-    /// the file follows within ``leaveDelay`` (one second), in one write, on a queue of the
+    /// the file follows within a second, in one write, on a queue of the
     /// journal's own, for every download that succeeded meanwhile (a journal of a thousand small
     /// files is not written a thousand times over, nor flushed to disk once per file). A crash in between leaves such a download listed, and
     /// ``restore(request:)`` downloads it again. Call this before you read the file yourself or
@@ -421,16 +421,17 @@ public final class DownloadJournal: Sendable {
         // On failure the file still lags: the next change or flush writes it. Weak: a journal
         // let go of writes what lags as it goes (deinit), and releases its lock then, not a
         // second later.
-        writer.asyncAfter(deadline: .now() + Self.leaveDelay) { [weak self] in
+        writer.asyncAfter(deadline: .now() + leaveDelay.snapshot) { [weak self] in
             try? self?.catchUp(endingQueuedCatchUp: true)
         }
     }
 
-    /// How long the file may lag behind downloads that succeeded: one second. A success only
-    /// takes an entry out (a crash before the write leaves it listed, and it is downloaded, or
-    /// found complete, again), so it waits for others to share its write; a change that adds
-    /// or replaces entries is written at once.
-    static let leaveDelay: DispatchTimeInterval = .seconds(1)
+    /// How long the file may lag behind downloads that succeeded: one second (tests set it
+    /// longer, to count writes on a loaded machine). A success only takes an entry out (a crash
+    /// before the write leaves it listed, and it is downloaded, or found complete, again), so
+    /// it waits for others to share its write; a change that adds or replaces entries is
+    /// written at once.
+    let leaveDelay = Protected<DispatchTimeInterval>(.seconds(1))
 
     /// On ``writer``: writes the entries if the file lags behind them (on failure it still does).
     private func catchUp(endingQueuedCatchUp: Bool = false) throws(JournalError) {
