@@ -102,6 +102,29 @@ struct FileBodySinkTests {
     }
 }
 
+extension FileBodySinkTests {
+    /// A whole body's file that a killed process left between its write and its rename is
+    /// removed by the next journal opened in the directory once it is a minute old; a fresh
+    /// one (another process may be about to rename it), and other names, are kept.
+    @Test func aWholeBodysFileLeftByAKilledProcessIsRemovedOnceStale() throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let stale = directory.file(".a.bin.fetchkit-partial.x7q2")
+        let fresh = directory.file(".b.bin.fetchkit-partial.k3m9")
+        let others = [".c.bin.fetchkit-partial", ".c.bin.fetchkit-partial.json", ".c.bin.fetchkit-partial.lock",
+                      ".d.bin.fetchkit-partial.toolong", "e.bin"].map(directory.file)
+        for url in [stale, fresh] + others { try Data("x".utf8).write(to: url) }
+        try FileManager.default.setAttributes([.modificationDate: Date(timeIntervalSinceNow: -3600)], ofItemAtPath: stale.path)
+        for url in others { try FileManager.default.setAttributes([.modificationDate: Date(timeIntervalSinceNow: -3600)], ofItemAtPath: url.path) }
+
+        _ = try DownloadJournal(contentsOf: directory.file(".fetchkit-journal.json"))
+
+        #expect(!FileManager.default.fileExists(atPath: stale.path))
+        #expect(FileManager.default.fileExists(atPath: fresh.path))
+        for url in others { #expect(FileManager.default.fileExists(atPath: url.path), "\(url.lastPathComponent)") }
+    }
+}
+
 @Suite("A journal of many small files", .timeLimit(.minutes(3)))
 struct DownloadJournalCostTests {
     /// 20 downloads that succeed one after another, not together, within the journal's delay

@@ -198,9 +198,14 @@ public final class DownloadJournal: Sendable {
         // New files that a process killed while it wrote left behind: no one writes them now.
         let directory = fileURL.deletingLastPathComponent()
         let stem = "." + fileURL.lastPathComponent + "."
-        for name in (try? FileManager.default.contentsOfDirectory(atPath: directory.path)) ?? []
-        where name.hasPrefix(stem) && name.hasSuffix(".new") && name.dropFirst(stem.count).dropLast(4).allSatisfy(\.isNumber) {
-            LocalFile.remove(directory.appendingPathComponent(name))
+        for name in (try? FileManager.default.contentsOfDirectory(atPath: directory.path)) ?? [] {
+            if name.hasPrefix(stem) && name.hasSuffix(".new") && name.dropFirst(stem.count).dropLast(4).allSatisfy(\.isNumber) {
+                LocalFile.remove(directory.appendingPathComponent(name))
+            } else if FileBodySink.isStaleWholeFile(named: name, in: directory) {
+                // A small body's file that a process killed between its write and its rename
+                // left behind (``FileBodySink``): a minute old, it is no one's.
+                LocalFile.remove(directory.appendingPathComponent(name))
+            }
         }
         var entries: [Entry] = []
         if let status = LocalFile.status(fileURL) {

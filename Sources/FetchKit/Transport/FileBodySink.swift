@@ -117,7 +117,9 @@ struct PartialDownloadRecord: Codable, Equatable, Sendable {
 /// download renames into place: no lock file, no record, no name another process uses. A
 /// transfer that fails or is cancelled before that point keeps its bytes as a partial file
 /// (lock, file, record) only if the server allows resuming; a process killed before it loses
-/// at most those 256 KiB, as it did when they waited for the writer.
+/// at most those 256 KiB, as it did when they waited for the writer. A process killed between
+/// a whole body's write and its rename leaves that file behind; a ``DownloadJournal`` opened
+/// in the directory (`fetchkit` opens one each run) removes such files once a minute old.
 /// Used on the session router's serial queue only.
 final class FileBodySink: DownloadBodySink {
     private let partialURL: URL
@@ -438,13 +440,36 @@ final class FileBodySink: DownloadBodySink {
     /// to leave room for that, ``SafeFileName``).
     static func wholeFileURL(beside partialURL: URL) -> URL {
         let letters = Array("abcdefghijklmnopqrstuvwxyz0123456789")
-        let tail = String((0..<4).map { _ in letters.randomElement()! })
+        var tail = "json"
+        // Never the record's or the lock's name.
+        while reservedTails.contains(tail) { tail = String((0..<4).map { _ in letters.randomElement()! }) }
         return partialURL.deletingLastPathComponent().appendingPathComponent(partialURL.lastPathComponent + "." + tail)
     }
+
+    /// The partial file's record and lock: names a whole body's file never takes.
+    static let reservedTails: Set<String> = ["json", "lock"]
 
     /// Whether `url` is a whole body's file beside `partialURL` (``wholeFileURL(beside:)``).
     static func isWholeFile(_ url: URL, beside partialURL: URL) -> Bool {
         url != partialURL && url.lastPathComponent.hasPrefix(partialURL.lastPathComponent + ".")
+    }
+
+    /// Whether `name` in `directory` is a whole body's file (``wholeFileURL(beside:)``) that
+    /// no download will rename any more: a private regular file whose name ends in
+    /// `.fetchkit-partial.` and four letters or digits (not `json` or `lock`: the record and the
+    /// lock), last changed more than `age` seconds
+    /// ago (such a file lives for the time of one write; a process killed in that time leaves
+    /// it behind).
+    static func isStaleWholeFile(named name: String, in directory: URL, age: TimeInterval = 60) -> Bool {
+        let marker = ".fetchkit-partial."
+        guard name.hasPrefix("."), let range = name.range(of: marker, options: .backwards), range.upperBound != name.endIndex,
+              name[range.upperBound...].count == 4, !reservedTails.contains(String(name[range.upperBound...])),
+              name[range.upperBound...].allSatisfy({ ("a"..."z").contains($0) || ("0"..."9").contains($0) }) else { return false }
+        var info = stat()
+        let url = directory.appendingPathComponent(name)
+        guard url.withUnsafeFileSystemRepresentation({ $0.map { lstat($0, &info) == 0 } ?? false }),
+              LocalFile.Status(info).isPrivateRegularFile else { return false }
+        return Double(info.st_mtim.tv_sec) < Date().timeIntervalSince1970 - age
     }
 
     func abandon() {
