@@ -174,6 +174,8 @@ final class FileBodySink: DownloadBodySink {
     private var writerAppended: Int64 = 0
     /// Where the body ends in the file, when the response announced its length.
     private var expectedEnd: Int64?
+    /// Where a resumed `206`'s range ends (one past its last byte); `nil` for a `200`.
+    private var rangeEnd: Int64?
     /// The writer's backlog after the last chunk.
     private var lastBacklog: Int64 = 0
     /// The largest ``lastBacklog`` before a stop: what the bound holds to.
@@ -224,6 +226,12 @@ final class FileBodySink: DownloadBodySink {
                 Self.removePartial(partialURL, recordURL)
                 throw .invalidResponse(.init(reason: .changedWhileResuming(change), url: response.url ?? sourceURL))
             }
+            // The same file, and the rest of it: the range the resume asked for (`bytes=N-`)
+            // ends at the file's last byte, and the body is as long as the range.
+            if let problem = Self.rangeProblem(of: response, start: start, total: total, expectedLength: expectedLength) {
+                throw .invalidResponse(.init(reason: .rangeMismatch(problem), url: response.url ?? sourceURL))
+            }
+            rangeEnd = Self.rangeLast(of: response).map { $0 + 1 }
             offset = start
         } else {
             if requestedOffset > 0 {
@@ -308,6 +316,11 @@ final class FileBodySink: DownloadBodySink {
     }
 
     func write(_ chunk: Data) throws(FetchError) {
+        // A 206's body past its range (a chunked one can be any length): not a byte of it.
+        if let rangeEnd, acceptedLength + Int64(chunk.count) > rangeEnd {
+            throw .invalidResponse(.init(reason: .rangeMismatch("its body runs past the range's last byte, \(rangeEnd - 1)"),
+                                         url: sourceURL))
+        }
         try admit(chunk.count)
         guard materialized else {
             pending.append(chunk)
@@ -656,6 +669,32 @@ final class FileBodySink: DownloadBodySink {
     static func rangeTotal(of response: HTTPURLResponse) -> Int64? {
         guard let value = response.value(forHTTPHeaderField: "Content-Range"), let slash = value.lastIndex(of: "/") else { return nil }
         return Int64(value[value.index(after: slash)...].trimmingCharacters(in: .whitespaces))
+    }
+
+    /// The last byte of `Content-Range: bytes a-b/n`.
+    static func rangeLast(of response: HTTPURLResponse) -> Int64? {
+        guard let value = response.value(forHTTPHeaderField: "Content-Range")?.lowercased(),
+              value.hasPrefix("bytes ")
+        else { return nil }
+        let range = value.dropFirst("bytes ".count).prefix { $0 != "/" }
+        guard let dash = range.firstIndex(of: "-") else { return nil }
+        return Int64(range[range.index(after: dash)...].trimmingCharacters(in: .whitespaces))
+    }
+
+    /// What is wrong with a resume's `206` that starts at `start`, or `nil`: its last byte must
+    /// be readable, not before its first, the file's last when the total is known
+    /// (`total - 1`), and the `Content-Length`, when there is one, the range's length.
+    static func rangeProblem(of response: HTTPURLResponse, start: Int64, total: Int64?, expectedLength: Int64?) -> String? {
+        let field = (response.value(forHTTPHeaderField: "Content-Range") ?? "").prefix(80)
+        guard let last = rangeLast(of: response), last >= start else { return "Content-Range \(field) cannot be read" }
+        if let total {
+            guard last < total else { return "Content-Range \(field) ends past the file's length" }
+            guard last == total - 1 else { return "Content-Range \(field) ends before the file does" }
+        }
+        if let expectedLength, last < Int64.max, expectedLength != last - start + 1 {
+            return "Content-Length \(expectedLength) is not the length of Content-Range \(field)"
+        }
+        return nil
     }
 
     /// The first byte of `Content-Range: bytes a-b/n`.
