@@ -47,7 +47,7 @@ struct FaultSuiteTests {
               check: { if case .lengthMismatch(let m) = $0 { return m.expected == 5000 && m.received == 100 }; return false }),
         // Not a transient failure: a server that speaks no HTTP is not retried.
         Fault(name: "garbage status line", path: "/garbage-status", succeeds: false, attempts: 1...1,
-              check: { $0.urlError != nil }),
+              check: { if case .invalidResponse(let f) = $0, case .malformedStatusLine = f.reason { return true }; return false }),
         Fault(name: "429 with Retry-After", path: "/flaky/fault-429/1/429?retry-after=1", succeeds: true, attempts: 2...2),
         Fault(name: "503 twice, then fine", path: "/flaky/fault-503/2/503", succeeds: true, attempts: 3...3),
         Fault(name: "redirect loop", path: "/redirect-loop", succeeds: false, attempts: 1...1,

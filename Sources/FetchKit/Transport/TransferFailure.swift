@@ -24,6 +24,9 @@ extension TransferStateMachine {
             ?? (error.code == .unknown ? FetchError.TLSFailure.classify(message: message) : nil) {
             return .tls(.init(reason: reason, message: message, url: url))
         }
+        if let reason = Self.refusedHead(message: message) {
+            return .invalidResponse(.init(reason: reason, url: url))
+        }
         switch error.code {
         case .cancelled:
             // Not ours (ours end the transfer before URLSession reports): the session was
@@ -42,6 +45,22 @@ extension TransferStateMachine {
         default:
             return .transport(error.failingURL == nil ? Self.urlError(error.code, url: url, underlying: error) : error)
         }
+    }
+
+    /// What was wrong with a response head that libcurl refused before anyone else saw it, read
+    /// from its message (7.88, `http.c`): a status line without an HTTP version or a three-digit
+    /// code, and a `Content-Length` that is not a number. `nil` for any other message.
+    static func refusedHead(message: String) -> FetchError.InvalidResponse.Reason? {
+        if message.contains("Unsupported HTTP version") {
+            return .malformedStatusLine("its status line has no HTTP version libcurl reads (libcurl: \(message.prefix(80)))")
+        }
+        if message.contains("Unsupported response code in HTTP response") {
+            return .malformedStatusLine("its status line has no three-digit status code (libcurl: \(message.prefix(80)))")
+        }
+        if message.contains("Invalid Content-Length: value") {
+            return .invalidContentLength("as libcurl read it")
+        }
+        return nil
     }
 
     /// A `URLError` naming the failing `url`, and the `underlying` error if any.
