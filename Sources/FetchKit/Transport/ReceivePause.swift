@@ -82,11 +82,24 @@ enum ReceivePause {
         #endif
     }
 
+    /// Resumes receiving for `task` (paused by ``pause(_:for:)``), on URLSession's work queue:
+    /// a bandwidth limit changed. Any thread. Nothing happens if the task has ended, or was
+    /// not paused.
+    static func resumeReceiving(_ task: URLSessionTask) {
+        #if canImport(FoundationNetworking) && (canImport(Glibc) || canImport(Musl))
+        guard let pause = curlEasyPause, let workQueue = CurlTaskOptions.child("workQueue", of: task) as? DispatchQueue else { return }
+        workQueue.async {
+            guard let handle = easyHandle(of: task) else { return }
+            _ = pause(handle, 0)    // CURLPAUSE_CONT
+        }
+        #endif
+    }
+
     /// Sets libcurl's own receive limit on `task`'s handle (`CURLOPT_MAX_RECV_SPEED_LARGE`), in
     /// bytes per second. libcurl (7.88, lib/multi.c) reads the option before each read of a
     /// running transfer, so that a new value takes effect at the next one; over it, the handle
     /// waits (no socket watched) until its average since the last checkpoint (every 3 s) is
-    /// back under the limit. Same rules as ``pauseReceiving(_:)``.
+    /// back under the limit; 0 lifts it. Same rules as ``pauseReceiving(_:)``.
     ///
     /// - Returns: Whether libcurl accepted it.
     @discardableResult
@@ -95,7 +108,7 @@ enum ReceivePause {
         guard let setOption = curlEasySetOption, let handle = easyHandle(of: task) else { return false }
         let maxReceiveSpeed: Int32 = 30_000 + 146    // CURLOPT_MAX_RECV_SPEED_LARGE (CURLOPTTYPE_OFF_T + 146)
         // curl_off_t is 64 bits, passed as a long is on the 64-bit Linux ABIs Swift supports.
-        return setOption(handle, maxReceiveSpeed, max(1, bytesPerSecond)) == 0
+        return setOption(handle, maxReceiveSpeed, max(0, bytesPerSecond)) == 0
         #else
         return false
         #endif
