@@ -63,31 +63,31 @@ enum ReceivePause {
     /// Pauses receiving for `task` now and resumes it `seconds` later, on URLSession's work
     /// queue (a bandwidth limit, ``ReceiveBudget``). Same rules as ``pauseReceiving(_:)``.
     ///
-    /// - Returns: Whether libcurl accepted the pause (`false`: the handle could not be reached,
-    ///   and the reading goes on).
-    @discardableResult
-    static func pause(_ task: URLSessionTask, for seconds: TimeInterval) -> Bool {
+    /// - Returns: URLSession's work queue, where ``resumeReceiving(_:on:)`` may end the pause
+    ///   early, if libcurl accepted the pause (`nil`: the handle could not be reached, and the
+    ///   reading goes on).
+    static func pause(_ task: URLSessionTask, for seconds: TimeInterval) -> DispatchQueue? {
         #if canImport(FoundationNetworking) && (canImport(Glibc) || canImport(Musl))
         guard let pause = curlEasyPause, let handle = easyHandle(of: task),
               let workQueue = CurlTaskOptions.child("workQueue", of: task) as? DispatchQueue,
-              pause(handle, 1) == 0 else { return false }
+              pause(handle, 1) == 0 else { return nil }
         workQueue.asyncAfter(deadline: .now() + seconds) {
             // The task may have ended meanwhile: its handle is looked up again, on this queue.
             guard let handle = easyHandle(of: task) else { return }
             _ = pause(handle, 0)    // CURLPAUSE_CONT
         }
-        return true
+        return workQueue
         #else
-        return false
+        return nil
         #endif
     }
 
-    /// Resumes receiving for `task` (paused by ``pause(_:for:)``), on URLSession's work queue:
-    /// a bandwidth limit changed. Any thread. Nothing happens if the task has ended, or was
-    /// not paused.
-    static func resumeReceiving(_ task: URLSessionTask) {
+    /// Resumes receiving for `task`, paused by ``pause(_:for:)``, on `workQueue` (the one that
+    /// call returned): a bandwidth limit changed. Any thread. Nothing happens if the task has
+    /// ended meanwhile.
+    static func resumeReceiving(_ task: URLSessionTask, on workQueue: DispatchQueue) {
         #if canImport(FoundationNetworking) && (canImport(Glibc) || canImport(Musl))
-        guard let pause = curlEasyPause, let workQueue = CurlTaskOptions.child("workQueue", of: task) as? DispatchQueue else { return }
+        guard let pause = curlEasyPause else { return }
         workQueue.async {
             guard let handle = easyHandle(of: task) else { return }
             _ = pause(handle, 0)    // CURLPAUSE_CONT

@@ -285,8 +285,9 @@ extension SessionRouter: URLSessionDataDelegate {
                 }
             }
             if wait > 0 {
-                transfer.limitPause.withLock { $0 = dataTask }
-                if !ReceivePause.pause(dataTask, for: wait) {
+                if let workQueue = ReceivePause.pause(dataTask, for: wait) {
+                    transfer.limitPause.withLock { $0 = (dataTask, workQueue) }
+                } else {
                     transfer.limitPause.withLock { $0 = nil }
                     budgets.markUnenforced()
                 }

@@ -80,15 +80,16 @@ final class Transfer: TransferHandle, @unchecked Sendable {
     /// What its connection took off the wire, for its budgets.
     let wireMeter = WireMeter()
 
-    /// The task whose reading a bandwidth limit paused, until its next chunk (set on
-    /// URLSession's work queue): a limit that changes meanwhile resumes it (``wakeFromLimitPause()``).
-    let limitPause = Protected<URLSessionDataTask?>(nil)
+    /// The task whose reading a bandwidth limit paused, and URLSession's work queue where it
+    /// was paused, until its next chunk (set there): a limit that changes meanwhile resumes it
+    /// (``wakeFromLimitPause()``).
+    let limitPause = Protected<(task: URLSessionDataTask, workQueue: DispatchQueue)?>(nil)
 
     /// A limit it reads under changed: a pause sized for the old one ends now, and the next
     /// chunk is held to the new one. Any thread.
     func wakeFromLimitPause() {
-        if let task = limitPause.withLock({ task in defer { task = nil }; return task }) {
-            ReceivePause.resumeReceiving(task)
+        if let paused = limitPause.withLock({ paused in defer { paused = nil }; return paused }) {
+            ReceivePause.resumeReceiving(paused.task, on: paused.workQueue)
         }
     }
 
