@@ -16,6 +16,15 @@ struct Options: Equatable {
     /// `-u user:password`: answers the server's HTTP Basic challenge (a 401), for the hosts of
     /// the URLs given only. Never printed (see ``Credentials/description``).
     var credentials: Credentials?
+    /// `--netrc` (`~/.netrc`, if there is one), `--netrc-optional` (the same) or `--netrc-file
+    /// FILE`: logins by host, used as `-u`'s are for each host the file names; `-u` wins.
+    var netrc: Netrc?
+    /// The netrc file named, and whether a missing one is no error; read once parsing ends.
+    private var netrcSource: NetrcSource?
+    private struct NetrcSource: Equatable {
+        let path: String
+        let optional: Bool
+    }
     /// `--cacert FILE`: the CAs trusted besides the system's.
     var trust = TrustSettings()
     /// `--pinnedpubkey sha256//BASE64[;sha256//...]`: the keys the hosts of the URLs given must
@@ -175,6 +184,10 @@ struct Options: Equatable {
                            Basic sends the password merely encoded: use HTTPS. (Not with
                            --cacert or --pinnedpubkey on Linux, where FoundationNetworking
                            answers a challenge on a connection FetchKit cannot set them on)
+      -n, --netrc          the logins of ~/.netrc, for the hosts it names (a 'default'
+                           entry: for any other), used as -u's are; -u wins. No file: no
+                           logins. Also --netrc-optional
+      --netrc-file FILE    the same from FILE (a missing or malformed FILE: exit 2)
       --cacert FILE        also trust the CA certificates in this PEM file (a private CA),
                            besides the system's; verification always stays on
       --pinnedpubkey sha256//BASE64[;sha256//BASE64...]
@@ -325,6 +338,11 @@ struct Options: Equatable {
                 options.continues = true
             case "-u", "--user":
                 options.credentials = try credentials(try value(for: argument), option: argument)
+            case "--netrc", "--netrc-optional", "-n":
+                let home = ProcessInfo.processInfo.environment["HOME"] ?? NSHomeDirectory()
+                options.netrcSource = NetrcSource(path: (home as NSString).appendingPathComponent(".netrc"), optional: true)
+            case "--netrc-file":
+                options.netrcSource = NetrcSource(path: try value(for: argument), optional: false)
             case "--cacert":
                 let path = try value(for: argument)
                 do {
@@ -424,7 +442,18 @@ struct Options: Equatable {
             // The name given wins over the server's.
             options.contentDisposition = false
         }
+        if let source = options.netrcSource {
+            do {
+                options.netrc = try Netrc.read(path: source.path, missingIsEmpty: source.optional)
+            } catch {
+                throw UsageError(description: error.description)
+            }
+        }
         #if canImport(FoundationNetworking)
+        if options.netrc?.entries.isEmpty == false, options.credentials == nil, !options.trust.isEmpty || !options.pinnedKeys.isEmpty {
+            throw UsageError(description: "--netrc cannot go with --cacert or --pinnedpubkey on Linux: FoundationNetworking answers "
+                + "the server's challenge on a connection FetchKit cannot set them on (send -H 'Authorization: ...' instead)")
+        }
         if options.credentials != nil, !options.trust.isEmpty || !options.pinnedKeys.isEmpty {
             throw UsageError(description: "-u cannot go with --cacert or --pinnedpubkey on Linux: FoundationNetworking answers "
                 + "the server's challenge on a connection FetchKit cannot set them on (send -H 'Authorization: ...' instead)")
@@ -481,7 +510,7 @@ struct Options: Equatable {
         "--input-file", "--output", "--directory", "--directory-prefix", "--dir", "--remote-name", "--content-disposition",
         "--continue", "--continue-at", "--force", "--parallel", "--max-concurrent-downloads", "--per-host", "--retry",
         "--timeout", "--read-timeout", "--max-time", "--connect-timeout", "--max-size", "--limit-rate", "--limit-rate-total", "--max-overall-download-limit", "--max-download-limit", "--sha256", "--header",
-        "--user-agent", "--user", "--cacert", "--pinnedpubkey", "--location", "--fail", "--show-error", "--json", "--quiet",
+        "--user-agent", "--user", "--netrc", "--netrc-file", "--netrc-optional", "--cacert", "--pinnedpubkey", "--location", "--fail", "--show-error", "--json", "--quiet",
         "--silent", "--verbose", "--summary-interval", "--version", "--help",
     ]
 

@@ -161,10 +161,17 @@ final class Downloader: @unchecked Sendable {
             closeJournal(directory)
             return ExitStatus.usage.rawValue
         }
+        let hosts = Set(items.compactMap { $0.url.host?.lowercased() })
         if let given = options.credentials {
             let credential = URLCredential(user: given.user, password: given.password, persistence: .none)
-            let hosts = Set(items.compactMap { $0.url.host?.lowercased() })
             credentials = .perHost(Dictionary(uniqueKeysWithValues: hosts.map { ($0, credential) }))
+        } else if let netrc = options.netrc {
+            // Each host its own entry's login, as curl reads the file; a host it names not (and
+            // no default) gets none.
+            let logins = hosts.compactMap { host in
+                netrc.credentials(forHost: host).map { (host, URLCredential(user: $0.login, password: $0.password, persistence: .none)) }
+            }
+            if !logins.isEmpty { credentials = .perHost(Dictionary(uniqueKeysWithValues: logins)) }
         }
         // Like wget --no-clobber: a file already there is kept, not replaced, unless --force;
         // the server is asked whether its copy changed (see ExistingFile).

@@ -36,7 +36,9 @@ struct CommandLinePipeTests {
         let urls = names.map { server.url("/held/\($0)").absoluteString }
 
         // Given a run whose reader closes the pipe after the first line
-        let child = try ChildProcess("fetchkit", urls + ["-d", directory.url.path], standardOutput: .pipeClosedAfterFirstLine)
+        // A long idle timeout: the downloads are held until this test has seen the pipe close,
+        // which a loaded machine may take longer than the default 30 s to tell it.
+        let child = try ChildProcess("fetchkit", urls + ["-d", directory.url.path, "--timeout", "300"], standardOutput: .pipeClosedAfterFirstLine)
         defer { child.stop() }
         try #require(await child.outputClosed.wait(timeout: 60), "the header line never came")
 

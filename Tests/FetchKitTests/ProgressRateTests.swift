@@ -5,9 +5,12 @@ import Testing
 
 /// A body of `steps` × `step` bytes with a `Content-Length`, sent one step every `milliseconds`:
 /// at most `step / milliseconds` bytes per millisecond (a loaded machine only makes it slower).
-private func pacedBody(steps: Int, step: Int, milliseconds: Int, offset: Int = 0) -> HTTPResponse {
+/// With `hold`, the steps after the first `hold.steps` wait for `hold.gate` to open.
+private func pacedBody(steps: Int, step: Int, milliseconds: Int, offset: Int = 0,
+                       hold: (steps: Int, gate: ServerGate)? = nil) -> HTTPResponse {
     var actions: [ScriptAction] = [.write(HTTPResponse.rawHead(status: 200, headers: ["Content-Length": "\(steps * step)"]))]
     for index in 0..<steps {
+        if let hold, index == hold.steps { actions.append(.wait(hold.gate)) }
         actions.append(.writePattern(offset: offset + index * step, count: step))
         if index < steps - 1 { actions.append(.sleep(milliseconds: milliseconds)) }
     }
@@ -73,20 +76,25 @@ struct ProgressRateTests {
     @Test func aFetchReportsTheRateTheServerSendsAtAndTheTimeLeft() async throws {
         let server = try LoopbackServer()
         defer { server.stop() }
-        // 8 KiB every 50 ms: at most 163,840 B/s, for 3 s.
-        server.route("/paced") { _ in pacedBody(steps: 61, step: 8192, milliseconds: 50) }
+        // 8 KiB every 50 ms: at most 163,840 B/s, for 3 s. The last 15 steps wait until the
+        // test has heard of the first 46: a loaded machine may deliver progress late, and the
+        // newest value then is the last (no value before the end would be left to check).
+        let gate = ServerGate()
+        server.route("/paced") { _ in pacedBody(steps: 61, step: 8192, milliseconds: 50, hold: (46, gate)) }
         let operation = FetchOperation<Data>(url: server.url("/paced"))
         let progress = operation.progress                 // asked for: it gets the rate too
         let seen = Locked<[FetchProgress]>([])
-        operation.onProgress(on: .global) { value in seen.withLock { $0.append(value) } }
+        operation.onProgress(on: .global) { value in
+            seen.withLock { $0.append(value) }
+            if value.bytesReceived >= 46 * 8192 { gate.open() }
+        }
         operation.start()
         let data = try await operation.value
         #expect(data.count == 61 * 8192)
         let values = seen.withLock { $0 }
         let pace = 163_840.0
-        // After 2 s (more than half the body), the window has the pace to measure.
-        // (On a loaded machine the last second may arrive as one burst: the last report before
-        // the end that has a rate, wherever it falls.)
+        // After 2.25 s (three quarters of the body), the window has the pace to measure: the last
+        // report before the end that has a rate.
         let late = try #require(values.last { $0.bytesReceived < 61 * 8192 && $0.bytesPerSecond != nil })
         let rate = try #require(late.bytesPerSecond)
         // Generous: a loaded machine delays chunks and then hands them over in a burst, which a
@@ -178,18 +186,23 @@ struct ProgressRateTests {
     @Test func aBatchReportsTheRateOfItsMembersTogether() async throws {
         let server = try LoopbackServer()
         defer { server.stop() }
-        server.route("/paced") { _ in pacedBody(steps: 61, step: 8192, milliseconds: 50) }
+        // Each member's last 15 steps wait until the test has heard of both members' first 46
+        // (late progress on a loaded machine would otherwise leave only the final status).
+        let gate = ServerGate()
+        server.route("/paced") { _ in pacedBody(steps: 61, step: 8192, milliseconds: 50, hold: (46, gate)) }
         let queue = FetchQueue(maximumConcurrentTransfers: 2)
         let seen = Locked<[FetchBatch.Status]>([])
         let batch = queue.enqueue(batch: [FetchOperation<Data>(url: server.url("/paced?a")),
                                           FetchOperation<Data>(url: server.url("/paced?b"))],
-                                  on: .global, progress: { status in seen.withLock { $0.append(status) } })
+                                  on: .global, progress: { status in
+                                      seen.withLock { $0.append(status) }
+                                      if status.bytesReceived >= 2 * 46 * 8192 { gate.open() }
+                                  })
         for await _ in batch.statusUpdates {}
         #expect(batch.status.succeeded == 2)
         let statuses = seen.withLock { $0 }
         let pace = 2 * 163_840.0
-        // The last report before the end that has a rate (a loaded machine may deliver the last
-        // third in one burst, so no particular stretch of the body is required).
+        // The last report before the end that has a rate.
         let late = try #require(statuses.last { $0.bytesReceived < 122 * 8192 && $0.bytesPerSecond != nil && $0.estimatedTimeRemaining != nil },
                                 "\(statuses.map(\.bytesReceived))")
         let rate = try #require(late.bytesPerSecond)

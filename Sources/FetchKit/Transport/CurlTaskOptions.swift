@@ -54,6 +54,19 @@ import Musl
 /// (``FetchSession/enforcesConnectTimeouts`` is `false`: a convenience falls back to the idle
 /// timeout) and no HTTP version (a bandwidth-limited transfer that then runs over HTTP/2 turns
 /// ``FetchQueue/isBandwidthLimitEnforced`` `false`).
+///
+/// **Swift 6.4** (read in swift-6.4.x-DEVELOPMENT-SNAPSHOT-2026-08-14-a):
+/// - #5417 makes `URLSessionTask.cancel()` do its work in a `workQueue.async`: the probe's task
+///   asks this cache after `cancel()` returns. The probe waits for that answer (``probeDeadline``)
+///   instead of reading it at once; `TaskOptionsProbeTests` cancels late to stand in for it.
+///   `resume()` is still a `workQueue.sync` there, so a real task's options are still set before
+///   `resume()` returns.
+/// - The path itself is unchanged: `_getProtocol` still asks the cache first, the protocol
+///   storage, `_NativeProtocol.easyHandle` and `_EasyHandle.rawHandle` keep their names and
+///   shapes, and `setupCallbacks` keeps its closures (``CurlHeaderCallback``'s symbol).
+/// - #5448 (FoundationNetworking no longer sets the receive buffer size) and #5474 (OpenSSL's
+///   exit handler off) change nothing here; see `Transfer.followsInANewTask(_:)` and
+///   `Sources/CFetchKitShims/exit_cleanup.c`.
 final class CurlTaskOptions: URLCache, @unchecked Sendable {
     /// Finds a task's libcurl easy handle (reflection by default; tests give one that fails).
     typealias HandleLookup = @Sendable (URLSessionTask) -> EasyHandle?
@@ -144,23 +157,39 @@ final class CurlTaskOptions: URLCache, @unchecked Sendable {
     /// found and take every option. Call it before the session has any other task.
     ///
     /// - Returns: `nil` when proven, otherwise why not (also kept in ``probeFailure``).
+    ///
+    /// `cancel` is how the probe's task is cancelled: `URLSessionTask.cancel()` unless a test
+    /// stands in for a toolchain whose `cancel()` does its work later (see ``probeDeadline``).
     @discardableResult
-    func probe(_ session: URLSession) -> String? {
-        let failure = runProbe(session)
+    func probe(_ session: URLSession, deadline: TimeInterval = CurlTaskOptions.probeDeadline,
+               cancel: (URLSessionTask) -> Void = { $0.cancel() }) -> String? {
+        let failure = runProbe(session, deadline: deadline, cancel: cancel)
         unproven.withLock { $0 = failure }
         return failure
     }
 
-    private func runProbe(_ session: URLSession) -> String? {
+    /// How long the probe waits for FoundationNetworking to ask this cache, after the cancel.
+    ///
+    /// In 6.3, `URLSessionTask.cancel()` makes the task's protocol (and asks the cache) inside a
+    /// `workQueue.sync`: the answer is there when `cancel()` returns. From 6.4
+    /// (swift-corelibs-foundation #5417, "Fix deadlock with URLSessionTask cancellation"), it
+    /// does the same in a `workQueue.async`: the answer comes a moment later, on the work queue.
+    /// The probe waits for the answer on both, up to this long.
+    static let probeDeadline: TimeInterval = 10
+
+    private func runProbe(_ session: URLSession, deadline: TimeInterval, cancel: (URLSessionTask) -> Void) -> String? {
         var request = URLRequest(url: URL(string: "https://fetchkit-trust-probe.invalid/")!)
         request.httpMethod = "GET"
         let task = session.dataTask(with: request)
-        probing.withLock { $0 = true }
-        task.cancel()   // makes the protocol, through this cache, on the work queue; sends nothing
-        probing.withLock { $0 = false }
+        let key = ObjectIdentifier(task)
+        probe.withLock { $0 = ProbeState(task: key) }
+        defer { probe.withLock { $0 = ProbeState() } }
+        cancel(task)    // makes the protocol, through this cache, on the work queue; sends nothing
+        let answered = probe.wait(until: Date(timeIntervalSinceNow: deadline)) { !$0.answered }
         _ = CurlHeaderCallback.take(task)
-        guard let outcome = take(task) else {
-            return "FoundationNetworking did not ask the session's URL cache before making the task's libcurl handle"
+        guard answered, let outcome = take(task) else {
+            return "FoundationNetworking did not ask the session's URL cache before making the task's libcurl handle "
+                + "(within \(deadline) s of cancelling the probe's task)"
         }
         guardsHeads.withLock { $0 = outcome.headGuard }
         guard outcome.trust, outcome.connectTimeout, outcome.http1 else {
@@ -177,7 +206,13 @@ final class CurlTaskOptions: URLCache, @unchecked Sendable {
     /// How many of this session's tasks have a head filter and have not completed (for tests).
     var headFilterCount: Int { CurlHeaderCallback.count(of: ObjectIdentifier(self)) }
     private let guardsHeads = Protected(false)
-    private let probing = Protected(false)
+
+    /// The probe's task while it runs, and whether FoundationNetworking asked for it yet.
+    private struct ProbeState {
+        var task: ObjectIdentifier?
+        var answered = false
+    }
+    private let probe = Protected(ProbeState())
 
     /// Why the probe did not prove that each task's handle takes the options; `nil` once it did.
     var probeFailure: String? { unproven.snapshot }
@@ -204,13 +239,17 @@ final class CurlTaskOptions: URLCache, @unchecked Sendable {
         // Makes the protocol and its easy handle, and queues `startLoading()` behind this.
         completionHandler(nil)
         let key = ObjectIdentifier(dataTask)
-        let isProbe = probing.snapshot
+        let isProbe = probe.withLock { $0.task == key }
         let request = isProbe ? TaskRequest(connectTimeout: 1_000, bandwidthShare: Int.max)
             : requests.withLock { $0.removeValue(forKey: key) } ?? TaskRequest()
         let outcome = apply(to: dataTask, request, isProbe: isProbe)
         // Nothing asked for (the common case): nothing for `take(_:)` to read.
         guard !trust.isEmpty || request != TaskRequest() || isProbe else { return }
         outcomes.withLock { $0[key] = outcome }
+        if isProbe {
+            probe.withLock { $0.answered = true }
+            probe.broadcast()
+        }
     }
 
     override func cachedResponse(for request: URLRequest) -> CachedURLResponse? { nil }

@@ -57,7 +57,9 @@ extension Transfer {
     /// connection (`TLSRedirectTests`). It also sends a redirected request without its body.
     /// And a session's ``TrustSettings`` rely on it there: FetchKit sets the pins of the host a
     /// task starts with on its handle (``CurlTaskOptions``), so a redirect to a host with other pins
-    /// must not go on in the same task (`TrustSettingsTLSTests`).
+    /// must not go on in the same task (`TrustSettingsTLSTests`). Swift 6.4's FoundationNetworking
+    /// no longer sets the buffer size (swift-corelibs-foundation #5448), so the `try!` is gone
+    /// there; the body and the pins still need the new task.
     /// Elsewhere, only a request that keeps its body.
     static func followsInANewTask(_ request: URLRequest) -> Bool {
         #if canImport(FoundationNetworking)
