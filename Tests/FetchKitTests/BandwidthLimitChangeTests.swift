@@ -46,6 +46,13 @@ private func summary(_ log: [(seconds: Double, bytes: Int)], from: Double) -> St
         .map { "\(Int($0.element.seconds * 10))/10:\($0.element.bytes / 1000)" }.joined(separator: " ")
 }
 
+/// Runs `body` on a thread of its own and hands back what it returns: what it does happens when
+/// the thread gets to it, not when a test task is resumed (on a loaded machine the cooperative
+/// pool resumes a task seconds late, and an unlimited transfer is over by then).
+func onThread<Result: Sendable>(_ body: @escaping @Sendable () -> Result) async -> Result {
+    await withCheckedContinuation { continuation in Thread { continuation.resume(returning: body()) }.start() }
+}
+
 /// How soon after a change the windows are held to the new limit: a pause under the old limit
 /// ends when the limit changes, and the next chunk is held to the new one.
 private let settling = 0.5
@@ -61,38 +68,55 @@ struct BandwidthLimitChangeTests {
         let log = WireLog(server)
         let operation = FetchOperation<Data>(url: server.url("/bytes/3000000"))
         let fetch = Task { try await queue.fetch(operation) }
-        #expect(await server.waitUntil(timeout: 60) { $0.patternBytesSent >= 400_000 })
         let limit = 50_000
-        queue.bandwidthLimit = limit
-        let changed = log.now
+        // Lowered as soon as the server has sent 400 kB, from a thread of its own.
+        let (changed, sent) = await onThread { () -> (Double?, Int) in
+            let reached = server.blockingWait(timeout: 60) { $0.patternBytesSent >= 400_000 }
+            queue.bandwidthLimit = limit
+            return (reached ? log.now : nil, server.counters.patternBytesSent)
+        }
         #expect(queue.bandwidthLimit == limit)
-        let sent = server.counters.patternBytesSent
+        let changedAt = try #require(changed, "the server never sent 400 kB")
         // Some 7 seconds at the new limit.
         #expect(await server.waitUntil(timeout: 120) { $0.patternBytesSent >= sent + 350_000 })
         operation.cancel()
         _ = try? await fetch.value
         let samples = log.stop()
-        let rates = windowRates(samples, from: changed + settling)
+        let rates = windowRates(samples, from: changedAt + settling)
         #expect(!rates.isEmpty && rates.allSatisfy { $0 <= Double(limit) * 1.2 } && rates.max()! >= Double(limit) * 0.2,
-                "5-s windows from \(settling) s after the change: \(Int(rates.min() ?? 0))...\(Int(rates.max() ?? 0)) B/s under \(limit): \(summary(samples, from: changed))")
+                "5-s windows from \(settling) s after the change: \(Int(rates.min() ?? 0))...\(Int(rates.max() ?? 0)) B/s under \(limit): \(summary(samples, from: changedAt))")
     }
 
     @Test(.disabled(if: runsUnderSanitizer, "under a sanitizer: an 8-second transfer; the unit tests change the same buckets"))
     func aLimitSetOnAQueueWithoutOneHoldsItsRunningTransfer() async throws {
         let server = try LoopbackServer(sendBufferSize: 8192)
         defer { server.stop() }
+        // 64 MB, of which the server sends 4 MB, then holds the rest until the limit is set:
+        // without a limit, the transfer would be over in moments.
+        let gate = ServerGate()
+        defer { gate.open() }
+        let length = 64_000_000, first = 4_000_000
+        server.route("/held") { _ in
+            .script([
+                .write(Data("HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nContent-Length: \(length)\r\n\r\n".utf8)),
+                .writePattern(offset: 0, count: first),
+                .wait(gate),
+                .writePattern(offset: first, count: length - first),
+            ])
+        }
         let queue = FetchQueue()
         let log = WireLog(server)
-        let operation = FetchOperation<Data>(url: server.url("/bytes/64000000"))
+        let operation = FetchOperation<Data>(url: server.url("/held"))
         let fetch = Task { try await queue.fetch(operation) }
-        #expect(await server.waitUntil(timeout: 60) { $0.patternBytesSent >= 4_000_000 })
+        #expect(await server.waitUntil(timeout: 60) { $0.patternBytesSent >= first })
         // A transfer that started without a limit keeps the kernel's default receive window,
         // which the kernel grew while it ran: what its socket holds when the limit is set is
-        // paid first (the server waits meanwhile), and each resume may let a window through.
+        // paid first, and each resume may let a window through.
         let limit = 1_000_000
         queue.bandwidthLimit = limit
         let changed = log.now
         let sent = server.counters.patternBytesSent
+        gate.open()
         // Some 7 seconds at the limit.
         #expect(await server.waitUntil(timeout: 120) { $0.patternBytesSent >= sent + 7_000_000 })
         operation.cancel()
@@ -111,14 +135,20 @@ struct BandwidthLimitChangeTests {
         // 40 seconds at the limit, each.
         async let first = queue.fetch(FetchOperation<Data>(url: server.url("/bytes/400000?a")))
         async let second = queue.fetch(FetchOperation<Data>(url: server.url("/bytes/400000?b")))
-        #expect(await server.waitUntil(timeout: 60) { $0.patternBytesSent >= 40_000 })
-        queue.bandwidthLimitPerHost = nil
-        let lifted = Date()
+        // Lifted once the server has sent 40 kB; the rest timed at the server, from threads of
+        // their own (a test task may be resumed seconds late).
+        let timed = await onThread { () -> (lifted: Date, sentAll: Date?)? in
+            guard server.blockingWait(timeout: 60, until: { $0.patternBytesSent >= 40_000 }) else { return nil }
+            queue.bandwidthLimitPerHost = nil
+            let lifted = Date()
+            return (lifted, server.blockingWait(timeout: 120) { $0.patternBytesSent >= 800_000 } ? Date() : nil)
+        }
         #expect(queue.bandwidthLimitPerHost == nil)
         let (one, two) = try await (first, second)
-        let seconds = Date().timeIntervalSince(lifted)
         #expect(one.count == 400_000 && two.count == 400_000)
-        #expect(seconds < 20, "the rest took \(seconds) s after the limit was lifted (about 38 s at the limit)")
+        let times = try #require(timed, "the server never sent 40 kB")
+        let seconds = try #require(times.sentAll, "the server never sent the rest").timeIntervalSince(times.lifted)
+        #expect(seconds < 20, "the server sent the rest in \(seconds) s after the limit was lifted (about 38 s at the limit)")
     }
 
     @Test func aLimitIsAtLeastOneBytePerSecondAsAtInit() {

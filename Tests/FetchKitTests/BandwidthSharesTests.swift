@@ -81,13 +81,18 @@ struct BandwidthSharesTests {
         defer { server.stop() }
         let queue = FetchQueue(bandwidthLimitPerHost: 100_000)
         let log = ConnectionSendLog(server)
-        // 9 s each at an even share: on a loaded machine one may start seconds after the other,
-        // and they still share more than a 5-second window.
-        async let first = queue.fetch(FetchOperation<Data>(url: server.url("/bytes/900000?n=a")))
-        async let second = queue.fetch(FetchOperation<Data>(url: server.url("/bytes/900000?n=b")))
-        let (one, two) = try await (first, second)
+        // Enqueued together (each starts on the queue's threads, not as a test task: a loaded
+        // machine resumes those seconds apart); 9 s each at an even share.
+        let bodies = Locked([String: Int]()), done = Countdown(2)
+        for name in ["a", "b"] {
+            queue.enqueue(FetchOperation<Data>(url: server.url("/bytes/900000?n=\(name)")), on: .global) { result in
+                bodies.withLock { $0[name] = (try? result.get())?.count }
+                done.signal()
+            }
+        }
+        #expect(await done.wait(timeout: 120))
         let samples = log.stop()
-        #expect(one.count == 900_000 && two.count == 900_000)
+        #expect(bodies.current == ["a": 900_000, "b": 900_000])
         let ratios = evenness(samples, "a", "b")
         #expect(!ratios.isEmpty && ratios.allSatisfy { $0 >= evenEnough },
                 "5-s windows shared, smaller over larger: \(ratios.min().map { String(format: "%.2f", $0) } ?? "none"): \(shareSummary(samples, "a", "b"))")
@@ -101,14 +106,25 @@ struct BandwidthSharesTests {
         let queue = FetchQueue(bandwidthLimit: 100_000)
         let log = ConnectionSendLog(server)
         // Long enough that the two share more than a 5-second window even if the second starts
-        // seconds late (a loaded machine).
-        async let first = queue.fetch(FetchOperation<Data>(url: server.url("/bytes/1200000?n=a")))
+        // late (a loaded machine); each enqueued from a thread, not a test task.
+        let bodies = Locked([String: Int]()), done = Countdown(2)
+        let fetch: @Sendable (String, Int) -> Void = { name, length in
+            queue.enqueue(FetchOperation<Data>(url: server.url("/bytes/\(length)?n=\(name)")), on: .global) { result in
+                bodies.withLock { $0[name] = (try? result.get())?.count }
+                done.signal()
+            }
+        }
+        fetch("a", 1_200_000)
         // The second starts once the first has had the limit to itself for a while (about 2 s).
-        #expect(await server.waitUntil(timeout: 60) { $0.patternBytesSent >= 200_000 })
-        let second = try await queue.fetch(FetchOperation<Data>(url: server.url("/bytes/400000?n=b")))
-        let one = try await first
+        let joined = await onThread { () -> Bool in
+            guard server.blockingWait(timeout: 60, until: { $0.patternBytesSent >= 200_000 }) else { return false }
+            fetch("b", 400_000)
+            return true
+        }
+        #expect(joined)
+        #expect(await done.wait(timeout: 120))
         let samples = log.stop()
-        #expect(one.count == 1_200_000 && second.count == 400_000)
+        #expect(bodies.current == ["a": 1_200_000, "b": 400_000])
         let ratios = evenness(samples, "a", "b")
         #expect(!ratios.isEmpty && ratios.allSatisfy { $0 >= evenEnough },
                 "5-s windows shared, smaller over larger: \(ratios.min().map { String(format: "%.2f", $0) } ?? "none"): \(shareSummary(samples, "a", "b"))")
