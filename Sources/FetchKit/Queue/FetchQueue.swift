@@ -126,9 +126,9 @@ public final class FetchQueue: @unchecked Sendable {
     /// taken as 1, as in ``init(name:maximumConcurrentTransfers:maximumTransfersPerHost:monitors:coalescesIdenticalRequests:networkActivityHideDelay:authentication:bandwidthLimit:bandwidthLimitPerHost:)``.
     /// A transfer that started without a limit keeps the connection it has (possibly an
     /// HTTP/2 stream, or the kernel's default receive window): it is held by pausing its
-    /// reading as any other, less closely than one that started under the limit (see the
-    /// next paragraphs), and over HTTP/2 not on the wire (``isBandwidthLimitEnforced`` turns
-    /// `false`).
+    /// reading as any other, but the server may send up to that connection's receive window
+    /// ahead of the limit, which the reading then pays back (see the next paragraphs); over
+    /// HTTP/2 it is not held on the wire (``isBandwidthLimitEnforced`` turns `false`).
     ///
     /// **Up to 1 MB/s per transfer** (its even share of the limit when it starts), a
     /// transfer gets a new connection of its own, whose receive buffer is set before it
