@@ -13,7 +13,7 @@ import Darwin
 
 /// `fetchkit-bench idle-cpu`: the CPU a process uses while its transfers wait on the network —
 /// FetchKit, raw URLSession, and FetchKit with its fix for FoundationNetworking's socket
-/// wake-ups turned off (`FETCHKIT_QUIET_SOCKETS=0`).
+/// wake-ups turned off (`ComparisonSwitches.quietsWaitingSockets`).
 ///
 /// Each measurement is a child process with its own loopback server (so that the process's
 /// CPU time is the client's and that server's, nothing else): it starts N transfers, waits
@@ -54,8 +54,8 @@ enum IdleCPUBenchmark {
     /// One client waiting, in this (child) process: prints `cpu=<seconds> transfers=<N>`.
     static func child(client: String, wait: String, transfers: Int, seconds: Int) throws {
         if client == "fetchkit-unfixed" {
-            // Read once, when the first FetchSession is made: before anything touches FetchKit.
-            setenv("FETCHKIT_QUIET_SOCKETS", "0", 1)
+            // Read when each FetchSession is made: before the first.
+            ComparisonSwitches.quietsWaitingSockets = false
         }
         let server = try LoopbackServer(recordRequests: false)
         defer { server.stop() }

@@ -120,7 +120,7 @@ enum ThroughputBenchmark {
 
     /// FetchKit with and without its fix for the socket wake-ups, beside raw URLSession.
     private static func printFixTable(_ scenarios: [Scenario], _ samples: [String: [String: [Sample]]]) {
-        print("\nFetchKit with its socket fix (on) and without it (FETCHKIT_QUIET_SOCKETS=0, off):\n")
+        print("\nFetchKit with its socket fix (on) and without it (off):\n")
         let columns = [28, 14, 14, 14, 10, 10]
         let header = ["workload", "raw", "FK fix off", "FK fix on", "off/raw", "on/raw"]
         print(zip(header, columns).map { pad($0, $1) }.joined())
@@ -199,12 +199,12 @@ enum ThroughputBenchmark {
         case "fetchkit-sha256", "fetchkit-sha256-swift":
             guard let hex = ProcessInfo.processInfo.environment["FETCHKIT_BENCH_SHA256"],
                   let digest = FileDigest(.sha256, hex: hex) else { throw BenchError("FETCHKIT_BENCH_SHA256 is not a SHA-256") }
-            // Read when the first hasher is made: nothing has touched FetchKit yet.
-            if client == "fetchkit-sha256-swift" { setenv("FETCHKIT_DIGEST_IMPLEMENTATION", "portable", 1) }
+            // Read when each hasher is made.
+            if client == "fetchkit-sha256-swift" { ComparisonSwitches.usesSystemSHA256 = false }
             measurement = FetchKitClient(scenario: scenario, base: base, directory: directory, digest: digest).run()
         case "fetchkit-unfixed":
-            // Read once, when the first FetchSession is made: nothing has touched FetchKit yet.
-            setenv("FETCHKIT_QUIET_SOCKETS", "0", 1)
+            // Read when each FetchSession is made: before the first.
+            ComparisonSwitches.quietsWaitingSockets = false
             measurement = FetchKitClient(scenario: scenario, base: base, directory: directory).run()
         case "operations-floor":
             // Its peak is read while the operations are queued (they are freed before it returns).

@@ -29,7 +29,7 @@ benchmarks:
       FetchKit with its fix for FoundationNetworking's socket wake-ups off, side by side;
       --digest adds, to the rows to disk, FetchKit checking the file's SHA-256
       (DownloadOperation.expectedDigest, taken from sha256sum beforehand) with libcrypto's and
-      with its own Swift SHA-256 (FETCHKIT_DIGEST_IMPLEMENTATION=portable), and a table of both
+      with its own Swift SHA-256 (ComparisonSwitches.usesSystemSHA256 off), and a table of both
       against FetchKit without a digest
   report [--runs R] [--quick] [--count N]
       in one run: the throughput table (default R = 3), peak RSS with 20000 fetches queued
@@ -47,7 +47,7 @@ benchmarks:
       (default 1024 MiB, R = 3; --no-ranges: a server that refuses ranges)
   idle-cpu [--transfers N] [--seconds S] [--runs R]
       CPU used while N transfers wait S seconds on a silent server and on trickled bodies:
-      FetchKit, raw URLSession, and FetchKit with its socket fix off (FETCHKIT_QUIET_SOCKETS=0)
+      FetchKit, raw URLSession, and FetchKit with its socket fix off
       (default N = 8, S = 5, R = 3)
   https [--runs R] [--quick]
       FetchKit vs raw URLSession over HTTPS through nginx (a CA made with openssl for the run),

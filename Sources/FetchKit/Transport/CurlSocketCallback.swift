@@ -46,14 +46,9 @@ enum CurlSocketCallback {
     static let foundationCallbackName =
         "$s20FoundationNetworking10URLSessionC12_MultiHandleC14setupCallbacks33_76FB65EF45BDE9115477B690E87F5E28LLyyFs5Int32VSv_A2ISvSgAJtcfU_To"
 
-    /// The environment variable that turns the fix off for the whole process when set to `0`
-    /// (read once, when the first session is created): for comparison, or if the fix is ever
-    /// suspected.
-    static let environmentVariable = "FETCHKIT_QUIET_SOCKETS"
-
-    /// Whether sessions install the fix unless told otherwise: yes, unless
-    /// ``environmentVariable`` is `0`.
-    static let isEnabledByDefault: Bool = ProcessInfo.processInfo.environment[environmentVariable] != "0"
+    /// Whether new sessions install the fix: yes, unless a benchmark turned it off
+    /// (``ComparisonSwitches/quietsWaitingSockets``).
+    static var isEnabledByDefault: Bool { ComparisonSwitches.quietsWaitingSockets }
 
     /// Installs the fix on `session`'s libcurl multi handle, where FoundationNetworking has one
     /// (Linux) and everything checks out; does nothing elsewhere. Call it before the session has

@@ -45,12 +45,11 @@ import Musl
 /// without end, and eight transfers waiting on a slow server kept a CPU core busy. A
 /// `FetchSession` replaces libcurl's socket callback with one that removes a socket's sources
 /// before it registers a smaller set, then calls FoundationNetworking's own callback, found by
-/// name in its symbol table (through the multi handle, as for the pool size above). Eight
-/// transfers waiting on a silent server now use under 1 % of a core, where plain URLSession
-/// uses most of one. Where the callback cannot be found and checked (another layout of
-/// FoundationNetworking, a stripped library), the session behaves as URLSession does. Setting
-/// the environment variable `FETCHKIT_QUIET_SOCKETS=0` before the first session is made turns
-/// the fix off for the process, to compare.
+/// name in its symbol table (through the multi handle, as for the pool size above): transfers
+/// waiting on a silent server use next to no processor time, where plain URLSession's keep a
+/// core busy (figures in the Benchmarks article). Where the callback cannot be found and checked
+/// (another layout of FoundationNetworking, a stripped library), the session behaves as
+/// URLSession does.
 ///
 /// Cookies work as the configuration says. On Linux a session without a URL cache (the
 /// default) stores the cookies that responses set itself — into the configuration's

@@ -18,8 +18,7 @@ import Darwin
 /// so that with it a download to disk is bound by the hash; with libcrypto it is not
 /// (`fetchkit-bench throughput --only 256m-disk --digest`, the Benchmarks article).
 ///
-/// `FETCHKIT_DIGEST_IMPLEMENTATION=portable` in the environment forces the Swift one
-/// (benchmarks and tests).
+/// ``ComparisonSwitches/usesSystemSHA256`` off forces the Swift one (the benchmark).
 ///
 /// Not thread-safe: one owner at a time — a download's file writer, on its queue — and handed
 /// from one to the next only after the first is drained (``DigestCarrier``).
@@ -48,7 +47,7 @@ final class DigestHasher: @unchecked Sendable {
 
     init(_ algorithm: FileDigest.Algorithm) {
         self.algorithm = algorithm
-        if !Self.forcesPortable, let system = SystemSHA256.loaded {
+        if ComparisonSwitches.usesSystemSHA256, let system = SystemSHA256.loaded {
             let context = UnsafeMutableRawPointer.allocate(byteCount: SystemSHA256.contextSize, alignment: 16)
             context.initializeMemory(as: UInt8.self, repeating: 0, count: SystemSHA256.contextSize)
             _ = system.initialize(context)
@@ -61,9 +60,6 @@ final class DigestHasher: @unchecked Sendable {
             checkpoint = .portable(PortableSHA256())
         }
     }
-
-    /// `FETCHKIT_DIGEST_IMPLEMENTATION=portable`, read once, when the first hasher is made.
-    private static let forcesPortable = ProcessInfo.processInfo.environment["FETCHKIT_DIGEST_IMPLEMENTATION"] == "portable"
 
     deinit {
         if case .system(_, let context) = backend { context.deallocate() }
