@@ -736,6 +736,12 @@ extension FetchError {
             /// ``DownloadOperation`` starts over by itself unless
             /// ``DownloadOperation/restartsWhenSourceChanges`` is `false`.
             case changedWhileResuming(String)
+            /// A download's resume was answered with a `206` whose range is not the rest of the
+            /// file (what is wrong, in words): its `Content-Range` cannot be read, ends before the
+            /// file's last byte or past it, or its length is not the response's
+            /// `Content-Length`; or its body ran past its range. Nothing past the range was
+            /// appended, and the partial file is kept for another try.
+            case rangeMismatch(String)
 
             init(_ refused: ResponseHeadFilter.Failure) {
                 switch refused {
@@ -783,6 +789,8 @@ extension FetchError {
                 return "\(target) sent a Content-Length (\(field.prefix(60))) larger than any body can be."
             case .changedWhileResuming(let change):
                 return "\(target) changed while it was being resumed (\(change.prefix(200))): the partial file was discarded."
+            case .rangeMismatch(let problem):
+                return "\(target) answered the resume with a range that is not the rest of the file: \(problem.prefix(200))."
             }
         }
     }

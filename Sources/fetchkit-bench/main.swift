@@ -6,6 +6,7 @@
 //   swift run -c release fetchkit-bench queue-memory [--count N] [--runs R]
 //   swift run -c release fetchkit-bench endless-body [--limit MiB] [--chunks B,...] [--runs R] [--no-raw]
 //   swift run -c release fetchkit-bench disk-memory [--size MiB] [--runs R] [--no-ranges]
+//   swift run -c release fetchkit-bench tools [--runs R] [--count N] [--size MiB] [--only small,big]
 //   swift run -c release fetchkit-bench idle-cpu [--transfers N] [--seconds S] [--runs R]
 //   swift run -c release fetchkit-bench https [--runs R] [--quick]   (as root: nginx, openssl, unshare)
 //   swift run -c release fetchkit-bench limit-rate [--rate B] [--seconds S] [--transfers N,...] [--per-host]
@@ -45,6 +46,12 @@ benchmarks:
   disk-memory [--size MiB] [--runs R] [--no-ranges]
       peak RSS growth while one body streams to disk, FetchKit vs raw URLSession
       (default 1024 MiB, R = 3; --no-ranges: a server that refuses ranges)
+  tools [--runs R] [--count N] [--size MiB] [--only small,big]
+      the fetchkit command beside curl and wget (those on PATH), whole processes in one
+      run against the loopback server: N small files of 4 KiB (default 200; fetchkit -i
+      LIST -d DIR, curl --remote-name-all, wget -i) and one body of MiB to disk (default
+      1024; -o FILE, -o, -O): wall time and peak RSS (/usr/bin/time), medians of R interleaved
+      runs (default 5), each against curl's time
   idle-cpu [--transfers N] [--seconds S] [--runs R]
       CPU used while N transfers wait S seconds on a silent server and on trickled bodies:
       FetchKit, raw URLSession, and FetchKit with its socket fix off
@@ -142,6 +149,13 @@ do {
     case "queue-memory-child":
         guard arguments.count == 3, let count = Int(arguments[2]) else { throw BenchError("bad child arguments") }
         try QueueMemoryBenchmark.child(scenario: arguments[1], count: count)
+    case "tools":
+        let only = arguments.firstIndex(of: "--only").flatMap { index in
+            index + 1 < arguments.count ? Set(arguments[index + 1].split(separator: ",").map(String.init)) : nil
+        } ?? []
+        try CommandLineToolsBenchmark.run(runs: try option("--runs", in: arguments, default: 5),
+                                          count: try option("--count", in: arguments, default: 200),
+                                          bigSize: try option("--size", in: arguments, default: 1024) << 20, only: only)
     case "idle-cpu":
         try IdleCPUBenchmark.run(transfers: try option("--transfers", in: arguments, default: 8),
                                  seconds: try option("--seconds", in: arguments, default: 5),

@@ -217,7 +217,8 @@ struct Options: Equatable {
                            about files already there, what is awaited) when the output
                            is not a terminal (default 5, at least 0.1; 0 for none).
                            A terminal gets a live display
-      -V, --version        print the version and exit
+      -V, --version        print the version, and which of FetchKit's workarounds for
+                           FoundationNetworking are active here, and exit
       -h, --help           show this help
 
     A file that another fetchkit is downloading into the same directory is skipped (it

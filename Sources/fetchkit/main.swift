@@ -37,7 +37,13 @@ if options.showHelp {
     exit(ExitStatus.success.rawValue)
 }
 if options.showVersion {
+    // As curl -V lists its features: what FetchKit does about FoundationNetworking here.
     print("fetchkit \(Version.current)")
+    let session = FetchSession()
+    for entry in session.workarounds.entries {
+        print("  \(entry.id): \(entry.status)")
+    }
+    session.invalidate()
     exit(ExitStatus.success.rawValue)
 }
 if options.runsDemo { exit(Demo.run()) }

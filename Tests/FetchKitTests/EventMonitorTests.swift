@@ -168,7 +168,10 @@ struct EventMonitorTests {
         let id = queue.enqueue(operation)
         _ = try await operation.value
         #expect(await eventsDrain(queue))
-        let logged = lines.current
+        // First the session's report, once: before its first fetch's start.
+        let report = lines.current.filter { $0.hasPrefix("session workarounds: ") }
+        #expect(report == ["session workarounds: \(operation.configuration.session.workarounds.summary)"], "\(lines.current)")
+        let logged = lines.current.filter { !$0.hasPrefix("session workarounds: ") }
         #expect(logged.count == 6, "\(logged)")   // enqueued, started, redirected, response, metrics, finished
         #expect(logged.allSatisfy { $0.hasPrefix("\(id) ") }, "\(logged)")
         #expect(!logged.contains { $0.contains("secret-42") }, "\(logged)")

@@ -233,7 +233,7 @@ struct UploadClampTests {
     }
 }
 
-@Suite("Progress stream intervals", .timeLimit(.minutes(1)))
+@Suite("Progress stream intervals", .timeLimit(.minutes(3)))
 struct ProgressStreamIntervalTests {
     private static let millisecond: UInt64 = 1_000_000
 

@@ -198,9 +198,14 @@ public final class DownloadJournal: Sendable {
         // New files that a process killed while it wrote left behind: no one writes them now.
         let directory = fileURL.deletingLastPathComponent()
         let stem = "." + fileURL.lastPathComponent + "."
-        for name in (try? FileManager.default.contentsOfDirectory(atPath: directory.path)) ?? []
-        where name.hasPrefix(stem) && name.hasSuffix(".new") && name.dropFirst(stem.count).dropLast(4).allSatisfy(\.isNumber) {
-            LocalFile.remove(directory.appendingPathComponent(name))
+        for name in (try? FileManager.default.contentsOfDirectory(atPath: directory.path)) ?? [] {
+            if name.hasPrefix(stem) && name.hasSuffix(".new") && name.dropFirst(stem.count).dropLast(4).allSatisfy(\.isNumber) {
+                LocalFile.remove(directory.appendingPathComponent(name))
+            } else if FileBodySink.isStaleWholeFile(named: name, in: directory) {
+                // A small body's file that a process killed between its write and its rename
+                // left behind (``FileBodySink``): a minute old, it is no one's.
+                LocalFile.remove(directory.appendingPathComponent(name))
+            }
         }
         var entries: [Entry] = []
         if let status = LocalFile.status(fileURL) {
@@ -218,6 +223,8 @@ public final class DownloadJournal: Sendable {
     }
 
     deinit {
+        // Downloads that left while the write that follows them waited (``leaveDelay``).
+        try? catchUp()
         lock.release()
     }
 
@@ -299,9 +306,9 @@ public final class DownloadJournal: Sendable {
     /// is on disk.
     ///
     /// A download that succeeds leaves ``entries`` at once, before its completion handlers run;
-    /// the file follows within one write, on a queue of the journal's own, and the writes of
-    /// downloads that succeed together are one (a journal of a thousand small files is not
-    /// written a thousand times over). A crash in between leaves such a download listed, and
+    /// the file follows within a second, in one write, on a queue of the
+    /// journal's own, for every download that succeeded meanwhile (a journal of a thousand small
+    /// files is not written a thousand times over, nor flushed to disk once per file). A crash in between leaves such a download listed, and
     /// ``restore(request:)`` downloads it again. Call this before you read the file yourself or
     /// remove it.
     public func flush() throws(JournalError) {
@@ -416,9 +423,20 @@ public final class DownloadJournal: Sendable {
             return true
         }
         guard queue else { return }
-        // On failure the file still lags: the next change or flush writes it.
-        writer.async { [self] in try? catchUp(endingQueuedCatchUp: true) }
+        // On failure the file still lags: the next change or flush writes it. Weak: a journal
+        // let go of writes what lags as it goes (deinit), and releases its lock then, not a
+        // second later.
+        writer.asyncAfter(deadline: .now() + leaveDelay.snapshot) { [weak self] in
+            try? self?.catchUp(endingQueuedCatchUp: true)
+        }
     }
+
+    /// How long the file may lag behind downloads that succeeded: one second (tests set it
+    /// longer, to count writes on a loaded machine). A success only takes an entry out (a crash
+    /// before the write leaves it listed, and it is downloaded, or found complete, again), so
+    /// it waits for others to share its write; a change that adds or replaces entries is
+    /// written at once.
+    let leaveDelay = Protected<DispatchTimeInterval>(.seconds(1))
 
     /// On ``writer``: writes the entries if the file lags behind them (on failure it still does).
     private func catchUp(endingQueuedCatchUp: Bool = false) throws(JournalError) {

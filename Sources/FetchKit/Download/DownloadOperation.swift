@@ -46,11 +46,21 @@ import FoundationNetworking
 /// `.<name>.fetchkit-partial.json` to fit in 255 bytes, the partial files get a shortened name
 /// (see ``SafeFileName``).
 ///
-/// **One process per file.** While it runs, a download holds an advisory lock (`flock(2)`) on
-/// `.<name>.fetchkit-partial.lock` beside the destination. A download in another process to
-/// the same destination fails at once with ``FetchError/FileFailure/Kind/destinationInUse``,
-/// having sent nothing and touched nothing, and ``otherProcessDownloading`` names the
-/// process that holds it. For a name taken from a URL, use ``SafeFileName/name(for:)``.
+/// **Small bodies.** A body that arrives in one piece (up to 256 KiB) never makes a partial
+/// file: it is written in one go to a new file of its own beside the destination
+/// (`.<name>.fetchkit-partial.XXXX`, created exclusively) and renamed into place — no lock, no
+/// record. A larger body gets its partial file, record and lock before its first byte is on
+/// disk, so that a process killed mid-body leaves a partial file that resumes.
+///
+/// **One process per file.** A download that has a partial file holds an advisory lock
+/// (`flock(2)`) on `.<name>.fetchkit-partial.lock` beside the destination until it ends; it
+/// takes it before it makes the partial file, or at the start when one is already there. A
+/// download in another process to the same destination fails with
+/// ``FetchError/FileFailure/Kind/destinationInUse`` — at once, having sent nothing and touched
+/// nothing, when the partial file is there; otherwise when it would make its own — and
+/// ``otherProcessDownloading`` names the process that holds it. (Two whose bodies each arrive
+/// in one piece both succeed, each renaming a whole file into place.) For a name taken from a
+/// URL, use ``SafeFileName/name(for:)``.
 ///
 /// **Size cap.** ``FetchConfiguration/maximumResponseSize`` bounds the file on disk: the decoded
 /// bytes (a small gzip body can inflate a thousandfold), resumed bytes included. It defaults to
@@ -100,8 +110,13 @@ open class DownloadOperation: AnyFetchOperation, OutputProducing, @unchecked Sen
         var resumedBeforeContinuing: Int64?
         /// The process holding the partial file's lock, when it was held (0: unknown).
         var lockHolder: Int32?
+        /// The partial file's lock, once taken: when a partial file was found, or when this
+        /// download makes one (``claimPartialFile()``).
+        var lock: PartialFileLock?
+        /// The destination was let go of: no lock is taken any more.
+        var letGoOf = false
         /// Lets go of the destination once the download finished (``finishedBeforeCompletions()``).
-        var letGo: (@Sendable (AnyFetchOperation) -> Void)?
+        var letGo: (@Sendable (_ operation: AnyFetchOperation, _ holdsLock: Bool) -> Void)?
         /// Runs if it succeeded, before any completion handler: its journal forgets it.
         var succeeded: (@Sendable () -> Void)?
     }
@@ -235,8 +250,8 @@ open class DownloadOperation: AnyFetchOperation, OutputProducing, @unchecked Sen
     /// that process's ID (0 if it did not say). `nil` otherwise.
     ///
     /// FetchKit keeps processes apart with an advisory lock (`flock(2)`) on
-    /// `.<name>.fetchkit-partial.lock` beside the destination, held while a download runs and
-    /// removed after it.
+    /// `.<name>.fetchkit-partial.lock` beside the destination, held while a download has a
+    /// partial file and removed after it.
     public var otherProcessDownloading: Int32? {
         downloadState.withLock { $0.lockHolder }
     }
@@ -290,29 +305,28 @@ open class DownloadOperation: AnyFetchOperation, OutputProducing, @unchecked Sen
             throw .fileSystem(.init(kind: .destinationInUse, path: destination.path, code: nil))
         }
         // Another process (a second fetchkit into the same directory) must not write the same
-        // partial file: whoever holds its lock downloads it, the other skips it.
-        let lock: PartialFileLock
-        switch PartialFileLock.acquire(at: partialLockURL) {
-        case .success(let acquired):
-            lock = acquired
-        case .failure(.held(let holder)):
-            ActiveDownloads.release(destination)
-            downloadState.withLock { $0.lockHolder = holder ?? 0 }
-            throw .fileSystem(.init(kind: .destinationInUse, path: destination.path, code: nil))
-        case .failure(.unusable(let code)):
-            ActiveDownloads.release(destination)
-            throw .fileSystem(.init(kind: code == nil || code == ELOOP || code == EMLINK ? .unsafePath : .unwritableDestination,
-                                    path: partialLockURL.path, code: code == ELOOP || code == EMLINK ? nil : code))
+        // partial file: whoever holds its lock downloads it, the other skips it. The lock is
+        // taken now only if there is a partial file (one that another process may be writing,
+        // or that this download resumes); otherwise when this download makes one
+        // (``claimPartialFile()``). A body that arrives in one piece never needs it.
+        if LocalFile.status(partialFileURL) != nil {
+            do {
+                try claimPartialFile()
+            } catch {
+                ActiveDownloads.release(destination)
+                throw error
+            }
         }
         // Before any completion handler runs: a program that exits when it hears the download
         // ended (fetchkit does) must find the lock file gone and the partial file dropped.
         // As a completion handler of its own it ran after the queue's, which could end the
         // process first and leave the lock file behind.
-        downloadState.withLock { $0.letGo = { [destination, partialFileURL, partialRecordURL] operation in
+        downloadState.withLock { $0.letGo = { [destination, partialFileURL, partialRecordURL] operation, holdsLock in
             // 416: the partial file no longer fits the resource (it shrank or changed); over
             // the size cap: resuming it cannot succeed. Drop it so that the next attempt starts
-            // over.
-            switch operation.error {
+            // over. (Only this download's own: without the lock, a partial file there is
+            // another process's.)
+            switch holdsLock ? operation.error : nil {
             case .unacceptableStatus(let failure)? where failure.statusCode == 416:
                 FileBodySink.removePartial(partialFileURL, partialRecordURL)
             case .responseTooLarge?:
@@ -321,7 +335,6 @@ open class DownloadOperation: AnyFetchOperation, OutputProducing, @unchecked Sen
                 break
             }
             ActiveDownloads.release(destination)
-            lock.release()
         } }
 
         return request
@@ -344,11 +357,57 @@ open class DownloadOperation: AnyFetchOperation, OutputProducing, @unchecked Sen
     }
 
     private func letGoOfDestination() {
-        let letGo = downloadState.withLock { state in
-            defer { state.letGo = nil }
-            return state.letGo
+        let (letGo, lock) = downloadState.withLock { state in
+            defer {
+                state.letGo = nil
+                state.lock = nil
+                state.letGoOf = true
+            }
+            return (state.letGo, state.lock)
         }
-        letGo?(self)
+        letGo?(self, lock != nil)
+        lock?.release()
+    }
+
+    /// Takes the lock that keeps other processes off the partial file (see `PartialFileLock`),
+    /// if this download does not hold it yet: before it resumes a partial file it found, or
+    /// makes one.
+    ///
+    /// - Throws: ``FetchError/FileFailure/Kind/destinationInUse`` when another process holds
+    ///   it (``otherProcessDownloading`` names it), or when the download has ended.
+    func claimPartialFile() throws(FetchError) {
+        let done = downloadState.withLock { $0.lock != nil || $0.letGoOf }
+        if done {
+            guard downloadState.withLock({ $0.lock != nil }) else {
+                throw .fileSystem(.init(kind: .destinationInUse, path: destination.path, code: nil))
+            }
+            return
+        }
+        switch PartialFileLock.acquire(at: partialLockURL) {
+        case .success(let acquired):
+            let kept = downloadState.withLock { state -> Bool in
+                guard state.lock == nil, !state.letGoOf else { return false }
+                state.lock = acquired
+                return true
+            }
+            if !kept {
+                acquired.release()
+                if downloadState.withLock({ $0.lock == nil }) {
+                    throw .fileSystem(.init(kind: .destinationInUse, path: destination.path, code: nil))
+                }
+            }
+        case .failure(.held(let holder)):
+            downloadState.withLock { $0.lockHolder = holder ?? 0 }
+            throw .fileSystem(.init(kind: .destinationInUse, path: destination.path, code: nil))
+        case .failure(.unusable(let code)):
+            throw .fileSystem(.init(kind: code == nil || code == ELOOP || code == EMLINK ? .unsafePath : .unwritableDestination,
+                                    path: partialLockURL.path, code: code == ELOOP || code == EMLINK ? nil : code))
+        }
+    }
+
+    /// Whether this download holds the partial file's lock.
+    private var holdsPartialLock: Bool {
+        downloadState.withLock { $0.lock != nil }
     }
 
     /// Runs `body` when the download succeeds, before any completion handler (a
@@ -371,10 +430,11 @@ open class DownloadOperation: AnyFetchOperation, OutputProducing, @unchecked Sen
             request.setValue("bytes=\(size)-", forHTTPHeaderField: "Range")
             request.setValue(validator, forHTTPHeaderField: "If-Range")
             offset = size
-        case .discard(let notice):
+        case .discard(let notice, let found):
             // A partial file that cannot be resumed is stale, or not ours: removed (a link
-            // itself, never its target), and the download starts over.
-            FileBodySink.removePartial(partialFileURL, partialRecordURL)
+            // itself, never its target), and the download starts over. (Nothing to remove when
+            // nothing was found.)
+            if found { FileBodySink.removePartial(partialFileURL, partialRecordURL) }
             if let notice {
                 downloadState.withLock { $0.notices.append(notice) }
             }
@@ -386,8 +446,9 @@ open class DownloadOperation: AnyFetchOperation, OutputProducing, @unchecked Sen
 
     private enum PartialVerdict {
         case resume(size: Int64, validator: String)
-        /// Start over; with a notice when something was there that the user should know of.
-        case discard(PartialFileNotice?)
+        /// Start over; with a notice when something was there that the user should know of;
+        /// `found`: a partial file or a record is there, to remove.
+        case discard(PartialFileNotice?, found: Bool = true)
     }
 
     /// Whether the partial file beside the destination can be resumed by `request`: it and its
@@ -398,7 +459,11 @@ open class DownloadOperation: AnyFetchOperation, OutputProducing, @unchecked Sen
     private func inspectPartial(for request: URLRequest, continuing: Bool) -> PartialVerdict {
         let partial = LocalFile.status(partialFileURL)
         let recordStatus = LocalFile.status(partialRecordURL)
-        guard let partial else { return .discard(nil) }        // a lone record is just stale
+        // A lone record is just stale.
+        guard let partial else { return .discard(nil, found: recordStatus != nil) }
+        // A partial file that appeared since the download started is another process's until
+        // this one holds the lock: left alone, and this download starts over beside it.
+        guard holdsPartialLock || (try? claimPartialFile()) != nil else { return .discard(nil, found: false) }
         func notice(_ reason: PartialFileNotice.Reason) -> PartialVerdict {
             .discard(PartialFileNotice(reason: reason, path: partialFileURL.path))
         }
@@ -442,7 +507,11 @@ open class DownloadOperation: AnyFetchOperation, OutputProducing, @unchecked Sen
             keepsResumablePartial: resumesPartialDownloads,
             maximumLength: maximumResponseSize,
             openFile: openPartialFile,
-            digest: digestCarrier()
+            digest: digestCarrier(),
+            claim: { [weak self] () throws(FetchError) in
+                guard let self else { throw .cancelled(.init(url: source)) }
+                try self.claimPartialFile()
+            }
         )
         downloadState.withLock { state in
             // Only a GET can be continued with `Range`.
@@ -492,13 +561,37 @@ open class DownloadOperation: AnyFetchOperation, OutputProducing, @unchecked Sen
         carrier.noteReadBack(hasher.bytesReadBack)
         let actual = hasher.finish()
         guard actual != carrier.expected else { return }
-        FileBodySink.removePartial(partialFileURL, partialRecordURL)
+        if FileBodySink.isWholeFile(partial, beside: partialFileURL) {
+            LocalFile.remove(partial)
+        } else {
+            FileBodySink.removePartial(partialFileURL, partialRecordURL)
+        }
         throw .digestMismatch(.init(expected: carrier.expected, actual: actual, byteCount: size,
                                     url: core.withLock { $0.sentRequest?.url }, path: destination.path))
     }
 
     override func makeOutput(from body: ResponseBody?, notModified: Bool) throws -> any Sendable {
         guard case .file(let partial)? = body else { throw FetchError.fileSystem(.init(kind: .writeFailed, path: partialFileURL.path, code: nil)) }
+        // A body that arrived in one piece is in a file of its own (see `FileBodySink`): no
+        // record to remove, and nothing to keep if it does not go into place.
+        let whole = FileBodySink.isWholeFile(partial, beside: partialFileURL)
+        do {
+            try moveIntoPlace(partial, whole: whole)
+        } catch {
+            if whole { LocalFile.remove(partial) }
+            throw error
+        }
+        let resumed = core.withLock { $0.progressBase }     // what a 206 continued from
+        downloadState.withLock { state in
+            state.downloadedFileURL = destination
+            state.resumedBytes = state.resumedBeforeContinuing ?? resumed
+        }
+        try parseDownloadedFile(at: destination)
+        return destination
+    }
+
+    /// Checks the complete file `partial` and renames it over the destination.
+    private func moveIntoPlace(_ partial: URL, whole: Bool) throws {
         // The file written is still the partial file (nothing was swapped in since), and the
         // destination is still a regular file or nothing. (rename(2) replaces a link itself,
         // never its target, so even a link planted after this check is not written through.)
@@ -517,14 +610,7 @@ open class DownloadOperation: AnyFetchOperation, OutputProducing, @unchecked Sen
         guard moved else {
             throw FetchError.fileSystem(.init(kind: .moveFailed, path: destination.path, code: errno))
         }
-        LocalFile.remove(partialRecordURL)
-        let resumed = core.withLock { $0.progressBase }     // what a 206 continued from
-        downloadState.withLock { state in
-            state.downloadedFileURL = destination
-            state.resumedBytes = state.resumedBeforeContinuing ?? resumed
-        }
-        try parseDownloadedFile(at: destination)
-        return destination
+        if !whole { LocalFile.remove(partialRecordURL) }
     }
 
     // MARK: Backpressure

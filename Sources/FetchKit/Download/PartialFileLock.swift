@@ -15,6 +15,9 @@ import Darwin
 /// while still holding the lock; a process that locked the removed file sees that its path no
 /// longer names it, and tries again.
 ///
+/// A download takes it only once it has a partial file (``DownloadOperation``): a body that
+/// arrives in one piece is written to a name of its own and needs none.
+///
 /// The lock is advisory: it keeps FetchKit processes apart, not other programs.
 final class PartialFileLock: @unchecked Sendable {
     /// Why the lock could not be taken.

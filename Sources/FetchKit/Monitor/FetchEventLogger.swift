@@ -22,6 +22,13 @@ import FoundationNetworking
 /// fetch-12 GET https://api.example.com/items?token=REDACTED → 200 in 83 ms, 4.2 KiB
 /// ```
 ///
+/// Before the first fetch it hears start on a ``FetchSession``, it writes that session's
+/// ``FetchSession/workarounds`` in a line (``FetchSessionReport/summary``):
+///
+/// ```text
+/// session workarounds: active: socket-wakeups, connection-pool, task-options, …; trust-settings (not needed: this session has no trust settings)
+/// ```
+///
 /// URLs go through ``Redaction/redacted(_:)-(URL)`` and error descriptions through
 /// ``Redaction/redacted(text:mentioning:)``. To send the lines to a logging system (swift-log,
 /// `os.Logger`), pass a handler that does.
@@ -31,6 +38,22 @@ public struct FetchEventLogger: FetchEventMonitor {
     private let write: @Sendable (String) -> Void
     /// The metrics of fetches not yet finished, for their last line.
     private let pending = Protected<[FetchID: FetchMetrics]>([:])
+    /// The sessions whose report was written (weakly: a session freed is forgotten).
+    private let reported = Protected<[ReportedSession]>([])
+
+    private struct ReportedSession {
+        weak var session: FetchSession?
+    }
+
+    /// Whether `session` is heard of for the first time (and remembers it).
+    private func isFirstSight(of session: FetchSession) -> Bool {
+        reported.withLock { sessions in
+            sessions.removeAll { $0.session == nil }
+            guard !sessions.contains(where: { $0.session === session }) else { return false }
+            sessions.append(ReportedSession(session: session))
+            return true
+        }
+    }
 
     /// Creates a logger.
     ///
@@ -55,6 +78,8 @@ public struct FetchEventLogger: FetchEventMonitor {
     }
 
     public func fetchDidStart(_ fetch: MonitoredFetch, request: URLRequest) {
+        let session = fetch.operation.configuration.session
+        if isFirstSight(of: session) { write("session workarounds: \(session.workarounds.summary)") }
         write("\(fetch.id) started \(Self.describe(request))")
     }
 

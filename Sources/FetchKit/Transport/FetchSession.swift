@@ -187,8 +187,8 @@ public final class FetchSession: @unchecked Sendable {
         #endif
         urlSession = URLSession(configuration: own, delegate: router, delegateQueue: router.delegateQueue)
         // Before any task exists, so that nothing else touches libcurl's handle yet.
-        Self.fixConnectionPoolSize(of: urlSession,
-                                   to: max(Self.connectionPoolSize, configuration.httpMaximumConnectionsPerHost))
+        sizesConnectionPool = Self.fixConnectionPoolSize(of: urlSession,
+                                                         to: max(Self.connectionPoolSize, configuration.httpMaximumConnectionsPerHost))
         quietsWaitingSockets = quiet && CurlSocketCallback.install(on: urlSession)
         #if canImport(FoundationNetworking) && (canImport(Glibc) || canImport(Musl))
         // Before any other task: proves that each task's handle takes the options.
@@ -307,6 +307,10 @@ public final class FetchSession: @unchecked Sendable {
     /// Whether this session's transfers wait without waking up (on Linux): whether the fix for
     /// FoundationNetworking's socket callback is installed (``CurlSocketCallback``).
     let quietsWaitingSockets: Bool
+
+    /// Whether libcurl's connection pool behind this session was given its size
+    /// (``connectionPoolSize``; Linux).
+    let sizesConnectionPool: Bool
 
     /// How many connections a session keeps, in use and idle, over all hosts (on Linux).
     ///

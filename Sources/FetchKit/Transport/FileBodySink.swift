@@ -105,6 +105,21 @@ struct PartialDownloadRecord: Codable, Equatable, Sendable {
 /// A `206 Partial Content` that starts where the partial file ends is appended to it; any
 /// other success rewrites it from the start. On failure or cancel the partial file is kept
 /// when the server allows resuming it (a validator, and ranges), and removed otherwise.
+///
+/// **A body that arrives in one piece touches the disk once.** A fresh body (no `Range`) is
+/// held in memory until ``FileWriter/wakeThreshold`` (256 KiB) of it has arrived — the writer
+/// would not have written it before then either. Only then does the sink make the partial file:
+/// it takes the download's lock (``DownloadOperation``'s `claim`), creates the file and writes
+/// its record, before any byte is on disk, so that a process killed from then on leaves a
+/// partial file that resumes. A body that ends before that point is written at
+/// ``close()`` in one `writev(2)` to a new file of its own beside the destination
+/// (`.<name>.fetchkit-partial.XXXX`, created exclusively, never through a link), which the
+/// download renames into place: no lock file, no record, no name another process uses. A
+/// transfer that fails or is cancelled before that point keeps its bytes as a partial file
+/// (lock, file, record) only if the server allows resuming; a process killed before it loses
+/// at most those 256 KiB, as it did when they waited for the writer. A process killed between
+/// a whole body's write and its rename leaves that file behind; a ``DownloadJournal`` opened
+/// in the directory (`fetchkit` opens one each run) removes such files once a minute old.
 /// Used on the session router's serial queue only.
 final class FileBodySink: DownloadBodySink {
     private let partialURL: URL
@@ -115,15 +130,32 @@ final class FileBodySink: DownloadBodySink {
     private let keepsResumablePartial: Bool
 
     private var descriptor: Int32 = -1
+    /// The response was accepted (``open(response:expectedLength:)`` succeeded).
     private var opened = false
+    /// The partial file exists, made by this sink: its bytes go through ``writer``.
+    private var materialized = false
+    /// A fresh body's first chunks, held until ``FileWriter/wakeThreshold`` of them arrived
+    /// (see the type's comment); empty once the partial file is made.
+    private var pending: [Data] = []
+    private var pendingBytes: Int64 = 0
+    /// The record to write once the partial file is made (`nil`: the body is not resumable).
+    private var pendingRecord: PartialDownloadRecord?
+    /// Takes the download's lock on its partial file before the sink makes one.
+    private let claim: @Sendable () throws(FetchError) -> Void
     private var length: Int64 = 0
     private var resumable = false
     /// Writes the chunks off the router queue; made at the first chunk.
     private var writer: FileWriter?
     /// The file's length when the writer was made.
     private var writerBase: Int64 = 0
-    /// When to stop the transfer because the writer fell behind (`nil`: never).
-    var backpressure: Backpressure?
+    /// When to stop the transfer because the writer fell behind (`nil`: never), and when to
+    /// hold its reading (``Backpressure/pauseAbove``); set before the first chunk.
+    var backpressure: Backpressure? {
+        didSet { gate = DiskGate(pauseAbove: backpressure?.pauseAbove ?? Backpressure.defaultPauseAbove) }
+    }
+    /// Holds the reading while the writer is behind; made anew when ``backpressure`` is set.
+    private var gate = DiskGate(pauseAbove: Backpressure.defaultPauseAbove)
+    var diskGate: DiskGate? { gate }
     private let stoppedBehind = Protected(false)
     /// Stopped for the writer and not completed yet: the task's late chunks are written.
     private var takingLateChunks = false
@@ -142,6 +174,8 @@ final class FileBodySink: DownloadBodySink {
     private var writerAppended: Int64 = 0
     /// Where the body ends in the file, when the response announced its length.
     private var expectedEnd: Int64?
+    /// Where a resumed `206`'s range ends (one past its last byte); `nil` for a `200`.
+    private var rangeEnd: Int64?
     /// The writer's backlog after the last chunk.
     private var lastBacklog: Int64 = 0
     /// The largest ``lastBacklog`` before a stop: what the bound holds to.
@@ -159,7 +193,9 @@ final class FileBodySink: DownloadBodySink {
     private var hasher: DigestHasher?
 
     init(partialURL: URL, recordURL: URL, sourceURL: URL?, requestedOffset: Int64, keepsResumablePartial: Bool,
-         maximumLength: Int64 = .max, openFile: PartialFileOpener = .safe, digest: DigestCarrier? = nil) {
+         maximumLength: Int64 = .max, openFile: PartialFileOpener = .safe, digest: DigestCarrier? = nil,
+         claim: @escaping @Sendable () throws(FetchError) -> Void = {}) {
+        self.claim = claim
         self.digest = digest
         self.partialURL = partialURL
         self.recordURL = recordURL
@@ -190,9 +226,19 @@ final class FileBodySink: DownloadBodySink {
                 Self.removePartial(partialURL, recordURL)
                 throw .invalidResponse(.init(reason: .changedWhileResuming(change), url: response.url ?? sourceURL))
             }
+            // The same file, and the rest of it: the range the resume asked for (`bytes=N-`)
+            // ends at the file's last byte, and the body is as long as the range.
+            if let problem = Self.rangeProblem(of: response, start: start, total: total, expectedLength: expectedLength) {
+                throw .invalidResponse(.init(reason: .rangeMismatch(problem), url: response.url ?? sourceURL))
+            }
+            rangeEnd = Self.rangeLast(of: response).map { $0 + 1 }
             offset = start
         } else {
-            if requestedOffset > 0 { mayStop = false }
+            if requestedOffset > 0 {
+                mayStop = false
+                // The partial file asked to be continued is not: it is rewritten from the start.
+                Self.removePartial(partialURL, recordURL)
+            }
             // A 200's length is the file's, unless a content coding was decoded on the way.
             let coding = response.value(forHTTPHeaderField: "Content-Encoding")?.lowercased() ?? "identity"
             total = coding == "identity" || coding.isEmpty ? expectedLength : nil
@@ -201,21 +247,9 @@ final class FileBodySink: DownloadBodySink {
         if let expectedLength, offset > 0, offset > maximumLength - expectedLength {
             throw tooLarge(expectedLength: expectedLength)
         }
-        let fd = try openFile.open(partialURL, offset)
-        descriptor = fd
-        opened = true
-        if offset > 0 {
-            // Drop anything past the resume point (a torn last write), then append.
-            guard ftruncate(fd, off_t(offset)) == 0, lseek(fd, off_t(offset), SEEK_SET) == offset else {
-                throw .fileSystem(.init(kind: .writeFailed, path: partialURL.path, code: errno))
-            }
-        }
         length = offset
         acceptedLength = offset
         expectedEnd = expectedLength.map { offset + $0 }
-        if let digest {
-            startHashing(digest, descriptor: fd, offset: offset)
-        }
         let acceptsRanges = response.statusCode == 206
             || (response.value(forHTTPHeaderField: "Accept-Ranges")?.lowercased().contains("bytes") ?? false)
         var record = PartialDownloadRecord(
@@ -225,10 +259,40 @@ final class FileBodySink: DownloadBodySink {
         )
         record.total = total
         resumable = acceptsRanges && record.validator != nil
-        if resumable {
-            record.save(to: recordURL)
-        } else {
+        pendingRecord = resumable ? record : nil
+        opened = true
+        // A resumed file is continued at once (its lock was taken when it was found).
+        if offset > 0 { try materialize(offset: offset) }
+    }
+
+    /// Makes the partial file, with its lock and record, and hands it what arrived so far:
+    /// from now on a process killed mid-body leaves a partial file that resumes.
+    private func materialize(offset: Int64) throws(FetchError) {
+        try claim()
+        let fd = try openFile.open(partialURL, offset)
+        descriptor = fd
+        materialized = true
+        if offset > 0 {
+            // Drop anything past the resume point (a torn last write), then append.
+            guard ftruncate(fd, off_t(offset)) == 0, lseek(fd, off_t(offset), SEEK_SET) == offset else {
+                throw .fileSystem(.init(kind: .writeFailed, path: partialURL.path, code: errno))
+            }
+        }
+        if let digest {
+            startHashing(digest, descriptor: fd, offset: offset)
+        }
+        // The record is on disk before any byte of the body: a partial file with bytes always
+        // has one.
+        if let pendingRecord {
+            pendingRecord.save(to: recordURL)
+        } else if offset > 0 {
             LocalFile.remove(recordURL)
+        }
+        let held = pending
+        pending = []
+        pendingBytes = 0
+        for chunk in held {
+            try hand(chunk)
         }
     }
 
@@ -240,7 +304,7 @@ final class FileBodySink: DownloadBodySink {
     private func startHashing(_ digest: DigestCarrier, descriptor fd: Int32, offset: Int64) {
         let hasher = digest.take()
         self.hasher = hasher
-        let writer = FileWriter(descriptor: fd, throttle: backpressure?.throttle, hasher: hasher)
+        let writer = FileWriter(descriptor: fd, throttle: backpressure?.throttle, hasher: hasher, gate: gate)
         writerBase = offset
         self.writer = writer
         writer.perform { hasher.catchUp(to: offset, descriptor: fd) }
@@ -252,12 +316,28 @@ final class FileBodySink: DownloadBodySink {
     }
 
     func write(_ chunk: Data) throws(FetchError) {
+        // A 206's body past its range (a chunked one can be any length): not a byte of it.
+        if let rangeEnd, acceptedLength + Int64(chunk.count) > rangeEnd {
+            throw .invalidResponse(.init(reason: .rangeMismatch("its body runs past the range's last byte, \(rangeEnd - 1)"),
+                                         url: sourceURL))
+        }
         try admit(chunk.count)
+        guard materialized else {
+            pending.append(chunk)
+            pendingBytes += Int64(chunk.count)
+            if pendingBytes >= FileWriter.wakeThreshold { try materialize(offset: 0) }
+            return
+        }
+        try hand(chunk)
+    }
+
+    /// Hands `chunk` to the writer of the partial file.
+    private func hand(_ chunk: Data) throws(FetchError) {
         let writer: FileWriter
         if let existing = self.writer {
             writer = existing
         } else {
-            writer = FileWriter(descriptor: descriptor, throttle: backpressure?.throttle, hasher: hasher)
+            writer = FileWriter(descriptor: descriptor, throttle: backpressure?.throttle, hasher: hasher, gate: gate)
             writerBase = length
             self.writer = writer
         }
@@ -313,6 +393,7 @@ final class FileBodySink: DownloadBodySink {
     }
 
     func close() throws(FetchError) -> ResponseBody {
+        guard materialized else { return try writeWhole() }
         // Every byte on disk before the file is handed over (and renamed).
         let failure = drainWriter()
         let fd = descriptor
@@ -328,12 +409,101 @@ final class FileBodySink: DownloadBodySink {
         return .file(partialURL)
     }
 
+    /// The whole body arrived before the partial file was needed: written in one go to a file
+    /// of its own (see the type's comment), which the download renames into place.
+    private func writeWhole() throws(FetchError) -> ResponseBody {
+        let chunks = pending
+        pending = []
+        pendingBytes = 0
+        var url = partialURL
+        var fd: Int32 = -1
+        for _ in 0..<8 {
+            url = Self.wholeFileURL(beside: partialURL)
+            fd = openFile.create(url)
+            if fd >= 0 || errno != EEXIST { break }
+        }
+        guard fd >= 0 else { throw PartialFileOpener.failure(errno, path: url.path) }
+        var hasher: DigestHasher?
+        if let digest {
+            let taken = digest.take()
+            taken.catchUp(to: 0, descriptor: fd)
+            hasher = taken
+        }
+        if let failure = FileWriter.write(chunks, to: fd) {
+            _ = posixClose(fd)
+            LocalFile.remove(url)
+            if let digest, let hasher { digest.giveBack(hasher) }
+            throw writeFailure(failure)
+        }
+        if let digest, let hasher {
+            hasher.markCheckpoint()
+            for chunk in chunks { hasher.update(chunk) }
+            digest.giveBack(hasher)
+        }
+        guard posixClose(fd) == 0 else {
+            let code = errno
+            LocalFile.remove(url)
+            throw .fileSystem(.init(kind: code == ENOSPC ? .diskFull : .writeFailed, path: url.path, code: code))
+        }
+        return .file(url)
+    }
+
+    /// A new name for a whole body beside the partial file: `.<name>.fetchkit-partial.XXXX`,
+    /// four random letters and digits, as long as the record's `.json` (names were shortened
+    /// to leave room for that, ``SafeFileName``).
+    static func wholeFileURL(beside partialURL: URL) -> URL {
+        let letters = Array("abcdefghijklmnopqrstuvwxyz0123456789")
+        var tail = "json"
+        // Never the record's or the lock's name.
+        while reservedTails.contains(tail) { tail = String((0..<4).map { _ in letters.randomElement()! }) }
+        return partialURL.deletingLastPathComponent().appendingPathComponent(partialURL.lastPathComponent + "." + tail)
+    }
+
+    /// The partial file's record and lock: names a whole body's file never takes.
+    static let reservedTails: Set<String> = ["json", "lock"]
+
+    /// Whether `url` is a whole body's file beside `partialURL` (``wholeFileURL(beside:)``).
+    static func isWholeFile(_ url: URL, beside partialURL: URL) -> Bool {
+        url != partialURL && url.lastPathComponent.hasPrefix(partialURL.lastPathComponent + ".")
+    }
+
+    /// Whether `name` in `directory` is a whole body's file (``wholeFileURL(beside:)``) that
+    /// no download will rename any more: a private regular file whose name ends in
+    /// `.fetchkit-partial.` and four letters or digits (not `json` or `lock`: the record and the
+    /// lock), last changed more than `age` seconds
+    /// ago (such a file lives for the time of one write; a process killed in that time leaves
+    /// it behind).
+    static func isStaleWholeFile(named name: String, in directory: URL, age: TimeInterval = 60) -> Bool {
+        let marker = ".fetchkit-partial."
+        guard name.hasPrefix("."), let range = name.range(of: marker, options: .backwards), range.upperBound != name.endIndex,
+              name[range.upperBound...].count == 4, !reservedTails.contains(String(name[range.upperBound...])),
+              name[range.upperBound...].allSatisfy({ ("a"..."z").contains($0) || ("0"..."9").contains($0) }) else { return false }
+        var info = stat()
+        let url = directory.appendingPathComponent(name)
+        guard url.withUnsafeFileSystemRepresentation({ $0.map { lstat($0, &info) == 0 } ?? false }),
+              LocalFile.Status(info).isPrivateRegularFile else { return false }
+        return Double(info.st_mtim.tv_sec) < Date().timeIntervalSince1970 - age
+    }
+
     func abandon() {
         // A transfer that never opened the file (refused, cancelled while connecting, an error
         // status) leaves an earlier partial file as it was.
         guard opened else {
             closeAfterWriter(discarding: false)
             return
+        }
+        if !materialized {
+            // Only what arrived is in memory. Kept as a partial file when the server allows
+            // resuming it (and the lock can be had); dropped otherwise, with nothing on disk.
+            guard keepsResumablePartial, resumable, pendingBytes > 0, (try? materialize(offset: 0)) != nil else {
+                if materialized {
+                    closeAfterWriter(discarding: true)
+                    Self.removePartial(partialURL, recordURL)
+                }
+                pending = []
+                pendingBytes = 0
+                return
+            }
         }
         if stoppedForBackpressure {
             // Kept for the continuation. The stopped task's chunks keep coming for a while, and
@@ -501,6 +671,32 @@ final class FileBodySink: DownloadBodySink {
         return Int64(value[value.index(after: slash)...].trimmingCharacters(in: .whitespaces))
     }
 
+    /// The last byte of `Content-Range: bytes a-b/n`.
+    static func rangeLast(of response: HTTPURLResponse) -> Int64? {
+        guard let value = response.value(forHTTPHeaderField: "Content-Range")?.lowercased(),
+              value.hasPrefix("bytes ")
+        else { return nil }
+        let range = value.dropFirst("bytes ".count).prefix { $0 != "/" }
+        guard let dash = range.firstIndex(of: "-") else { return nil }
+        return Int64(range[range.index(after: dash)...].trimmingCharacters(in: .whitespaces))
+    }
+
+    /// What is wrong with a resume's `206` that starts at `start`, or `nil`: its last byte must
+    /// be readable, not before its first, the file's last when the total is known
+    /// (`total - 1`), and the `Content-Length`, when there is one, the range's length.
+    static func rangeProblem(of response: HTTPURLResponse, start: Int64, total: Int64?, expectedLength: Int64?) -> String? {
+        let field = (response.value(forHTTPHeaderField: "Content-Range") ?? "").prefix(80)
+        guard let last = rangeLast(of: response), last >= start else { return "Content-Range \(field) cannot be read" }
+        if let total {
+            guard last < total else { return "Content-Range \(field) ends past the file's length" }
+            guard last == total - 1 else { return "Content-Range \(field) ends before the file does" }
+        }
+        if let expectedLength, last < Int64.max, expectedLength != last - start + 1 {
+            return "Content-Length \(expectedLength) is not the length of Content-Range \(field)"
+        }
+        return nil
+    }
+
     /// The first byte of `Content-Range: bytes a-b/n`.
     static func rangeStart(of response: HTTPURLResponse) -> Int64? {
         guard let value = response.value(forHTTPHeaderField: "Content-Range")?.lowercased(),
@@ -523,29 +719,51 @@ final class FileBodySink: DownloadBodySink {
 /// followed — and is created exclusively (`O_CREAT | O_EXCL | O_NOFOLLOW`): if something is
 /// planted again in between, the open fails instead of writing through it. A resumed file is
 /// opened with `O_NOFOLLOW` and must be a private regular file (one name, this user's).
+/// ``create`` makes a whole body's file under a new name, exclusively, removing nothing.
 /// Tests swap the opener to stage failures, such as a full disk, that cannot be planted.
 struct PartialFileOpener: Sendable {
     let open: @Sendable (_ url: URL, _ offset: Int64) throws(FetchError) -> Int32
+    /// Creates a new file at `url` exclusively: its descriptor, or -1 with `errno` set
+    /// (`EEXIST`: the name is taken; try another).
+    let create: @Sendable (_ url: URL) -> Int32
 
-    static let safe = PartialFileOpener { url, offset throws(FetchError) in
+    init(open: @escaping @Sendable (_ url: URL, _ offset: Int64) throws(FetchError) -> Int32,
+         create: (@Sendable (_ url: URL) -> Int32)? = nil) {
+        self.open = open
+        self.create = create ?? { url in
+            do {
+                return try open(url, 0)
+            } catch {
+                errno = EIO
+                return -1
+            }
+        }
+    }
+
+    /// The error for a failed open of `path` with `errno` `code`.
+    static func failure(_ code: Int32, path: String) -> FetchError {
+        switch code {
+        case ELOOP, EEXIST, EMLINK:
+            .fileSystem(.init(kind: .unsafePath, path: path, code: nil))
+        case ENOSPC, EDQUOT:
+            .fileSystem(.init(kind: .diskFull, path: path, code: code))
+        default:
+            .fileSystem(.init(kind: .unwritableDestination, path: path, code: code))
+        }
+    }
+
+    static let safe = PartialFileOpener(open: { url, offset throws(FetchError) in
         if offset == 0 { LocalFile.remove(url) }
         // A resumed file is opened for reading too: an expected digest hashes what is there.
         let fd = LocalFile.open(url, offset == 0 ? O_WRONLY | O_CREAT | O_EXCL : O_RDWR)
-        guard fd >= 0 else {
-            let code = errno
-            switch code {
-            case ELOOP, EEXIST, EMLINK:
-                throw .fileSystem(.init(kind: .unsafePath, path: url.path, code: nil))
-            case ENOSPC, EDQUOT:
-                throw .fileSystem(.init(kind: .diskFull, path: url.path, code: code))
-            default:
-                throw .fileSystem(.init(kind: .unwritableDestination, path: url.path, code: code))
-            }
-        }
+        guard fd >= 0 else { throw failure(errno, path: url.path) }
         guard LocalFile.status(descriptor: fd)?.isPrivateRegularFile == true else {
             _ = posixClose(fd)
             throw .fileSystem(.init(kind: .unsafePath, path: url.path, code: nil))
         }
         return fd
-    }
+    }, create: { url in
+        // O_EXCL with O_NOFOLLOW: nothing planted at the new name is opened, a link included.
+        LocalFile.open(url, O_WRONLY | O_CREAT | O_EXCL)
+    })
 }

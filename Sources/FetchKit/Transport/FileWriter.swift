@@ -49,12 +49,16 @@ final class FileWriter: @unchecked Sendable {
     private let throttle: (@Sendable (Int) -> Void)?
     /// Hashes each batch once it is written (on ``queue`` only).
     private let hasher: DigestHasher?
+    /// Told the backlog as it changes: it holds the reading while the writer is behind.
+    private let gate: DiskGate?
 
     /// - Parameters:
     ///   - descriptor: An open file, positioned where the chunks go. The writer does not close it.
     ///   - throttle: Run before each write (tests only).
     ///   - hasher: Given every byte written, in order, on the writer's queue.
-    init(descriptor: Int32, throttle: (@Sendable (Int) -> Void)? = nil, hasher: DigestHasher? = nil) {
+    ///   - gate: Told the backlog after each chunk handed over and each batch written.
+    init(descriptor: Int32, throttle: (@Sendable (Int) -> Void)? = nil, hasher: DigestHasher? = nil, gate: DiskGate? = nil) {
+        self.gate = gate
         self.descriptor = descriptor
         self.throttle = throttle
         self.hasher = hasher
@@ -82,6 +86,7 @@ final class FileWriter: @unchecked Sendable {
         if schedule {
             queue.async { self.run() }
         }
+        gate?.noteBacklog(backlog)
         return (backlog, failure)
     }
 
@@ -151,10 +156,12 @@ final class FileWriter: @unchecked Sendable {
 
     /// Drops the chunks not yet written (the file is being removed).
     func discard() {
-        state.withLock { state in
+        let backlog = state.withLock { state in
             state.status.backlog -= state.chunks.reduce(0) { $0 + Int64($1.count) }
             state.chunks = []
+            return state.status.backlog
         }
+        gate?.noteBacklog(backlog)
     }
 
     // MARK: Writer queue
@@ -174,14 +181,14 @@ final class FileWriter: @unchecked Sendable {
             guard !batch.isEmpty else { return }
             let size = batch.reduce(0) { $0 + $1.count }
             throttle?(size)
-            let failure = gather(batch[...], into: [])
+            let failure = Self.gather(batch[...], into: [], descriptor: descriptor)
             if failure == nil, let hasher {
                 hasher.markCheckpoint()
                 // Hashed after the write, from the same buffers: the bytes are still in the
                 // cache, and a failed write leaves nothing to hash (the download fails).
                 for chunk in batch { hasher.update(chunk) }
             }
-            state.withLock { state in
+            let backlog = state.withLock { state in
                 state.status.backlog -= Int64(size)
                 if let failure {
                     state.status.failure = failure
@@ -191,27 +198,43 @@ final class FileWriter: @unchecked Sendable {
                 } else {
                     state.status.written += Int64(size)
                 }
+                return state.status.backlog
             }
+            gate?.noteBacklog(backlog)
         }
+    }
+
+    /// Writes `chunks` to `descriptor` where it stands, on the caller's thread, in `writev(2)`s
+    /// of at most ``batchLimit`` chunks (a whole body that arrived in one piece).
+    ///
+    /// - Returns: the `errno` of a failed write, if any.
+    static func write(_ chunks: [Data], to descriptor: Int32) -> Int32? {
+        var start = 0
+        while start < chunks.count {
+            let end = min(chunks.count, start + batchLimit)
+            if let failure = gather(chunks[start..<end], into: [], descriptor: descriptor) { return failure }
+            start = end
+        }
+        return nil
     }
 
     /// Collects the chunks' buffers, each valid only inside its `withUnsafeBytes`, by nesting
     /// one call per chunk; the innermost writes them all.
-    private func gather(_ chunks: ArraySlice<Data>, into vectors: [iovec]) -> Int32? {
+    private static func gather(_ chunks: ArraySlice<Data>, into vectors: [iovec], descriptor: Int32) -> Int32? {
         guard let first = chunks.first else {
-            return writeAll(vectors)
+            return writeAll(vectors, descriptor: descriptor)
         }
         return first.withUnsafeBytes { buffer in
             var vectors = vectors
             if let base = buffer.baseAddress, buffer.count > 0 {
                 vectors.append(iovec(iov_base: UnsafeMutableRawPointer(mutating: base), iov_len: buffer.count))
             }
-            return gather(chunks.dropFirst(), into: vectors)
+            return gather(chunks.dropFirst(), into: vectors, descriptor: descriptor)
         }
     }
 
     /// Writes every vector, resuming after short writes and interruptions.
-    private func writeAll(_ vectors: [iovec]) -> Int32? {
+    private static func writeAll(_ vectors: [iovec], descriptor: Int32) -> Int32? {
         var vectors = vectors
         var index = 0
         while index < vectors.count {
@@ -245,4 +268,11 @@ struct Backpressure: Sendable {
     var throttle: (@Sendable (Int) -> Void)?
 
     static let defaultBound: Int64 = 32 << 20
+
+    /// The backlog past which the transfer's reading is held until the writer is down to half
+    /// of it (``DiskGate``): default 8 MiB. Below ``bound``, so that where the reading can be
+    /// held the transfer is never stopped.
+    var pauseAbove: Int64 = Self.defaultPauseAbove
+
+    static let defaultPauseAbove: Int64 = 8 << 20
 }

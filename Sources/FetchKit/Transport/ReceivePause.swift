@@ -60,6 +60,29 @@ enum ReceivePause {
         #endif
     }
 
+    /// Pauses receiving for `task` until the returned closure is called (from any thread; the
+    /// resume runs on URLSession's work queue), for a download whose disk is behind
+    /// (``DiskGate``). Same rules as ``pauseReceiving(_:)``.
+    ///
+    /// - Returns: The resume, or `nil` if libcurl's handle could not be reached (the reading
+    ///   goes on).
+    static func pauseUntilResumed(_ task: URLSessionTask) -> (@Sendable () -> Void)? {
+        #if canImport(FoundationNetworking) && (canImport(Glibc) || canImport(Musl))
+        guard let pause = curlEasyPause, let handle = easyHandle(of: task),
+              let workQueue = CurlTaskOptions.child("workQueue", of: task) as? DispatchQueue,
+              pause(handle, 1) == 0 else { return nil }
+        return {
+            workQueue.async {
+                // The task may have ended meanwhile: its handle is looked up again, on this queue.
+                guard let handle = easyHandle(of: task) else { return }
+                _ = pause(handle, 0)    // CURLPAUSE_CONT
+            }
+        }
+        #else
+        return nil
+        #endif
+    }
+
     /// Pauses receiving for `task` now and resumes it `seconds` later, on URLSession's work
     /// queue (a bandwidth limit, ``ReceiveBudget``). Same rules as ``pauseReceiving(_:)``.
     ///

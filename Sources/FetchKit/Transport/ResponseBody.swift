@@ -57,6 +57,9 @@ protocol DownloadBodySink: ResponseBodySink {
     /// Whether bytes handed to the sink may still wait to be stored (a writer of its own), so
     /// that ``ResponseBodySink/close()`` must wait for ``whenWritten(_:)``.
     var storesLater: Bool { get }
+    /// Holds the reading while the sink's writer is behind (``DiskGate``); read once, when the
+    /// transfer is made.
+    var diskGate: DiskGate? { get }
 }
 
 /// Keeps the body in memory, in one buffer whose growth it controls.

@@ -304,6 +304,10 @@ extension SessionRouter: URLSessionDataDelegate {
             ReceivePause.pauseReceiving(dataTask)
             DispatchQueue.global().async { dataTask.cancel() }
         }
+        // A download whose disk is behind: the reading waits for the writer (``DiskGate``).
+        if let gate = transfer.diskGate {
+            gate.holdIfBehind(waiting: transfer.inbox.waiting) { ReceivePause.pauseUntilResumed(dataTask) }
+        }
         if wake {
             queue.async { transfer.takeArrivals() }
         }

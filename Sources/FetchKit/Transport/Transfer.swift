@@ -50,6 +50,8 @@ final class Transfer: TransferHandle, @unchecked Sendable {
     private let sink: ResponseBodySink
     /// The sink, if it is a download's: backpressure and writing out.
     private let download: (any DownloadBodySink)?
+    /// The download's gate that holds the reading while its disk is behind (any thread).
+    let diskGate: DiskGate?
 
     // Confined to the router queue (and Transfer+Redirects.swift).
     var machine: TransferStateMachine
@@ -112,6 +114,7 @@ final class Transfer: TransferHandle, @unchecked Sendable {
         self.session = session
         self.sink = sink
         download = sink as? any DownloadBodySink
+        diskGate = download?.diskGate
         self.owner = owner
         inbox = TransferInbox(limit: limits.maximumResponseSize)
     }

@@ -133,6 +133,11 @@ final class TransferInbox: Sendable {
         }
     }
 
+    /// The bytes waiting for the router queue to take them.
+    var waiting: Int64 {
+        state.withLock { $0.waiting }
+    }
+
     /// Every chunk waiting, in order; the next arrival asks for another wake-up. On the router
     /// queue.
     func take() -> [Data] {

@@ -46,9 +46,14 @@ final class Countdown: @unchecked Sendable {
         return remaining
     }
 
+    /// How long a wait lasts unless told: long enough that only a hang reaches it. A full run
+    /// on two cores beside other builds had tests take 60 s from start to end, and completions
+    /// delivered on `.global` behind a 10,000-operation stress test arrive late.
+    static let defaultTimeout: TimeInterval = 90
+
     /// Blocks until the count reaches zero or the deadline passes.
     @available(*, noasync)
-    func waitBlocking(timeout: TimeInterval = 30) -> Bool {
+    func waitBlocking(timeout: TimeInterval = Countdown.defaultTimeout) -> Bool {
         let deadline = Date(timeIntervalSinceNow: timeout)
         condition.lock()
         defer { condition.unlock() }
@@ -59,7 +64,7 @@ final class Countdown: @unchecked Sendable {
     }
 
     /// Suspends until the count reaches zero or the deadline passes.
-    func wait(timeout: TimeInterval = 30) async -> Bool {
+    func wait(timeout: TimeInterval = Countdown.defaultTimeout) async -> Bool {
         await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
             condition.lock()
             if remaining == 0 {

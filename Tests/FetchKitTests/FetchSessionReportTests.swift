@@ -1,0 +1,75 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import Testing
+@testable import FetchKit
+
+/// ``FetchSession/workarounds``: what is in effect for a session, and why not where it is not.
+@Suite("A session's report of its workarounds", .timeLimit(.minutes(1)))
+struct FetchSessionReportTests {
+    #if canImport(FoundationNetworking)
+    @Test func aDefaultSessionHasEveryWorkaroundThatApplies() {
+        let session = FetchSession()
+        defer { session.invalidate() }
+        let report = session.workarounds
+        for id in ["socket-wakeups", "connection-pool", "task-options", "response-heads", "bandwidth-wire",
+                   "redirects-in-new-tasks", "openssl-exit"] {
+            #expect(report[id]?.status == .active, "\(id): \(report)")
+        }
+        #expect(report["trust-settings"]?.status == .notNeeded("this session has no trust settings"))
+        #expect(report.summary.hasPrefix("active: socket-wakeups, connection-pool, task-options, response-heads, "), "\(report.summary)")
+        #expect(report.description.split(separator: "\n").count == report.entries.count)
+        #expect(Set(report.entries.map(\.id)).count == report.entries.count, "names are unique")
+        for entry in report.entries {
+            #expect(entry.dependsOn.allSatisfy { id in report[id] != nil }, "\(entry.id) depends on what the report has")
+        }
+    }
+
+    @Test func aConfigurationWithItsOwnCacheSaysWhatItLosesAndWhy() {
+        let configuration = FetchSession.defaultConfiguration()
+        configuration.urlCache = URLCache(memoryCapacity: 0, diskCapacity: 0, diskPath: nil)
+        let session = FetchSession(configuration: configuration)
+        defer { session.invalidate() }
+        let report = session.workarounds
+        guard case .unavailable(let reason)? = report["task-options"]?.status else {
+            Issue.record("\(report)")
+            return
+        }
+        #expect(reason.contains("urlCache"))
+        #expect(report["response-heads"]?.status == .unavailable("needs task-options, which is not active"))
+        #expect(report["bandwidth-wire"]?.status == .unavailable("needs task-options, which is not active"))
+        #expect(report["socket-wakeups"]?.status == .active, "a fix that does not need the slot stays")
+        #expect(!session.guardsResponseHeads && !session.enforcesConnectTimeouts)
+    }
+
+    /// A session where the socket fix could not be installed (as in a stripped library): the
+    /// report says so, and the bandwidth meter that needs it says which fix it lacks.
+    @Test func aFixThatCouldNotBeInstalledIsReportedWithItsDependents() async throws {
+        let session = FetchSession(configuration: FetchSession.defaultConfiguration(), monitors: [], quietsWaitingSockets: false)
+        defer { session.invalidate() }
+        let report = session.workarounds
+        guard case .unavailable(let reason)? = report["socket-wakeups"]?.status else {
+            Issue.record("\(report)")
+            return
+        }
+        #expect(reason.contains("not found"), "\(reason)")
+        #expect(report["bandwidth-wire"]?.status == .unavailable("needs socket-wakeups, which is not active"))
+        #expect(report.summary.contains("socket-wakeups (unavailable: "), "\(report.summary)")
+    }
+    #endif
+
+    @Test func aDependentOfAMissingFixIsUnavailableNamingIt() {
+        let report = FetchSessionReport([
+            .init(id: "a", summary: "", upstream: "", dependsOn: [], status: .unavailable("gone")),
+            .init(id: "b", summary: "", upstream: "", dependsOn: ["a"], status: .active),
+            .init(id: "c", summary: "", upstream: "", dependsOn: ["b"], status: .active),
+            .init(id: "d", summary: "", upstream: "", dependsOn: [], status: .notNeeded("no")),
+        ])
+        #expect(report["b"]?.status == .unavailable("needs a, which is not active"))
+        #expect(report["c"]?.status == .unavailable("needs b, which is not active"))
+        #expect(report["d"]?.status == .notNeeded("no"))
+        #expect(report.summary == "active: none; a (unavailable: gone); b (unavailable: needs a, which is not active); "
+                + "c (unavailable: needs b, which is not active); d (not needed: no)")
+    }
+}

@@ -1,0 +1,120 @@
+import Foundation
+import LoopbackServer
+import Testing
+@testable import FetchKit
+
+/// A resume's `206` must be the rest of the same file: the range it names ends at the file's last
+/// byte, and its body is that range, no more. A server that says the right validator and total
+/// but sends a shorter range, a longer body, or a range past the end, must not leave a file of
+/// the wrong length reported as a success (found by a docs-only review: each left a 150,000,
+/// 200,500 or 200,700-byte file for a 200,000-byte object).
+@Suite("A resume's range is the rest of the file", .timeLimit(.minutes(3)))
+struct ResumeRangeTests {
+    enum Lie: String, CaseIterable, CustomTestStringConvertible {
+        /// `bytes 100000-149999/200000`, and those 50,000 bytes.
+        case shortRange
+        /// The right range, a `Content-Length` 500 longer, and 500 bytes more.
+        case longerContentLength
+        /// The right range, chunked, 700 bytes too long.
+        case chunkedPastTheRange
+        /// `bytes 100000-200499/200000` (a last byte past the total) and 100,500 bytes.
+        case rangePastTheEnd
+
+        var testDescription: String { rawValue }
+    }
+
+    static let length = 200_000
+    static let half = 100_000
+
+    private func serve(_ lie: Lie, on server: LoopbackServer) {
+        let cut = Locked(true)
+        server.route("/object") { request in
+            let whole = BytePattern.data(offset: 0, count: Self.length + 1_000)
+            let validators: HTTPHeaders = ["ETag": "\"v1\"", "Accept-Ranges": "bytes"]
+            guard request.headers["Range"] == "bytes=\(Self.half)-" else {
+                var headers = validators
+                headers["Content-Length"] = String(Self.length)
+                let first = cut.withLock { value -> Bool in defer { value = false }; return value }
+                return first ? .script([.write(HTTPResponse.rawHead(status: 200, headers: headers)),
+                                        .write(whole.prefix(Self.half)), .close])
+                    : HTTPResponse(status: 200, headers: headers, body: whole.prefix(Self.length))
+            }
+            var headers = validators
+            let body: Data
+            switch lie {
+            case .shortRange:
+                headers["Content-Range"] = "bytes \(Self.half)-149999/\(Self.length)"
+                body = whole.subdata(in: Self.half..<150_000)
+            case .longerContentLength:
+                headers["Content-Range"] = "bytes \(Self.half)-\(Self.length - 1)/\(Self.length)"
+                body = whole.subdata(in: Self.half..<(Self.length + 500))
+            case .chunkedPastTheRange:
+                headers["Content-Range"] = "bytes \(Self.half)-\(Self.length - 1)/\(Self.length)"
+                headers["Transfer-Encoding"] = "chunked"
+                let bytes = whole.subdata(in: Self.half..<(Self.length + 700))
+                var chunked = Data(String(bytes.count, radix: 16).utf8 + Array("\r\n".utf8))
+                chunked.append(bytes)
+                chunked.append(contentsOf: Array("\r\n0\r\n\r\n".utf8))
+                return .script([.write(HTTPResponse.rawHead(status: 206, headers: headers)), .write(chunked), .close])
+            case .rangePastTheEnd:
+                headers["Content-Range"] = "bytes \(Self.half)-\(Self.length + 499)/\(Self.length)"
+                body = whole.subdata(in: Self.half..<(Self.length + 500))
+            }
+            headers["Content-Length"] = String(body.count)
+            return .script([.write(HTTPResponse.rawHead(status: 206, headers: headers)), .write(body), .close])
+        }
+    }
+
+    @Test(arguments: Lie.allCases)
+    func aRangeThatIsNotTheRestIsRefusedAndNoWrongFileIsMade(_ lie: Lie) async throws {
+        let server = try LoopbackServer()
+        let directory = try TemporaryDirectory()
+        defer { server.stop(); directory.remove() }
+        serve(lie, on: server)
+        let destination = directory.file("object.bin")
+        let first = DownloadOperation(url: server.url("/object"), destination: destination)
+        first.configuration.retryPolicy = .none
+        await #expect(throws: FetchError.self) { try await first.run() }
+        #expect(DownloadOperation.fileSize(first.partialFileURL) == Int64(Self.half), "half is kept")
+
+        let second = DownloadOperation(url: server.url("/object"), destination: destination)
+        second.configuration.retryPolicy = .none
+        let error = await #expect(throws: FetchError.self) { try await second.run() }
+        guard case .invalidResponse(let failure)? = error, case .rangeMismatch(let problem) = failure.reason else {
+            Issue.record("\(String(describing: error))")
+            return
+        }
+        #expect(!problem.isEmpty)
+        #expect(!FileManager.default.fileExists(atPath: destination.path), "no file of the wrong length is made")
+        let kept = DownloadOperation.fileSize(second.partialFileURL) ?? 0
+        #expect(kept <= Int64(Self.length), "nothing past the file's end was appended: \(kept)")
+        #expect(server.requests(path: "/object").last?.headers["Range"] == "bytes=\(Self.half)-")
+    }
+
+    @Test func theRestOfTheFileStillResumes() async throws {
+        let server = try LoopbackServer()
+        let directory = try TemporaryDirectory()
+        defer { server.stop(); directory.remove() }
+        let cut = Locked(true)
+        server.route("/object") { request in
+            let whole = BytePattern.data(offset: 0, count: Self.length)
+            var headers: HTTPHeaders = ["ETag": "\"v1\"", "Accept-Ranges": "bytes"]
+            if request.headers["Range"] == "bytes=\(Self.half)-" {
+                headers["Content-Range"] = "bytes \(Self.half)-\(Self.length - 1)/\(Self.length)"
+                return HTTPResponse(status: 206, headers: headers, body: whole.subdata(in: Self.half..<Self.length))
+            }
+            headers["Content-Length"] = String(Self.length)
+            let first = cut.withLock { value -> Bool in defer { value = false }; return value }
+            return first ? .script([.write(HTTPResponse.rawHead(status: 200, headers: headers)), .write(whole.prefix(Self.half)), .close])
+                : HTTPResponse(status: 200, headers: headers, body: whole)
+        }
+        let destination = directory.file("object.bin")
+        let first = DownloadOperation(url: server.url("/object"), destination: destination)
+        first.configuration.retryPolicy = .none
+        await #expect(throws: FetchError.self) { try await first.run() }
+        let second = DownloadOperation(url: server.url("/object"), destination: destination)
+        try await second.run()
+        #expect(second.resumedBytes == Int64(Self.half))
+        #expect(FileManager.default.contents(atPath: destination.path) == BytePattern.data(offset: 0, count: Self.length))
+    }
+}
