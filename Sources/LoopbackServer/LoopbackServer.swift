@@ -86,6 +86,13 @@ public final class LoopbackServer: @unchecked Sendable {
     /// Each read asks the kernel once per open connection: sample it, not in a tight loop.
     public var bytesAcknowledged: Int? { core.bytesAcknowledged }
 
+    /// ``bytesAcknowledged`` for each connection, by its ID (``RecordedRequest/connectionID``
+    /// of the requests it carried): the open ones and those closed since the start or the last
+    /// ``resetCounters()``. `nil` where the kernel does not report it (not Linux).
+    ///
+    /// Each read asks the kernel once per open connection: sample it, not in a tight loop.
+    public var bytesAcknowledgedByConnection: [Int: Int]? { core.bytesAcknowledgedByConnection }
+
     /// TCP connections accepted since the start or the last ``resetCounters()``.
     public var connectionsAccepted: Int { core.snapshot.connectionsAccepted }
 

@@ -33,6 +33,7 @@ final class ServerCore: @unchecked Sendable {
     private var connectionSequence = 0
     private var liveThreads = 0 // the accept thread plus connection threads
     private var acknowledgedByClosed = 0 // bytes acknowledged on connections closed since the last reset
+    private var acknowledgedByClosedConnection: [Int: Int] = [:] // the same, by connection ID
 
     /// How long `stop()` waits for threads to finish.
     private static let stopGracePeriod: TimeInterval = 3
@@ -129,7 +130,9 @@ final class ServerCore: @unchecked Sendable {
     func closeConnection(id: Int, fd: Int32, reset: Bool) {
         condition.lock()
         if reset { Socket.armReset(fd) }
-        acknowledgedByClosed += Socket.bytesAcknowledged(fd) ?? 0
+        let acknowledged = Socket.bytesAcknowledged(fd) ?? 0
+        acknowledgedByClosed += acknowledged
+        acknowledgedByClosedConnection[id] = acknowledged
         Socket.close(fd)
         openConnections[id] = nil
         counters.connectionsOpen -= 1
@@ -239,9 +242,22 @@ final class ServerCore: @unchecked Sendable {
         #endif
     }
 
+    /// ``bytesAcknowledged`` by connection ID: the open connections and those closed since the
+    /// start or the last reset.
+    var bytesAcknowledgedByConnection: [Int: Int]? {
+        #if os(Linux)
+        condition.lock()
+        defer { condition.unlock() }
+        return openConnections.reduce(into: acknowledgedByClosedConnection) { $0[$1.key] = Socket.bytesAcknowledged($1.value) ?? 0 }
+        #else
+        return nil
+        #endif
+    }
+
     func resetCounters() {
         condition.lock()
         acknowledgedByClosed = 0
+        acknowledgedByClosedConnection.removeAll()
         counters.connectionsAccepted = 0
         counters.requestsReceived = 0
         counters.patternBytesSent = 0

@@ -344,7 +344,7 @@ extension AnyFetchOperation {
     func ownReceiveBudget(_ limit: Int?) -> [ReceiveBudget] {
         guard let limit else { return [] }
         return [core.withLock { core in
-            if let budget = core.ownBudget, budget.bytesPerSecond == limit { return budget }
+            if let budget = core.ownBudget, budget.rate == limit { return budget }
             let budget = ReceiveBudget(bytesPerSecond: limit, mechanism: .current)
             core.ownBudget = budget
             return budget

@@ -115,6 +115,21 @@ public final class FetchQueue: @unchecked Sendable {
     /// counts the body as it comes off the connection (compressed, if it was sent so), not the
     /// request. Transfers are never `suspend()`ed.
     ///
+    /// **Even shares.** The transfers under one limit share it evenly: each reads at most its
+    /// share of the limit among those that want more than that, and the share follows the
+    /// transfers as they start and end. A transfer that reads less on its own (a slow server,
+    /// or a lower limit of its own or of its host) leaves the rest to the others.
+    ///
+    /// **Changing it.** Set it at any time, from any thread: the transfers in flight are held
+    /// to the new limit from their next chunk on, and a transfer paused under the old limit
+    /// resumes at once to be held to the new one; `nil` lifts the limit. A value below 1 is
+    /// taken as 1, as in ``init(name:maximumConcurrentTransfers:maximumTransfersPerHost:monitors:coalescesIdenticalRequests:networkActivityHideDelay:authentication:bandwidthLimit:bandwidthLimitPerHost:)``.
+    /// A transfer that started without a limit keeps the connection it has (possibly an
+    /// HTTP/2 stream, or the kernel's default receive window): it is held by pausing its
+    /// reading as any other, but the server may send up to that connection's receive window
+    /// ahead of the limit, which the reading then pays back (see the next paragraphs); over
+    /// HTTP/2 it is not held on the wire (``isBandwidthLimitEnforced`` turns `false`).
+    ///
     /// **Up to 1 MB/s per transfer** (its even share of the limit when it starts), a
     /// transfer gets a new connection of its own, whose receive buffer is set before it
     /// connects (`SO_RCVBUF`, from libcurl's `CURLOPT_SOCKOPTFUNCTION`) to about a tenth of a
@@ -159,18 +174,27 @@ public final class FetchQueue: @unchecked Sendable {
     /// ``FetchConfiguration/idleTimeout`` for its share (with many transfers sharing a few
     /// kilobytes per second) makes it time out: keep the limit above about 16 KiB per second
     /// for each transfer in flight times the ratio of a chunk to the idle timeout.
-    public let bandwidthLimit: Int?
+    public var bandwidthLimit: Int? {
+        get { bandwidthBudgets.overall.rate }
+        set { bandwidthBudgets.overall.setRate(newValue.map { max(1, $0) }) }
+    }
     /// The most response-body bytes per second that the queue's transfers to one host
-    /// (scheme, host and port) read together, or `nil` for no limit. Enforced as
-    /// ``bandwidthLimit`` is, with a bucket per host; a transfer reads under both.
-    public let bandwidthLimitPerHost: Int?
-    /// The token buckets of ``bandwidthLimit`` and ``bandwidthLimitPerHost``; `nil` without limits.
-    let bandwidthBudgets: BandwidthBudgets?
+    /// (scheme, host and port) read together, or `nil` for no limit. Enforced, shared and
+    /// changed as ``bandwidthLimit`` is, with a bucket per host; a transfer reads under both.
+    /// Setting it sets every host's limit, for the transfers in flight too.
+    public var bandwidthLimitPerHost: Int? {
+        get { bandwidthBudgets.perHostRate }
+        set { bandwidthBudgets.setPerHostRate(newValue.map { max(1, $0) }) }
+    }
+    /// The token buckets of ``bandwidthLimit`` and ``bandwidthLimitPerHost``, which every
+    /// transfer of the queue reads under, with or without a limit (so that one set later
+    /// holds the transfers in flight).
+    let bandwidthBudgets: BandwidthBudgets
 
     /// Whether the bandwidth limits held for every transfer so far: `false` once a transfer
     /// that had to pause could not (see ``bandwidthLimit``). `true` without limits.
     public var isBandwidthLimitEnforced: Bool {
-        bandwidthBudgets?.isEnforced ?? true
+        bandwidthBudgets.isEnforced
     }
     /// Runs the network-activity hide timer: after the delay, call the closure. Replaceable so
     /// that tests can decide when time has passed.
@@ -207,10 +231,12 @@ public final class FetchQueue: @unchecked Sendable {
     ///   - authentication: The credential of an API, applied to the fetches to its origins and
     ///     refreshed once for any number of refusals (see ``FetchAuthentication``). Default none.
     ///   - bandwidthLimit: The most response-body bytes per second that the queue's transfers
-    ///     read together; see ``bandwidthLimit``. Default `nil`: no limit.
+    ///     read together (a value below 1 is taken as 1); see ``bandwidthLimit``, which can be
+    ///     changed later. Default `nil`: no limit.
     ///   - bandwidthLimitPerHost: The most response-body bytes per second that the queue's
-    ///     transfers to one host (scheme, host and port) read together; see
-    ///     ``bandwidthLimitPerHost``. Default `nil`: no limit.
+    ///     transfers to one host (scheme, host and port) read together (a value below 1 is
+    ///     taken as 1); see ``bandwidthLimitPerHost``, which can be changed later. Default
+    ///     `nil`: no limit.
     public convenience init(
         name: String = "FetchKit.FetchQueue",
         maximumConcurrentTransfers: Int = FetchQueue.defaultMaximumConcurrentTransfers,
@@ -242,9 +268,7 @@ public final class FetchQueue: @unchecked Sendable {
         bandwidthLimit: Int? = nil,
         bandwidthLimitPerHost: Int? = nil
     ) {
-        self.bandwidthLimit = bandwidthLimit.map { max(1, $0) }
-        self.bandwidthLimitPerHost = bandwidthLimitPerHost.map { max(1, $0) }
-        bandwidthBudgets = BandwidthBudgets(overall: self.bandwidthLimit, perHost: self.bandwidthLimitPerHost)
+        bandwidthBudgets = BandwidthBudgets(overall: bandwidthLimit.map { max(1, $0) }, perHost: bandwidthLimitPerHost.map { max(1, $0) })
         self.activityTimer = activityTimer
         self.authentication = authentication
         self.name = name

@@ -229,7 +229,7 @@ final class Flight: SlotFlight, TransferOwner, @unchecked Sendable {
         for member in members { member.operation.attemptGranted() }
         let transfer = Transfer(request: request, session: first.session, limits: first.limits,
                                 sink: first.sink ?? first.operation.makeBodySink(), owner: self,
-                                receiveBudgets: (first.queue?.bandwidthBudgets?.budgets(forHost: first.host) ?? [])
+                                receiveBudgets: (first.queue?.bandwidthBudgets.budgets(forHost: first.host) ?? [])
                                     + first.operation.ownReceiveBudget(first.limits.bandwidthLimit))
         self.transfer = transfer
         transfer.start()

@@ -86,22 +86,35 @@ enum ReceivePause {
     /// Pauses receiving for `task` now and resumes it `seconds` later, on URLSession's work
     /// queue (a bandwidth limit, ``ReceiveBudget``). Same rules as ``pauseReceiving(_:)``.
     ///
-    /// - Returns: Whether libcurl accepted the pause (`false`: the handle could not be reached,
-    ///   and the reading goes on).
-    @discardableResult
-    static func pause(_ task: URLSessionTask, for seconds: TimeInterval) -> Bool {
+    /// - Returns: URLSession's work queue, where ``resumeReceiving(_:on:)`` may end the pause
+    ///   early, if libcurl accepted the pause (`nil`: the handle could not be reached, and the
+    ///   reading goes on).
+    static func pause(_ task: URLSessionTask, for seconds: TimeInterval) -> DispatchQueue? {
         #if canImport(FoundationNetworking) && (canImport(Glibc) || canImport(Musl))
         guard let pause = curlEasyPause, let handle = easyHandle(of: task),
               let workQueue = CurlTaskOptions.child("workQueue", of: task) as? DispatchQueue,
-              pause(handle, 1) == 0 else { return false }
+              pause(handle, 1) == 0 else { return nil }
         workQueue.asyncAfter(deadline: .now() + seconds) {
             // The task may have ended meanwhile: its handle is looked up again, on this queue.
             guard let handle = easyHandle(of: task) else { return }
             _ = pause(handle, 0)    // CURLPAUSE_CONT
         }
-        return true
+        return workQueue
         #else
-        return false
+        return nil
+        #endif
+    }
+
+    /// Resumes receiving for `task`, paused by ``pause(_:for:)``, on `workQueue` (the one that
+    /// call returned): a bandwidth limit changed. Any thread. Nothing happens if the task has
+    /// ended meanwhile.
+    static func resumeReceiving(_ task: URLSessionTask, on workQueue: DispatchQueue) {
+        #if canImport(FoundationNetworking) && (canImport(Glibc) || canImport(Musl))
+        guard let pause = curlEasyPause else { return }
+        workQueue.async {
+            guard let handle = easyHandle(of: task) else { return }
+            _ = pause(handle, 0)    // CURLPAUSE_CONT
+        }
         #endif
     }
 
@@ -109,7 +122,7 @@ enum ReceivePause {
     /// bytes per second. libcurl (7.88, lib/multi.c) reads the option before each read of a
     /// running transfer, so that a new value takes effect at the next one; over it, the handle
     /// waits (no socket watched) until its average since the last checkpoint (every 3 s) is
-    /// back under the limit. Same rules as ``pauseReceiving(_:)``.
+    /// back under the limit; 0 lifts it. Same rules as ``pauseReceiving(_:)``.
     ///
     /// - Returns: Whether libcurl accepted it.
     @discardableResult
@@ -118,7 +131,7 @@ enum ReceivePause {
         guard let setOption = curlEasySetOption, let handle = easyHandle(of: task) else { return false }
         let maxReceiveSpeed: Int32 = 30_000 + 146    // CURLOPT_MAX_RECV_SPEED_LARGE (CURLOPTTYPE_OFF_T + 146)
         // curl_off_t is 64 bits, passed as a long is on the 64-bit Linux ABIs Swift supports.
-        return setOption(handle, maxReceiveSpeed, max(1, bytesPerSecond)) == 0
+        return setOption(handle, maxReceiveSpeed, max(0, bytesPerSecond)) == 0
         #else
         return false
         #endif

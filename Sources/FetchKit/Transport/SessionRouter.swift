@@ -249,7 +249,7 @@ extension SessionRouter: URLSessionDataDelegate {
         guard let transfer = transfer(for: dataTask) else { return }
         guard !isCurrent else {
             // Not where libcurl reads: a bandwidth limit cannot pause the reading here.
-            if !transfer.receiveBudgets.isEmpty { transfer.receiveBudgets.markUnenforced() }
+            if transfer.receiveBudgets.status.limited { transfer.receiveBudgets.markUnenforced() }
             transfer.didReceive(data: data)
             return
         }
@@ -260,36 +260,47 @@ extension SessionRouter: URLSessionDataDelegate {
         case .goOn, .breathe:
             // A bandwidth limit: pause the reading until the budgets have paid for this chunk.
             // (A breath's resume may end such a pause early: the next chunk pauses again, for
-            // the debt, which the budgets keep.)
+            // the debt, which the budgets keep.) A queue's transfers read under its budgets
+            // even without a limit, so that one set later holds them too.
             let budgets = transfer.receiveBudgets
+            let limits = budgets.isEmpty ? (limited: false, changes: 0) : budgets.status
             if !budgets.isEmpty, budgets.mechanism.usesCurlLimit {
-                // libcurl's own limit, at this transfer's share (set again as others come and go).
-                let share = budgets.share
+                // libcurl's own limit, at this transfer's share (set again as others come and
+                // go, and lifted with the limit: 0).
+                let share = limits.limited ? budgets.share : 0
                 if transfer.changesReceiveSpeed(to: share), !ReceivePause.limitReceiveSpeed(dataTask, to: share) {
                     budgets.markUnenforced()
                 }
             }
             var wait: TimeInterval = 0
-            if !budgets.isEmpty {
+            if limits.limited {
                 let connection = ReceivePause.connection(of: dataTask)
                 // Kept to HTTP/1.1 where the session could (`FetchSession.resume`); a stream of
                 // an HTTP/2 connection is held only as the app reads it, not on the wire.
                 if connection == .multiplexed { budgets.markUnenforced() }
                 // Charged for what crossed the wire (``WireMeter``), not only for the chunk read.
                 if budgets.mechanism.usesBucket {
-                    wait = budgets.take(transfer.wireMeter.charge(forChunkOf: data.count, receipt: connection.receipt))
+                    let charge = transfer.wireMeter.charge(forChunkOf: data.count, receipt: connection.receipt, changes: limits.changes)
+                    wait = budgets.take(charge, by: ObjectIdentifier(transfer))
                 }
             }
             if wait > 0 {
-                if !ReceivePause.pause(dataTask, for: wait) { budgets.markUnenforced() }
-            } else if reading == .breathe {
-                ReceivePause.breathe(dataTask)
+                if let workQueue = ReceivePause.pause(dataTask, for: wait) {
+                    transfer.limitPause.withLock { $0 = (dataTask, workQueue) }
+                } else {
+                    transfer.limitPause.withLock { $0 = nil }
+                    budgets.markUnenforced()
+                }
+            } else {
+                if limits.limited { transfer.limitPause.withLock { $0 = nil } }
+                if reading == .breathe { ReceivePause.breathe(dataTask) }
             }
         case .stopPastLimit:
             // Past the limit: stop reading now, not once the router queue gets to this chunk.
             // libcurl stops at once; the cancel, which waits for this queue, closes the
             // connection once the queue has drained. (The transfer ends when it takes this
             // chunk, and cancels too; a second cancel does nothing.) Never on this queue.
+            transfer.limitPause.withLock { $0 = nil }
             ReceivePause.pauseReceiving(dataTask)
             DispatchQueue.global().async { dataTask.cancel() }
         }

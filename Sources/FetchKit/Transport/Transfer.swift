@@ -82,6 +82,19 @@ final class Transfer: TransferHandle, @unchecked Sendable {
     /// What its connection took off the wire, for its budgets.
     let wireMeter = WireMeter()
 
+    /// The task whose reading a bandwidth limit paused, and URLSession's work queue where it
+    /// was paused, until its next chunk (set there): a limit that changes meanwhile resumes it
+    /// (``wakeFromLimitPause()``).
+    let limitPause = Protected<(task: URLSessionDataTask, workQueue: DispatchQueue)?>(nil)
+
+    /// A limit it reads under changed: a pause sized for the old one ends now, and the next
+    /// chunk is held to the new one. Any thread.
+    func wakeFromLimitPause() {
+        if let paused = limitPause.withLock({ paused in defer { paused = nil }; return paused }) {
+            ReceivePause.resumeReceiving(paused.task, on: paused.workQueue)
+        }
+    }
+
     /// Whether it counts as a reader of its budgets (router queue).
     private var readsUnderBudgets = false
 
@@ -138,7 +151,10 @@ final class Transfer: TransferHandle, @unchecked Sendable {
             guard let task = makeTask(for: request) else { return }
             if !receiveBudgets.isEmpty, !readsUnderBudgets {
                 readsUnderBudgets = true
-                for budget in receiveBudgets { budget.join() }
+                let reader = ObjectIdentifier(self)
+                for budget in receiveBudgets {
+                    budget.join(reader) { [weak self] in self?.wakeFromLimitPause() }
+                }
             }
             session.router.deadlines.schedule(self, at: machine.nextDeadline)
             guard resumeProtected(task) else { return }
@@ -157,7 +173,7 @@ final class Transfer: TransferHandle, @unchecked Sendable {
         // Under a bandwidth limit: HTTP/1.1, as an HTTP/2 stream cannot be held to it on the
         // wire, and a small receive window at a low share (see `FetchQueue.bandwidthLimit`).
         switch session.resume(task, connectTimeout: limits.connectTimeout,
-                              bandwidthShare: receiveBudgets.isEmpty ? nil : receiveBudgets.share) {
+                              bandwidthShare: receiveBudgets.status.limited ? receiveBudgets.share : nil) {
         case .refused:
             end(.failure(.invalidRequest(.init(reason: .trustNotEnforceable(
                 "the session's trust settings were not set on this request's libcurl handle, so it was cancelled at once"),
@@ -304,7 +320,7 @@ final class Transfer: TransferHandle, @unchecked Sendable {
         session.router.deadlines.cancel(self)
         if readsUnderBudgets {
             readsUnderBudgets = false
-            for budget in receiveBudgets { budget.leave() }
+            for budget in receiveBudgets { budget.leave(ObjectIdentifier(self)) }
         }
         if ending.drainTask {
             // Its chunks still come (a cancel lands late on Linux): each is part of the body, in
