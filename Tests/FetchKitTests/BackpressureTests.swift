@@ -253,7 +253,8 @@ struct BackpressureTests {
         }
 
         async let finished = download.run()
-        let received = await receivedWhileHeld.wait(timeout: 30)
+        // Within the hanging write's own 60 s: a loaded full run delivered the progress late.
+        let received = await receivedWhileHeld.wait(timeout: 50)
         release.signal()
         _ = try await finished
 
