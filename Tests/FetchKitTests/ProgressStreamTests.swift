@@ -162,9 +162,13 @@ struct UploadProgressTests {
         let length: Int64 = 3_000_000
         let upload = post(Int(length), to: server)
         let handled = Locked<[FetchProgress]>([])
+        // On a concurrent queue the last progress value and the completion are not ordered (the
+        // order is promised on the main actor): wait for the handler's last value itself.
         let handlerDone = Countdown(1)
-        upload.onProgress(on: .global) { progress in handled.withLock { $0.append(progress) } }
-        upload.onCompletion(on: .global) { _ in handlerDone.signal() }
+        upload.onProgress(on: .global) { progress in
+            handled.withLock { $0.append(progress) }
+            if progress.bytesSent == length { handlerDone.signal() }
+        }
         let values = collect(upload.progressUpdates)
         upload.start()
         #expect(try await upload.value == Data("3000000".utf8), "the server read the whole body")
