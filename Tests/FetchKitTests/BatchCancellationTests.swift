@@ -33,7 +33,9 @@ struct BatchCancellationTests {
         let status = try #require(final.current)
         #expect(status.finished == 7 && status.succeeded == 1 && status.cancelled == 6 && status.failed == 0)
         #expect(operations.dropFirst().allSatisfy { $0.error?.isCancellation == true })
-        #expect(server.requestCount(path: "/held") == 2, "the waiting ones were never sent")
+        // The two in flight may or may not have reached the server by the cancel; the four
+        // waiting never do.
+        #expect(server.requestCount(path: "/held") <= 2, "the waiting ones were never sent")
         #expect(completions.current == 1)
         batch.cancel()   // after completion: nothing
         #expect(batch.status.cancelled == 6)
