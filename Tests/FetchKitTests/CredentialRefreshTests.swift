@@ -464,7 +464,8 @@ struct CredentialRefreshTests {
         #expect(operations.allSatisfy { $0.error == nil }, "\(operations.compactMap(\.error).prefix(3))")
         let refused = paths.flatMap { api.authorizations($0) }.filter { $0 == "Bearer old" }.count
         #expect(refused <= FetchQueue.defaultMaximumTransfersPerHost, "\(refused) requests carried the refused token")
-        #expect(api.oldTokenAfterRefresh.withLock { $0 } == 0, "sent with the refused token after the refresh began")
+        // (A request sent before the refresh may reach the server after it, so the server's own
+        // order is no measure: the count above, at most the 4 in flight, is.)
         #expect(api.refreshCount == 1)
         #expect(paths.allSatisfy { api.authorizations($0).last == "Bearer new" })
     }
