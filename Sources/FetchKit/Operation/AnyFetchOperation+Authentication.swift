@@ -128,7 +128,10 @@ extension AnyFetchOperation {
         case .fail(let failure):
             return (.none, .failure(failure, response))
         }
-        core.withLock { $0.authResent = true }
+        core.withLock { core in
+            core.authResent = true
+            core.observed?.send(.credentialRefused(CredentialRefusal(generation: generation, statusCode: response.statusCode)), self)
+        }
         return (next, .failure(error, response))
     }
 }

@@ -230,7 +230,8 @@ final class Flight: SlotFlight, TransferOwner, @unchecked Sendable {
         let transfer = Transfer(request: request, session: first.session, limits: first.limits,
                                 sink: first.sink ?? first.operation.makeBodySink(), owner: self,
                                 receiveBudgets: (first.queue?.bandwidthBudgets.budgets(forHost: first.host) ?? [])
-                                    + first.operation.ownReceiveBudget(first.limits.bandwidthLimit))
+                                    + first.operation.ownReceiveBudget(first.limits.bandwidthLimit),
+                                credentialFields: first.credentialFields(in: request))
         self.transfer = transfer
         transfer.start()
     }
@@ -347,6 +348,15 @@ final class FlightMember: SlotHolder, TransferHandle, Sendable {
 
     /// Whether the attempt's request carries its queue's credential.
     var carriesCredential: Bool { attachments?.credential != nil }
+
+    /// The header fields the credential put on `request`, added or changed from the request the
+    /// operation made: a redirect to another origin must not carry them.
+    func credentialFields(in request: URLRequest) -> [String] {
+        guard let bare = attachments?.credential?.bareRequest else { return [] }
+        return (request.allHTTPHeaderFields ?? [:]).compactMap { name, value in
+            bare.value(forHTTPHeaderField: name) == value ? nil : name
+        }
+    }
 
     /// What the slot's grant sends.
     enum AtGrant {

@@ -6,7 +6,8 @@ import FoundationNetworking
 /// What a fetch does when the server redirects it.
 ///
 /// Whatever the policy, FetchKit never forwards `Authorization`, `Proxy-Authorization` or
-/// `Cookie` headers to another origin (scheme, host and port), a chain that comes back to a URL
+/// `Cookie` headers, nor any header a queue's ``FetchAuthenticator`` put on the request, to
+/// another origin (scheme, host and port), a chain that comes back to a URL
 /// it already visited fails at once with ``FetchError/redirectFailed(_:)``, and a redirect from
 /// `https` to plain `http` fails with ``FetchError/RedirectFailure/Kind/insecureRedirect``
 /// unless ``FetchConfiguration/allowsInsecureRedirects`` is set.

@@ -89,7 +89,7 @@ extension Transfer {
         let from = response.url ?? chain.last ?? request.url
         if !Self.sameOrigin(from, next.url) {
             // Credentials belong to the origin they were meant for.
-            for header in ["Authorization", "Proxy-Authorization", "Cookie"] {
+            for header in ["Authorization", "Proxy-Authorization", "Cookie"] + credentialFields {
                 next.setValue(nil, forHTTPHeaderField: header)
             }
         } else {

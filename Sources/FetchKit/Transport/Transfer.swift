@@ -95,12 +95,17 @@ final class Transfer: TransferHandle, @unchecked Sendable {
         }
     }
 
+    /// The header fields its queue's ``FetchAuthenticator`` put on the request (beside
+    /// `Authorization`): a redirect to another origin drops them with it.
+    let credentialFields: [String]
+
     /// Whether it counts as a reader of its budgets (router queue).
     private var readsUnderBudgets = false
 
     init(request: URLRequest, session: FetchSession, limits: TransferLimits, sink: ResponseBodySink, owner: any TransferOwner,
-         receiveBudgets: [ReceiveBudget] = []) {
+         receiveBudgets: [ReceiveBudget] = [], credentialFields: [String] = []) {
         self.receiveBudgets = receiveBudgets
+        self.credentialFields = credentialFields
         var request = request
         // URLSession on Linux truncates timeouts to whole seconds (0.5 s becomes ~1 ms). FetchKit
         // enforces the real one; this whole-second value, always later, is only a backstop —
