@@ -241,11 +241,10 @@ enum LimitRateHTTPSBenchmark {
     /// `result SECONDS FAILED ENFORCED` when they are done; then, after a line on its standard
     /// input, makes the control fetch (``controlPath``) through a queue without a limit.
     static func child(mechanism: String, rate: Int, transfers: Int, size: Int, base: String, perHost: Bool) {
-        // Read when the queue is made (FetchKit's switch for the mechanisms' comparison).
-        setenv("FETCHKIT_BANDWIDTH_MECHANISM", mechanism, 1)
+        // Read as each transfer starts.
+        ComparisonSwitches.boundsReceiveWindow = !mechanism.hasSuffix(LimitRateBenchmark.withoutWindow)
         let queue = perHost ? FetchQueue(maximumConcurrentTransfers: transfers, maximumTransfersPerHost: transfers, bandwidthLimitPerHost: rate)
                             : FetchQueue(maximumConcurrentTransfers: transfers, maximumTransfersPerHost: transfers, bandwidthLimit: rate)
-        unsetenv("FETCHKIT_BANDWIDTH_MECHANISM")
         let failures = Guarded(0)
         print("start")
         fflush(nil)

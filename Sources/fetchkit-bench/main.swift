@@ -10,7 +10,7 @@
 //   swift run -c release fetchkit-bench idle-cpu [--transfers N] [--seconds S] [--runs R]
 //   swift run -c release fetchkit-bench https [--runs R] [--quick]   (as root: nginx, openssl, unshare)
 //   swift run -c release fetchkit-bench limit-rate [--rate B] [--seconds S] [--transfers N,...] [--per-host]
-//       [--rounds R] [--mechanisms bucket,curl,both] [--send-buffer BYTES]
+//       [--rounds R] [--mechanisms bucket,bucket-nowindow] [--send-buffer BYTES]
 //   swift run -c release fetchkit-bench limit-rate --https [--rate B --transfers N,...] [--seconds S] [--per-host]
 //       [--rounds R] [--mechanisms ...] [--baseline-client BIN]   (as root: nginx, openssl, unshare, ss)
 import FetchKit
@@ -63,15 +63,15 @@ benchmarks:
       private mount namespace that trusts the CA (unshare --mount: root); where that cannot be
       done, or nginx, openssl or unshare is missing, the rows are skipped and it says why
   limit-rate [--rate B] [--seconds S] [--transfers N,...] [--per-host] [--rounds R]
-             [--mechanisms bucket,curl,both,bucket-nowindow,...] [--send-buffer BYTES]
+             [--mechanisms bucket,bucket-nowindow] [--send-buffer BYTES]
       a FetchQueue bandwidth limit of B bytes per second (default 1000000) measured on the
       wire at the loopback server (bytes the client acknowledged, TCP_INFO, sampled every
       50 ms; every 5-second window against the limit), with the kernel's default socket
       buffers (--send-buffer: the server's SO_SNDBUF): N transfers to it sharing the queue's
       limit (--per-host: the per-host limit; default 1,3), S seconds' worth in all (default
-      20), each mechanism in turn per round (FetchKit's bucket, libcurl's
-      CURLOPT_MAX_RECV_SPEED_LARGE, both; default all; -nowindow: without the small receive
-      window of a new connection up to 1 MB/s per transfer), medians over R rounds (default 3)
+      20), each mechanism in turn per round (FetchKit's bucket; -nowindow: without the small
+      receive window of a new connection up to 1 MB/s per transfer; default bucket), medians
+      over R rounds (default 3)
   limit-rate --https [--rate B --transfers N,...] [--seconds S] [--per-host] [--rounds R]
              [--mechanisms ...] [--baseline-client BIN]
       the same over HTTPS, measured at the server facing the client: nginx with TLS (set up

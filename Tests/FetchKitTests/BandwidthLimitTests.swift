@@ -143,7 +143,7 @@ struct BandwidthLimitTests {
     /// the limit by more than the bucket's burst (16 KiB) and that window. With the kernel's
     /// default window the server sent some 190 kB at once, which the limit then paid back
     /// (the 5-second windows after it fell to 0.64× at 50 kB/s). Load only slows the client,
-    /// so the bound cannot fail for it. Set `FETCHKIT_RECEIVE_WINDOW=0` to see it fail.
+    /// so the bound cannot fail for it. Set `ComparisonSwitches.boundsReceiveWindow = false` to see it fail.
     @Test(.disabled(if: runsUnderSanitizer, "under a sanitizer: a 4-second transfer; the window is set the same way in the two-host test"))
     func aLowLimitHoldsTheServerFromTheFirstPacket() async throws {
         let server = try LoopbackServer()

@@ -132,7 +132,7 @@ struct BandwidthSharesTests {
 }
 
 /// The shares as pure arithmetic: a bucket, readers and a clock in nanoseconds.
-@Suite("Bandwidth shares, counted", .timeLimit(.minutes(1)))
+@Suite("Bandwidth shares, counted", .timeLimit(.minutes(3)))
 struct BandwidthShareArithmeticTests {
     final class Reader: Sendable {}
     let a = Reader(), b = Reader(), c = Reader()
@@ -217,7 +217,7 @@ struct BandwidthShareArithmeticTests {
     }
 
     @Test func aPerHostLimitSetLaterHoldsTheHostsInFlight() {
-        let budgets = BandwidthBudgets(overall: nil, perHost: nil, mechanism: .bucket)
+        let budgets = BandwidthBudgets(overall: nil, perHost: nil)
         let held = budgets.budgets(forHost: "http://a:1")
         #expect(held.count == 2 && held.allSatisfy { $0.rate == nil })
         budgets.setPerHostRate(50_000)

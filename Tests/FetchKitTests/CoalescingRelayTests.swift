@@ -5,7 +5,7 @@ private let millisecond: UInt64 = 1_000_000
 
 /// The relay's rules as a value: one delivery in flight, the newest value, the interval, and
 /// the final value without it.
-@Suite("Coalescing relay rules", .timeLimit(.minutes(1)))
+@Suite("Coalescing relay rules", .timeLimit(.minutes(3)))
 struct CoalescingRelayTests {
     @Test func aValueWhileADeliveryIsInFlightWaitsAndOnlyTheNewestIsDelivered() {
         var machine = CoalescingRelayMachine<Int>(interval: 0)

@@ -612,7 +612,8 @@ struct CredentialRefreshTests {
         let heard = Countdown(2)
         let logger = FetchEventLogger { line in
             lines.withLock { $0.append(line) }
-            if line.contains("refreshed") || line.contains("→ 200") { heard.signal() }
+            // The refresh's end and the fetch's: each line comes once.
+            if line.hasSuffix("is in use") || line.contains("/api/item/0 → 200") { heard.signal() }
         }
         let authentication = FetchAuthentication(authenticator: TestAuthenticator(refreshURL: api.url("/refresh")),
                                                  credential: FetchCredential(token: "old", refreshToken: "r1"),

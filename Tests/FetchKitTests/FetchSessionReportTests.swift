@@ -6,7 +6,7 @@ import Testing
 @testable import FetchKit
 
 /// ``FetchSession/workarounds``: what is in effect for a session, and why not where it is not.
-@Suite("A session's report of its workarounds", .timeLimit(.minutes(1)))
+@Suite("A session's report of its workarounds", .timeLimit(.minutes(3)))
 struct FetchSessionReportTests {
     #if canImport(FoundationNetworking)
     @Test func aDefaultSessionHasEveryWorkaroundThatApplies() {

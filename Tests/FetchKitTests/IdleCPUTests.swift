@@ -32,7 +32,7 @@ struct IdleCPUTests {
     /// Eight transfers wait three seconds on a server that never answers, in a process of
     /// their own (`fetchkit-bench idle-cpu-child`, with its own loopback server), so that the
     /// process's CPU time — `getrusage` — is theirs and not the parallel suite's. With the fix
-    /// they use under a tenth of one core; with it turned off (`FETCHKIT_QUIET_SOCKETS=0`)
+    /// they use under a tenth of one core; with it turned off (`ComparisonSwitches.quietsWaitingSockets = false`)
     /// the same process burns several times more, which shows that the measurement sees the fault.
     @Test func eightTransfersWaitingOnASilentServerUseUnderATenthOfACore() async throws {
         #if os(Linux)

@@ -11,7 +11,7 @@ import Testing
 #if canImport(FoundationNetworking) && os(Linux) && canImport(Glibc)
 /// ``LoadedFunction`` finds a function of a loaded library by name from the file's symbol
 /// table, and gives `nil` — never a crash — for anything it cannot check.
-@Suite("Functions of a loaded library found by name", .timeLimit(.minutes(1)))
+@Suite("Functions of a loaded library found by name", .timeLimit(.minutes(3)))
 struct LoadedFunctionTests {
     /// An address inside FoundationNetworking.
     private let anchor = unsafeBitCast(URLSession.self as AnyClass, to: UnsafeRawPointer.self)

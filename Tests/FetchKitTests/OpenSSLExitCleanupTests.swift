@@ -5,7 +5,7 @@ import Testing
 /// OpenSSL's exit-time cleanup is off in any process that loads FetchKit (Linux, OpenSSL 1.1.1
 /// or later): its `atexit` handler races with URLSession objects released at exit
 /// (swift-corelibs-foundation #5469).
-@Suite("OpenSSL's exit cleanup", .timeLimit(.minutes(1)))
+@Suite("OpenSSL's exit cleanup", .timeLimit(.minutes(3)))
 struct OpenSSLExitCleanupTests {
     #if os(Linux)
     @Test func thisProcessHasItOff() throws {

@@ -305,8 +305,9 @@ struct QueueHostileStateTests {
     }
 }
 
-/// The error `queue.fetch(operation)` throws, or `nil` if it returned; waits at most 60 s, then
-/// cancels the fetch and records a hang.
+/// The error `queue.fetch(operation)` throws, or `nil` if it returned; waits at most 150 s (the
+/// fetch's task may wait that long for the cooperative pool on a loaded machine), then cancels
+/// the fetch and records a hang.
 private func fetchOutcome(_ queue: FetchQueue, _ operation: some OutputProducing) async -> FetchError? {
     let outcome = Locked<FetchError?>(nil)
     let finished = Countdown(1)
@@ -318,7 +319,7 @@ private func fetchOutcome(_ queue: FetchQueue, _ operation: some OutputProducing
         }
         finished.signal()
     }
-    let returned = await finished.wait(timeout: 60)
+    let returned = await finished.wait(timeout: 150)
     #expect(returned, "the fetch waited for a dependency that nothing runs")
     if !returned {
         task.cancel()

@@ -135,7 +135,7 @@ struct ResponseFramingTrapTests {
 }
 #endif
 
-@Suite("Response head filter", .timeLimit(.minutes(1)))
+@Suite("Response head filter", .timeLimit(.minutes(3)))
 struct ResponseHeadFilterTests {
     /// Feeds `lines` as libcurl would (counting the head bytes it handed over), and returns each
     /// verdict.

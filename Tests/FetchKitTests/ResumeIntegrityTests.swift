@@ -161,7 +161,7 @@ struct ResumeIntegrityTests {
 /// Every initializer of the three operation classes called through `super` from another module
 /// (`SubclassProbe`, which is built with the tests: a call that compiles but does not link
 /// fails the build before this runs).
-@Suite("Subclass initializers link from another module", .timeLimit(.minutes(1)))
+@Suite("Subclass initializers link from another module", .timeLimit(.minutes(3)))
 struct SubclassInitializerTests {
     @Test func everyInitializerCalledThroughSuperWorks() async throws {
         let (status, stdout, stderr) = try await runTool("SubclassProbe", [])

@@ -12,7 +12,7 @@ import Testing
 /// before it returns: from Swift 6.4 (swift-corelibs-foundation #5417) `cancel()` does its work
 /// in a `workQueue.async`. These tests stand in for that toolchain by cancelling the probe's
 /// task later, from another thread.
-@Suite("The task-options probe", .timeLimit(.minutes(1)))
+@Suite("The task-options probe", .timeLimit(.minutes(3)))
 struct TaskOptionsProbeTests {
     private func session(with hook: CurlTaskOptions) -> URLSession {
         let configuration = FetchSession.defaultConfiguration()

@@ -6,7 +6,7 @@ import Testing
 /// connection's socket. libcurl calls the callback only for the handle whose transfer changed
 /// what it waits for, so the cases below are sequences it makes (two HTTP/2 streams on one
 /// socket, a socket closed under another handle, a handle freed and its address reused).
-@Suite("Watched sockets", .timeLimit(.minutes(1)))
+@Suite("Watched sockets", .timeLimit(.minutes(3)))
 struct WatchedSocketsTests {
     /// Two distinct handle addresses (never dereferenced).
     let a = UnsafeMutableRawPointer(bitPattern: 0x1000)!

@@ -4,12 +4,20 @@
 package enum ComparisonSwitches {
     private static let sockets = Protected(true)
     private static let systemDigest = Protected(true)
+    private static let receiveWindow = Protected(true)
 
     /// Whether new sessions quiet FoundationNetworking's socket wake-ups
     /// (``FetchSession/quietsWaitingSockets``); `true` unless a benchmark turns it off.
     package static var quietsWaitingSockets: Bool {
         get { sockets.snapshot }
         set { sockets.withLock { $0 = newValue } }
+    }
+
+    /// Whether transfers resumed from now on under a low bandwidth limit get a small receive
+    /// window (``ReceiveWindow``); `true` unless a benchmark turns it off.
+    package static var boundsReceiveWindow: Bool {
+        get { receiveWindow.snapshot }
+        set { receiveWindow.withLock { $0 = newValue } }
     }
 
     /// Whether new hashers use the system's SHA-256 (libcrypto) where it is loaded; `false`

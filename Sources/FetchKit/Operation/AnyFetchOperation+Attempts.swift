@@ -345,7 +345,7 @@ extension AnyFetchOperation {
         guard let limit else { return [] }
         return [core.withLock { core in
             if let budget = core.ownBudget, budget.rate == limit { return budget }
-            let budget = ReceiveBudget(bytesPerSecond: limit, mechanism: .current)
+            let budget = ReceiveBudget(bytesPerSecond: limit)
             core.ownBudget = budget
             return budget
         }]

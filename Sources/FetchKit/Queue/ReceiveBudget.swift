@@ -32,8 +32,6 @@ import Darwin
 /// under it; the debt is kept up to a chunk and a burst at the new rate, and every paused
 /// transfer is woken to pay what is left at the new rate.
 final class ReceiveBudget: Sendable {
-    /// How the transfers it covers are held to it.
-    let mechanism: BandwidthMechanism
     private let state: Protected<Ledger>
 
     /// How long a transfer counts toward the shares after a pause this bucket gave it (or
@@ -45,8 +43,7 @@ final class ReceiveBudget: Sendable {
     /// may leave beyond an empty bucket.
     static let chunk = Double(16 << 10)
 
-    init(bytesPerSecond: Int?, mechanism: BandwidthMechanism = .bucket, now: UInt64 = DispatchTime.now().uptimeNanoseconds) {
-        self.mechanism = mechanism
+    init(bytesPerSecond: Int?, now: UInt64 = DispatchTime.now().uptimeNanoseconds) {
         state = Protected(Ledger(rate: bytesPerSecond.map { max(1, $0) }, now: now))
     }
 
@@ -212,39 +209,6 @@ final class ReceiveBudget: Sendable {
     }
 }
 
-/// How a bandwidth limit holds a transfer's reading.
-enum BandwidthMechanism: Sendable, Equatable {
-    /// FetchKit's token bucket: a chunk that overdraws it pauses the reading
-    /// (`curl_easy_pause`) until the refill pays.
-    case bucket
-    /// libcurl's own receive limit (`CURLOPT_MAX_RECV_SPEED_LARGE`), set on each transfer's
-    /// handle to its even share of the limit, and set again as transfers come and go.
-    case curl
-    /// Both: libcurl's limit paces each handle at its share, and the bucket catches what
-    /// libcurl lets through above the shared limit.
-    case both
-
-    /// The environment variable that picks the mechanism for the queues created after it is
-    /// set: `bucket`, `curl` or `both` (for `fetchkit-bench limit-rate`'s comparison).
-    static let environmentVariable = "FETCHKIT_BANDWIDTH_MECHANISM"
-
-    /// The mechanism named by ``environmentVariable``, read now, or the default.
-    static var current: BandwidthMechanism {
-        switch getenv(environmentVariable).map({ String(cString: $0) }) {
-        case "curl": .curl
-        case "both": .both
-        case "bucket": .bucket
-        default: .standard
-        }
-    }
-
-    /// What queues use unless told otherwise.
-    static let standard = BandwidthMechanism.bucket
-
-    var usesBucket: Bool { self != .curl }
-    var usesCurlLimit: Bool { self != .bucket }
-}
-
 /// A queue's bandwidth limits: one budget overall, and one per host (made as hosts are met).
 ///
 /// Every transfer of the queue reads under both, limited or not, so that a limit set later
@@ -252,7 +216,6 @@ enum BandwidthMechanism: Sendable, Equatable {
 /// (its debt outlives a transfer); without one, only as long as a transfer holds it.
 final class BandwidthBudgets: Sendable {
     let overall: ReceiveBudget
-    let mechanism: BandwidthMechanism
     private let hosts: Protected<Hosts>
 
     struct Hosts {
@@ -269,9 +232,8 @@ final class BandwidthBudgets: Sendable {
         }
     }
 
-    init(overall: Int?, perHost: Int?, mechanism: BandwidthMechanism = .current) {
-        self.mechanism = mechanism
-        self.overall = ReceiveBudget(bytesPerSecond: overall, mechanism: mechanism)
+    init(overall: Int?, perHost: Int?) {
+        self.overall = ReceiveBudget(bytesPerSecond: overall)
         hosts = Protected(Hosts(rate: perHost.map { max(1, $0) }))
     }
 
@@ -298,7 +260,7 @@ final class BandwidthBudgets: Sendable {
     func budgets(forHost host: String) -> [ReceiveBudget] {
         let perHost = hosts.withLock { hosts in
             if let budget = hosts.kept[host] ?? hosts.held[host]?.budget { return budget }
-            let budget = ReceiveBudget(bytesPerSecond: hosts.rate, mechanism: mechanism)
+            let budget = ReceiveBudget(bytesPerSecond: hosts.rate)
             if hosts.rate != nil { hosts.kept[host] = budget }
             hosts.held[host] = Hosts.Held(budget: budget)
             if hosts.held.count >= hosts.sweepAt {
@@ -336,9 +298,6 @@ extension Array where Element == ReceiveBudget {
     func markUnenforced() {
         for budget in self { budget.markUnenforced() }
     }
-
-    /// The mechanism that holds them (the same for all of one queue's).
-    var mechanism: BandwidthMechanism { first?.mechanism ?? .standard }
 
     /// The most a transfer under these budgets may read per second while the others read too:
     /// the smallest of its even shares (`Int.max` without a limit).

@@ -118,25 +118,6 @@ enum ReceivePause {
         #endif
     }
 
-    /// Sets libcurl's own receive limit on `task`'s handle (`CURLOPT_MAX_RECV_SPEED_LARGE`), in
-    /// bytes per second. libcurl (7.88, lib/multi.c) reads the option before each read of a
-    /// running transfer, so that a new value takes effect at the next one; over it, the handle
-    /// waits (no socket watched) until its average since the last checkpoint (every 3 s) is
-    /// back under the limit; 0 lifts it. Same rules as ``pauseReceiving(_:)``.
-    ///
-    /// - Returns: Whether libcurl accepted it.
-    @discardableResult
-    static func limitReceiveSpeed(_ task: URLSessionTask, to bytesPerSecond: Int) -> Bool {
-        #if canImport(FoundationNetworking) && (canImport(Glibc) || canImport(Musl))
-        guard let setOption = curlEasySetOption, let handle = easyHandle(of: task) else { return false }
-        let maxReceiveSpeed: Int32 = 30_000 + 146    // CURLOPT_MAX_RECV_SPEED_LARGE (CURLOPTTYPE_OFF_T + 146)
-        // curl_off_t is 64 bits, passed as a long is on the 64-bit Linux ABIs Swift supports.
-        return setOption(handle, maxReceiveSpeed, max(0, bytesPerSecond)) == 0
-        #else
-        return false
-        #endif
-    }
-
     /// What can be read of `task`'s connection for a bandwidth limit (``WireMeter``).
     enum Connection: Equatable {
         /// An HTTP/1 connection, which carries this transfer alone: the bytes its socket

@@ -51,14 +51,10 @@ enum ReceiveWindow {
     /// The smallest window asked for, in bytes.
     static let minimumBytes = 4096
 
-    /// The environment variable that turns the bound off for the transfers resumed while it is
-    /// `0` (for `fetchkit-bench limit-rate`'s comparison).
-    static let environmentVariable = "FETCHKIT_RECEIVE_WINDOW"
-
     /// The receive buffer, in bytes, for a new connection of a transfer whose share of its
     /// bandwidth limit is `share` bytes per second; `nil` when it needs none.
     static func bytes(forShare share: Int) -> Int? {
-        guard share <= threshold, getenv(environmentVariable).map({ String(cString: $0) }) != "0" else { return nil }
+        guard share <= threshold, ComparisonSwitches.boundsReceiveWindow else { return nil }
         return max(minimumBytes, Int(Double(max(0, share)) * seconds))
     }
 

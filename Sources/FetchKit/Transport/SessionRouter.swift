@@ -264,14 +264,6 @@ extension SessionRouter: URLSessionDataDelegate {
             // even without a limit, so that one set later holds them too.
             let budgets = transfer.receiveBudgets
             let limits = budgets.isEmpty ? (limited: false, changes: 0) : budgets.status
-            if !budgets.isEmpty, budgets.mechanism.usesCurlLimit {
-                // libcurl's own limit, at this transfer's share (set again as others come and
-                // go, and lifted with the limit: 0).
-                let share = limits.limited ? budgets.share : 0
-                if transfer.changesReceiveSpeed(to: share), !ReceivePause.limitReceiveSpeed(dataTask, to: share) {
-                    budgets.markUnenforced()
-                }
-            }
             var wait: TimeInterval = 0
             if limits.limited {
                 let connection = ReceivePause.connection(of: dataTask)
@@ -279,10 +271,8 @@ extension SessionRouter: URLSessionDataDelegate {
                 // an HTTP/2 connection is held only as the app reads it, not on the wire.
                 if connection == .multiplexed { budgets.markUnenforced() }
                 // Charged for what crossed the wire (``WireMeter``), not only for the chunk read.
-                if budgets.mechanism.usesBucket {
-                    let charge = transfer.wireMeter.charge(forChunkOf: data.count, receipt: connection.receipt, changes: limits.changes)
-                    wait = budgets.take(charge, by: ObjectIdentifier(transfer))
-                }
+                let charge = transfer.wireMeter.charge(forChunkOf: data.count, receipt: connection.receipt, changes: limits.changes)
+                wait = budgets.take(charge, by: ObjectIdentifier(transfer))
             }
             if wait > 0 {
                 if let workQueue = ReceivePause.pause(dataTask, for: wait) {

@@ -66,19 +66,6 @@ final class Transfer: TransferHandle, @unchecked Sendable {
 
     /// The bandwidth limits it reads under (its queue's, its host's): none for most.
     let receiveBudgets: [ReceiveBudget]
-    /// The receive limit last set on its handle (``ReceivePause/limitReceiveSpeed(_:to:)``),
-    /// or 0; touched only on URLSession's work queue.
-    private let receiveSpeed = Protected(0)
-
-    /// Whether libcurl's receive limit is to be set to `speed` (`true` once per change: the
-    /// caller sets it).
-    func changesReceiveSpeed(to speed: Int) -> Bool {
-        receiveSpeed.withLock { current in
-            defer { current = speed }
-            return current != speed
-        }
-    }
-
     /// What its connection took off the wire, for its budgets.
     let wireMeter = WireMeter()
 
