@@ -5,7 +5,7 @@ import Glibc
 #endif
 
 /// `fetchkit-bench tools`: the `fetchkit` command beside curl and wget, each a whole process,
-/// in one run, against the loopback server: 200 small files (4 KiB each, with an `ETag` and
+/// in one run, against the loopback server: 200 small files (4 KiB each, with an `ETag`, a `Last-Modified` and
 /// ranges, as nginx serves a directory) into an empty directory, and one 1 GiB body to disk.
 /// Each (job, run) gives every client a fresh directory, in turn, the order rotated run by
 /// run; the table has medians of wall time and of peak RSS (`/usr/bin/time`'s `%M`), and each
@@ -35,7 +35,9 @@ enum CommandLineToolsBenchmark {
         let server = try LoopbackServer(recordRequests: false)
         defer { server.stop() }
         let smallSize = 4 << 10
-        let headers: HTTPHeaders = ["ETag": "\"v1\"", "Accept-Ranges": "bytes", "Content-Type": "application/octet-stream"]
+        // What nginx sends with a static file: a validator, its date, ranges.
+        let headers: HTTPHeaders = ["ETag": "\"v1\"", "Last-Modified": "Wed, 21 Oct 2026 07:28:00 GMT", "Accept-Ranges": "bytes",
+                                    "Content-Type": "application/octet-stream"]
         let smallURLs = (0..<count).map { server.url("/small/f\($0).bin") }
         for index in 0..<count {
             server.route("/small/f\(index).bin") { _ in HTTPResponse(status: 200, headers: headers, body: .pattern(offset: 0, count: smallSize)) }

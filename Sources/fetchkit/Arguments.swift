@@ -437,7 +437,7 @@ struct Options: Equatable {
                     + "(-d DIR saves several into a directory)")
             }
             // As aria2c reads `-d DIR -o NAME`: a relative name is in the directory.
-            let file = name.hasPrefix("/") ? URL(fileURLWithPath: name) : options.outputDirectory.appendingPathComponent(name)
+            let file = name.hasPrefix("/") ? URL(fileURLWithPath: name) : options.outputDirectory.appendingPathComponent(name, isDirectory: false)
             options.outputDirectory = file.deletingLastPathComponent()
             options.outputName = file.lastPathComponent
             // The name given wins over the server's.

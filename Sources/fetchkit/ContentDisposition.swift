@@ -127,21 +127,21 @@ enum ContentDisposition {
         if name == file.lastPathComponent { return file }
         precondition(!name.contains("/") && name != "." && name != "..", "a sanitized name")
         if replacing && !reserved.contains(name) {
-            let target = directory.appendingPathComponent(name)
+            let target = directory.appendingPathComponent(name, isDirectory: false)
             guard rename(file.path, target.path) == 0 else { throw error(errno, target) }
             return target
         }
         for attempt in 0..<1000 {
             let candidate = attempt == 0 ? name : numbered(name, attempt)
             guard !reserved.contains(candidate), candidate != file.lastPathComponent else { continue }
-            let target = directory.appendingPathComponent(candidate)
+            let target = directory.appendingPathComponent(candidate, isDirectory: false)
             if link(file.path, target.path) == 0 {
                 unlink(file.path)
                 return target
             }
             guard errno == EEXIST else { throw error(errno, target) }
         }
-        throw error(EEXIST, directory.appendingPathComponent(name))
+        throw error(EEXIST, directory.appendingPathComponent(name, isDirectory: false))
     }
 
     /// `stem-N.ext`, cut to fit 255 bytes.

@@ -150,7 +150,7 @@ final class Downloader: @unchecked Sendable {
         var names = Self.fileNames(for: options.urls)
         // `-o FILE`: the one download's name, as given.
         if let name = options.outputName, names.count == 1 { names = [name] }
-        items = zip(options.entries, names).map { Item(url: $0.url, destination: directory.appendingPathComponent($1), sha256: $0.sha256) }
+        items = zip(options.entries, names).map { Item(url: $0.url, destination: directory.appendingPathComponent($1, isDirectory: false), sha256: $0.sha256) }
         guard let restored = openJournal(in: directory) else { return ExitStatus.fileSystem.rawValue }
         items += restored
         if items.isEmpty {
@@ -267,7 +267,7 @@ final class Downloader: @unchecked Sendable {
                   let name = ContentDisposition.safeName(in: question.response?.value(forHTTPHeaderField: "Content-Disposition"),
                                                          for: items[index].url),
                   name != items[index].name else { continue }
-            let destination = items[index].destination.deletingLastPathComponent().appendingPathComponent(name)
+            let destination = items[index].destination.deletingLastPathComponent().appendingPathComponent(name, isDirectory: false)
             guard let file = ExistingFile.regularFile(at: destination) else { continue }
             // Listed in the journal under the URL's name: unlisted before it takes the server's.
             try? journal?.remove(items[index].name)
@@ -515,7 +515,7 @@ final class Downloader: @unchecked Sendable {
     /// fetchkit holds is simply not kept by this run; with it, that is a file error (`nil`).
     private func openJournal(in directory: URL) -> [Item]? {
         do {
-            journal = try DownloadJournal(contentsOf: directory.appendingPathComponent(Self.journalName))
+            journal = try DownloadJournal(contentsOf: directory.appendingPathComponent(Self.journalName, isDirectory: false))
         } catch {
             guard options.continues else { return [] }
             Terminal.error("fetchkit: --continue: \(Terminal.sanitized(error.description))")
@@ -692,7 +692,7 @@ final class Downloader: @unchecked Sendable {
     static func namingURL(_ url: URL) -> URL {
         guard let path = URLComponents(url: url, resolvingAgainstBaseURL: true)?.percentEncodedPath,
               path.hasSuffix("/") else { return url }
-        return url.appendingPathComponent(SafeFileName.fallback)
+        return url.appendingPathComponent(SafeFileName.fallback, isDirectory: false)
     }
 }
 

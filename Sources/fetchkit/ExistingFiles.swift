@@ -78,43 +78,24 @@ enum ExistingFile {
         return modified == nil ? .unknown : .unchanged
     }
 
-    /// Dates a finished download with the server's `Last-Modified`, if it sent one.
+    /// Dates a finished download with the server's `Last-Modified`, if it sent one (access and
+    /// modification times, as wget does; a symbolic link put in its place is not followed).
     static func stamp(_ url: URL, from response: HTTPURLResponse?) {
-        guard let value = response?.value(forHTTPHeaderField: "Last-Modified"), let date = parseHTTPDate(value) else { return }
-        try? FileManager.default.setAttributes([.modificationDate: date], ofItemAtPath: url.path)
+        guard let value = response?.value(forHTTPHeaderField: "Last-Modified"), let date = HTTPDate.parse(value) else { return }
+        let second = timespec(tv_sec: Int(date.timeIntervalSince1970.rounded(.down)), tv_nsec: 0)
+        var times = [second, second]
+        _ = url.withUnsafeFileSystemRepresentation { path in
+            path.map { utimensat(AT_FDCWD, $0, &times, AT_SYMLINK_NOFOLLOW) }
+        }
     }
 
     /// An IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`), the form HTTP sends.
     static func httpDate(_ date: Date) -> String {
-        formatter.withLock { $0.string(from: date) }
+        HTTPDate.format(date)
     }
 
-    /// Reads an IMF-fixdate; `nil` for anything else.
+    /// An HTTP date in any of its three forms; `nil` for anything else.
     static func parseHTTPDate(_ text: String) -> Date? {
-        formatter.withLock { $0.date(from: text.trimmingCharacters(in: .whitespaces)) }
-    }
-
-    private static let formatter: LockedFormatter = {
-        let formatter = DateFormatter()
-        formatter.locale = Locale(identifier: "en_US_POSIX")
-        formatter.timeZone = TimeZone(identifier: "GMT")
-        formatter.dateFormat = "EEE, dd MMM yyyy HH:mm:ss 'GMT'"
-        return LockedFormatter(formatter)
-    }()
-}
-
-/// A `DateFormatter` used by one thread at a time.
-final class LockedFormatter: @unchecked Sendable {
-    private let lock = NSLock()
-    private let formatter: DateFormatter
-
-    init(_ formatter: DateFormatter) {
-        self.formatter = formatter
-    }
-
-    func withLock<Result>(_ body: (DateFormatter) -> Result) -> Result {
-        lock.lock()
-        defer { lock.unlock() }
-        return body(formatter)
+        HTTPDate.parse(text)
     }
 }

@@ -54,6 +54,8 @@ struct CommandLineExistingFileTests {
         defer { server.stop(); directory.remove() }
         let arguments = [server.url("/bytes/20000").absoluteString, "-d", directory.url.path]
         let first = try await runTool("fetchkit", arguments)
+        let dated = try FileManager.default.attributesOfItem(atPath: directory.file("20000").path)[.modificationDate] as? Date
+        #expect(dated == HTTPDate.parse(LoopbackServer.fixedLastModified), "the file has the server's Last-Modified")
         let second = try await runTool("fetchkit", arguments)
         #expect(first.status == 0 && second.status == 0, "\(first.stdout)\(second.stdout)")
         #expect(gets(server, "/bytes/20000") == 1, "a finished file is fetched again")

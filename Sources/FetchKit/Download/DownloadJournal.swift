@@ -200,11 +200,11 @@ public final class DownloadJournal: Sendable {
         let stem = "." + fileURL.lastPathComponent + "."
         for name in (try? FileManager.default.contentsOfDirectory(atPath: directory.path)) ?? [] {
             if name.hasPrefix(stem) && name.hasSuffix(".new") && name.dropFirst(stem.count).dropLast(4).allSatisfy(\.isNumber) {
-                LocalFile.remove(directory.appendingPathComponent(name))
+                LocalFile.remove(directory.appendingPathComponent(name, isDirectory: false))
             } else if FileBodySink.isStaleWholeFile(named: name, in: directory) {
                 // A small body's file that a process killed between its write and its rename
                 // left behind (``FileBodySink``): a minute old, it is no one's.
-                LocalFile.remove(directory.appendingPathComponent(name))
+                LocalFile.remove(directory.appendingPathComponent(name, isDirectory: false))
             }
         }
         var entries: [Entry] = []
@@ -464,7 +464,7 @@ public final class DownloadJournal: Sendable {
             throw JournalError(kind: .writeFailed(nil), path: fileURL.path)
         }
         let directory = fileURL.deletingLastPathComponent()
-        let temporary = directory.appendingPathComponent(".\(fileURL.lastPathComponent).\(getpid()).new")
+        let temporary = directory.appendingPathComponent(".\(fileURL.lastPathComponent).\(getpid()).new", isDirectory: false)
         guard LocalFile.replace(temporary, with: data, mode: 0o600, sync: true) else {
             throw JournalError(kind: .writeFailed(errno), path: fileURL.path)
         }

@@ -237,12 +237,12 @@ open class DownloadOperation: AnyFetchOperation, OutputProducing, @unchecked Sen
     /// When the destination's name is longer than 232 bytes, `<name>` is its start and a
     /// hash, so that the partial files' names fit in 255 bytes.
     public var partialFileURL: URL {
-        destination.deletingLastPathComponent().appendingPathComponent("\(partialStem).fetchkit-partial")
+        destination.deletingLastPathComponent().appendingPathComponent("\(partialStem).fetchkit-partial", isDirectory: false)
     }
 
     /// The lock file that keeps other processes off the partial file (see `PartialFileLock`).
     var partialLockURL: URL {
-        destination.deletingLastPathComponent().appendingPathComponent("\(partialStem).fetchkit-partial.lock")
+        destination.deletingLastPathComponent().appendingPathComponent("\(partialStem).fetchkit-partial.lock", isDirectory: false)
     }
 
     /// When another process was downloading to the same destination — the download then
@@ -258,7 +258,7 @@ open class DownloadOperation: AnyFetchOperation, OutputProducing, @unchecked Sen
 
     /// The record of the partial file's source, validator and length.
     var partialRecordURL: URL {
-        destination.deletingLastPathComponent().appendingPathComponent("\(partialStem).fetchkit-partial.json")
+        destination.deletingLastPathComponent().appendingPathComponent("\(partialStem).fetchkit-partial.json", isDirectory: false)
     }
 
     /// What was found beside the destination and discarded instead of resumed (a link, a

@@ -8,7 +8,7 @@ enum RetryAfter {
         if let seconds = Int(text) {
             return seconds >= 0 ? TimeInterval(seconds) : nil
         }
-        guard let date = httpDate(text) else { return nil }
+        guard let date = httpDate(text, now: now) else { return nil }
         return max(0, date.timeIntervalSince(now))
     }
 
@@ -21,22 +21,7 @@ enum RetryAfter {
     }
 
     /// IMF-fixdate, and the obsolete RFC 850 and asctime forms that recipients must accept.
-    static func httpDate(_ text: String) -> Date? {
-        for formatter in formatters {
-            if let date = formatter.withLock({ $0.date(from: text) }) { return date }
-        }
-        return nil
-    }
-
-    private static let formatters: [Protected<DateFormatter>] = [
-        "EEE, dd MMM yyyy HH:mm:ss zzz",   // Sun, 06 Nov 1994 08:49:37 GMT
-        "EEEE, dd-MMM-yy HH:mm:ss zzz",    // Sunday, 06-Nov-94 08:49:37 GMT
-        "EEE MMM d HH:mm:ss yyyy",         // Sun Nov  6 08:49:37 1994
-    ].map { format in
-        let formatter = DateFormatter()
-        formatter.locale = Locale(identifier: "en_US_POSIX")
-        formatter.timeZone = TimeZone(identifier: "GMT")
-        formatter.dateFormat = format
-        return Protected(formatter)
+    static func httpDate(_ text: String, now: Date = Date()) -> Date? {
+        HTTPDate.parse(text, now: now)
     }
 }

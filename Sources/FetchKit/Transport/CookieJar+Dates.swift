@@ -47,50 +47,16 @@ extension CookieJar {
         guard var year, let month, let day, let clock else { return nil }
         if (70...99).contains(year) { year += 1900 } else if (0...69).contains(year) { year += 2000 }
         guard (1...31).contains(day), year >= 1601, clock.hour <= 23, clock.minute <= 59, clock.second <= 59 else { return nil }
-        let days = daysSince1970(year: year, month: month, day: day)
+        let days = HTTPDate.daysSince1970(year: year, month: month, day: day)
         // A day the month does not have (`31 Feb`) is no date.
-        guard civilDate(daysSince1970: days) == (year, month, day) else { return nil }
+        guard HTTPDate.civilDate(daysSince1970: days) == (year, month, day) else { return nil }
         return Date(timeIntervalSince1970: TimeInterval(days * 86_400 + clock.hour * 3600 + clock.minute * 60 + clock.second))
     }
 
     /// `date` as an `Expires` value that `HTTPCookie` reads (`Thu, 01 Jan 1970 00:00:00 GMT`),
-    /// to the second. Written by hand: a `DateFormatter` made for each line cost as much as
-    /// `HTTPCookie`'s whole parse.
+    /// to the second. Written by hand (``HTTPDate``): a `DateFormatter` made for each line cost
+    /// as much as `HTTPCookie`'s whole parse.
     static func expiresValue(_ date: Date) -> String {
-        let seconds = Int(date.timeIntervalSince1970.rounded(.down))
-        let days = seconds >= 0 ? seconds / 86_400 : (seconds - 86_399) / 86_400
-        let time = seconds - days * 86_400
-        let (year, month, day) = civilDate(daysSince1970: days)
-        let weekdays = ["Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"]
-        let months = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
-        func padded(_ value: Int, _ width: Int) -> String {
-            let digits = String(value)
-            return String(repeating: "0", count: max(0, width - digits.count)) + digits
-        }
-        return "\(weekdays[((days % 7) + 11) % 7]), \(padded(day, 2)) \(months[month - 1]) \(padded(year, 4)) "
-            + "\(padded(time / 3600, 2)):\(padded(time / 60 % 60, 2)):\(padded(time % 60, 2)) GMT"
-    }
-
-    /// The days from 1970-01-01 to a day of the proleptic Gregorian calendar (negative before).
-    private static func daysSince1970(year: Int, month: Int, day: Int) -> Int {
-        let year = month <= 2 ? year - 1 : year
-        let era = (year >= 0 ? year : year - 399) / 400
-        let yearOfEra = year - era * 400
-        let dayOfYear = (153 * (month > 2 ? month - 3 : month + 9) + 2) / 5 + day - 1
-        let dayOfEra = yearOfEra * 365 + yearOfEra / 4 - yearOfEra / 100 + dayOfYear
-        return era * 146_097 + dayOfEra - 719_468
-    }
-
-    /// The year, month and day that `days` after 1970-01-01 is (the inverse of `daysSince1970`).
-    private static func civilDate(daysSince1970 days: Int) -> (Int, Int, Int) {
-        let shifted = days + 719_468
-        let era = (shifted >= 0 ? shifted : shifted - 146_096) / 146_097
-        let dayOfEra = shifted - era * 146_097
-        let yearOfEra = (dayOfEra - dayOfEra / 1460 + dayOfEra / 36_524 - dayOfEra / 146_096) / 365
-        let dayOfYear = dayOfEra - (365 * yearOfEra + yearOfEra / 4 - yearOfEra / 100)
-        let shiftedMonth = (5 * dayOfYear + 2) / 153
-        let day = dayOfYear - (153 * shiftedMonth + 2) / 5 + 1
-        let month = shiftedMonth < 10 ? shiftedMonth + 3 : shiftedMonth - 9
-        return (yearOfEra + era * 400 + (month <= 2 ? 1 : 0), month, day)
+        HTTPDate.format(date)
     }
 }

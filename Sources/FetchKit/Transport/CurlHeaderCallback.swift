@@ -48,12 +48,8 @@ enum CurlHeaderCallback {
 
     /// FoundationNetworking's header callback, found once per process; `nil` if it cannot be
     /// found safely.
-    static let foundationCallback: Callback? = {
-        // An address inside FoundationNetworking: its `URLSession` class object.
-        let anchor = unsafeBitCast(URLSession.self as AnyClass, to: UnsafeRawPointer.self)
-        guard let address = LoadedFunction.address(of: foundationCallbackName, inFileMappedAt: anchor) else { return nil }
-        return unsafeBitCast(address, to: Callback.self)
-    }()
+    static let foundationCallback: Callback? = LoadedFunction.foundationNetworkingCallbacks[foundationCallbackName]
+        .flatMap { UnsafeRawPointer(bitPattern: $0) }.map { unsafeBitCast($0, to: Callback.self) }
 
     /// `CURLcode curl_easy_getinfo(CURL *, CURLINFO, ...)` with a `long *`: on the Linux ABIs
     /// Swift supports, a variadic pointer argument travels like a fixed one.

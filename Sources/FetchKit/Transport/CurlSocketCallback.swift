@@ -85,12 +85,8 @@ enum CurlSocketCallback {
 
     /// FoundationNetworking's socket callback, found once per process; `nil` if it cannot be
     /// found safely.
-    static let foundationCallback: Callback? = {
-        // An address inside FoundationNetworking: its `URLSession` class object.
-        let anchor = unsafeBitCast(URLSession.self as AnyClass, to: UnsafeRawPointer.self)
-        guard let address = LoadedFunction.address(of: foundationCallbackName, inFileMappedAt: anchor) else { return nil }
-        return unsafeBitCast(address, to: Callback.self)
-    }()
+    static let foundationCallback: Callback? = LoadedFunction.foundationNetworkingCallbacks[foundationCallbackName]
+        .flatMap { UnsafeRawPointer(bitPattern: $0) }.map { unsafeBitCast($0, to: Callback.self) }
 
     /// How many registrations the fix has turned into a removal and a new registration, in
     /// all sessions of the process (for tests: a few per connection, never per wake-up).

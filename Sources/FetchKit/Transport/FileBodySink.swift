@@ -454,9 +454,16 @@ final class FileBodySink: DownloadBodySink {
     static func wholeFileURL(beside partialURL: URL) -> URL {
         let letters = Array("abcdefghijklmnopqrstuvwxyz0123456789")
         var tail = "json"
-        // Never the record's or the lock's name.
-        while reservedTails.contains(tail) { tail = String((0..<4).map { _ in letters.randomElement()! }) }
-        return partialURL.deletingLastPathComponent().appendingPathComponent(partialURL.lastPathComponent + "." + tail)
+        // Never the record's or the lock's name. One random number for the four letters: each
+        // draw is a system call.
+        while reservedTails.contains(tail) {
+            var bits = UInt64.random(in: 0...UInt64.max)
+            tail = String((0..<4).map { _ in
+                defer { bits /= UInt64(letters.count) }
+                return letters[Int(bits % UInt64(letters.count))]
+            })
+        }
+        return partialURL.deletingLastPathComponent().appendingPathComponent(partialURL.lastPathComponent + "." + tail, isDirectory: false)
     }
 
     /// The partial file's record and lock: names a whole body's file never takes.
@@ -479,7 +486,7 @@ final class FileBodySink: DownloadBodySink {
               name[range.upperBound...].count == 4, !reservedTails.contains(String(name[range.upperBound...])),
               name[range.upperBound...].allSatisfy({ ("a"..."z").contains($0) || ("0"..."9").contains($0) }) else { return false }
         var info = stat()
-        let url = directory.appendingPathComponent(name)
+        let url = directory.appendingPathComponent(name, isDirectory: false)
         guard url.withUnsafeFileSystemRepresentation({ $0.map { lstat($0, &info) == 0 } ?? false }),
               LocalFile.Status(info).isPrivateRegularFile else { return false }
         return Double(info.st_mtim.tv_sec) < Date().timeIntervalSince1970 - age
