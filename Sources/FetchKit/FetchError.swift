@@ -611,6 +611,10 @@ extension FetchError {
             /// request, and read the answer, unprotected. Allow it per operation with
             /// ``FetchConfiguration/allowsInsecureRedirects``.
             case insecureRedirect
+            /// A redirect to a URL whose scheme (lowercased, e.g. `ftp` or `file`) is neither
+            /// `http` nor `https`, refused whatever the policy: a server must not send a fetch
+            /// to another protocol or to the client's own files.
+            case unsupportedScheme(String)
         }
         /// What went wrong.
         public let kind: Kind
@@ -637,6 +641,9 @@ extension FetchError {
                 return "Cannot follow the \(status) redirect \(path): it must resend the request body, and a body stream cannot be replayed."
             case .insecureRedirect:
                 return "Refused a redirect from HTTPS to plain HTTP: \(path). Set allowsInsecureRedirects to follow such redirects."
+            case .unsupportedScheme(let scheme):
+                // A URL's scheme has only letters, digits, `+`, `-` and `.`: nothing to escape.
+                return "Refused a redirect to \(scheme.isEmpty ? "a URL without a scheme" : scheme + ":"); only http and https are followed: \(path)."
             }
         }
     }
@@ -742,6 +749,10 @@ extension FetchError {
             /// `Content-Length`; or its body ran past its range. Nothing past the range was
             /// appended, and the partial file is kept for another try.
             case rangeMismatch(String)
+            /// A `206 Partial Content` answered a request that asked for no range (no `Range`
+            /// header): its body is a part of the resource, and taking it for the whole would
+            /// give a short result that looks complete.
+            case unsolicitedPartialContent
 
             init(_ refused: ResponseHeadFilter.Failure) {
                 switch refused {
@@ -791,6 +802,8 @@ extension FetchError {
                 return "\(target) changed while it was being resumed (\(change.prefix(200))): the partial file was discarded."
             case .rangeMismatch(let problem):
                 return "\(target) answered the resume with a range that is not the rest of the file: \(problem.prefix(200))."
+            case .unsolicitedPartialContent:
+                return "\(target) answered with 206 Partial Content, but no range was asked for: the body is only part of the resource."
             }
         }
     }

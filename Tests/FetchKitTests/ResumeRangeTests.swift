@@ -19,6 +19,9 @@ struct ResumeRangeTests {
         case chunkedPastTheRange
         /// `bytes 100000-200499/200000` (a last byte past the total) and 100,500 bytes.
         case rangePastTheEnd
+        /// `bytes 100000-149999/*` (the total not given) and those 50,000 bytes: the first
+        /// answer said 200,000.
+        case shortRangeOfUnknownTotal
 
         var testDescription: String { rawValue }
     }
@@ -59,6 +62,9 @@ struct ResumeRangeTests {
             case .rangePastTheEnd:
                 headers["Content-Range"] = "bytes \(Self.half)-\(Self.length + 499)/\(Self.length)"
                 body = whole.subdata(in: Self.half..<(Self.length + 500))
+            case .shortRangeOfUnknownTotal:
+                headers["Content-Range"] = "bytes \(Self.half)-149999/*"
+                body = whole.subdata(in: Self.half..<150_000)
             }
             headers["Content-Length"] = String(body.count)
             return .script([.write(HTTPResponse.rawHead(status: 206, headers: headers)), .write(body), .close])
@@ -91,7 +97,10 @@ struct ResumeRangeTests {
         #expect(server.requests(path: "/object").last?.headers["Range"] == "bytes=\(Self.half)-")
     }
 
-    @Test func theRestOfTheFileStillResumes() async throws {
+    /// With the total given (`/200000`) or not (`/*`: the length the first answer gave is the
+    /// one checked against).
+    @Test(arguments: [String(Self.length), "*"])
+    func theRestOfTheFileStillResumes(total: String) async throws {
         let server = try LoopbackServer()
         let directory = try TemporaryDirectory()
         defer { server.stop(); directory.remove() }
@@ -100,7 +109,7 @@ struct ResumeRangeTests {
             let whole = BytePattern.data(offset: 0, count: Self.length)
             var headers: HTTPHeaders = ["ETag": "\"v1\"", "Accept-Ranges": "bytes"]
             if request.headers["Range"] == "bytes=\(Self.half)-" {
-                headers["Content-Range"] = "bytes \(Self.half)-\(Self.length - 1)/\(Self.length)"
+                headers["Content-Range"] = "bytes \(Self.half)-\(Self.length - 1)/\(total)"
                 return HTTPResponse(status: 206, headers: headers, body: whole.subdata(in: Self.half..<Self.length))
             }
             headers["Content-Length"] = String(Self.length)

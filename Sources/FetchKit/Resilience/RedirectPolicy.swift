@@ -7,7 +7,8 @@ import FoundationNetworking
 ///
 /// Whatever the policy, FetchKit never forwards `Authorization`, `Proxy-Authorization` or
 /// `Cookie` headers, nor any header a queue's ``FetchAuthenticator`` put on the request, to
-/// another origin (scheme, host and port), a chain that comes back to a URL
+/// another origin (scheme, host and port), a redirect to a scheme other than `http` and `https`
+/// fails with ``FetchError/RedirectFailure/Kind/unsupportedScheme(_:)``, a chain that comes back to a URL
 /// it already visited fails at once with ``FetchError/redirectFailed(_:)``, and a redirect from
 /// `https` to plain `http` fails with ``FetchError/RedirectFailure/Kind/insecureRedirect``
 /// unless ``FetchConfiguration/allowsInsecureRedirects`` is set.

@@ -221,14 +221,17 @@ final class FileBodySink: DownloadBodySink {
             // nothing makes it so. A byte is appended only if the 206 carries the validator the
             // partial file was made with and the same total length.
             total = Self.rangeTotal(of: response)
-            if let change = Self.change(from: PartialDownloadRecord.load(from: recordURL), to: response, total: total) {
+            let record = PartialDownloadRecord.load(from: recordURL)
+            if let change = Self.change(from: record, to: response, total: total) {
                 // Nothing of the old file can be used with the new one.
                 Self.removePartial(partialURL, recordURL)
                 throw .invalidResponse(.init(reason: .changedWhileResuming(change), url: response.url ?? sourceURL))
             }
             // The same file, and the rest of it: the range the resume asked for (`bytes=N-`)
-            // ends at the file's last byte, and the body is as long as the range.
-            if let problem = Self.rangeProblem(of: response, start: start, total: total, expectedLength: expectedLength) {
+            // ends at the file's last byte, and the body is as long as the range. A total the
+            // server does not give (`/*`) is the one the partial file's record knows.
+            if let problem = Self.rangeProblem(of: response, start: start, total: total ?? record?.total,
+                                               expectedLength: expectedLength) {
                 throw .invalidResponse(.init(reason: .rangeMismatch(problem), url: response.url ?? sourceURL))
             }
             rangeEnd = Self.rangeLast(of: response).map { $0 + 1 }

@@ -125,6 +125,17 @@ extension Transfer {
             }
             next = decided
         }
+        // Only to HTTP: never another protocol libcurl speaks, nor the client's own files. The
+        // `Location` the server sent is what is checked, with the URL to be sent: given
+        // `file:///etc/hostname`, FoundationNetworking proposes the same path on the server.
+        let location = response.value(forHTTPHeaderField: "Location").flatMap { URL(string: $0, relativeTo: from) }?.absoluteURL
+        for url in [location, next.url].compactMap({ $0 }) {
+            let scheme = url.scheme?.lowercased() ?? ""
+            guard scheme == "http" || scheme == "https" else {
+                end(.failure(.redirectFailed(.init(kind: .unsupportedScheme(scheme), chain: chain + [url])), response))
+                return nil
+            }
+        }
         if RedirectPolicy.isDowngrade(from: from, to: next.url), !limits.allowsInsecureRedirects {
             end(.failure(.redirectFailed(.init(kind: .insecureRedirect, chain: chain + [next.url ?? target])), response))
             return nil

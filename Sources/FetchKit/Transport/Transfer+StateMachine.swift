@@ -161,6 +161,10 @@ struct TransferStateMachine {
             return .fail(.invalidResponse(.init(reason: problem.reason, url: response.url ?? url)))
         }
         guard accepted else { return .refuse }
+        // A part of the resource, for a request that asked for all of it.
+        if response.statusCode == 206, currentRequest.value(forHTTPHeaderField: "Range") == nil {
+            return .fail(.invalidResponse(.init(reason: .unsolicitedPartialContent, url: response.url ?? url)))
+        }
         if let expected = expectedBytes, expected > limits.maximumResponseSize { return .fail(tooLarge(response)) }
         guard let bodyLength, sentBytes < bodyLength else { return .open(expectedLength: expectedBytes, bodySent: nil) }
         sentBytes = bodyLength
