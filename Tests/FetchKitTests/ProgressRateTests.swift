@@ -145,6 +145,11 @@ struct ProgressRateTests {
         let onDisk = 4 << 20        // 4 MiB already there, then 8 KiB every 50 ms
         let steps = 41
         let total = onDisk + steps * 8192
+        // Past the first half, the server waits until the client has heard of it: the second
+        // half's second of 50 ms steps is then the client's too, however late a loaded machine
+        // let it read the first (a client that read everything at once saw no rate at all).
+        let halfway = ServerGate()
+        defer { halfway.open() }
         server.route("/resumable") { request in
             let head: HTTPHeaders = ["ETag": "\"v1\"", "Accept-Ranges": "bytes"]
             guard request.headers["Range"] == "bytes=\(onDisk)-" else {
@@ -159,6 +164,7 @@ struct ProgressRateTests {
             partial["Content-Range"] = "bytes \(onDisk)-\(total - 1)/\(total)"
             var actions: [ScriptAction] = [.write(HTTPResponse.rawHead(status: 206, headers: partial))]
             for index in 0..<steps {
+                if index == steps / 2 { actions.append(.wait(halfway)) }
                 actions.append(.writePattern(offset: onDisk + index * 8192, count: 8192))
                 actions.append(.sleep(milliseconds: 50))
             }
@@ -173,8 +179,15 @@ struct ProgressRateTests {
         await #expect(throws: FetchError.self) { try await first.run() }
         let download = DownloadOperation(url: server.url("/resumable"), destination: destination)
         let seen = Locked<[FetchProgress]>([])
-        download.onProgress(on: .global) { value in seen.withLock { $0.append(value) } }
+        let last = Countdown(1)
+        download.onProgress(on: .global) { value in
+            seen.withLock { $0.append(value) }
+            if value.bytesReceived >= Int64(onDisk + steps / 2 * 8192) { halfway.open() }
+            if value.bytesReceived == Int64(total) { last.signal() }
+        }
         try await download.run()
+        // The last value is ordered after the completion only on the main actor (documented).
+        #expect(await last.wait())
         #expect(download.resumedBytes == Int64(onDisk))
         let rates = seen.withLock { $0 }.compactMap(\.bytesPerSecond)
         #expect(!rates.isEmpty)
