@@ -107,6 +107,8 @@ extension FetchSession {
         }
         let exitCleanup: FetchSessionReport.Status
         switch OpenSSLExitCleanup.current {
+        case _ where ToolchainFixes.turnsOffOpenSSLExitHandler:
+            exitCleanup = .notNeeded("this toolchain's FoundationNetworking turns the handler off itself (Swift 6.4, #5474)")
         case .disabled: exitCleanup = .active
         case .unavailable(let reason): exitCleanup = .unavailable(reason)
         case .notApplicable: exitCleanup = .notNeeded("not Linux")
@@ -139,6 +141,11 @@ extension FetchSession {
                   dependsOn: [], status: .active),
             .init(id: "openssl-exit", summary: "OpenSSL's exit handler is off, so a process cannot crash as it exits",
                   upstream: "corelibs #5469 (6.3.x; 6.4 does the same, #5474)", dependsOn: [], status: exitCleanup),
+            .init(id: "challenge-decline", summary: "a 401 that asks for a credential FetchKit has not got ends the fetch with that 401",
+                  upstream: "corelibs #5457: such a task never completed (fixed in 6.3.2)", dependsOn: [],
+                  status: ToolchainFixes.challengeWithoutCredentialCompletes
+                      ? .notNeeded("fixed in this toolchain (Swift 6.3.2, #5457); FetchKit still declines, which ends the task the same way")
+                      : .active),
         ])
         #else
         return FetchSessionReport([

@@ -164,8 +164,10 @@ extension Transfer {
                 return (.useCredential, credential)
             }
         }
-        // Declining ends the task at once. Swift 6.3.1's default handling of a 401 with
-        // `WWW-Authenticate` and no credential never completes the task (corelibs #5456).
+        // Declining ends the task at once. Before Swift 6.3.2, the default handling of a 401
+        // with `WWW-Authenticate` and no credential never completed the task (corelibs #5457,
+        // ``ToolchainFixes/challengeWithoutCredentialCompletes``); from 6.3.2 the decline ends
+        // it as the default handling would.
         // The 401 response has already arrived; it becomes the operation's status error.
         machine.declineChallenge()
         return (.cancelAuthenticationChallenge, nil)
