@@ -476,6 +476,34 @@ public final class FetchQueue: @unchecked Sendable {
         // only of fetches that will finish.
         operation.announceEnqueued()
         operationQueue.addOperation(operation)
+        nudgeWhenDependenciesFinish(operation)
+    }
+
+    /// swift-corelibs-foundation's `OperationQueue` (6.3.1) can lose the wake-up of an operation
+    /// whose last dependency finishes while it is being added: `_addOperations` reads
+    /// `isReady` (false) and stores it after the dependency's finish set it true with no queue
+    /// yet to tell, and the next scheduling pass only corrects the stored value, scheduling
+    /// nothing. The operation then waits until something else is added or finishes: a
+    /// dependent of a login cancelled before the pair was enqueued hung, 1 run in about 100.
+    /// So when a FetchKit dependency announces its finish, an empty operation is added: its
+    /// addition and its end are two more scheduling passes.
+    private func nudgeWhenDependenciesFinish(_ operation: AnyFetchOperation) {
+        #if canImport(FoundationNetworking)
+        for dependency in operation.dependencies.compactMap({ $0 as? AnyFetchOperation }) where !dependency.isFinished {
+            let nudge: @Sendable () -> Void = { [weak operationQueue] in operationQueue?.addOperation {} }
+            // The token is kept by its own handler until the finish: the observation must outlive
+            // this call, and ends with the dependency's handlers.
+            let token = Protected<FetchObservation?>(nil)
+            let observation = dependency.observeState { change in
+                guard change.key == .finished else { return }
+                nudge()
+                token.withLock { $0 = nil }
+            }
+            if !dependency.isFinished { token.withLock { $0 = observation } }
+            // It may have finished before the observation began.
+            if dependency.isFinished { nudge() }
+        }
+        #endif
     }
 
     // MARK: The registry
