@@ -211,7 +211,8 @@ final class FileBodySink: DownloadBodySink {
         let total: Int64?
         if response.statusCode == 206 {
             // Only a range that starts exactly where the partial file ends can be appended.
-            guard let start = Self.rangeStart(of: response), start == requestedOffset else {
+            let range = Self.contentRange(of: response)
+            guard let start = range?.first, start == requestedOffset else {
                 throw .transport(URLError(.cannotParseResponse, userInfo: [
                     NSURLErrorFailingURLErrorKey: response.url as Any,
                     NSLocalizedDescriptionKey: "a 206 response whose Content-Range does not continue the partial download",
@@ -220,7 +221,7 @@ final class FileBodySink: DownloadBodySink {
             // And only a range of the same file: `If-Range` asks the server for that, and
             // nothing makes it so. A byte is appended only if the 206 carries the validator the
             // partial file was made with and the same total length.
-            total = Self.rangeTotal(of: response)
+            total = range?.total
             let record = PartialDownloadRecord.load(from: recordURL)
             if let change = Self.change(from: record, to: response, total: total) {
                 // Nothing of the old file can be used with the new one.
@@ -230,11 +231,11 @@ final class FileBodySink: DownloadBodySink {
             // The same file, and the rest of it: the range the resume asked for (`bytes=N-`)
             // ends at the file's last byte, and the body is as long as the range. A total the
             // server does not give (`/*`) is the one the partial file's record knows.
-            if let problem = Self.rangeProblem(of: response, start: start, total: total ?? record?.total,
+            if let problem = Self.rangeProblem(of: response, last: range?.last, start: start, total: total ?? record?.total,
                                                expectedLength: expectedLength) {
                 throw .invalidResponse(.init(reason: .rangeMismatch(problem), url: response.url ?? sourceURL))
             }
-            rangeEnd = Self.rangeLast(of: response).map { $0 + 1 }
+            rangeEnd = range?.last.map { $0 + 1 }
             offset = start
         } else {
             if requestedOffset > 0 {
@@ -675,28 +676,24 @@ final class FileBodySink: DownloadBodySink {
         return nil
     }
 
-    /// The total of `Content-Range: bytes a-b/n`; `nil` when it is `*` or unreadable.
-    static func rangeTotal(of response: HTTPURLResponse) -> Int64? {
-        guard let value = response.value(forHTTPHeaderField: "Content-Range"), let slash = value.lastIndex(of: "/") else { return nil }
-        return Int64(value[value.index(after: slash)...].trimmingCharacters(in: .whitespaces))
-    }
-
-    /// The last byte of `Content-Range: bytes a-b/n`.
-    static func rangeLast(of response: HTTPURLResponse) -> Int64? {
-        guard let value = response.value(forHTTPHeaderField: "Content-Range")?.lowercased(),
-              value.hasPrefix("bytes ")
-        else { return nil }
-        let range = value.dropFirst("bytes ".count).prefix { $0 != "/" }
-        guard let dash = range.firstIndex(of: "-") else { return nil }
-        return Int64(range[range.index(after: dash)...].trimmingCharacters(in: .whitespaces))
+    /// `Content-Range: bytes a-b/n`, read once: each part `nil` where it cannot be read (the
+    /// total also when it is `*`); `nil` without the field or the `bytes` unit.
+    static func contentRange(of response: HTTPURLResponse) -> (first: Int64?, last: Int64?, total: Int64?)? {
+        guard let value = response.value(forHTTPHeaderField: "Content-Range")?.lowercased(), value.hasPrefix("bytes ") else { return nil }
+        let rest = value.dropFirst("bytes ".count)
+        let range = rest.prefix { $0 != "/" }
+        let total = rest.lastIndex(of: "/").flatMap { Int64(rest[rest.index(after: $0)...].trimmingCharacters(in: .whitespaces)) }
+        guard let dash = range.firstIndex(of: "-") else { return (nil, nil, total) }
+        return (Int64(range[..<dash].trimmingCharacters(in: .whitespaces)),
+                Int64(range[range.index(after: dash)...].trimmingCharacters(in: .whitespaces)), total)
     }
 
     /// What is wrong with a resume's `206` that starts at `start`, or `nil`: its last byte must
     /// be readable, not before its first, the file's last when the total is known
     /// (`total - 1`), and the `Content-Length`, when there is one, the range's length.
-    static func rangeProblem(of response: HTTPURLResponse, start: Int64, total: Int64?, expectedLength: Int64?) -> String? {
+    static func rangeProblem(of response: HTTPURLResponse, last: Int64?, start: Int64, total: Int64?, expectedLength: Int64?) -> String? {
         let field = (response.value(forHTTPHeaderField: "Content-Range") ?? "").prefix(80)
-        guard let last = rangeLast(of: response), last >= start else { return "Content-Range \(field) cannot be read" }
+        guard let last, last >= start else { return "Content-Range \(field) cannot be read" }
         if let total {
             guard last < total else { return "Content-Range \(field) ends past the file's length" }
             guard last == total - 1 else { return "Content-Range \(field) ends before the file does" }
@@ -705,16 +702,6 @@ final class FileBodySink: DownloadBodySink {
             return "Content-Length \(expectedLength) is not the length of Content-Range \(field)"
         }
         return nil
-    }
-
-    /// The first byte of `Content-Range: bytes a-b/n`.
-    static func rangeStart(of response: HTTPURLResponse) -> Int64? {
-        guard let value = response.value(forHTTPHeaderField: "Content-Range")?.lowercased(),
-              value.hasPrefix("bytes ")
-        else { return nil }
-        let range = value.dropFirst("bytes ".count).prefix { $0 != "/" }
-        guard let dash = range.firstIndex(of: "-") else { return nil }
-        return Int64(range[..<dash].trimmingCharacters(in: .whitespaces))
     }
 }
 
