@@ -32,16 +32,16 @@ struct ObservationTests {
         defer { server.stop() }
         let operation = server.operation("/json")
         let (changes, token) = record(operation)
+        // The observers hear `isFinished` after Foundation does (`waitUntilFinished` can return
+        // first, as it did once under ThreadSanitizer): the test waits for the observer's.
+        let finished = Countdown(1)
+        let finishToken = operation.observeState { change in if change.key == .finished { finished.signal() } }
         operation.cancel()
         makeQueue(1).addOperation(operation)
         #expect(await operation.awaitCompletion())
         // The completion answers at the cancel; `isFinished` turns when the queue starts it.
-        await withCheckedContinuation { (finished: CheckedContinuation<Void, Never>) in
-            Thread {
-                operation.waitUntilFinished()
-                finished.resume()
-            }.start()
-        }
+        #expect(await finished.wait())
+        withExtendedLifetime(finishToken) {}
         #expect(changes.current == [
             Change(key: .cancelled, oldValue: false, newValue: true),
             Change(key: .finished, oldValue: false, newValue: true),
