@@ -12,7 +12,8 @@ import Glibc
 /// client's time against curl's.
 ///
 /// The commands (what a user types):
-/// - `fetchkit -q -i LIST -d DIR`, `curl -s --remote-name-all --output-dir DIR URL…`,
+/// - `fetchkit -q -i LIST -d DIR`, `fetchkit-bench url-list-child LIST DIR 4` (plain URLSession:
+///   the floor), `curl -s --remote-name-all --output-dir DIR URL…`,
 ///   `wget -q -i LIST -P DIR`;
 /// - `fetchkit -q -o DIR/big.bin URL`, `curl -s -o DIR/big.bin URL`, `wget -q -O DIR/big.bin URL`.
 enum CommandLineToolsBenchmark {
@@ -54,10 +55,12 @@ enum CommandLineToolsBenchmark {
         guard FileManager.default.isExecutableFile(atPath: fetchkit) else {
             throw BenchError("no fetchkit beside this program (\(fetchkit)): swift build -c release first")
         }
-        let clients = ["fetchkit", "curl", "wget"].filter { $0 == "fetchkit" || findOnPath($0) != nil }
+        let bench = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().path
+        let clients = ["fetchkit", "urlsession", "curl", "wget"].filter { ["fetchkit", "urlsession"].contains($0) || findOnPath($0) != nil }
         let jobs = [
             Job(name: "small", title: "\(count) × 4 KiB", files: count, size: smallSize, commands: [
                 "fetchkit": { [fetchkit, "-q", "-i", list.path, "-d", $0.path] },
+                "urlsession": { [bench, "url-list-child", list.path, $0.path, "4"] },
                 "curl": { dir in ["curl", "-s", "--remote-name-all", "--output-dir", dir.path] + smallURLs.map(\.absoluteString) },
                 "wget": { ["wget", "-q", "-i", list.path, "-P", $0.path] },
             ]),
@@ -68,7 +71,7 @@ enum CommandLineToolsBenchmark {
             ]),
         ].filter { only.isEmpty || only.contains($0.name) }
 
-        print("fetchkit beside \(clients.dropFirst().joined(separator: " and ")), whole processes against the loopback server (in this process),")
+        print("fetchkit beside \(clients.dropFirst().joined(separator: ", ")) (urlsession: plain URLSession, the floor under any downloader on it; small files only), whole processes against the loopback server (in this process),")
         print("\(runs) interleaved runs, medians; every client × run into a fresh directory\n")
         var samples: [String: [String: [Sample]]] = [:]
         for run in 0..<runs {

@@ -49,7 +49,8 @@ benchmarks:
   tools [--runs R] [--count N] [--size MiB] [--only small,big]
       the fetchkit command beside curl and wget (those on PATH), whole processes in one
       run against the loopback server: N small files of 4 KiB (default 200; fetchkit -i
-      LIST -d DIR, curl --remote-name-all, wget -i) and one body of MiB to disk (default
+      LIST -d DIR, plain URLSession as the floor, curl --remote-name-all, wget -i) and one
+      body of MiB to disk (default
       1024; -o FILE, -o, -O): wall time and peak RSS (/usr/bin/time), medians of R interleaved
       runs (default 5), each against curl's time
   idle-cpu [--transfers N] [--seconds S] [--runs R]
@@ -129,6 +130,8 @@ do {
         guard arguments.count == 4 || arguments.count == 5 else { throw BenchError("bad child arguments") }
         try ThroughputBenchmark.child(client: arguments[1], scenario: arguments[2], base: arguments[3],
                                       count: arguments.count == 5 ? Int(arguments[4]) : nil)
+    case "url-list-child":
+        try RawListDownloader.child(arguments: Array(arguments.dropFirst()))
     case "https":
         try HTTPSBenchmark.run(runs: try option("--runs", in: arguments, default: 5), quick: arguments.contains("--quick"))
     case "serve":

@@ -697,7 +697,10 @@ final class Downloader: @unchecked Sendable {
 }
 
 extension DownloadOperation {
+    /// The size of the regular file at `url` (not followed if a symbolic link): one `lstat`.
+    /// (`FileManager.attributesOfItem` also reads the owner's and group's names from
+    /// `/etc/passwd` and `/etc/group` and lists extended attributes: eight system calls a file.)
     static func sizeOfFile(at url: URL) -> Int64? {
-        (try? FileManager.default.attributesOfItem(atPath: url.path)[.size] as? NSNumber)?.int64Value
+        ExistingFile.regularFile(at: url)?.size
     }
 }

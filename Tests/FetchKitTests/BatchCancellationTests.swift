@@ -11,9 +11,13 @@ struct BatchCancellationTests {
         let server = try LoopbackServer()
         let gate = ServerGate()
         server.gatedRoute("/held", gate)
-        defer { gate.open(); server.stop() }
-        let queue = makeFetchQueue(total: 2, perHost: 2)
-        let first = server.operation("/bytes/100")
+        // The member that succeeds is on a server of its own, with a slot of its own: the six
+        // held members may ask for their slots before it does (started on other threads), and
+        // with one host they could take every slot and hold it.
+        let other = try LoopbackServer()
+        defer { gate.open(); server.stop(); other.stop() }
+        let queue = makeFetchQueue(total: 3, perHost: 2)
+        let first = other.operation("/bytes/100")
         let firstDone = Countdown(1)
         first.onCompletion(on: .global) { _ in firstDone.signal() }
         let operations: [AnyFetchOperation] = [first] + (0..<6).map { _ in server.operation("/held") }
@@ -26,7 +30,7 @@ struct BatchCancellationTests {
             completed.signal()
         })
         #expect(await firstDone.wait())
-        // Two held in flight, four waiting for a slot.
+        // Two held in flight (the per-host limit), four waiting for a slot.
         #expect(await counts(of: queue) { $0.inFlight == 2 && $0.waiting == 4 })
         batch.cancel()
         #expect(await completed.wait())

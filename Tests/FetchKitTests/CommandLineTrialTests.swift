@@ -155,6 +155,32 @@ struct CommandLineTrialTests {
         #expect(quietEnding == .exit(0) && quietOutput.isEmpty && quietErrors.isEmpty, "\(quietOutput)\(quietErrors)")
     }
 
+    /// `-J --force` where the server's name is a symbolic link someone planted in the output
+    /// directory, pointing outside it: the link is replaced by the download; the file it
+    /// pointed to is never written, with or without a digest to check.
+    @Test func forceReplacesAPlantedLinkAndNeverWritesThroughIt() async throws {
+        let server = try LoopbackServer()
+        let directory = try TemporaryDirectory()
+        let outside = try TemporaryDirectory()
+        defer { server.stop(); directory.remove(); outside.remove() }
+        server.route("/named") { _ in
+            HTTPResponse(status: 200, headers: ["Content-Disposition": "attachment; filename=\"report.csv\""], body: Data("a,b\n".utf8))
+        }
+        let victim = outside.file("victim.txt")
+        try Data("precious".utf8).write(to: victim)
+        try FileManager.default.createSymbolicLink(at: directory.file("report.csv"), withDestinationURL: victim)
+        for extra in [[], ["--sha256", try await sha256sum(Data("a,b\n".utf8))]] {
+            let run = try await runTool("fetchkit", [server.url("/named").absoluteString, "-J", "--force", "-q", "-d", directory.url.path] + extra)
+            #expect(run.status == 0, "\(run)")
+            #expect(FileManager.default.contents(atPath: victim.path) == Data("precious".utf8), "never written through the link")
+            let kind = try FileManager.default.attributesOfItem(atPath: directory.file("report.csv").path)[.type] as? FileAttributeType
+            #expect(kind == .typeRegular, "the link itself was replaced")
+            #expect(FileManager.default.contents(atPath: directory.file("report.csv").path) == Data("a,b\n".utf8))
+            try FileManager.default.removeItem(at: directory.file("report.csv"))
+            try FileManager.default.createSymbolicLink(at: directory.file("report.csv"), withDestinationURL: victim)
+        }
+    }
+
     /// `--sha256` with `-J`: the file already there under the server's name is the one the
     /// digest checks, as one under the URL's name is — a mismatch is a checksum failure (exit 9)
     /// that keeps it, a match keeps it with nothing downloaded — never "already there" without

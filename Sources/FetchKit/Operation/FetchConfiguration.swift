@@ -52,7 +52,10 @@ public struct FetchConfiguration: Sendable {
     private var storedBandwidthLimit: Int?
 
     /// The longest one attempt may go without hearing from the server, in seconds, at
-    /// sub-second precision: until the response head, then between bytes of the body. `nil`
+    /// sub-second precision: until the response head is complete, then between bytes of the
+    /// body. (A head that trickles in over longer than this counts as no answer, as Go's
+    /// `ResponseHeaderTimeout` does: a server cannot hold an attempt open a byte at a time
+    /// before its body begins.) `nil`
     /// (the default) uses the request's `timeoutInterval` (60 s unless set). When it passes,
     /// the attempt fails with ``FetchError/timedOut(_:)`` of kind
     /// ``FetchError/Timeout/Kind/idle``, naming this interval.

@@ -104,76 +104,47 @@ public final class FetchQueue: @unchecked Sendable {
     /// The most response-body bytes per second that the queue's transfers read together, or
     /// `nil` for no limit.
     ///
-    /// **Enforced on the wire.** On Linux, each body chunk is charged, as libcurl reads it, to
-    /// a token bucket that the queue's transfers share (it refills at this rate and holds at
-    /// most a tenth of a second's worth, at least 4 KiB); a transfer whose chunk overdraws it
-    /// stops reading (libcurl's `curl_easy_pause`) until the refill has paid the debt. Its
-    /// socket's receive buffer then fills, TCP's window closes, and the server sends no faster
-    /// than the limit. A transfer alone on its connection (HTTP/1) is charged for what its
-    /// socket has received (`TCP_INFO`), not only for what libcurl has read, so that the
-    /// receive window a connection opens before its first pause is paid for too. The limit
-    /// counts the body as it comes off the connection (compressed, if it was sent so), not the
-    /// request. Transfers are never `suspend()`ed.
+    /// **Enforced on the wire.** On Linux each body chunk is charged, as libcurl reads it, to a
+    /// token bucket the queue's transfers share (refilled at this rate, holding at most a tenth
+    /// of a second's worth, at least 4 KiB); a transfer that overdraws it stops reading
+    /// (libcurl's `curl_easy_pause`) until the refill has paid the debt, so its receive window
+    /// closes and the server sends no faster than the limit. The limit counts the body as it
+    /// comes off the connection (compressed, if it was sent so), not the request. Transfers are
+    /// never `suspend()`ed.
     ///
     /// **Even shares.** The transfers under one limit share it evenly: each reads at most its
-    /// share of the limit among those that want more than that, and the share follows the
-    /// transfers as they start and end. A transfer that reads less on its own (a slow server,
-    /// or a lower limit of its own or of its host) leaves the rest to the others.
+    /// share among those that want more than that, and the share follows the transfers as they
+    /// start and end. A transfer that reads less on its own (a slow server, or a lower limit of
+    /// its own or of its host) leaves the rest to the others.
     ///
     /// **Changing it.** Set it at any time, from any thread: the transfers in flight are held
     /// to the new limit from their next chunk on, and a transfer paused under the old limit
     /// resumes at once to be held to the new one; `nil` lifts the limit. A value below 1 is
-    /// taken as 1, as in ``init(name:maximumConcurrentTransfers:maximumTransfersPerHost:monitors:coalescesIdenticalRequests:networkActivityHideDelay:authentication:bandwidthLimit:bandwidthLimitPerHost:)``.
-    /// A transfer that started without a limit keeps the connection it has (possibly an
-    /// HTTP/2 stream, or the kernel's default receive window): it is held by pausing its
-    /// reading as any other, but the server may send up to that connection's receive window
-    /// ahead of the limit, which the reading then pays back (see the next paragraphs); over
-    /// HTTP/2 it is not held on the wire (``isBandwidthLimitEnforced`` turns `false`).
+    /// taken as 1. A transfer that started without a limit keeps its connection (possibly an
+    /// HTTP/2 stream, or the kernel's default receive window): its reading is held like any
+    /// other, but the server may send up to that window ahead of the limit, and over HTTP/2 it
+    /// is not held on the wire (``isBandwidthLimitEnforced`` turns `false`).
     ///
-    /// **Up to 1 MB/s per transfer** (its even share of the limit when it starts), a
-    /// transfer gets a new connection of its own, whose receive buffer is set before it
-    /// connects (`SO_RCVBUF`, from libcurl's `CURLOPT_SOCKOPTFUNCTION`) to about a tenth of a
-    /// second of that share, at least 4 KiB, and which is closed when it ends. Otherwise the
-    /// server fills the kernel's default window (some 190 kB on loopback) before the first
-    /// pause, more than a second's worth at a low rate, and the limit pays it back as debt;
-    /// and the kernel's autotuning grows that window each time a resumed transfer drains it,
-    /// so that each resume lets a larger burst through.
-    /// The costs: a connection (and over HTTPS a TLS handshake) per such transfer; over a path
-    /// whose round trip is longer than about a tenth of a second the window, not the limit,
-    /// paces it (below its share). A transfer whose handle cannot be
-    /// given it (a session whose configuration has a `urlCache` of its own, or another
-    /// FoundationNetworking layout) keeps the default window.
+    /// **Connections.** A limited transfer runs over HTTP/1.1 on a connection of its own, even to
+    /// a server that speaks HTTP/2 (pausing an HTTP/2 stream does not stop the server sending
+    /// up to the stream's window). Up to 1 MB/s per transfer (its share when it starts), that
+    /// connection's receive buffer is set before it connects to about a tenth of a second of
+    /// the share, at least 4 KiB, so that the first burst is small; it is closed when the
+    /// transfer ends. The cost is a connection (over HTTPS, a TLS handshake) per limited
+    /// transfer, and over a path whose round trip is longer than about a tenth of a second the
+    /// window, not the limit, paces it.
     ///
-    /// **How closely it holds.** Measured at the server over every 5-second window, it holds
-    /// within about ±15 % of the limit from 25 kB/s to 1 MB/s, for one transfer or several
-    /// sharing it (over TLS, two transfers at 250 kB/s, not in every round). The figures, and
-    /// the commands that measure them (`fetchkit-bench limit-rate`), are in <doc:Benchmarks>.
+    /// **When it is not enforced.** Where FetchKit cannot reach a task's libcurl handle
+    /// (another FoundationNetworking layout, a session whose configuration has a `urlCache` of
+    /// its own for the HTTP/1.1 and window settings) or on Apple platforms (no libcurl), the
+    /// transfers' bodies still reach the app at the limit but the server may send faster, and
+    /// ``isBandwidthLimitEnforced`` turns `false` at the first chunk that should have paused
+    /// them. ``FetchSession/workarounds`` says which mechanisms are in effect.
     ///
-    /// **HTTP/1.1 only.** A limited transfer is made over HTTP/1.1, a connection of its own,
-    /// even to a server that speaks HTTP/2: libcurl 7.88 opens each HTTP/2 stream with a 32 MB
-    /// window, and pausing a stream only stops new window updates, so a server sends a body of
-    /// up to 32 MB at once whatever the pause. Where the session cannot ask libcurl for HTTP/1.1 (its
-    /// configuration has a `urlCache` of its own, or another FoundationNetworking layout), a
-    /// limited transfer that runs over HTTP/2 turns ``isBandwidthLimitEnforced`` `false`: its
-    /// body reaches the app at the limit, but the server sends it as fast as it can.
-    ///
-    /// **Why not libcurl's own limit.** `CURLOPT_MAX_RECV_SPEED_LARGE` lets bursts through:
-    /// libcurl 7.88 checks it only between calls, and a call reads up to a hundred 16 KiB
-    /// buffers while the socket has data (1.6 MB at once per transfer). Later libcurl bounds
-    /// each read by the limit (8.4) and paces with a token bucket of its own (8.18), but
-    /// FoundationNetworking links the system's libcurl, 7.88 on Debian 12. FetchKit uses its
-    /// bucket alone (the comparison is in <doc:Benchmarks>).
-    ///
-    /// **When it is not enforced.** FetchKit reaches libcurl's handle of each task by
-    /// reflection on FoundationNetworking, as for ``FetchSession``'s trust settings. Where that
-    /// fails (another layout of FoundationNetworking) or on Apple platforms (no libcurl), the
-    /// transfers run at full speed and ``isBandwidthLimitEnforced`` turns `false` at the first
-    /// chunk that should have paused them.
-    ///
-    /// A limit low enough that a transfer waits longer than its
-    /// ``FetchConfiguration/idleTimeout`` for its share (with many transfers sharing a few
-    /// kilobytes per second) makes it time out: keep the limit above about 16 KiB per second
-    /// for each transfer in flight times the ratio of a chunk to the idle timeout.
+    /// A limit so low that a transfer waits longer than its
+    /// ``FetchConfiguration/idleTimeout`` for its share makes it time out: keep each transfer's
+    /// share above a chunk (16 KiB) per idle timeout. How closely the limit holds, measured at
+    /// the server, and why libcurl's own speed limit is not used, are in <doc:Benchmarks>.
     public var bandwidthLimit: Int? {
         get { bandwidthBudgets.overall.rate }
         set { bandwidthBudgets.overall.setRate(newValue.map { max(1, $0) }) }
