@@ -19,14 +19,19 @@ let package = Package(
         .library(name: "FetchKit", targets: ["FetchKit"]),
     ],
     targets: [
-        .target(name: "FetchKit", dependencies: ["CFetchKitShims"]),
-        // The part of FetchKit's Linux workarounds that must run before any Swift code: OpenSSL's
-        // exit-time cleanup turned off as the process loads (corelibs #5469). Not a product.
+        .target(name: "FetchKit", dependencies: ["FoundationNetworkingShims"]),
+        // The one door into FoundationNetworking, libcurl and raw sockets (Linux): the table of
+        // libcurl functions and numbers, the reflection path to a task's handles, FoundationNetworking's
+        // own callbacks, the socket calls, the toolchain's fixes. FetchKit keeps the policy. Not a
+        // product: `package` symbols only.
+        .target(name: "FoundationNetworkingShims", dependencies: ["CFetchKitShims"]),
+        // The part of the shims that must run before any Swift code: OpenSSL's exit-time cleanup
+        // turned off as the process loads (corelibs #5469). Not a product.
         .target(name: "CFetchKitShims"),
         // The in-tree HTTP/1.1 server on 127.0.0.1 that the tests, the demo and the benchmark
         // run against. A target, not a product: it is not part of FetchKit's public surface.
         .target(name: "LoopbackServer"),
-        .testTarget(name: "FetchKitTests", dependencies: ["FetchKit", "LoopbackServer", "RunLoopProbe", "DependencyProbe", "TLSProbe", "FramingProbe", "SubclassProbe", "ExitCleanupProbe", "fetchkit", "fetchkit-bench", "CZlib"]),
+        .testTarget(name: "FetchKitTests", dependencies: ["FetchKit", "FoundationNetworkingShims", "LoopbackServer", "RunLoopProbe", "DependencyProbe", "TLSProbe", "FramingProbe", "SubclassProbe", "ExitCleanupProbe", "fetchkit", "fetchkit-bench", "CZlib"]),
         // zlib, for the tests only: they compress real gzip streams (a bomb, a truncated body).
         // FetchKit itself needs no zlib: libcurl decodes content codings under URLSession.
         .systemLibrary(name: "CZlib", path: "Tests/CZlib", pkgConfig: "zlib", providers: [.apt(["zlib1g-dev"])]),
@@ -48,7 +53,7 @@ let package = Package(
         .executableTarget(name: "SubclassProbe", dependencies: ["FetchKit"], path: "Tests/SubclassProbe"),
         // Reports, from an `atexit` handler, whether OpenSSL's own exit handler ran before it:
         // for FetchKitTests to run as a subprocess (what happens at exit happens once a process).
-        .executableTarget(name: "ExitCleanupProbe", dependencies: ["FetchKit", "LoopbackServer"], path: "Tests/ExitCleanupProbe"),
+        .executableTarget(name: "ExitCleanupProbe", dependencies: ["FetchKit", "FoundationNetworkingShims", "LoopbackServer"], path: "Tests/ExitCleanupProbe"),
         .testTarget(name: "LoopbackServerTests", dependencies: ["LoopbackServer"]),
         // The command-line downloader, and the offline demo it runs with no URL: `swift run fetchkit`.
         .executableTarget(name: "fetchkit", dependencies: ["FetchKit", "LoopbackServer"]),

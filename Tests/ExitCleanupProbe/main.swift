@@ -12,6 +12,7 @@
 //   cleaned-before-exit-handler=<true|false|none>     (from the exit handler, the last line written)
 import FetchKit
 import Foundation
+import FoundationNetworkingShims
 import LoopbackServer
 #if canImport(Glibc)
 import Glibc

@@ -2,6 +2,7 @@ import Foundation
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
+import FoundationNetworkingShims
 import Testing
 @testable import FetchKit
 

@@ -5,6 +5,7 @@ import FoundationNetworking
 #if canImport(Glibc)
 import Glibc
 #endif
+import FoundationNetworkingShims
 import Testing
 @testable import FetchKit
 
@@ -26,8 +27,8 @@ struct LoadedFunctionTests {
 
     /// The local function the fix needs: found, and different from every exported one.
     @Test func foundationNetworkingsSocketCallbackIsFound() throws {
-        let found = try #require(LoadedFunction.address(of: CurlSocketCallback.foundationCallbackName, inFileMappedAt: anchor))
-        #expect(dlsym(UnsafeMutableRawPointer(bitPattern: 0), CurlSocketCallback.foundationCallbackName) == nil,
+        let found = try #require(LoadedFunction.address(of: FoundationNetworkingCallbacks.socketCallbackName, inFileMappedAt: anchor))
+        #expect(dlsym(UnsafeMutableRawPointer(bitPattern: 0), FoundationNetworkingCallbacks.socketCallbackName) == nil,
                 "a local symbol: the dynamic linker cannot see it")
         #expect(CurlSocketCallback.foundationCallback.map { unsafeBitCast($0, to: UnsafeRawPointer.self) } == found)
     }
@@ -43,19 +44,19 @@ struct LoadedFunctionTests {
     @Test func anAnchorOutsideAnyFileGivesNil() {
         let heap = UnsafeMutableRawPointer.allocate(byteCount: 64, alignment: 16)
         defer { heap.deallocate() }
-        #expect(LoadedFunction.address(of: CurlSocketCallback.foundationCallbackName, inFileMappedAt: heap) == nil)
+        #expect(LoadedFunction.address(of: FoundationNetworkingCallbacks.socketCallbackName, inFileMappedAt: heap) == nil)
         var local = 0
         withUnsafePointer(to: &local) { stack in
-            #expect(LoadedFunction.address(of: CurlSocketCallback.foundationCallbackName, inFileMappedAt: stack) == nil)
+            #expect(LoadedFunction.address(of: FoundationNetworkingCallbacks.socketCallbackName, inFileMappedAt: stack) == nil)
         }
-        #expect(LoadedFunction.address(of: CurlSocketCallback.foundationCallbackName,
+        #expect(LoadedFunction.address(of: FoundationNetworkingCallbacks.socketCallbackName,
                                        inFileMappedAt: UnsafeRawPointer(bitPattern: 0x10)!) == nil)
     }
 
     /// The right name in the wrong file (libc, whose symbol table is stripped or lacks it).
     @Test func theNameInAnotherLibraryGivesNil() throws {
         let libc = try #require(dlsym(UnsafeMutableRawPointer(bitPattern: 0), "strlen"))
-        #expect(LoadedFunction.address(of: CurlSocketCallback.foundationCallbackName, inFileMappedAt: libc) == nil)
+        #expect(LoadedFunction.address(of: FoundationNetworkingCallbacks.socketCallbackName, inFileMappedAt: libc) == nil)
     }
 
     /// Every line of this process's `/proc/self/maps` parses.

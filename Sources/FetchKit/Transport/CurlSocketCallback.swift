@@ -2,11 +2,7 @@ import Foundation
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Musl)
-import Musl
-#endif
+import FoundationNetworkingShims
 
 /// Stops FoundationNetworking from waking up all the time while a transfer waits (Linux).
 ///
@@ -34,18 +30,10 @@ import Musl
 ///
 /// FoundationNetworking's callback is a local symbol (the `@convention(c)` thunk of the
 /// closure in `_MultiHandle.setupCallbacks()`), found by its exact name in the library's
-/// symbol table (``LoadedFunction``); if it is not there, or any check fails, nothing is
+/// symbol table by the shims (`FoundationNetworkingCallbacks.socket`); if it is not there, or
+/// any check fails, nothing is
 /// installed and FoundationNetworking behaves as before.
 enum CurlSocketCallback {
-    /// The name of FoundationNetworking's socket callback: closure #1 in
-    /// `URLSession._MultiHandle.setupCallbacks()`, `@convention(c) (CURL *, curl_socket_t,
-    /// Int32, UnsafeMutableRawPointer?, UnsafeMutableRawPointer?) -> Int32`, as built from
-    /// swift-corelibs-foundation's `MultiHandle.swift` (read in the 6.3.1 release; its
-    /// `register`, `createSources` and `tearDown` are the same from 6.0 to 6.3.3 and on `main`
-    /// of August 2026, which still has the fault).
-    static let foundationCallbackName =
-        "$s20FoundationNetworking10URLSessionC12_MultiHandleC14setupCallbacks33_76FB65EF45BDE9115477B690E87F5E28LLyyFs5Int32VSv_A2ISvSgAJtcfU_To"
-
     /// Whether new sessions install the fix: yes, unless a benchmark turned it off
     /// (``ComparisonSwitches/quietsWaitingSockets``).
     static var isEnabledByDefault: Bool { ComparisonSwitches.quietsWaitingSockets }
@@ -58,35 +46,20 @@ enum CurlSocketCallback {
     @discardableResult
     static func install(on session: URLSession) -> Bool {
         #if canImport(FoundationNetworking) && os(Linux) && (canImport(Glibc) || canImport(Musl))
-        guard foundationCallback != nil, let (rawHandle, symbol) = FetchSession.curlMultiHandle(of: session) else { return false }
-        // CURLMcode curl_multi_setopt(CURLM *, CURLMoption, ...) with a function pointer: on the
-        // Linux ABIs Swift supports, a variadic pointer argument travels like a fixed one.
-        typealias SetFunctionOption = @convention(c) (UnsafeMutableRawPointer, Int32, Callback) -> Int32
-        let setOption = unsafeBitCast(symbol, to: SetFunctionOption.self)
-        let socketFunction: Int32 = 20_001   // CURLMOPT_SOCKETFUNCTION (CURLOPTTYPE_FUNCTIONPOINT + 1)
-        return setOption(rawHandle, socketFunction, quietingCallback) == 0   // CURLM_OK
+        guard foundationCallback != nil, let multi = FoundationNetworkingLayout.multiHandle(of: session) else { return false }
+        return Curl.set(multi: multi, .socketFunction, quietingCallback)
         #else
         return false
         #endif
     }
 
     #if canImport(FoundationNetworking) && os(Linux) && (canImport(Glibc) || canImport(Musl))
-    /// libcurl's `curl_socket_callback`: `int (CURL *easy, curl_socket_t s, int what,
-    /// void *clientp, void *socketp)`.
-    typealias Callback = @convention(c) (UnsafeMutableRawPointer?, Int32, Int32, UnsafeMutableRawPointer?,
-                                         UnsafeMutableRawPointer?) -> Int32
-
-    /// libcurl's `CURL_POLL_*` values.
-    enum Poll {
-        static let readable: Int32 = 1      // CURL_POLL_IN
-        static let writable: Int32 = 2      // CURL_POLL_OUT
-        static let remove: Int32 = 4        // CURL_POLL_REMOVE
-    }
+    typealias Callback = Curl.SocketCallback
+    typealias Poll = Curl.Poll
 
     /// FoundationNetworking's socket callback, found once per process; `nil` if it cannot be
     /// found safely.
-    static let foundationCallback: Callback? = LoadedFunction.foundationNetworkingCallbacks[foundationCallbackName]
-        .flatMap { UnsafeRawPointer(bitPattern: $0) }.map { unsafeBitCast($0, to: Callback.self) }
+    static var foundationCallback: Callback? { FoundationNetworkingCallbacks.socket }
 
     /// How many registrations the fix has turned into a removal and a new registration, in
     /// all sessions of the process (for tests: a few per connection, never per wake-up).

@@ -2,13 +2,14 @@ import Foundation
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
+import FoundationNetworkingShims
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
 import Musl
 #endif
 
-#if canImport(FoundationNetworking) && (canImport(Glibc) || canImport(Musl))
+#if canImport(FoundationNetworking) && os(Linux) && (canImport(Glibc) || canImport(Musl))
 /// Sets what FetchKit needs on each task's own libcurl easy handle (Linux), before
 /// FoundationNetworking first configures it or hands it to libcurl:
 ///
@@ -44,9 +45,9 @@ import Musl
 /// an HTTP/2 connection (7.88.1, `url.c` `ConnectionExists`), and offers only `http/1.1` in
 /// ALPN when it makes one.
 ///
-/// **Refusal.** Everything is found at run time: the easy handle by reflection
-/// (`URLSessionTask._protocolStorage` → `.existing(protocol)` → `easyHandle` → `rawHandle`),
-/// `curl_easy_setopt` and `curl_easy_getinfo` with `dlsym`. A ``FetchSession`` proves the whole
+/// **Refusal.** Everything is found at run time, through the shims: the easy handle by
+/// reflection (`FoundationNetworkingLayout.easyHandle(of:)`), `curl_easy_setopt` and
+/// `curl_easy_getinfo` in their table (`Curl`). A ``FetchSession`` proves the whole
 /// path on a probe task (cancelled, never resumed: nothing is sent) before its first task.
 /// Where it fails, a session with trust settings is not made
 /// (``TrustConfigurationError/Reason/notEnforceable(_:)``: a security setting that cannot be
@@ -70,13 +71,7 @@ import Musl
 final class CurlTaskOptions: URLCache, @unchecked Sendable {
     /// Finds a task's libcurl easy handle (reflection by default; tests give one that fails).
     typealias HandleLookup = @Sendable (URLSessionTask) -> EasyHandle?
-
-    /// A task's libcurl easy handle, and the data FoundationNetworking gives its callbacks (the
-    /// address of its handle object).
-    struct EasyHandle {
-        let raw: UnsafeMutableRawPointer
-        let callbackData: UnsafeMutableRawPointer
-    }
+    typealias EasyHandle = FoundationNetworkingLayout.EasyHandle
 
     /// What was set on one task's handle.
     struct Outcome: Equatable {
@@ -104,8 +99,6 @@ final class CurlTaskOptions: URLCache, @unchecked Sendable {
 
     let trust: TrustSettings
     private let lookup: HandleLookup
-    private let setOption: UnsafeMutableRawPointer
-    private let getInfo: UnsafeMutableRawPointer
     /// The CA blob: the system bundle, then the added CAs; `nil` when none are added. Made by
     /// the probe, on the work queue.
     private let caBlob = Protected<[UInt8]?>(nil)
@@ -118,21 +111,6 @@ final class CurlTaskOptions: URLCache, @unchecked Sendable {
     /// then, and if it failed, a task with a connect timeout is resumed without one.
     private let unproven = Protected<String?>("not probed")
 
-    /// libcurl's option and info numbers (curl.h, 7.88.1).
-    private enum Curl {
-        static let caInfoBlob: Int32 = 40_309        // CURLOPT_CAINFO_BLOB (CURLOPTTYPE_BLOB + 309)
-        static let pinnedPublicKey: Int32 = 10_230   // CURLOPT_PINNEDPUBLICKEY (CURLOPTTYPE_STRINGPOINT + 230)
-        static let connectTimeoutMS: Int32 = 156     // CURLOPT_CONNECTTIMEOUT_MS (CURLOPTTYPE_LONG + 156)
-        static let httpVersion: Int32 = 84           // CURLOPT_HTTP_VERSION (CURLOPTTYPE_VALUES + 84)
-        static let httpVersion1_1 = 2                // CURL_HTTP_VERSION_1_1
-        static let socketOptionFunction: Int32 = 20_148  // CURLOPT_SOCKOPTFUNCTION (CURLOPTTYPE_FUNCTIONPOINT + 148)
-        static let socketOptionData: Int32 = 10_149      // CURLOPT_SOCKOPTDATA (CURLOPTTYPE_CBPOINT + 149)
-        static let freshConnect: Int32 = 74              // CURLOPT_FRESH_CONNECT (CURLOPTTYPE_LONG + 74)
-        static let forbidReuse: Int32 = 75               // CURLOPT_FORBID_REUSE (CURLOPTTYPE_LONG + 75)
-        static let caInfo: Int32 = 0x100000 + 61     // CURLINFO_CAINFO (CURLINFO_STRING + 61)
-        static let blobCopy: UInt32 = 1              // CURL_BLOB_COPY
-    }
-
     /// Where FoundationNetworking looks for the system bundle when libcurl names none.
     static let systemBundlePaths = ["/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt",
                                     "/usr/share/ssl/certs/ca-bundle.crt", "/usr/local/share/certs/ca-root-nss.crt",
@@ -140,14 +118,10 @@ final class CurlTaskOptions: URLCache, @unchecked Sendable {
 
     /// A hook setting `trust` (which may be empty) and the connect timeouts, or why there
     /// cannot be one.
-    init(trust: TrustSettings, lookup: @escaping HandleLookup = CurlTaskOptions.easyHandle(of:)) throws(TrustConfigurationError) {
-        guard let setOption = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "curl_easy_setopt"),
-              let getInfo = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "curl_easy_getinfo")
-        else { throw TrustConfigurationError(.notEnforceable("libcurl's curl_easy_setopt is not in this process")) }
+    init(trust: TrustSettings, lookup: @escaping HandleLookup = FoundationNetworkingLayout.easyHandle(of:)) throws(TrustConfigurationError) {
+        guard Curl.isAvailable else { throw TrustConfigurationError(.notEnforceable("libcurl's curl_easy_setopt is not in this process")) }
         self.trust = trust
         self.lookup = lookup
-        self.setOption = setOption
-        self.getInfo = getInfo
         // No disk: "/dev/null" cannot become a directory, so URLCache keeps none.
         super.init(memoryCapacity: 0, diskCapacity: 0, diskPath: "/dev/null")
     }
@@ -262,11 +236,6 @@ final class CurlTaskOptions: URLCache, @unchecked Sendable {
 
     // MARK: Setting the options (URLSession's work queue)
 
-    private typealias SetPointerOption = @convention(c) (UnsafeMutableRawPointer, Int32, UnsafeRawPointer?) -> Int32
-    private typealias SetFunctionOption = @convention(c) (UnsafeMutableRawPointer, Int32, ReceiveWindow.Callback) -> Int32
-    private typealias SetLongOption = @convention(c) (UnsafeMutableRawPointer, Int32, Int) -> Int32
-    private typealias GetStringInfo = @convention(c) (UnsafeMutableRawPointer, Int32, UnsafeMutablePointer<UnsafePointer<CChar>?>) -> Int32
-
     /// Sets the options on `task`'s new easy handle. The probe sets every option, a pin, a
     /// connect timeout and HTTP/1.1 included, to prove each takes (its handle never connects).
     private func apply(to task: URLSessionTask, _ request: TaskRequest, isProbe: Bool) -> Outcome {
@@ -274,13 +243,10 @@ final class CurlTaskOptions: URLCache, @unchecked Sendable {
         let handle = found.raw
         // First: every task's head goes through the filter where it can.
         let guarded = CurlHeaderCallback.install(on: handle, callbackData: found.callbackData, task: task,
-                                                       owner: ObjectIdentifier(self), setOption: setOption)
+                                                 owner: ObjectIdentifier(self))
         let trusted = applyTrust(to: handle, host: task.originalRequest?.url?.host, isProbe: isProbe)
-        // CURLcode curl_easy_setopt(CURL *, CURLoption, ...) with a `long`: on the Linux ABIs
-        // Swift supports, a variadic integer argument travels like a fixed one.
-        let set = unsafeBitCast(setOption, to: SetLongOption.self)
-        let timed = request.connectTimeout.map { set(handle, Curl.connectTimeoutMS, max(1, $0)) == 0 } ?? false   // CURLE_OK
-        let http1 = request.bandwidthShare != nil && set(handle, Curl.httpVersion, Curl.httpVersion1_1) == 0
+        let timed = request.connectTimeout.map { Curl.set(handle, .connectTimeoutMS, max(1, $0)) } ?? false
+        let http1 = request.bandwidthShare != nil && Curl.set(handle, .httpVersion, Curl.httpVersion1_1)
         // The probe's handle never connects: no window (a convenience) to prove on it.
         let window = isProbe ? false : request.bandwidthShare.map { applyBandwidthShare($0, to: handle) } ?? false
         return Outcome(trust: trusted, connectTimeout: timed, http1: http1, receiveWindow: window, headGuard: guarded)
@@ -294,50 +260,32 @@ final class CurlTaskOptions: URLCache, @unchecked Sendable {
     private func applyBandwidthShare(_ share: Int, to handle: UnsafeMutableRawPointer) -> Bool {
         CurlSocketCallback.forget(handle)
         guard let bytes = ReceiveWindow.bytes(forShare: share) else { return false }
-        // CURLcode curl_easy_setopt(CURL *, CURLoption, ...) with a pointer, a function pointer
-        // or a `long`: on the Linux ABIs Swift supports, a variadic argument of each travels
-        // like a fixed one. The function first: FoundationNetworking's own callback must never
-        // be handed this data (it reads it as its handle object). Nothing uses the handle in
-        // between (this runs on the work queue, before the handle is added to libcurl).
-        let setPointer = unsafeBitCast(setOption, to: SetPointerOption.self)
-        let setFunction = unsafeBitCast(setOption, to: SetFunctionOption.self)
-        let setLong = unsafeBitCast(setOption, to: SetLongOption.self)
-        guard setFunction(handle, Curl.socketOptionFunction, ReceiveWindow.callback) == 0 else { return false }
-        guard setPointer(handle, Curl.socketOptionData, ReceiveWindow.callbackData(bytes: bytes)) == 0 else {
+        // The function first: FoundationNetworking's own callback must never be handed this data
+        // (it reads it as its handle object). Nothing uses the handle in between (this runs on
+        // the work queue, before the handle is added to libcurl).
+        guard Curl.set(handle, .socketOptionFunction, ReceiveWindow.callback) else { return false }
+        guard Curl.set(handle, .socketOptionData, pointer: ReceiveWindow.callbackData(bytes: bytes)) else {
             // No callback at all (libcurl's default) rather than this one with the old data;
             // FoundationNetworking's sets nothing.
-            _ = setPointer(handle, Curl.socketOptionFunction, nil)
+            _ = Curl.set(handle, .socketOptionFunction, pointer: nil)
             return false
         }
         // A connection of its own, which no other transfer gets from the pool afterwards.
-        return setLong(handle, Curl.freshConnect, 1) == 0 && setLong(handle, Curl.forbidReuse, 1) == 0
+        return Curl.set(handle, .freshConnect, 1) && Curl.set(handle, .forbidReuse, 1)
     }
 
     /// Sets the trust options on `handle`; whether all took (`true` when there are none).
     private func applyTrust(to handle: UnsafeMutableRawPointer, host: String?, isProbe: Bool) -> Bool {
-        // CURLcode curl_easy_setopt(CURL *, CURLoption, ...) with a pointer: on the Linux ABIs
-        // Swift supports, a variadic pointer argument travels like a fixed one.
-        let set = unsafeBitCast(setOption, to: SetPointerOption.self)
         if !trust.certificateAuthorities.isEmpty {
             guard let blob = caBlob.withLock({ blob in
                 if blob == nil { blob = makeBlob(defaultBundle: defaultBundlePath(of: handle)) }
                 return blob
             }) else { return false }
-            // struct curl_blob { void *data; size_t len; unsigned int flags; }, copied by libcurl.
-            let applied = blob.withUnsafeBytes { bytes -> Bool in
-                let descriptor = UnsafeMutableRawPointer.allocate(byteCount: 24, alignment: 8)
-                defer { descriptor.deallocate() }
-                descriptor.initializeMemory(as: UInt8.self, repeating: 0, count: 24)
-                descriptor.storeBytes(of: UnsafeMutableRawPointer(mutating: bytes.baseAddress), toByteOffset: 0, as: UnsafeMutableRawPointer?.self)
-                descriptor.storeBytes(of: bytes.count, toByteOffset: 8, as: Int.self)
-                descriptor.storeBytes(of: Curl.blobCopy, toByteOffset: 16, as: UInt32.self)
-                return set(handle, Curl.caInfoBlob, descriptor) == 0   // CURLE_OK
-            }
-            guard applied else { return false }
+            guard blob.withUnsafeBytes({ Curl.set(handle, .caInfoBlob, copying: $0) }) else { return false }
         }
         let pin = isProbe ? "sha256//" + Data(count: 32).base64EncodedString() : trust.curlPinnedPublicKey(forHost: host)
         if let pin {
-            guard pin.withCString({ set(handle, Curl.pinnedPublicKey, $0) }) == 0 else { return false }
+            guard Curl.set(handle, .pinnedPublicKey, string: pin) else { return false }
         }
         return true
     }
@@ -346,9 +294,7 @@ final class CurlTaskOptions: URLCache, @unchecked Sendable {
     /// FoundationNetworking keeps too), or, if it has none, the first of FoundationNetworking's
     /// own list that can be read.
     private func defaultBundlePath(of handle: UnsafeMutableRawPointer) -> String? {
-        let get = unsafeBitCast(getInfo, to: GetStringInfo.self)
-        var value: UnsafePointer<CChar>?
-        if get(handle, Curl.caInfo, &value) == 0, let value { return String(cString: value) }
+        if let path = Curl.string(handle, .caInfo) { return path }
         return Self.systemBundlePaths.first { FileManager.default.isReadableFile(atPath: $0) }
     }
 
@@ -362,84 +308,6 @@ final class CurlTaskOptions: URLCache, @unchecked Sendable {
         }
         bytes += Array(trust.certificateAuthoritiesPEM.utf8)
         return bytes
-    }
-
-    // MARK: Finding the easy handle
-
-    /// `task`'s libcurl easy handle, once FoundationNetworking has made its protocol: found by
-    /// reflection, each step checked; `nil` on any other layout.
-    @Sendable static func easyHandle(of task: URLSessionTask) -> EasyHandle? {
-        guard let storage = child("_protocolStorage", of: task) else { return nil }
-        let state = Mirror(reflecting: storage)
-        guard state.displayStyle == .enum, let existing = state.children.first, existing.label == "existing",
-              let urlProtocol = existing.value as? URLProtocol, urlProtocol.task === task,
-              let easyHandle = child("easyHandle", of: urlProtocol).flatMap(unwrapped),
-              let raw = child("rawHandle", of: easyHandle).flatMap(unwrapped),
-              // The data FoundationNetworking gives the handle's callbacks: its address
-              // (`Unmanaged.passUnretained(self).toOpaque()`, `EasyHandle.swift`).
-              isEasyHandleClass(type(of: easyHandle))
-        else { return nil }
-        let object = easyHandle as AnyObject
-        let callbackData = Unmanaged.passUnretained(object).toOpaque()
-        if let pointer = raw as? UnsafeMutableRawPointer { return EasyHandle(raw: pointer, callbackData: callbackData) }
-        if let pointer = raw as? OpaquePointer { return EasyHandle(raw: UnsafeMutableRawPointer(pointer), callbackData: callbackData) }
-        return nil
-    }
-
-    /// Whether `type` is FoundationNetworking's `_EasyHandle` (its name checked once per type).
-    private static func isEasyHandleClass(_ type: Any.Type) -> Bool {
-        let key = ObjectIdentifier(type)
-        if let known = easyHandleClasses.withLock({ $0[key] }) { return known }
-        let matches = String(reflecting: type).hasSuffix("._EasyHandle")
-        easyHandleClasses.withLock { $0[key] = matches }
-        return matches
-    }
-    private static let easyHandleClasses = Protected([ObjectIdentifier: Bool]())
-
-    /// Where a stored property was found: how many superclasses up, and at which child.
-    private struct ChildPlace {
-        let depth: Int
-        let offset: Int
-    }
-    private struct ChildKey: Hashable {
-        let type: ObjectIdentifier
-        let label: String
-    }
-    /// Where each property was found in each type, so that the next lookup reads one child
-    /// (a mirror's children are made one at a time, as they are read) instead of all before it.
-    private static let childPlaces = Protected([ChildKey: ChildPlace]())
-
-    /// The stored property `label` of `value`, looked for in its class and its superclasses.
-    static func child(_ label: String, of value: Any) -> Any? {
-        let key = ChildKey(type: ObjectIdentifier(type(of: value)), label: label)
-        if let place = childPlaces.withLock({ $0[key] }) {
-            var mirror: Mirror? = Mirror(reflecting: value)
-            for _ in 0..<place.depth { mirror = mirror?.superclassMirror }
-            // The place is checked each time: the label must be the one found there.
-            if let children = mirror?.children, place.offset < children.count {
-                let found = children[children.index(children.startIndex, offsetBy: place.offset)]
-                if found.label == label { return found.value }
-            }
-        }
-        var mirror: Mirror? = Mirror(reflecting: value)
-        var depth = 0
-        while let current = mirror {
-            if let index = current.children.firstIndex(where: { $0.label == label }) {
-                let offset = current.children.distance(from: current.children.startIndex, to: index)
-                childPlaces.withLock { $0[key] = ChildPlace(depth: depth, offset: offset) }
-                return current.children[index].value
-            }
-            mirror = current.superclassMirror
-            depth += 1
-        }
-        return nil
-    }
-
-    /// `value` itself, or what it wraps if it is an optional (`nil` if that is empty). (A cast
-    /// to `Any?` unwraps an optional in an `Any`, and wraps anything else: no mirror needed.)
-    private static func unwrapped(_ value: Any) -> Any? {
-        if case Optional<Any>.some(let inner) = value { return inner }
-        return nil
     }
 }
 #endif

@@ -1,4 +1,5 @@
 import Foundation
+import FoundationNetworkingShims
 
 /// What FetchKit does about FoundationNetworking for one ``FetchSession``: each workaround, and
 /// whether it is in effect, off, or not needed, and why.
@@ -96,7 +97,7 @@ public struct FetchSessionReport: Sendable, Equatable, CustomStringConvertible {
 extension FetchSession {
     /// What FetchKit does about FoundationNetworking for this session (see ``FetchSessionReport``).
     public var workarounds: FetchSessionReport {
-        #if canImport(FoundationNetworking) && (canImport(Glibc) || canImport(Musl))
+        #if canImport(FoundationNetworking) && os(Linux) && (canImport(Glibc) || canImport(Musl))
         let unavailableLibrary = "FoundationNetworking's callback was not found where FetchKit looks "
             + "(a stripped or statically linked library, or another layout)"
         let taskOptionsStatus: FetchSessionReport.Status

@@ -1,4 +1,5 @@
 import Foundation
+import FoundationNetworkingShims
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
@@ -147,14 +148,14 @@ public final class FetchSession: @unchecked Sendable {
     /// found (tests: one that finds none, to see the refusal).
     convenience init(configuration: URLSessionConfiguration, monitors: [any FetchEventMonitor], trust: TrustSettings,
                      handleLookup: (@Sendable (URLSessionTask) -> CurlTaskOptions.EasyHandle?)?) throws(TrustConfigurationError) {
-        #if canImport(FoundationNetworking) && (canImport(Glibc) || canImport(Musl))
+        #if canImport(FoundationNetworking) && os(Linux) && (canImport(Glibc) || canImport(Musl))
         var hook: CurlTaskOptions?
         if !trust.isEmpty {
             guard configuration.urlCache == nil else {
                 throw TrustConfigurationError(.notEnforceable(
                     "the session's configuration has a urlCache, and FetchKit needs that slot to set the trust options on each task"))
             }
-            hook = try CurlTaskOptions(trust: trust, lookup: handleLookup ?? CurlTaskOptions.easyHandle(of:))
+            hook = try CurlTaskOptions(trust: trust, lookup: handleLookup ?? FoundationNetworkingLayout.easyHandle(of:))
         }
         self.init(configuration: configuration, monitors: monitors, quietsWaitingSockets: CurlSocketCallback.isEnabledByDefault,
                   trust: trust, taskOptions: hook)
@@ -179,7 +180,7 @@ public final class FetchSession: @unchecked Sendable {
         given = configuration.copy() as? URLSessionConfiguration ?? configuration
         let own = configuration.copy() as? URLSessionConfiguration ?? configuration
         router = SessionRouter(cookies: CookieJar(takingOverFrom: own), trust: trust)
-        #if canImport(FoundationNetworking) && (canImport(Glibc) || canImport(Musl))
+        #if canImport(FoundationNetworking) && os(Linux) && (canImport(Glibc) || canImport(Musl))
         let hook = taskOptions as? CurlTaskOptions
             ?? (configuration.urlCache == nil ? try? CurlTaskOptions(trust: TrustSettings()) : nil)
         self.taskOptions = hook
@@ -190,7 +191,7 @@ public final class FetchSession: @unchecked Sendable {
         sizesConnectionPool = Self.fixConnectionPoolSize(of: urlSession,
                                                          to: max(Self.connectionPoolSize, configuration.httpMaximumConnectionsPerHost))
         quietsWaitingSockets = quiet && CurlSocketCallback.install(on: urlSession)
-        #if canImport(FoundationNetworking) && (canImport(Glibc) || canImport(Musl))
+        #if canImport(FoundationNetworking) && os(Linux) && (canImport(Glibc) || canImport(Musl))
         // Before any other task: proves that each task's handle takes the options.
         hook?.probe(urlSession)
         #endif
@@ -200,7 +201,7 @@ public final class FetchSession: @unchecked Sendable {
     /// made with ``init(configuration:monitors:trust:)``).
     public let trust: TrustSettings
 
-    #if canImport(FoundationNetworking) && (canImport(Glibc) || canImport(Musl))
+    #if canImport(FoundationNetworking) && os(Linux) && (canImport(Glibc) || canImport(Musl))
     /// Sets ``trust`` and connect timeouts on each task's libcurl handle (Linux); `nil` when the
     /// given configuration has a `urlCache` (the slot the hook takes) and no trust settings.
     let taskOptions: CurlTaskOptions?
@@ -210,7 +211,7 @@ public final class FetchSession: @unchecked Sendable {
     /// settings): then a request needs a task of its own for each set of pins, and challenges
     /// cannot be answered (FoundationNetworking answers on a handle of its own making).
     var setsTrustPerTask: Bool {
-        #if canImport(FoundationNetworking) && (canImport(Glibc) || canImport(Musl))
+        #if canImport(FoundationNetworking) && os(Linux) && (canImport(Glibc) || canImport(Musl))
         return !trust.isEmpty && taskOptions != nil
         #else
         return false
@@ -226,7 +227,7 @@ public final class FetchSession: @unchecked Sendable {
     /// has no connect timeout: `false`. Where it is `false`, a connection being made is bounded
     /// by ``FetchConfiguration/idleTimeout`` alone.
     public var enforcesConnectTimeouts: Bool {
-        #if canImport(FoundationNetworking) && (canImport(Glibc) || canImport(Musl))
+        #if canImport(FoundationNetworking) && os(Linux) && (canImport(Glibc) || canImport(Musl))
         return taskOptions.map { $0.probeFailure == nil } ?? false
         #else
         return false
@@ -252,7 +253,7 @@ public final class FetchSession: @unchecked Sendable {
     /// the process on Swift 6.3.x. Always `false` on Apple platforms, where URLSession needs none
     /// of this.
     public var guardsResponseHeads: Bool {
-        #if canImport(FoundationNetworking) && (canImport(Glibc) || canImport(Musl))
+        #if canImport(FoundationNetworking) && os(Linux) && (canImport(Glibc) || canImport(Musl))
         return taskOptions?.guardsResponseHeads ?? false
         #else
         return false
@@ -276,7 +277,7 @@ public final class FetchSession: @unchecked Sendable {
     /// process; if it failed all the same, the cancel is queued behind the task's start on
     /// URLSession's queue, not before it.)
     func resume(_ task: URLSessionTask, connectTimeout: TimeInterval? = nil, bandwidthShare: Int? = nil) -> Resumption {
-        #if canImport(FoundationNetworking) && (canImport(Glibc) || canImport(Musl))
+        #if canImport(FoundationNetworking) && os(Linux) && (canImport(Glibc) || canImport(Musl))
         let request = CurlTaskOptions.TaskRequest(connectTimeout: connectTimeout.flatMap(Self.milliseconds), bandwidthShare: bandwidthShare)
         // Nothing to set (the common case): the hook has nothing to record, nor this to take.
         guard let taskOptions, !trust.isEmpty || request != CurlTaskOptions.TaskRequest() else {
@@ -329,38 +330,20 @@ public final class FetchSession: @unchecked Sendable {
     /// Sets the size of the libcurl connection cache behind `session`, where FoundationNetworking
     /// has one (Linux); does nothing elsewhere, or if its layout is not the expected one.
     ///
-    /// FoundationNetworking offers no setting for it, so the multi handle is found by
-    /// reflection (`URLSession.multiHandle.rawHandle`) and the option set with
-    /// `curl_multi_setopt`, looked up at run time. Call it before the session has a task.
+    /// FoundationNetworking offers no setting for it, so the multi handle is found through the
+    /// shims (`FoundationNetworkingLayout.multiHandle(of:)`, reflection) and the option set with
+    /// `curl_multi_setopt` from their table. Call it before the session has a task.
     ///
     /// - Returns: Whether the option was set.
     @discardableResult
     static func fixConnectionPoolSize(of session: URLSession, to size: Int) -> Bool {
-        #if canImport(FoundationNetworking) && (canImport(Glibc) || canImport(Musl))
-        guard let (rawHandle, symbol) = curlMultiHandle(of: session) else { return false }
-        // CURLMcode curl_multi_setopt(CURLM *, CURLMoption, ...) with a `long`: on the Linux
-        // ABIs Swift supports, a variadic integer argument travels like a fixed one.
-        typealias SetLongOption = @convention(c) (UnsafeMutableRawPointer, Int32, Int) -> Int32
-        let setOption = unsafeBitCast(symbol, to: SetLongOption.self)
-        let maximumConnections: Int32 = 6   // CURLMOPT_MAXCONNECTS (CURLOPTTYPE_LONG + 6)
-        return setOption(rawHandle, maximumConnections, size) == 0   // CURLM_OK
+        #if canImport(FoundationNetworking) && os(Linux) && (canImport(Glibc) || canImport(Musl))
+        guard let multi = FoundationNetworkingLayout.multiHandle(of: session) else { return false }
+        return Curl.set(multi: multi, .maximumConnections, size)
         #else
         return false
         #endif
     }
-
-    #if canImport(FoundationNetworking) && (canImport(Glibc) || canImport(Musl))
-    /// The libcurl multi handle behind `session` (`URLSession.multiHandle.rawHandle`, found by
-    /// reflection) and `curl_multi_setopt` (looked up at run time); `nil` if FoundationNetworking's
-    /// layout is not the expected one.
-    static func curlMultiHandle(of session: URLSession) -> (handle: UnsafeMutableRawPointer, setOption: UnsafeMutableRawPointer)? {
-        guard let multiHandle = Mirror(reflecting: session).descendant("multiHandle"),
-              let rawHandle = Mirror(reflecting: multiHandle).descendant("rawHandle") as? UnsafeMutableRawPointer,
-              let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "curl_multi_setopt")
-        else { return nil }
-        return (rawHandle, symbol)
-    }
-    #endif
 
     /// The configuration FetchKit uses by default: `URLSessionConfiguration.default` with
     ///

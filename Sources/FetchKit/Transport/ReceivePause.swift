@@ -2,11 +2,7 @@ import Foundation
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Musl)
-import Musl
-#endif
+import FoundationNetworkingShims
 
 /// Stops libcurl reading a task's response at once, from inside the callback that delivers a
 /// chunk of it (Linux).
@@ -21,10 +17,9 @@ import Musl
 /// allows from inside its write callback, ends the reads there: the queue drains, and the
 /// cancel lands within milliseconds and closes the connection.
 ///
-/// FoundationNetworking offers no way to it, so the task's libcurl handle is found by
-/// reflection (`URLSessionTask._protocolStorage` → `.existing(protocol)` →
-/// `_NativeProtocol.easyHandle` → `_EasyHandle.rawHandle`), and `curl_easy_pause` is looked
-/// up at run time — as ``FetchSession`` sizes the connection pool. If the layout differs, or
+/// FoundationNetworking offers no way to it, so the task's libcurl handle is found through the
+/// shims (`FoundationNetworkingLayout.easyHandle(of:)`, reflection) and `curl_easy_pause` is
+/// called from their table (`Curl`), as ``FetchSession`` sizes the connection pool. If the layout differs, or
 /// elsewhere, nothing happens: the cancel lands when it can, as before.
 enum ReceivePause {
     /// Pauses receiving for `task`.
@@ -36,10 +31,9 @@ enum ReceivePause {
     /// - Returns: Whether libcurl accepted the pause.
     @discardableResult
     static func pauseReceiving(_ task: URLSessionTask) -> Bool {
-        #if canImport(FoundationNetworking) && (canImport(Glibc) || canImport(Musl))
-        guard let pause = curlEasyPause, let handle = easyHandle(of: task) else { return false }
-        let receive: Int32 = 1   // CURLPAUSE_RECV
-        return pause(handle, receive) == 0    // CURLE_OK
+        #if canImport(FoundationNetworking) && os(Linux) && (canImport(Glibc) || canImport(Musl))
+        guard let handle = easyHandle(of: task) else { return false }
+        return Curl.pause(handle, receiving: false)
         #else
         return false
         #endif
@@ -48,14 +42,13 @@ enum ReceivePause {
     /// Pauses receiving for `task`, and resumes it once URLSession's work queue has handled
     /// everything queued on it meanwhile. Same rules as ``pauseReceiving(_:)``.
     static func breathe(_ task: URLSessionTask) {
-        #if canImport(FoundationNetworking) && (canImport(Glibc) || canImport(Musl))
-        guard let pause = curlEasyPause, let handle = easyHandle(of: task),
-              let workQueue = CurlTaskOptions.child("workQueue", of: task) as? DispatchQueue,
-              pause(handle, 1) == 0 else { return }
+        #if canImport(FoundationNetworking) && os(Linux) && (canImport(Glibc) || canImport(Musl))
+        guard let handle = easyHandle(of: task), let workQueue = FoundationNetworkingLayout.workQueue(of: task),
+              Curl.pause(handle, receiving: false) else { return }
         workQueue.async {
             // The task may have ended meanwhile: its handle is looked up again, on this queue.
             guard let handle = easyHandle(of: task) else { return }
-            _ = pause(handle, 0)    // CURLPAUSE_CONT
+            _ = Curl.pause(handle, receiving: true)
         }
         #endif
     }
@@ -67,15 +60,14 @@ enum ReceivePause {
     /// - Returns: The resume, or `nil` if libcurl's handle could not be reached (the reading
     ///   goes on).
     static func pauseUntilResumed(_ task: URLSessionTask) -> (@Sendable () -> Void)? {
-        #if canImport(FoundationNetworking) && (canImport(Glibc) || canImport(Musl))
-        guard let pause = curlEasyPause, let handle = easyHandle(of: task),
-              let workQueue = CurlTaskOptions.child("workQueue", of: task) as? DispatchQueue,
-              pause(handle, 1) == 0 else { return nil }
+        #if canImport(FoundationNetworking) && os(Linux) && (canImport(Glibc) || canImport(Musl))
+        guard let handle = easyHandle(of: task), let workQueue = FoundationNetworkingLayout.workQueue(of: task),
+              Curl.pause(handle, receiving: false) else { return nil }
         return {
             workQueue.async {
                 // The task may have ended meanwhile: its handle is looked up again, on this queue.
                 guard let handle = easyHandle(of: task) else { return }
-                _ = pause(handle, 0)    // CURLPAUSE_CONT
+                _ = Curl.pause(handle, receiving: true)
             }
         }
         #else
@@ -90,14 +82,13 @@ enum ReceivePause {
     ///   early, if libcurl accepted the pause (`nil`: the handle could not be reached, and the
     ///   reading goes on).
     static func pause(_ task: URLSessionTask, for seconds: TimeInterval) -> DispatchQueue? {
-        #if canImport(FoundationNetworking) && (canImport(Glibc) || canImport(Musl))
-        guard let pause = curlEasyPause, let handle = easyHandle(of: task),
-              let workQueue = CurlTaskOptions.child("workQueue", of: task) as? DispatchQueue,
-              pause(handle, 1) == 0 else { return nil }
+        #if canImport(FoundationNetworking) && os(Linux) && (canImport(Glibc) || canImport(Musl))
+        guard let handle = easyHandle(of: task), let workQueue = FoundationNetworkingLayout.workQueue(of: task),
+              Curl.pause(handle, receiving: false) else { return nil }
         workQueue.asyncAfter(deadline: .now() + seconds) {
             // The task may have ended meanwhile: its handle is looked up again, on this queue.
             guard let handle = easyHandle(of: task) else { return }
-            _ = pause(handle, 0)    // CURLPAUSE_CONT
+            _ = Curl.pause(handle, receiving: true)
         }
         return workQueue
         #else
@@ -109,11 +100,10 @@ enum ReceivePause {
     /// call returned): a bandwidth limit changed. Any thread. Nothing happens if the task has
     /// ended meanwhile.
     static func resumeReceiving(_ task: URLSessionTask, on workQueue: DispatchQueue) {
-        #if canImport(FoundationNetworking) && (canImport(Glibc) || canImport(Musl))
-        guard let pause = curlEasyPause else { return }
+        #if canImport(FoundationNetworking) && os(Linux) && (canImport(Glibc) || canImport(Musl))
         workQueue.async {
             guard let handle = easyHandle(of: task) else { return }
-            _ = pause(handle, 0)    // CURLPAUSE_CONT
+            _ = Curl.pause(handle, receiving: true)
         }
         #endif
     }
@@ -143,60 +133,23 @@ enum ReceivePause {
     /// rules as ``pauseReceiving(_:)``.
     static func connection(of task: URLSessionTask) -> Connection {
         #if canImport(FoundationNetworking) && os(Linux) && (canImport(Glibc) || canImport(Musl))
-        guard let getLong = curlEasyGetLong, let handle = easyHandle(of: task) else { return .unknown }
-        var version = 0
-        let httpVersion: Int32 = 0x200000 + 46      // CURLINFO_HTTP_VERSION (CURLINFO_LONG + 46)
-        // CURL_HTTP_VERSION_1_0 is 1, _1_1 is 2; 2.0 (3) and 3 (30) multiplex.
-        guard getLong(handle, httpVersion, &version) == 0 else { return .unknown }
-        guard version == 1 || version == 2 else { return version == 3 || version == 30 ? .multiplexed : .unknown }
-        guard let socket = CurlSocketCallback.socket(of: handle) else { return .unknown }
-        // `struct tcp_info` (linux/tcp.h): `tcpi_bytes_received`, a `__u64`, at 128 (8 one-byte
-        // fields, 24 `__u32`, then pacing_rate, max_pacing_rate, bytes_acked); read as raw bytes
-        // with a size check, as Glibc's declaration of the struct is older.
-        let offset = 128
-        var info = [UInt8](repeating: 0, count: 256)
-        var length = socklen_t(info.count)
-        let tcpInfo: Int32 = 11                     // TCP_INFO
-        guard info.withUnsafeMutableBytes({ getsockopt(socket, Int32(IPPROTO_TCP), tcpInfo, $0.baseAddress, &length) }) == 0,
-              Int(length) >= offset + 8 else { return .unknown }
-        let received = info.withUnsafeBytes { UInt64(littleEndian: $0.loadUnaligned(fromByteOffset: offset, as: UInt64.self)) }
-        var unread: Int32 = 0
-        guard ioctl(socket, UInt(FIONREAD), &unread) == 0 else { return .unknown }
-        return .receipt(received: Int(clamping: received), unread: Int(unread))
+        guard let handle = easyHandle(of: task), let version = Curl.long(handle, .httpVersion) else { return .unknown }
+        guard version == Curl.HTTPVersion.http1_0 || version == Curl.HTTPVersion.http1_1 else {
+            return version == Curl.HTTPVersion.http2 || version == Curl.HTTPVersion.http3 ? .multiplexed : .unknown
+        }
+        guard let socket = CurlSocketCallback.socket(of: handle),
+              let received = Sockets.bytesReceived(socket), let unread = Sockets.unreadBytes(socket) else { return .unknown }
+        return .receipt(received: received, unread: unread)
         #else
         return .unknown
         #endif
     }
 
-    #if canImport(FoundationNetworking) && (canImport(Glibc) || canImport(Musl))
-    /// `CURLcode curl_easy_getinfo(CURL *, CURLINFO, long *)`.
-    private typealias EasyGetLong = @convention(c) (UnsafeMutableRawPointer, Int32, UnsafeMutablePointer<Int>) -> Int32
-
-    private static let curlEasyGetLong: EasyGetLong? = {
-        guard let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "curl_easy_getinfo") else { return nil }
-        return unsafeBitCast(symbol, to: EasyGetLong.self)
-    }()
-
-    /// `CURLcode curl_easy_setopt(CURL *, CURLoption, long)`.
-    private typealias EasySetLong = @convention(c) (UnsafeMutableRawPointer, Int32, Int) -> Int32
-
-    private static let curlEasySetOption: EasySetLong? = {
-        guard let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "curl_easy_setopt") else { return nil }
-        return unsafeBitCast(symbol, to: EasySetLong.self)
-    }()
-
-    /// `CURLcode curl_easy_pause(CURL *handle, int bitmask)`.
-    private typealias EasyPause = @convention(c) (UnsafeMutableRawPointer, Int32) -> Int32
-
-    private static let curlEasyPause: EasyPause? = {
-        guard let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "curl_easy_pause") else { return nil }
-        return unsafeBitCast(symbol, to: EasyPause.self)
-    }()
-
+    #if canImport(FoundationNetworking) && os(Linux) && (canImport(Glibc) || canImport(Musl))
     /// The `CURL *` of `task`'s current protocol, if FoundationNetworking's layout is the one
     /// expected: the same guarded path that sets each task's options (``CurlTaskOptions``).
     static func easyHandle(of task: URLSessionTask) -> UnsafeMutableRawPointer? {
-        CurlTaskOptions.easyHandle(of: task)?.raw
+        FoundationNetworkingLayout.easyHandle(of: task)?.raw
     }
     #endif
 }

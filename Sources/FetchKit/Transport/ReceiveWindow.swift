@@ -1,9 +1,5 @@
 import Foundation
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Musl)
-import Musl
-#endif
+import FoundationNetworkingShims
 
 /// Keeps the TCP receive window of a connection made for a transfer under a low bandwidth
 /// limit small from its first packet (Linux), so that what the server sends ahead of the
@@ -58,9 +54,9 @@ enum ReceiveWindow {
         return max(minimumBytes, Int(Double(max(0, share)) * seconds))
     }
 
-    /// libcurl's `curl_sockopt_callback`: `int (void *clientp, curl_socket_t curlfd,
-    /// curlsocktype purpose)`.
-    typealias Callback = @convention(c) (UnsafeMutableRawPointer?, Int32, Int32) -> Int32
+    #if canImport(FoundationNetworking) && os(Linux) && (canImport(Glibc) || canImport(Musl))
+    /// libcurl's `curl_sockopt_callback`.
+    typealias Callback = Curl.SocketOptionCallback
 
     /// What libcurl hands ``callback`` for a buffer of `bytes`: the size itself, as the
     /// pointer's bits (nothing to allocate or free).
@@ -72,12 +68,12 @@ enum ReceiveWindow {
     /// FoundationNetworking's own callback, which sets nothing (read in 6.3.1:
     /// `_EasyHandle.setSocketOptions(for:)` is empty).
     static let callback: Callback = { data, socket, purpose in
-        // CURLSOCKTYPE_IPCXN (0): a connection's socket; nothing else is touched.
-        guard purpose == 0 else { return 0 }
+        // A connection's socket; nothing else is touched.
+        guard purpose == Curl.socketTypeConnection else { return Curl.socketOptionOK }
         // The kernel doubles what it is given (for its bookkeeping), and on loopback the
         // window takes about all of that: half is asked for.
-        var half = Int32(clamping: max(1, Int(bitPattern: data) / 2))
-        _ = setsockopt(socket, SOL_SOCKET, SO_RCVBUF, &half, socklen_t(MemoryLayout<Int32>.size))
-        return 0    // CURL_SOCKOPT_OK: a buffer that could not be set leaves the default one
+        _ = Sockets.setReceiveBuffer(socket, bytes: Int32(clamping: max(1, Int(bitPattern: data) / 2)))
+        return Curl.socketOptionOK    // a buffer that could not be set leaves the default one
     }
+    #endif
 }

@@ -1,4 +1,5 @@
 import Foundation
+import FoundationNetworkingShims
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Darwin)
@@ -8,7 +9,7 @@ import Darwin
 /// An incremental hash of one ``FileDigest/Algorithm``: the system's implementation when the
 /// process has one loaded, else FetchKit's own in Swift.
 ///
-/// The system's is looked up at run time with `dlsym`, so FetchKit links nothing new: on Linux
+/// The system's is looked up at run time (``SystemSHA256``, in the shims), so FetchKit links nothing new: on Linux
 /// libcrypto's `SHA256_Init`/`_Update`/`_Final` (libcurl, under FoundationNetworking, has
 /// already loaded libcrypto into the process; it is used only if it is loaded), on Apple
 /// platforms CommonCrypto's `CC_SHA256_*` (part of libSystem). libcrypto uses the CPU's SHA
@@ -173,65 +174,6 @@ final class DigestHasher: @unchecked Sendable {
         case .portable(let portable):
             return FileDigest(uncheckedAlgorithm: algorithm, bytes: portable.finish())
         }
-    }
-}
-
-/// The system's SHA-256, found with `dlsym` in what the process has loaded.
-struct SystemSHA256 {
-    #if canImport(Darwin)
-    // int CC_SHA256_Init(CC_SHA256_CTX *); int CC_SHA256_Update(CC_SHA256_CTX *, const void *, CC_LONG);
-    // int CC_SHA256_Final(unsigned char *, CC_SHA256_CTX *). CC_LONG is 32 bits.
-    private typealias Update = @convention(c) (UnsafeMutableRawPointer, UnsafeRawPointer, UInt32) -> Int32
-    private static let names = ("CC_SHA256_Init", "CC_SHA256_Update", "CC_SHA256_Final")
-    #else
-    // int SHA256_Init(SHA256_CTX *); int SHA256_Update(SHA256_CTX *, const void *, size_t);
-    // int SHA256_Final(unsigned char *, SHA256_CTX *).
-    private typealias Update = @convention(c) (UnsafeMutableRawPointer, UnsafeRawPointer, Int) -> Int32
-    private static let names = ("SHA256_Init", "SHA256_Update", "SHA256_Final")
-    #endif
-    private typealias Initialize = @convention(c) (UnsafeMutableRawPointer) -> Int32
-    private typealias Finish = @convention(c) (UnsafeMutableRawPointer, UnsafeMutableRawPointer) -> Int32
-
-    private let initializeFunction: Initialize
-    private let updateFunction: Update
-    private let finishFunction: Finish
-
-    /// Room for the context: `SHA256_CTX` is 112 bytes, `CC_SHA256_CTX` 104; four times that
-    /// leaves a margin for any layout to come.
-    static let contextSize = 512
-
-    static let loaded: SystemSHA256? = {
-        let everything = UnsafeMutableRawPointer(bitPattern: 0)     // RTLD_DEFAULT
-        guard let initialize = dlsym(everything, names.0),
-              let update = dlsym(everything, names.1),
-              let finish = dlsym(everything, names.2)
-        else { return nil }
-        return SystemSHA256(
-            initializeFunction: unsafeBitCast(initialize, to: Initialize.self),
-            updateFunction: unsafeBitCast(update, to: Update.self),
-            finishFunction: unsafeBitCast(finish, to: Finish.self)
-        )
-    }()
-
-    func initialize(_ context: UnsafeMutableRawPointer) -> Int32 {
-        initializeFunction(context)
-    }
-
-    func update(_ context: UnsafeMutableRawPointer, _ bytes: UnsafeRawPointer, _ count: Int) {
-        #if canImport(Darwin)
-        var offset = 0
-        while offset < count {
-            let step = min(count - offset, Int(UInt32.max))
-            _ = updateFunction(context, bytes + offset, UInt32(step))
-            offset += step
-        }
-        #else
-        _ = updateFunction(context, bytes, count)
-        #endif
-    }
-
-    func finish(_ out: UnsafeMutableRawPointer, _ context: UnsafeMutableRawPointer) -> Int32 {
-        finishFunction(out, context)
     }
 }
 

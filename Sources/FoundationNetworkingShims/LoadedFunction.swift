@@ -9,8 +9,8 @@ import Musl
 /// Finds a function of a loaded ELF file by its symbol name, a local one included — one that
 /// `dlsym` cannot see, because only the file's full symbol table (`.symtab`) names it.
 ///
-/// Used once per process, to find FoundationNetworking's libcurl socket callback
-/// (``CurlSocketCallback``). Every step is checked, and any surprise gives `nil` — never a
+/// Used once per process, to find FoundationNetworking's libcurl header and socket callbacks
+/// (``FoundationNetworkingCallbacks``). Every step is checked, and any surprise gives `nil` — never a
 /// crash, never a read outside what was checked:
 ///
 /// 1. `/proc/self/maps` names the file mapped at `anchor` (its path and inode);
@@ -21,17 +21,17 @@ import Musl
 /// 5. its address is where `/proc/self/maps` shows that file offset mapped, readable and
 ///    executable, in one mapping of the same file;
 /// 6. the bytes there must equal the file's bytes (the code is the code the file describes).
-enum LoadedFunction {
+package enum LoadedFunction {
     /// The address of the function named `name` (a mangled name, exactly) in the ELF file
     /// that is mapped at `anchor`, or `nil`.
-    static func address(of name: String, inFileMappedAt anchor: UnsafeRawPointer) -> UnsafeRawPointer? {
+    package static func address(of name: String, inFileMappedAt anchor: UnsafeRawPointer) -> UnsafeRawPointer? {
         addresses(of: [name], inFileMappedAt: anchor)[name]
     }
 
     /// The addresses of the functions named `names` in the ELF file mapped at `anchor`, each
     /// checked as ``address(of:inFileMappedAt:)`` checks one; the names not found are missing.
     /// The mappings and the file's tables are read once for all of them.
-    static func addresses(of names: Set<String>, inFileMappedAt anchor: UnsafeRawPointer) -> [String: UnsafeRawPointer] {
+    package static func addresses(of names: Set<String>, inFileMappedAt anchor: UnsafeRawPointer) -> [String: UnsafeRawPointer] {
         guard let mappings = Mapping.ofThisProcess(),
               let image = mappings.first(where: { $0.contains(UInt(bitPattern: anchor), length: 1) }),
               image.inode != 0, image.path.hasPrefix("/")
@@ -65,38 +65,27 @@ enum LoadedFunction {
         return found
     }
 
-    /// FoundationNetworking's libcurl callbacks that FetchKit's stand in front of
-    /// (``CurlHeaderCallback``, ``CurlSocketCallback``), looked up together the first time
-    /// either is needed: one read of the mappings and of the file's tables for both. (The
-    /// addresses are kept as numbers, which are `Sendable`.)
-    static let foundationNetworkingCallbacks: [String: UInt] = {
-        // An address inside FoundationNetworking: its `URLSession` class object.
-        let anchor = unsafeBitCast(URLSession.self as AnyClass, to: UnsafeRawPointer.self)
-        return addresses(of: [CurlHeaderCallback.foundationCallbackName, CurlSocketCallback.foundationCallbackName],
-                         inFileMappedAt: anchor).mapValues { UInt(bitPattern: $0) }
-    }()
-
     /// Files larger than this are not read (FoundationNetworking is under 2 MiB).
     static let maximumFileSize: Int = 512 << 20
     /// Tables larger than this are not read.
     static let maximumTableSize: UInt64 = 64 << 20
 
     /// One line of `/proc/self/maps`.
-    struct Mapping {
-        let start: UInt
-        let length: UInt64
-        let isReadable: Bool
-        let isExecutable: Bool
-        let offset: UInt64
-        let inode: UInt64
-        let path: String
+    package struct Mapping {
+        package let start: UInt
+        package let length: UInt64
+        package let isReadable: Bool
+        package let isExecutable: Bool
+        package let offset: UInt64
+        package let inode: UInt64
+        package let path: String
 
         func contains(_ address: UInt, length count: UInt) -> Bool {
             address >= start && address - start < UInt(length) && count <= UInt(length) - (address - start)
         }
 
         /// The mappings of this process, or `nil` if they cannot be read or parsed.
-        static func ofThisProcess() -> [Mapping]? {
+        package static func ofThisProcess() -> [Mapping]? {
             guard let bytes = readProcFile("/proc/self/maps", limit: 16 << 20) else { return nil }
             var mappings: [Mapping] = []
             var lineStart = 0
@@ -110,7 +99,7 @@ enum LoadedFunction {
         }
 
         /// Parses one line, given as text.
-        init?(_ line: String) {
+        package init?(_ line: String) {
             self.init(ArraySlice(line.utf8))
         }
 

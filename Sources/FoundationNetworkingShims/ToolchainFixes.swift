@@ -1,6 +1,6 @@
 /// The upstream fixes of what FetchKit works around, by the Swift toolchain that has them: the
 /// one place where a workaround asks whether the FoundationNetworking it runs on still needs it
-/// (``FetchSession/workarounds`` reports the answer).
+/// (`FetchSession.workarounds` reports the answer).
 ///
 /// On Linux FoundationNetworking ships with the toolchain, so the compiler's version stands for
 /// the library's. Read in swift-corelibs-foundation's release tags and development snapshots
@@ -15,10 +15,10 @@
 ///
 /// Detection is preferred where a fix can be seen at run time (the probe, the callbacks found);
 /// these are the fixes that cannot.
-enum ToolchainFixes {
+package enum ToolchainFixes {
     /// The toolchain's FoundationNetworking completes a task refused with `401` when no
     /// credential answers the challenge (swift-corelibs-foundation #5457, Swift 6.3.2).
-    static let challengeWithoutCredentialCompletes: Bool = {
+    package static let challengeWithoutCredentialCompletes: Bool = {
         #if compiler(>=6.3.2)
         return true
         #else
@@ -28,7 +28,7 @@ enum ToolchainFixes {
 
     /// The toolchain's FoundationNetworking turns OpenSSL's exit handler off itself
     /// (swift-corelibs-foundation #5474, Swift 6.4).
-    static let turnsOffOpenSSLExitHandler: Bool = {
+    package static let turnsOffOpenSSLExitHandler: Bool = {
         #if compiler(>=6.4)
         return true
         #else
