@@ -94,7 +94,7 @@ struct BandwidthLimitTests {
         let rates = windowRates(samples)
         #expect(held(rates, to: Double(limit)),
                 "5-s windows on the wire \(Int(rates.min() ?? 0))...\(Int(rates.max() ?? 0)) B/s under \(limit): \(summary(samples))")
-        #expect(queue.isBandwidthLimitEnforced)
+        #expect(queue.isBandwidthLimitEnforced && queue.bandwidthLimitShortfall == nil)
     }
 
     @Test func transfersShareTheQueueLimitAndEachHostHasItsOwn() async throws {

@@ -216,6 +216,23 @@ struct BandwidthShareArithmeticTests {
         #expect(woken.current == 4, "a reader that left is not woken")
     }
 
+    /// The first reason a transfer was not held to a limit is the one the queue reports, from
+    /// whichever budget it was under; a queue whose transfers were all held has none.
+    @Test func theFirstShortfallIsKeptWhereverItHappened() {
+        let budgets = BandwidthBudgets(overall: 100_000, perHost: 50_000)
+        #expect(budgets.isEnforced && budgets.shortfall == nil)
+        let host = budgets.budgets(forHost: "http://a:1")
+        [host[1]].markUnenforced(.multiplexedConnection)
+        #expect(!budgets.isEnforced && budgets.shortfall == .multiplexedConnection, "a host's budget counts")
+        host.markUnenforced(.cannotPause)
+        #expect(budgets.shortfall == .cannotPause, "the overall budget is asked first")
+        host[1].markUnenforced(.readOffLibcurlThread)
+        #expect(host[1].shortfall == .multiplexedConnection, "each budget keeps its first")
+        #expect(BandwidthLimitShortfall.multiplexedConnection.description.contains("HTTP/2"))
+        let queue = FetchQueue(bandwidthLimit: 1_000)
+        #expect(queue.isBandwidthLimitEnforced && queue.bandwidthLimitShortfall == nil)
+    }
+
     @Test func aPerHostLimitSetLaterHoldsTheHostsInFlight() {
         let budgets = BandwidthBudgets(overall: nil, perHost: nil)
         let held = budgets.budgets(forHost: "http://a:1")

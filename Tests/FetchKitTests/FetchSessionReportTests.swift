@@ -15,7 +15,7 @@ struct FetchSessionReportTests {
         defer { session.invalidate() }
         let report = session.workarounds
         for id in ["socket-wakeups", "connection-pool", "task-options", "response-heads", "bandwidth-wire",
-                   "redirects-in-new-tasks"] {
+                   "redirects-in-new-tasks", "timeouts", "cookies-sent", "cookies-stored"] {
             #expect(report[id]?.status == .active, "\(id): \(report)")
         }
         // By the toolchain's version (``ToolchainFixes``): fixed upstream, not needed.
@@ -53,6 +53,25 @@ struct FetchSessionReportTests {
         #expect(report["bandwidth-wire"]?.status == .unavailable("needs task-options, which is not active"))
         #expect(report["socket-wakeups"]?.status == .active, "a fix that does not need the slot stays")
         #expect(!session.guardsResponseHeads && !session.enforcesConnectTimeouts)
+        // FoundationNetworking keeps storing cookies itself; FetchKit still sends them right.
+        guard case .unavailable(let cookies)? = report["cookies-stored"]?.status else {
+            Issue.record("\(report)")
+            return
+        }
+        #expect(cookies.contains("urlCache"))
+        #expect(report["cookies-sent"]?.status == .active)
+    }
+
+    /// A configuration that neither sends nor accepts cookies: nothing to fix.
+    @Test func aSessionWithoutCookiesNeedsNoCookieFix() {
+        let configuration = FetchSession.defaultConfiguration()
+        configuration.httpShouldSetCookies = false
+        configuration.httpCookieAcceptPolicy = .never
+        let session = FetchSession(configuration: configuration)
+        defer { session.invalidate() }
+        let report = session.workarounds
+        #expect(report["cookies-sent"]?.status == .notNeeded("the configuration sends no cookies"), "\(report)")
+        #expect(report["cookies-stored"]?.status == .notNeeded("the configuration accepts no cookies"), "\(report)")
     }
 
     /// A session where the socket fix could not be installed (as in a stripped library): the

@@ -139,7 +139,8 @@ public final class FetchQueue: @unchecked Sendable {
     /// its own for the HTTP/1.1 and window settings) or on Apple platforms (no libcurl), the
     /// transfers' bodies still reach the app at the limit but the server may send faster, and
     /// ``isBandwidthLimitEnforced`` turns `false` at the first chunk that should have paused
-    /// them. ``FetchSession/workarounds`` says which mechanisms are in effect.
+    /// them, and ``bandwidthLimitShortfall`` says why. ``FetchSession/workarounds`` says which
+    /// mechanisms are in effect.
     ///
     /// A limit so low that a transfer waits longer than its
     /// ``FetchConfiguration/idleTimeout`` for its share makes it time out: keep each transfer's
@@ -166,6 +167,12 @@ public final class FetchQueue: @unchecked Sendable {
     /// that had to pause could not (see ``bandwidthLimit``). `true` without limits.
     public var isBandwidthLimitEnforced: Bool {
         bandwidthBudgets.isEnforced
+    }
+
+    /// Why ``isBandwidthLimitEnforced`` turned `false`: what kept the first transfer that was
+    /// not held to a limit from being held on the wire; `nil` while it is `true`.
+    public var bandwidthLimitShortfall: BandwidthLimitShortfall? {
+        bandwidthBudgets.shortfall
     }
     /// Runs the network-activity hide timer: after the delay, call the closure. Replaceable so
     /// that tests can decide when time has passed.

@@ -89,13 +89,17 @@ final class ReceiveBudget: Sendable {
         state.withLock { $0.take(bytes, by: reader, at: now) }
     }
 
-    /// A transfer it covers could not be paused: the limit is not enforced on it.
-    func markUnenforced() {
-        state.withLock { $0.unenforced = true }
+    /// A transfer it covers could not be held to the limit on the wire, for `reason`: the
+    /// limit is not enforced on it. The first reason is kept.
+    func markUnenforced(_ reason: BandwidthLimitShortfall) {
+        state.withLock { if $0.unenforced == nil { $0.unenforced = reason } }
     }
 
     /// Whether every transfer it covered could be paused when it had to.
-    var isEnforced: Bool { !state.withLock { $0.unenforced } }
+    var isEnforced: Bool { state.withLock { $0.unenforced == nil } }
+
+    /// Why a transfer it covered was not held to the limit, the first time one was not.
+    var shortfall: BandwidthLimitShortfall? { state.withLock { $0.unenforced } }
 
     /// The bucket's state: the shared tokens, and each joined transfer's own account.
     struct Ledger {
@@ -104,7 +108,7 @@ final class ReceiveBudget: Sendable {
         var changes = 0
         var tokens: Double
         var updated: UInt64
-        var unenforced = false
+        var unenforced: BandwidthLimitShortfall?
         var readers: [ObjectIdentifier: Reader] = [:]
 
         /// A transfer reading under the limit.
@@ -272,9 +276,13 @@ final class BandwidthBudgets: Sendable {
         return [overall, perHost]
     }
 
-    var isEnforced: Bool {
-        overall.isEnforced && hosts.withLock { hosts in
-            hosts.kept.values.allSatisfy(\.isEnforced) && hosts.held.values.allSatisfy { $0.budget?.isEnforced ?? true }
+    var isEnforced: Bool { shortfall == nil }
+
+    /// Why a transfer under one of them was not held to its limit, the first time one was not.
+    var shortfall: BandwidthLimitShortfall? {
+        overall.shortfall ?? hosts.withLock { hosts in
+            hosts.kept.values.lazy.compactMap(\.shortfall).first
+                ?? hosts.held.values.lazy.compactMap { $0.budget?.shortfall }.first
         }
     }
 }
@@ -295,8 +303,8 @@ extension Array where Element == ReceiveBudget {
         }
     }
 
-    func markUnenforced() {
-        for budget in self { budget.markUnenforced() }
+    func markUnenforced(_ reason: BandwidthLimitShortfall) {
+        for budget in self { budget.markUnenforced(reason) }
     }
 
     /// The most a transfer under these budgets may read per second while the others read too:
@@ -348,6 +356,34 @@ final class WireMeter: Sendable {
             let charge = max(0, target - state.charged)
             state.charged += charge
             return charge
+        }
+    }
+}
+
+/// Why a transfer under a bandwidth limit was not held to it on the wire
+/// (``FetchQueue/bandwidthLimitShortfall``). Its body still reaches the app no faster than the
+/// limit; the server may send it faster.
+public enum BandwidthLimitShortfall: Sendable, Equatable, CustomStringConvertible {
+    /// Its libcurl handle could not be reached to pause the reading: another
+    /// FoundationNetworking layout, or Apple platforms (no libcurl). See
+    /// ``FetchSession/workarounds`` (`bandwidth-wire`).
+    case cannotPause
+    /// It ran over a multiplexed connection (HTTP/2 or HTTP/3), whose stream cannot be held on
+    /// the wire: it started before the limit was set, or its session could not ask libcurl for
+    /// HTTP/1.1 (`task-options` not active in ``FetchSession/workarounds``).
+    case multiplexedConnection
+    /// Its chunks were not delivered inside libcurl's write callback, where the reading can be
+    /// paused (a session whose delegate queue is not FetchKit's).
+    case readOffLibcurlThread
+
+    public var description: String {
+        switch self {
+        case .cannotPause:
+            return "a transfer's libcurl handle could not be reached to pause it (another FoundationNetworking layout, or not Linux)"
+        case .multiplexedConnection:
+            return "a transfer ran over an HTTP/2 or HTTP/3 connection, whose stream cannot be held on the wire"
+        case .readOffLibcurlThread:
+            return "a transfer's chunks were not delivered inside libcurl's write callback, where its reading can be paused"
         }
     }
 }

@@ -86,6 +86,13 @@ struct CookieJar: Sendable {
         #endif
     }
 
+    /// Whether it adds the stored cookies to each request (the configuration sends cookies).
+    var sendsCookies: Bool { sendingFrom != nil }
+
+    /// Whether it stores the cookies responses set (the configuration accepts cookies, and has
+    /// no URL cache).
+    var storesCookies: Bool { storage != nil }
+
     /// `request` with the stored cookies it carries in its `Cookie` header, if any apply (on
     /// Linux; URLSession adds them elsewhere).
     func sending(_ request: URLRequest) -> URLRequest {

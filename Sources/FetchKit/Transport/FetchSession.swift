@@ -78,7 +78,7 @@ public final class FetchSession: @unchecked Sendable {
     private let invalidated = Protected(false)
     /// A copy of the configuration as given (its `URLSession`'s own copy may say `.never` for
     /// cookies on Linux: ``CookieJar``). Never changed, only copied.
-    private let given: URLSessionConfiguration
+    let given: URLSessionConfiguration
     /// Who observes every fetch that uses this session, in the order given.
     public let monitors: [any FetchEventMonitor]
     /// Delivers to ``monitors``; `nil` when there are none.

@@ -249,7 +249,7 @@ extension SessionRouter: URLSessionDataDelegate {
         guard let transfer = transfer(for: dataTask) else { return }
         guard !isCurrent else {
             // Not where libcurl reads: a bandwidth limit cannot pause the reading here.
-            if transfer.receiveBudgets.status.limited { transfer.receiveBudgets.markUnenforced() }
+            if transfer.receiveBudgets.status.limited { transfer.receiveBudgets.markUnenforced(.readOffLibcurlThread) }
             transfer.didReceive(data: data)
             return
         }
@@ -269,7 +269,7 @@ extension SessionRouter: URLSessionDataDelegate {
                 let connection = ReceivePause.connection(of: dataTask)
                 // Kept to HTTP/1.1 where the session could (`FetchSession.resume`); a stream of
                 // an HTTP/2 connection is held only as the app reads it, not on the wire.
-                if connection == .multiplexed { budgets.markUnenforced() }
+                if connection == .multiplexed { budgets.markUnenforced(.multiplexedConnection) }
                 // Charged for what crossed the wire (``WireMeter``), not only for the chunk read.
                 let charge = transfer.wireMeter.charge(forChunkOf: data.count, receipt: connection.receipt, changes: limits.changes)
                 wait = budgets.take(charge, by: ObjectIdentifier(transfer))
@@ -279,7 +279,7 @@ extension SessionRouter: URLSessionDataDelegate {
                     transfer.limitPause.withLock { $0 = (dataTask, workQueue) }
                 } else {
                     transfer.limitPause.withLock { $0 = nil }
-                    budgets.markUnenforced()
+                    budgets.markUnenforced(.cannotPause)
                 }
             } else {
                 if limits.limited { transfer.limitPause.withLock { $0 = nil } }
