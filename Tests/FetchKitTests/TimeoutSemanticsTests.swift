@@ -181,21 +181,27 @@ struct TimeoutSemanticsTests {
         let fetch = FetchOperation<Data>(url: server.url("/cut-short"))
         // Generous on purpose: the first attempt must end, and the other fetch take the slot
         // during the retry's wait, before the deadline — on a loaded machine too (a first
-        // attempt that ends too late for a retry rightly gets none). The same under a sanitizer,
-        // whose run is serial: a loaded parallel run slows the attempt more.
-        let (deadline, backoff): (TimeInterval, TimeInterval) = (4, 1)
+        // attempt that ends too late for a retry rightly gets none: beside two CPU hogs and the
+        // rest of the suite, a 4-second deadline left no room for the 1-second wait twice in 16
+        // runs). The same under a sanitizer, whose run is serial.
+        let (deadline, backoff): (TimeInterval, TimeInterval) = (10, 0.5)
         fetch.configuration.totalTimeout = deadline
         fetch.configuration.retryPolicy = RetryPolicy(maximumRetries: 1, baseDelay: backoff, jitter: 0)
         let blocker = server.operation("/gate")
-        // While the fetch waits to retry, another takes the only slot and holds it until the
-        // fetch has ended.
-        fetch.onRetry(on: .immediate) { _ in queue.enqueue(blocker) }
-        let fetchEnded = Countdown(1)
-        queue.enqueue(fetch) { _ in fetchEnded.signal() }
-        #expect(await holding.wait(), "the other fetch holds the slot")
-        #expect(await fetchEnded.wait(timeout: 30), "the fetch ended at its deadline, still waiting for the slot")
         let blockerEnded = Countdown(1)
         blocker.onCompletion(on: .immediate) { _ in blockerEnded.signal() }
+        // While the fetch waits to retry, another takes the only slot and holds it until the
+        // fetch has ended.
+        let retried = Locked(false)
+        fetch.onRetry(on: .immediate) { _ in
+            retried.withLock { $0 = true }
+            queue.enqueue(blocker)
+        }
+        let fetchEnded = Countdown(1)
+        queue.enqueue(fetch) { _ in fetchEnded.signal() }
+        #expect(await fetchEnded.wait(), "the fetch ended at its deadline, still waiting for the slot")
+        try #require(retried.current, "the first attempt ended in time for a retry: \(String(describing: fetch.error))")
+        #expect(await holding.wait(), "the other fetch holds the slot")
         gate.open()
         #expect(await blockerEnded.wait())
         guard case .timedOut(let timeout)? = fetch.error else {
