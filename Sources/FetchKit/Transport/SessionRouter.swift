@@ -258,33 +258,7 @@ extension SessionRouter: URLSessionDataDelegate {
         guard case .kept(let wake, let reading) = transfer.inbox.arrive(data) else { return }
         switch reading {
         case .goOn, .breathe:
-            // A bandwidth limit: pause the reading until the budgets have paid for this chunk.
-            // (A breath's resume may end such a pause early: the next chunk pauses again, for
-            // the debt, which the budgets keep.) A queue's transfers read under its budgets
-            // even without a limit, so that one set later holds them too.
-            let budgets = transfer.receiveBudgets
-            let limits = budgets.isEmpty ? (limited: false, changes: 0) : budgets.status
-            var wait: TimeInterval = 0
-            if limits.limited {
-                let connection = ReceivePause.connection(of: dataTask)
-                // Kept to HTTP/1.1 where the session could (`FetchSession.resume`); a stream of
-                // an HTTP/2 connection is held only as the app reads it, not on the wire.
-                if connection == .multiplexed { budgets.markUnenforced(.multiplexedConnection) }
-                // Charged for what crossed the wire (``WireMeter``), not only for the chunk read.
-                let charge = transfer.wireMeter.charge(forChunkOf: data.count, receipt: connection.receipt, changes: limits.changes)
-                wait = budgets.take(charge, by: ObjectIdentifier(transfer))
-            }
-            if wait > 0 {
-                if let workQueue = ReceivePause.pause(dataTask, for: wait) {
-                    transfer.limitPause.withLock { $0 = (dataTask, workQueue) }
-                } else {
-                    transfer.limitPause.withLock { $0 = nil }
-                    budgets.markUnenforced(.cannotPause)
-                }
-            } else {
-                if limits.limited { transfer.limitPause.withLock { $0 = nil } }
-                if reading == .breathe { ReceivePause.breathe(dataTask) }
-            }
+            transfer.holdToBandwidthLimits(dataTask, chunk: data.count, breathing: reading == .breathe)
         case .stopPastLimit:
             // Past the limit: stop reading now, not once the router queue gets to this chunk.
             // libcurl stops at once; the cancel, which waits for this queue, closes the
