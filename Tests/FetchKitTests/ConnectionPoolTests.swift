@@ -1,4 +1,5 @@
 import Foundation
+import FoundationNetworkingShims
 import LoopbackServer
 import Testing
 @testable import FetchKit

@@ -1,4 +1,5 @@
 import Foundation
+import FoundationNetworkingShims
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
@@ -222,7 +223,7 @@ struct IdleCPUTests {
     /// The fix's count of rewritten registrations (all sessions of the process).
     private var rewrites: Int {
         #if os(Linux)
-        CurlSocketCallback.rewrites.snapshot
+        CurlSocketCallback.rewrites.withLock { $0 }
         #else
         0
         #endif

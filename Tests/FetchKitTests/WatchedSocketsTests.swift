@@ -1,3 +1,4 @@
+import FoundationNetworkingShims
 import Testing
 @testable import FetchKit
 

@@ -94,7 +94,7 @@ public final class FetchSession: @unchecked Sendable {
     public convenience init(configuration: URLSessionConfiguration = FetchSession.defaultConfiguration(),
                             monitors: [any FetchEventMonitor] = []) {
         self.init(configuration: configuration, monitors: monitors,
-                  quietsWaitingSockets: CurlSocketCallback.isEnabledByDefault)
+                  quietsWaitingSockets: ComparisonSwitches.quietsWaitingSockets)
     }
 
     /// Creates a session that trusts what `trust` adds and requires the keys it pins, or
@@ -157,12 +157,12 @@ public final class FetchSession: @unchecked Sendable {
             }
             hook = try CurlTaskOptions(trust: trust, lookup: handleLookup ?? FoundationNetworkingLayout.easyHandle(of:))
         }
-        self.init(configuration: configuration, monitors: monitors, quietsWaitingSockets: CurlSocketCallback.isEnabledByDefault,
+        self.init(configuration: configuration, monitors: monitors, quietsWaitingSockets: ComparisonSwitches.quietsWaitingSockets,
                   trust: trust, taskOptions: hook)
         // The probe ran before any other task: it proved that each task's handle takes the options.
         if let failure = hook?.probeFailure { throw TrustConfigurationError(.notEnforceable(failure)) }
         #else
-        self.init(configuration: configuration, monitors: monitors, quietsWaitingSockets: CurlSocketCallback.isEnabledByDefault,
+        self.init(configuration: configuration, monitors: monitors, quietsWaitingSockets: ComparisonSwitches.quietsWaitingSockets,
                   trust: trust)
         #endif
     }

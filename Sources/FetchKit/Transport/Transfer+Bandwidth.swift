@@ -2,6 +2,7 @@
 import FoundationNetworking
 #endif
 import Foundation
+import FoundationNetworkingShims
 
 extension Transfer {
     /// The bandwidth decision for one chunk of `dataTask`'s body, `chunk` bytes, where it

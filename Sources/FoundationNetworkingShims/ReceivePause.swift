@@ -2,10 +2,22 @@ import Foundation
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
-import FoundationNetworkingShims
 
-/// Stops libcurl reading a task's response at once, from inside the callback that delivers a
-/// chunk of it (Linux).
+/// Workaround for `URLSessionTask.cancel()` landing late, and the mechanism under the bandwidth
+/// limit and the disk's backpressure: stops libcurl reading a task's response at once, from
+/// inside the callback that delivers a chunk of it (Linux), and resumes it later.
+///
+/// - **Bug:** FoundationNetworking offers no pause (`suspend()` must never be used on Linux:
+///   it stops the task's timers, not libcurl's reading), and a cancel waits behind a work queue
+///   that a fast body keeps busy.
+/// - **Versions:** every toolchain so far; #5417 (6.4 snapshots) makes `cancel()` asynchronous,
+///   which does not make it land sooner: the pause is still what stops the reading.
+/// - **Detected:** each call finds the task's handle through `FoundationNetworkingLayout` and
+///   calls `curl_easy_pause` from `Curl`; `EndlessBodyMemoryTests` (a cancel that lands at
+///   once), `BackpressureTests` and `BandwidthLimitTests` fail when it is not in effect.
+/// - **Not available:** each call answers `false` or `nil`; FetchKit then lets the reading go on
+///   (a cancel lands when it can; a bandwidth limit is not held on the wire, and
+///   `FetchQueue.bandwidthLimitShortfall` says so; a slow disk buffers more).
 ///
 /// Why: `URLSessionTask.cancel()` waits for URLSession's serial work queue
 /// (`workQueue.sync`), and a body that arrives faster than FoundationNetworking hands it over
@@ -21,16 +33,16 @@ import FoundationNetworkingShims
 /// shims (`FoundationNetworkingLayout.easyHandle(of:)`, reflection) and `curl_easy_pause` is
 /// called from their table (`Curl`), as ``FetchSession`` sizes the connection pool. If the layout differs, or
 /// elsewhere, nothing happens: the cancel lands when it can, as before.
-enum ReceivePause {
+package enum ReceivePause {
     /// Pauses receiving for `task`.
     ///
     /// Call it only on URLSession's work queue, from a data callback that FoundationNetworking
-    /// made inside libcurl's write callback for this task (``ArrivalDelegateQueue``): libcurl
+    /// made inside libcurl's write callback for this task (FetchKit's `ArrivalDelegateQueue`): libcurl
     /// handles are not thread-safe.
     ///
     /// - Returns: Whether libcurl accepted the pause.
     @discardableResult
-    static func pauseReceiving(_ task: URLSessionTask) -> Bool {
+    package static func pauseReceiving(_ task: URLSessionTask) -> Bool {
         #if canImport(FoundationNetworking) && os(Linux) && (canImport(Glibc) || canImport(Musl))
         guard let handle = easyHandle(of: task) else { return false }
         return Curl.pause(handle, receiving: false)
@@ -41,7 +53,7 @@ enum ReceivePause {
 
     /// Pauses receiving for `task`, and resumes it once URLSession's work queue has handled
     /// everything queued on it meanwhile. Same rules as ``pauseReceiving(_:)``.
-    static func breathe(_ task: URLSessionTask) {
+    package static func breathe(_ task: URLSessionTask) {
         #if canImport(FoundationNetworking) && os(Linux) && (canImport(Glibc) || canImport(Musl))
         guard let handle = easyHandle(of: task), let workQueue = FoundationNetworkingLayout.workQueue(of: task),
               Curl.pause(handle, receiving: false) else { return }
@@ -55,11 +67,11 @@ enum ReceivePause {
 
     /// Pauses receiving for `task` until the returned closure is called (from any thread; the
     /// resume runs on URLSession's work queue), for a download whose disk is behind
-    /// (``DiskGate``). Same rules as ``pauseReceiving(_:)``.
+    /// (FetchKit's `DiskGate`). Same rules as ``pauseReceiving(_:)``.
     ///
     /// - Returns: The resume, or `nil` if libcurl's handle could not be reached (the reading
     ///   goes on).
-    static func pauseUntilResumed(_ task: URLSessionTask) -> (@Sendable () -> Void)? {
+    package static func pauseUntilResumed(_ task: URLSessionTask) -> (@Sendable () -> Void)? {
         #if canImport(FoundationNetworking) && os(Linux) && (canImport(Glibc) || canImport(Musl))
         guard let handle = easyHandle(of: task), let workQueue = FoundationNetworkingLayout.workQueue(of: task),
               Curl.pause(handle, receiving: false) else { return nil }
@@ -76,12 +88,12 @@ enum ReceivePause {
     }
 
     /// Pauses receiving for `task` now and resumes it `seconds` later, on URLSession's work
-    /// queue (a bandwidth limit, ``ReceiveBudget``). Same rules as ``pauseReceiving(_:)``.
+    /// queue (a bandwidth limit, FetchKit's `ReceiveBudget`). Same rules as ``pauseReceiving(_:)``.
     ///
     /// - Returns: URLSession's work queue, where ``resumeReceiving(_:on:)`` may end the pause
     ///   early, if libcurl accepted the pause (`nil`: the handle could not be reached, and the
     ///   reading goes on).
-    static func pause(_ task: URLSessionTask, for seconds: TimeInterval) -> DispatchQueue? {
+    package static func pause(_ task: URLSessionTask, for seconds: TimeInterval) -> DispatchQueue? {
         #if canImport(FoundationNetworking) && os(Linux) && (canImport(Glibc) || canImport(Musl))
         guard let handle = easyHandle(of: task), let workQueue = FoundationNetworkingLayout.workQueue(of: task),
               Curl.pause(handle, receiving: false) else { return nil }
@@ -99,7 +111,7 @@ enum ReceivePause {
     /// Resumes receiving for `task`, paused by ``pause(_:for:)``, on `workQueue` (the one that
     /// call returned): a bandwidth limit changed. Any thread. Nothing happens if the task has
     /// ended meanwhile.
-    static func resumeReceiving(_ task: URLSessionTask, on workQueue: DispatchQueue) {
+    package static func resumeReceiving(_ task: URLSessionTask, on workQueue: DispatchQueue) {
         #if canImport(FoundationNetworking) && os(Linux) && (canImport(Glibc) || canImport(Musl))
         workQueue.async {
             guard let handle = easyHandle(of: task) else { return }
@@ -108,8 +120,8 @@ enum ReceivePause {
         #endif
     }
 
-    /// What can be read of `task`'s connection for a bandwidth limit (``WireMeter``).
-    enum Connection: Equatable {
+    /// What can be read of `task`'s connection for a bandwidth limit (FetchKit's `WireMeter`).
+    package enum Connection: Equatable, Sendable {
         /// An HTTP/1 connection, which carries this transfer alone: the bytes its socket
         /// received in all, and those of them still unread in its receive queue.
         case receipt(received: Int, unread: Int)
@@ -120,7 +132,7 @@ enum ReceivePause {
         case unknown
 
         /// The receipt, if there is one.
-        var receipt: (received: Int, unread: Int)? {
+        package var receipt: (received: Int, unread: Int)? {
             if case .receipt(let received, let unread) = self { return (received, unread) }
             return nil
         }
@@ -129,9 +141,9 @@ enum ReceivePause {
     /// What `task`'s connection has taken off the wire: for HTTP/1, the bytes its socket
     /// received in all (`TCP_INFO`'s `tcpi_bytes_received`, Linux 4.1 and later) and those of
     /// them still unread in its receive queue (`FIONREAD`), for a bandwidth limit that counts
-    /// what crossed the wire rather than what libcurl has read so far (``WireMeter``). Same
+    /// what crossed the wire rather than what libcurl has read so far (FetchKit's `WireMeter`). Same
     /// rules as ``pauseReceiving(_:)``.
-    static func connection(of task: URLSessionTask) -> Connection {
+    package static func connection(of task: URLSessionTask) -> Connection {
         #if canImport(FoundationNetworking) && os(Linux) && (canImport(Glibc) || canImport(Musl))
         guard let handle = easyHandle(of: task), let version = Curl.long(handle, .httpVersion) else { return .unknown }
         guard version == Curl.HTTPVersion.http1_0 || version == Curl.HTTPVersion.http1_1 else {
@@ -147,8 +159,8 @@ enum ReceivePause {
 
     #if canImport(FoundationNetworking) && os(Linux) && (canImport(Glibc) || canImport(Musl))
     /// The `CURL *` of `task`'s current protocol, if FoundationNetworking's layout is the one
-    /// expected: the same guarded path that sets each task's options (``CurlTaskOptions``).
-    static func easyHandle(of task: URLSessionTask) -> UnsafeMutableRawPointer? {
+    /// expected: the same guarded path that sets each task's options (FetchKit's `CurlTaskOptions`).
+    package static func easyHandle(of task: URLSessionTask) -> UnsafeMutableRawPointer? {
         FoundationNetworkingLayout.easyHandle(of: task)?.raw
     }
     #endif

@@ -2,9 +2,24 @@ import Foundation
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
-import FoundationNetworkingShims
+import Synchronization
 
-/// Stops FoundationNetworking from waking up all the time while a transfer waits (Linux).
+/// Workaround `socket-wakeups`: stops FoundationNetworking from waking up all the time while a
+/// transfer waits (Linux).
+///
+/// - **Bug:** FoundationNetworking's `CURLMOPT_SOCKETFUNCTION` callback keeps a socket's write
+///   source after libcurl asks for reading only; a connected socket is always writable, so a
+///   waiting transfer burns a core. Not reported upstream as an issue of its own; present from
+///   6.0 to 6.3.3 and on `main` of August 2026 (`MultiHandle.swift`, unchanged).
+/// - **Versions:** every toolchain so far; no version gate.
+/// - **Detected:** FoundationNetworking's callback found by name (`FoundationNetworkingCallbacks`)
+///   and the session's multi handle by reflection (`FoundationNetworkingLayout`); `IdleCPUTests`
+///   fails when it is not in effect (CPU while transfers wait, and the rewrites counted).
+/// - **Not available:** nothing is installed; transfers that wait burn CPU as in a plain
+///   `URLSession`, the report says `unavailable`, and the bandwidth limit's wire meter, which
+///   needs the watched sockets, is unavailable too.
+/// - **Swift 6.4 snapshots:** #5417, #5448 and #5474 do not touch `MultiHandle.swift`'s
+///   callback; the fault is still there.
 ///
 /// FoundationNetworking watches libcurl's sockets with dispatch sources, created in its
 /// `CURLMOPT_SOCKETFUNCTION` callback (`URLSession/libcurl/MultiHandle.swift`,
@@ -33,18 +48,14 @@ import FoundationNetworkingShims
 /// symbol table by the shims (`FoundationNetworkingCallbacks.socket`); if it is not there, or
 /// any check fails, nothing is
 /// installed and FoundationNetworking behaves as before.
-enum CurlSocketCallback {
-    /// Whether new sessions install the fix: yes, unless a benchmark turned it off
-    /// (``ComparisonSwitches/quietsWaitingSockets``).
-    static var isEnabledByDefault: Bool { ComparisonSwitches.quietsWaitingSockets }
-
+package enum CurlSocketCallback {
     /// Installs the fix on `session`'s libcurl multi handle, where FoundationNetworking has one
     /// (Linux) and everything checks out; does nothing elsewhere. Call it before the session has
-    /// a task, as ``FetchSession/fixConnectionPoolSize(of:to:)``.
+    /// a task, as `FetchSession.fixConnectionPoolSize(of:to:)`.
     ///
     /// - Returns: Whether the fix is installed.
     @discardableResult
-    static func install(on session: URLSession) -> Bool {
+    package static func install(on session: URLSession) -> Bool {
         #if canImport(FoundationNetworking) && os(Linux) && (canImport(Glibc) || canImport(Musl))
         guard foundationCallback != nil, let multi = FoundationNetworkingLayout.multiHandle(of: session) else { return false }
         return Curl.set(multi: multi, .socketFunction, quietingCallback)
@@ -54,37 +65,37 @@ enum CurlSocketCallback {
     }
 
     #if canImport(FoundationNetworking) && os(Linux) && (canImport(Glibc) || canImport(Musl))
-    typealias Callback = Curl.SocketCallback
-    typealias Poll = Curl.Poll
+    package typealias Callback = Curl.SocketCallback
+    package typealias Poll = Curl.Poll
 
     /// FoundationNetworking's socket callback, found once per process; `nil` if it cannot be
     /// found safely.
-    static var foundationCallback: Callback? { FoundationNetworkingCallbacks.socket }
+    package static var foundationCallback: Callback? { FoundationNetworkingCallbacks.socket }
 
     /// How many registrations the fix has turned into a removal and a new registration, in
     /// all sessions of the process (for tests: a few per connection, never per wake-up).
-    static let rewrites = Protected(0)
+    package static let rewrites = Mutex(0)
 
     /// The socket each easy handle last asked to be watched, while it is watched: libcurl
     /// answers `CURLINFO_ACTIVESOCKET` only after a transfer, so a bandwidth limit finds its
     /// transfer's connection here (``socket(of:)``). Touched on URLSession's work queue, where
     /// libcurl runs.
-    private static let watchedSockets = Protected(WatchedSockets())
+    private static let watchedSockets = Mutex(WatchedSockets())
 
     /// The socket that libcurl watches for `easy` now, if the fix is installed and it watches
     /// one. Call it on URLSession's work queue, as the handle's other uses.
-    static func socket(of easy: UnsafeMutableRawPointer) -> Int32? {
+    package static func socket(of easy: UnsafeMutableRawPointer) -> Int32? {
         watchedSockets.withLock { $0.socket(of: easy) }
     }
 
     /// Forgets what was watched for a handle at `easy`'s address: call it on URLSession's work
-    /// queue when a new handle is made there, before libcurl uses it (``CurlTaskOptions``).
-    static func forget(_ easy: UnsafeMutableRawPointer) {
+    /// queue when a new handle is made there, before libcurl uses it (FetchKit's `CurlTaskOptions`).
+    package static func forget(_ easy: UnsafeMutableRawPointer) {
         watchedSockets.withLock { $0.forget(easy) }
     }
 
     /// What libcurl calls instead of FoundationNetworking's callback (see the type's comment).
-    static let quietingCallback: Callback = { easy, socket, what, clientp, socketp in
+    package static let quietingCallback: Callback = { easy, socket, what, clientp, socketp in
         // Installed only when `foundationCallback` was found.
         guard let original = CurlSocketCallback.foundationCallback else { return -1 }
         if let easy {
@@ -117,30 +128,34 @@ enum CurlSocketCallback {
 /// most one handle here, which is right for the HTTP/1 connections it serves: one transfer at
 /// a time), its removal drops it whoever asks, and a new handle at an old address starts
 /// empty (``forget(_:)``). So it also holds at most one entry per socket libcurl watches.
-struct WatchedSockets {
-    private var socketByHandle: [UnsafeMutableRawPointer: Int32] = [:]
-    private var handleBySocket: [Int32: UnsafeMutableRawPointer] = [:]
+package struct WatchedSockets: Sendable {
+    /// Handles by address (a number: the map is `Sendable`, and never dereferences one).
+    private var socketByHandle: [UInt: Int32] = [:]
+    private var handleBySocket: [Int32: UInt] = [:]
+
+    package init() {}
 
     /// The socket watched for `easy`, if any.
-    func socket(of easy: UnsafeMutableRawPointer) -> Int32? {
-        socketByHandle[easy]
+    package func socket(of easy: UnsafeMutableRawPointer) -> Int32? {
+        socketByHandle[UInt(bitPattern: easy)]
     }
 
     /// libcurl asked, for `easy`, to watch `socket` (`removed`: to stop watching it).
-    mutating func record(_ easy: UnsafeMutableRawPointer, socket: Int32, removed: Bool) {
+    package mutating func record(_ easy: UnsafeMutableRawPointer, socket: Int32, removed: Bool) {
         // The socket is no other handle's now (nor any handle's, once removed).
         if let previous = handleBySocket.removeValue(forKey: socket) { socketByHandle[previous] = nil }
         // A removal of another socket (the loser of two connection attempts) leaves `easy`'s.
         guard !removed else { return }
-        if let previous = socketByHandle.updateValue(socket, forKey: easy) { handleBySocket[previous] = nil }
-        handleBySocket[socket] = easy
+        let handle = UInt(bitPattern: easy)
+        if let previous = socketByHandle.updateValue(socket, forKey: handle) { handleBySocket[previous] = nil }
+        handleBySocket[socket] = handle
     }
 
     /// A new handle is made at `easy`'s address: nothing watched before is its.
-    mutating func forget(_ easy: UnsafeMutableRawPointer) {
-        if let previous = socketByHandle.removeValue(forKey: easy) { handleBySocket[previous] = nil }
+    package mutating func forget(_ easy: UnsafeMutableRawPointer) {
+        if let previous = socketByHandle.removeValue(forKey: UInt(bitPattern: easy)) { handleBySocket[previous] = nil }
     }
 
     /// How many handles have an entry (for tests: at most one per socket).
-    var count: Int { socketByHandle.count }
+    package var count: Int { socketByHandle.count }
 }
