@@ -43,8 +43,10 @@ struct IdleCPUTests {
         #expect(fixed < 0.1 * Double(seconds),
                 "8 waiting transfers used \(fixed) s of CPU in \(seconds) s (fix off: \(unfixed) s)")
         // A spinning process gets less of a loaded machine: beside a CPU hog the fault showed as
-        // 0.3 s in 3 s (against 0.0008 s with the fix). The ratio is what tells them apart.
-        #expect(unfixed > 0.03 * Double(seconds) && unfixed > 4 * fixed,
+        // 0.3 s in 3 s (against 0.0008 s with the fix), beside two hogs and two builds 0.085 s
+        // (against 0.0011 s). The ratio is what tells them apart; the floor only keeps two
+        // idle processes from passing by a ratio of crumbs.
+        #expect(unfixed > 0.01 * Double(seconds) && unfixed > 10 * fixed,
                 "with the fix off, 8 waiting transfers used \(unfixed) s of CPU in \(seconds) s (fix on: \(fixed) s): the test no longer sees the fault")
         #endif
     }
