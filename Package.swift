@@ -55,6 +55,8 @@ let package = Package(
         // for FetchKitTests to run as a subprocess (what happens at exit happens once a process).
         .executableTarget(name: "ExitCleanupProbe", dependencies: ["FetchKit", "FoundationNetworkingShims", "LoopbackServer"], path: "Tests/ExitCleanupProbe"),
         .testTarget(name: "LoopbackServerTests", dependencies: ["LoopbackServer"]),
+        // The door's own paths, each checked on this toolchain (FetchKitTests check the workarounds).
+        .testTarget(name: "FoundationNetworkingShimsTests", dependencies: ["FoundationNetworkingShims"]),
         // The command-line downloader, and the offline demo it runs with no URL: `swift run fetchkit`.
         .executableTarget(name: "fetchkit", dependencies: ["FetchKit", "LoopbackServer"]),
         // Benchmarks against raw URLSession: `swift run -c release fetchkit-bench`.

@@ -744,8 +744,9 @@ extension FetchError {
             /// ``DownloadOperation/restartsWhenSourceChanges`` is `false`.
             case changedWhileResuming(String)
             /// A download's resume was answered with a `206` whose range is not the rest of the
-            /// file (what is wrong, in words): its `Content-Range` cannot be read, ends before the
-            /// file's last byte or past it, or its length is not the response's
+            /// file (what is wrong, in words): its `Content-Range` cannot be read, does not start
+            /// where the partial file ends, ends before the file's last byte or past it, or its
+            /// length is not the response's
             /// `Content-Length`; or its body ran past its range. Nothing past the range was
             /// appended, and the partial file is kept for another try.
             case rangeMismatch(String)

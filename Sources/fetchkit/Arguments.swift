@@ -62,7 +62,7 @@ struct Options: Equatable {
     /// Seconds between the plain progress lines printed when the output is not a terminal
     /// (`--summary-interval`, as aria2c calls it); 0 for none.
     var summaryInterval: TimeInterval = 5
-    /// The most bytes per second all downloads together receive (`--limit-rate`), or `nil`.
+    /// The most bytes per second each download receives (`--limit-rate`), or `nil`.
     var limitRate: Int?
     /// The most bytes per second all downloads together receive (`--limit-rate-total`), or `nil`.
     var limitRateTotal: Int?
@@ -185,8 +185,9 @@ struct Options: Equatable {
                            --cacert or --pinnedpubkey on Linux, where FoundationNetworking
                            answers a challenge on a connection FetchKit cannot set them on)
       -n, --netrc          the logins of ~/.netrc, for the hosts it names (a 'default'
-                           entry: for any other), used as -u's are; -u wins. No file: no
-                           logins. Also --netrc-optional
+                           entry: for any other), used as -u's are (so not with --cacert
+                           or --pinnedpubkey on Linux); -u wins. No file: no logins. Also
+                           --netrc-optional
       --netrc-file FILE    the same from FILE (a missing or malformed FILE: exit 2)
       --cacert FILE        also trust the CA certificates in this PEM file (a private CA),
                            besides the system's; verification always stays on

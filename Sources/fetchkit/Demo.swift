@@ -3,7 +3,7 @@ import FetchKit
 import Foundation
 import LoopbackServer
 
-/// `fetchkit` with no URL: the classic RSS-reader refresh, entirely on this machine.
+/// `fetchkit demo`: the classic RSS-reader refresh, entirely on this machine.
 enum Demo {
     static func run() -> Int32 {
         let server: LoopbackServer

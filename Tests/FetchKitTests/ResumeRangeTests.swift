@@ -22,6 +22,9 @@ struct ResumeRangeTests {
         /// `bytes 100000-149999/*` (the total not given) and those 50,000 bytes: the first
         /// answer said 200,000.
         case shortRangeOfUnknownTotal
+        /// `bytes 50000-199999/200000` and those 150,000 bytes: the rest of the file, from the
+        /// wrong place (was taken for a transient error and retried).
+        case shiftedStart
 
         var testDescription: String { rawValue }
     }
@@ -65,6 +68,9 @@ struct ResumeRangeTests {
             case .shortRangeOfUnknownTotal:
                 headers["Content-Range"] = "bytes \(Self.half)-149999/*"
                 body = whole.subdata(in: Self.half..<150_000)
+            case .shiftedStart:
+                headers["Content-Range"] = "bytes 50000-\(Self.length - 1)/\(Self.length)"
+                body = whole.subdata(in: 50_000..<Self.length)
             }
             headers["Content-Length"] = String(body.count)
             return .script([.write(HTTPResponse.rawHead(status: 206, headers: headers)), .write(body), .close])
@@ -95,6 +101,40 @@ struct ResumeRangeTests {
         let kept = DownloadOperation.fileSize(second.partialFileURL) ?? 0
         #expect(kept <= Int64(Self.length), "nothing past the file's end was appended: \(kept)")
         #expect(server.requests(path: "/object").last?.headers["Range"] == "bytes=\(Self.half)-")
+    }
+
+    /// A resume answered with a `206` of a new version of the file (another `ETag`) whose range
+    /// also starts elsewhere: the change is what is reported, and the partial of the old version
+    /// is removed (it was kept, and the answer retried as a transient error).
+    @Test func aChangedFileIsDetectedWhateverRangeItNames() async throws {
+        let server = try LoopbackServer()
+        let directory = try TemporaryDirectory()
+        defer { server.stop(); directory.remove() }
+        server.route("/object") { request in
+            let whole = BytePattern.data(offset: 0, count: Self.length)
+            guard request.headers["Range"] == "bytes=\(Self.half)-" else {
+                let headers: HTTPHeaders = ["ETag": "\"v1\"", "Accept-Ranges": "bytes", "Content-Length": String(Self.length)]
+                return .script([.write(HTTPResponse.rawHead(status: 200, headers: headers)), .write(whole.prefix(Self.half)), .close])
+            }
+            let headers: HTTPHeaders = ["ETag": "\"v2\"", "Accept-Ranges": "bytes", "Content-Range": "bytes 0-\(Self.length - 1)/\(Self.length)"]
+            return HTTPResponse(status: 206, headers: headers, body: whole)
+        }
+        let destination = directory.file("object.bin")
+        let first = DownloadOperation(url: server.url("/object"), destination: destination)
+        first.configuration.retryPolicy = .none
+        await #expect(throws: FetchError.self) { try await first.run() }
+        #expect(DownloadOperation.fileSize(first.partialFileURL) == Int64(Self.half))
+        let second = DownloadOperation(url: server.url("/object"), destination: destination)
+        second.configuration.retryPolicy = .none
+        second.restartsWhenSourceChanges = false
+        let error = await #expect(throws: FetchError.self) { try await second.run() }
+        guard case .invalidResponse(let failure)? = error, case .changedWhileResuming = failure.reason else {
+            Issue.record("\(String(describing: error))")
+            return
+        }
+        #expect(DownloadOperation.fileSize(second.partialFileURL) == nil, "the old version's partial is removed")
+        #expect(!FileManager.default.fileExists(atPath: destination.path))
+        #expect(server.requests(path: "/object").count == 2, "not retried")
     }
 
     /// With the total given (`/200000`) or not (`/*`: the length the first answer gave is the

@@ -210,23 +210,24 @@ final class FileBodySink: DownloadBodySink {
         var offset: Int64 = 0
         let total: Int64?
         if response.statusCode == 206 {
-            // Only a range that starts exactly where the partial file ends can be appended.
+            // Only a range of the same file: `If-Range` asks the server for that, and nothing
+            // makes it so. A byte is appended only if the 206 carries the validator the partial
+            // file was made with and the same total length. Checked first: a changed file's
+            // partial is removed whatever range the answer names.
             let range = Self.contentRange(of: response)
-            guard let start = range?.first, start == requestedOffset else {
-                throw .transport(URLError(.cannotParseResponse, userInfo: [
-                    NSURLErrorFailingURLErrorKey: response.url as Any,
-                    NSLocalizedDescriptionKey: "a 206 response whose Content-Range does not continue the partial download",
-                ]))
-            }
-            // And only a range of the same file: `If-Range` asks the server for that, and
-            // nothing makes it so. A byte is appended only if the 206 carries the validator the
-            // partial file was made with and the same total length.
             total = range?.total
             let record = PartialDownloadRecord.load(from: recordURL)
             if let change = Self.change(from: record, to: response, total: total) {
                 // Nothing of the old file can be used with the new one.
                 Self.removePartial(partialURL, recordURL)
                 throw .invalidResponse(.init(reason: .changedWhileResuming(change), url: response.url ?? sourceURL))
+            }
+            // Only a range that starts exactly where the partial file ends can be appended.
+            guard let start = range?.first, start == requestedOffset else {
+                let field = (response.value(forHTTPHeaderField: "Content-Range") ?? "").prefix(80)
+                let problem = range?.first == nil ? "Content-Range \(field) cannot be read"
+                    : "Content-Range \(field) does not start at byte \(requestedOffset), where the partial file ends"
+                throw .invalidResponse(.init(reason: .rangeMismatch(problem), url: response.url ?? sourceURL))
             }
             // The same file, and the rest of it: the range the resume asked for (`bytes=N-`)
             // ends at the file's last byte, and the body is as long as the range. A total the

@@ -454,7 +454,7 @@ public final class FetchQueue: @unchecked Sendable {
         // only of fetches that will finish.
         operation.announceEnqueued()
         operationQueue.addOperation(operation)
-        nudgeWhenDependenciesFinish(operation)
+        announceReadinessIfDependenciesFinished(operation)
     }
 
     /// swift-corelibs-foundation's `OperationQueue` (6.3.1) can lose the wake-up of an operation
@@ -463,24 +463,19 @@ public final class FetchQueue: @unchecked Sendable {
     /// yet to tell, and the next scheduling pass only corrects the stored value, scheduling
     /// nothing. The operation then waits until something else is added or finishes: a
     /// dependent of a login cancelled before the pair was enqueued hung, 1 run in about 100.
-    /// So when a FetchKit dependency announces its finish, an empty operation is added: its
-    /// addition and its end are two more scheduling passes.
-    private func nudgeWhenDependenciesFinish(_ operation: AnyFetchOperation) {
+    /// A dependency that finishes after the add is seen by the queue itself; one that finished
+    /// before or during it may have left the stale value. So, the add done, an operation whose
+    /// dependencies have all finished announces its readiness (`didChangeValue(forKey:
+    /// "isReady")`: corelibs then stores the readiness it reads now and schedules the queue).
+    /// (An empty operation added on each dependency's finish, the first fix, made two more
+    /// scheduling passes, which race with each other; and it skipped a dependency already
+    /// finished, which is this very case: 1 hang in about 100 runs of the suite beside two CPU
+    /// hogs.)
+    private func announceReadinessIfDependenciesFinished(_ operation: AnyFetchOperation) {
         #if canImport(FoundationNetworking)
-        for dependency in operation.dependencies.compactMap({ $0 as? AnyFetchOperation }) where !dependency.isFinished {
-            let nudge: @Sendable () -> Void = { [weak operationQueue] in operationQueue?.addOperation {} }
-            // The token is kept by its own handler until the finish: the observation must outlive
-            // this call, and ends with the dependency's handlers.
-            let token = Protected<FetchObservation?>(nil)
-            let observation = dependency.observeState { change in
-                guard change.key == .finished else { return }
-                nudge()
-                token.withLock { $0 = nil }
-            }
-            if !dependency.isFinished { token.withLock { $0 = observation } }
-            // It may have finished before the observation began.
-            if dependency.isFinished { nudge() }
-        }
+        let dependencies = operation.dependencies
+        guard !dependencies.isEmpty, dependencies.allSatisfy(\.isFinished) else { return }
+        operation.didChangeValue(forKey: "isReady")
         #endif
     }
 

@@ -7,7 +7,6 @@ import Glibc
 #endif
 import FoundationNetworkingShims
 import Testing
-@testable import FetchKit
 
 #if canImport(FoundationNetworking) && os(Linux) && canImport(Glibc)
 /// ``LoadedFunction`` finds a function of a loaded library by name from the file's symbol
@@ -30,7 +29,7 @@ struct LoadedFunctionTests {
         let found = try #require(LoadedFunction.address(of: FoundationNetworkingCallbacks.socketCallbackName, inFileMappedAt: anchor))
         #expect(dlsym(UnsafeMutableRawPointer(bitPattern: 0), FoundationNetworkingCallbacks.socketCallbackName) == nil,
                 "a local symbol: the dynamic linker cannot see it")
-        #expect(CurlSocketCallback.foundationCallback.map { unsafeBitCast($0, to: UnsafeRawPointer.self) } == found)
+        #expect(FoundationNetworkingCallbacks.socket.map(FoundationNetworkingCallbacks.address(of:)) == found)
     }
 
     @Test(arguments: ["", "no_such_function_anywhere", "$s20FoundationNetworking10URLSessionC",

@@ -1,6 +1,5 @@
 import FoundationNetworkingShims
 import Testing
-@testable import FetchKit
 
 /// What ``CurlSocketCallback`` remembers of libcurl's socket callback, for a bandwidth limit to
 /// find a transfer's connection (``ReceivePause/connectionReceipt(_:)``): never another
