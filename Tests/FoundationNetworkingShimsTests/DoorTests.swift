@@ -34,26 +34,30 @@ struct DoorTests {
     }
 
     /// A task's easy handle exists once the task has its protocol (after `resume()`), takes an
-    /// option and answers an info; its work queue is found. The task goes to a closed port on
-    /// 127.0.0.1: nothing is sent anywhere.
+    /// option and answers an info; its work queue is found. The task goes to a socket on
+    /// 127.0.0.1 that listens and never accepts: it connects and waits, so its handle lives
+    /// until the test cancels it (a closed port failed the task, and freed its handle, before
+    /// the test looked, on a loaded machine).
     @Test func aTasksEasyHandleIsReachedTakesAnOptionAndAnswers() throws {
+        let (listener, port) = try listeningSocket()
+        defer { close(listener) }
         // No URL cache: `resume()` makes the task's protocol, and its handle, before it returns.
         let configuration = URLSessionConfiguration.ephemeral
         configuration.urlCache = nil
         let session = URLSession(configuration: configuration)
         defer { session.invalidateAndCancel() }
-        let url = try #require(URL(string: "http://127.0.0.1:9/door-test"))
+        let url = try #require(URL(string: "http://127.0.0.1:\(port)/door-test"))
         let task = session.dataTask(with: url)
         #expect(FoundationNetworkingLayout.easyHandle(of: task) == nil, "no protocol before resume")
         task.resume()
         defer { task.cancel() }
-        let handle = try #require(FoundationNetworkingLayout.easyHandle(of: task))
-        #expect(FoundationNetworkingLayout.workQueue(of: task) != nil)
-        // Read and set on the session's work queue, as FetchKit does.
         let queue = try #require(FoundationNetworkingLayout.workQueue(of: task))
-        let (set, version) = queue.sync {
-            (Curl.set(handle.raw, .connectTimeoutMS, 5_000), Curl.long(handle.raw, .httpVersion))
+        // Read and set on the session's work queue, as FetchKit does.
+        let (found, set, version) = queue.sync { () -> (Bool, Bool, Int?) in
+            guard let handle = FoundationNetworkingLayout.easyHandle(of: task) else { return (false, false, nil) }
+            return (true, Curl.set(handle.raw, .connectTimeoutMS, 5_000), Curl.long(handle.raw, .httpVersion))
         }
+        #expect(found, "the task's easy handle, found by reflection")
         #expect(set)
         #expect(version != nil)
     }
@@ -91,5 +95,25 @@ struct DoorTests {
         #expect(Sockets.unreadBytes(client) == 1000)
         #expect(Sockets.bytesReceived(client) == 1000)
     }
+
+    /// A TCP socket on 127.0.0.1 that listens and never accepts, and its port.
+    private func listeningSocket() throws -> (Int32, UInt16) {
+        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        try #require(listener >= 0)
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, length) == 0 && getsockname(listener, $0, &length) == 0 }
+        }
+        guard bound, listen(listener, 8) == 0 else {
+            close(listener)
+            throw DoorTestError()
+        }
+        return (listener, UInt16(bigEndian: address.sin_port))
+    }
 }
+
+private struct DoorTestError: Error {}
 #endif
