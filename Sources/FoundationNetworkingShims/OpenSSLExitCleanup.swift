@@ -1,3 +1,4 @@
+#if os(Linux)
 import CFetchKitShims
 
 /// What FetchKit did about OpenSSL's exit-time cleanup when the process loaded it (Linux):
@@ -10,8 +11,6 @@ package enum OpenSSLExitCleanup: Equatable, Sendable {
     case disabled
     /// Not turned off: why.
     case unavailable(String)
-    /// Not Linux: nothing to do.
-    case notApplicable
 
     /// The state of this process.
     package static var current: OpenSSLExitCleanup {
@@ -21,11 +20,7 @@ package enum OpenSSLExitCleanup: Equatable, Sendable {
         case FetchKitOpenSSLExitCleanupTooOld: return .unavailable("OpenSSL older than 1.1.1 has no OPENSSL_INIT_NO_ATEXIT")
         case FetchKitOpenSSLExitCleanupFailed: return .unavailable("OPENSSL_init_crypto failed")
         default:
-            #if os(Linux)
             return .unavailable("FetchKit's load-time step did not run (its object file was not linked)")
-            #else
-            return .notApplicable
-            #endif
         }
     }
 
@@ -46,3 +41,4 @@ package enum OpenSSLExitCleanup: Equatable, Sendable {
         }
     }
 }
+#endif

@@ -1,3 +1,4 @@
+#if os(Linux)
 /// The upstream fixes of what FetchKit works around, by the Swift toolchain that has them: the
 /// one place where a workaround asks whether the FoundationNetworking it runs on still needs it
 /// (`FetchSession.workarounds` reports the answer).
@@ -36,3 +37,4 @@ package enum ToolchainFixes {
         #endif
     }()
 }
+#endif

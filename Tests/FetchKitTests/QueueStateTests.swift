@@ -31,7 +31,7 @@ typealias StubState = QueueState<String, StubFlight>
 @Suite("Queue state machine (pure)", .timeLimit(.minutes(3)))
 struct QueueStateTests {
     /// A fetch registered in `state`, and its next attempt, made at `priority` (it reserves its
-    /// place in line now, as ``FetchQueue/makeTransfer`` does).
+    /// place in line now, as ``FetchQueue/enqueue(_:attach:)`` does).
     func fetch(_ host: String, in state: inout StubState, key: String? = nil,
                priority: Operation.QueuePriority = .normal) -> StubMember {
         let id = FetchID.next()

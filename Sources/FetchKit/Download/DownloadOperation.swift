@@ -439,7 +439,7 @@ open class DownloadOperation: AnyFetchOperation, OutputProducing, @unchecked Sen
                 downloadState.withLock { $0.notices.append(notice) }
             }
         }
-        core.withLock { $0.rangeOffset = offset }
+        core.withLock { $0.attempt.resume(from: offset) }
         recordAttempt(attempt, request: request, conditional: false, prepared: offset > 0 ? prepared : nil)
         return AttemptSetup(request: request, acceptsNotModified: false, resumedFrom: offset)
     }
@@ -498,7 +498,7 @@ open class DownloadOperation: AnyFetchOperation, OutputProducing, @unchecked Sen
     }
 
     override func makeBodySink() -> any ResponseBodySink {
-        let (offset, source, isGET) = core.withLock { ($0.rangeOffset, $0.sentRequest?.url, $0.sentRequest?.isGET ?? false) }
+        let (offset, source, isGET) = core.withLock { ($0.attempt.rangeOffset, $0.sentRequest?.url, $0.sentRequest?.isGET ?? false) }
         let sink = FileBodySink(
             partialURL: partialFileURL,
             recordURL: partialRecordURL,
@@ -581,7 +581,7 @@ open class DownloadOperation: AnyFetchOperation, OutputProducing, @unchecked Sen
             if whole { LocalFile.remove(partial) }
             throw error
         }
-        let resumed = core.withLock { $0.progressBase }     // what a 206 continued from
+        let resumed = core.withLock { $0.attempt.progressBase }     // what a 206 continued from
         downloadState.withLock { state in
             state.downloadedFileURL = destination
             state.resumedBytes = state.resumedBeforeContinuing ?? resumed
@@ -646,7 +646,7 @@ open class DownloadOperation: AnyFetchOperation, OutputProducing, @unchecked Sen
     /// Whether the last attempt stopped for the disk to catch up; if so, counts the
     /// continuation and remembers what the attempt it continues resumed from.
     private func noteContinuation() -> Bool {
-        let progressBase = core.withLock { $0.progressBase }
+        let progressBase = core.withLock { $0.attempt.progressBase }
         return downloadState.withLock { state in
             let continuing = state.sink?.stoppedForBackpressure ?? false
             state.peakBacklog = max(state.peakBacklog, state.sink?.peakBacklog ?? 0)

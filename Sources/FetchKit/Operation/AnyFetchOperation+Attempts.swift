@@ -46,12 +46,10 @@ extension AnyFetchOperation {
                 if core.machine.isParked, core.preparedRequest == nil { core.attemptBase = request }
                 return .stopped
             }
-            core.attemptAnswered = false
-            core.attemptStarted = false
-            core.refreshAtGrant = nil
+            core.attempt.begin()
             // A continuation (or a resume) is the same attempt, unless none was made yet.
             return .setUp((request, core.settings.configurationBox, continuing && core.attempts > 0 ? core.attempts : core.attempts + 1,
-                           core.firstTransferStart, core.coordinator, core.claimed, FetchID(rawValue: claimedID)))
+                           core.attempt.firstStart, core.coordinator, core.claimed, FetchID(rawValue: claimedID)))
         }
         let setup: Setup
         switch begin {
@@ -96,45 +94,49 @@ extension AnyFetchOperation {
                                         bareRequest: attemptSetup.request)
             authentication.authenticator.apply(current, to: &attemptSetup.request)
         }
-        core.withLock { $0.authGeneration = credential?.0.generation ?? 0 }
+        let priorityOverride = core.withLock { core in
+            if let (current, _) = credential { core.attempt.carry(credential: current.generation) }
+            return core.priorityOverride
+        }
         limits.acceptsNotModified = attemptSetup.acceptsNotModified
-        let handle: any TransferHandle
+        // Holds the attempt's handle, unless a cancel or a pause came during the setup (the
+        // handle is then dropped unstarted, or stopped by its queue, and the cancel reported).
+        let attach = { (handle: any TransferHandle) -> Bool in
+            let attached = self.core.withLock { core -> (attached: Bool, parked: Bool, generation: Int32?) in
+                guard core.machine.attachTransfer() else { return (false, core.machine.isParked, nil) }
+                core.transfer = handle
+                // A later attempt may wait for a queue slot, where no transfer clock runs: the
+                // fetch's deadline still holds there.
+                guard claimed, deadline != nil else { return (true, false, nil) }
+                return (true, false, core.attempt.armDeadline())
+            }
+            guard attached.attached else {
+                if !attached.parked { self.abandonSetup(.cancelled(.init(url: request.url))) }
+                return false
+            }
+            if let generation = attached.generation, let deadline {
+                DispatchQueue.global().asyncAfter(deadline: .now() + max(0, deadline)) { [weak self] in
+                    self?.deadlinePassedWhileWaiting(generation: generation)
+                }
+            }
+            return true
+        }
         if let coordinator {
-            // A body kept in memory gets its sink when the queue grants the slot.
-            handle = coordinator.makeTransfer(for: self, id: id, request: attemptSetup.request, limits: limits,
-                                              sink: makeBodySinkBeforeGrant(), resumedFrom: attemptSetup.resumedFrom,
-                                              credential: carried)
+            // One call hands the attempt over. A body kept in memory gets its sink at grant.
+            coordinator.enqueue(QueuedAttempt(
+                owner: self, id: id, request: attemptSetup.request, limits: limits, session: configuration.value.session,
+                priority: priorityOverride ?? queuePriority, sink: makeBodySinkBeforeGrant(),
+                resumedFrom: attemptSetup.resumedFrom, credential: carried, ownBudget: ownReceiveBudget(limits.bandwidthLimit)
+            ), attach: attach)
         } else if claimed {
             // Its queue was freed (and is cancelling it): no transfer outside the queue's limits.
             abandonSetup(.cancelled(.init(url: request.url)))
-            return
         } else {
-            handle = Transfer(request: attemptSetup.request, session: configuration.value.session, limits: limits,
-                              sink: makeBodySink(), owner: self, receiveBudgets: ownReceiveBudget(limits.bandwidthLimit))
+            let transfer = Transfer(request: attemptSetup.request, session: configuration.value.session, limits: limits,
+                                    sink: makeBodySink(), owner: self,
+                                    receiveBudgets: ownReceiveBudget(limits.bandwidthLimit).map { [$0] } ?? [])
+            if attach(transfer) { transfer.start() }
         }
-        let attached = core.withLock { core -> (attached: Bool, parked: Bool, generation: Int32?) in
-            guard core.machine.attachTransfer() else { return (false, core.machine.isParked, nil) }
-            core.transfer = handle
-            // A later attempt may wait for a queue slot, where no transfer clock runs: the
-            // fetch's deadline still holds there.
-            guard claimed, deadline != nil else { return (true, false, nil) }
-            core.deadlineGeneration &+= 1
-            return (true, false, core.deadlineGeneration)
-        }
-        // Cancelled during the setup: the handle is dropped unstarted, and the cancel reported.
-        // Paused during the setup: it is dropped unstarted, and the operation stays parked.
-        guard attached.attached else {
-            if !attached.parked {
-                abandonSetup(.cancelled(.init(url: request.url)))
-            }
-            return
-        }
-        if let generation = attached.generation, let deadline {
-            DispatchQueue.global().asyncAfter(deadline: .now() + max(0, deadline)) { [weak self] in
-                self?.deadlinePassedWhileWaiting(generation: generation)
-            }
-        }
-        handle.start()
     }
 
     /// The attempt's setup ends without a transfer: with `error`, or, if a cancel came during
@@ -152,10 +154,9 @@ extension AnyFetchOperation {
     /// transfer's clock).
     private func deadlinePassedWhileWaiting(generation: Int32) {
         let waiting = core.withLock { core -> (any TransferHandle)? in
-            guard core.deadlineGeneration == generation, core.machine.isTransferring, !core.attemptStarted,
-                  let current = core.transfer
+            guard core.machine.isTransferring, let current = core.transfer,
+                  core.attempt.deadlinePassed(generation: generation)
             else { return nil }
-            core.attemptOverdue = true
             return current
         }
         waiting?.stop()
@@ -192,16 +193,12 @@ extension AnyFetchOperation {
     /// the fetch ends with if none does. Decided outside the lock (the policy is the user's
     /// code); the lifecycle then decides whether a cancel wins (``LifecycleStateMachine/attemptEnded(_:anotherAttempt:)``).
     private func nextAttempt(after result: TransferResult) -> (next: NextAttempt, result: TransferResult) {
-        let (request, configuration, attempt, answered, overdue, firstStart, atGrant) = core.withLock { core in
-            defer {
-                core.attemptOverdue = false
-                core.refreshAtGrant = nil
-            }
-            return (core.preparedRequest, core.settings.configurationBox, core.attempts, core.attemptAnswered,
-                    core.attemptOverdue, core.firstTransferStart, core.refreshAtGrant)
+        let (request, configuration, attempt, ending, firstStart) = core.withLock { core in
+            (core.preparedRequest, core.settings.configurationBox, core.attempts, core.attempt.end(), core.attempt.firstStart)
         }
+        let (answered, overdue) = (ending.answered, ending.overdue)
         // Granted its slot while its credential was being refreshed: it sent nothing, and waits.
-        if let atGrant { return (.authenticate(atGrant.authentication, generation: atGrant.generation), result) }
+        if let atGrant = ending.refreshAtGrant { return (.authenticate(atGrant.authentication, generation: atGrant.generation), result) }
         guard case .failure(let error, _) = result else { return (.none, result) }
         let total = configuration.transferSettings.totalTimeout
         if overdue, error.isCancellation, let total {
@@ -231,11 +228,7 @@ extension AnyFetchOperation {
 
     func transferDidStart() {
         core.withLock { core in
-            core.attemptStarted = true
-            if core.firstTransferStart == 0 { core.firstTransferStart = Transfer.now() }
-            // What users read: only what reached the network counts.
-            core.attemptsSent = core.attempts
-            core.lastSentRequest = core.sentRequest
+            core.attempt.started(attempt: core.attempts, request: core.sentRequest, at: Transfer.now())
         }
     }
 
@@ -341,14 +334,14 @@ extension TransferLimits.Settings {
 extension AnyFetchOperation {
     /// The budget of the fetch's own bandwidth limit, one for all its attempts (made at the
     /// first); none without a limit.
-    func ownReceiveBudget(_ limit: Int?) -> [ReceiveBudget] {
-        guard let limit else { return [] }
-        return [core.withLock { core in
+    func ownReceiveBudget(_ limit: Int?) -> ReceiveBudget? {
+        guard let limit else { return nil }
+        return core.withLock { core in
             if let budget = core.ownBudget, budget.rate == limit { return budget }
             let budget = ReceiveBudget(bytesPerSecond: limit)
             core.ownBudget = budget
             return budget
-        }]
+        }
     }
 }
 

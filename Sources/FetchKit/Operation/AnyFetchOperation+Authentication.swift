@@ -6,8 +6,8 @@ import FoundationNetworking
 // The credential of the operation's queue (see ``FetchAuthentication``), in the operation's
 // own lifecycle: an attempt that must wait for a refresh waits in `executing(waiting)`, like a
 // retry's delay — no transfer, no slot — and the refresh's end resumes it (or fails it).
-// Each attempt records the generation it carries (`Record.authGeneration`); a refused one is
-// sent again once (`Record.authResent`).
+// Each attempt records the generation it carries (``AttemptState/credentialGeneration``); a
+// refused one is sent again once (``AttemptState/resentAfterRefusal``).
 extension AnyFetchOperation {
     /// The queue's authentication, if it applies to `request`: a configured origin, and a
     /// fetch that does not opt out.
@@ -44,8 +44,7 @@ extension AnyFetchOperation {
         // request was sent starts its clock now: its total time includes waiting for its
         // credential (documented on ``FetchConfiguration/totalTimeout``).
         let (total, firstStart) = core.withLock { core -> (TimeInterval?, UInt64) in
-            if core.firstTransferStart == 0 { core.firstTransferStart = Transfer.now() }
-            return (core.settings.configurationBox.transferSettings.totalTimeout, core.firstTransferStart)
+            (core.settings.configurationBox.transferSettings.totalTimeout, core.attempt.startClock(at: Transfer.now()))
         }
         if let total {
             let left = Self.timeLeft(of: total, since: firstStart)
@@ -69,7 +68,7 @@ extension AnyFetchOperation {
     func slotGrantedDuringRefresh(of generation: UInt64, by authentication: FetchAuthentication, handle: any TransferHandle) {
         let url = core.withLock { core -> URL?? in
             guard core.transfer === handle else { return .none }
-            core.refreshAtGrant = (authentication, generation)
+            core.attempt.grantedDuringRefresh(of: generation, by: authentication)
             return .some(core.preparedRequest?.url)
         }
         guard let url else { return }
@@ -79,7 +78,7 @@ extension AnyFetchOperation {
     /// The queue granted the attempt's slot with a newer credential than the one it was made
     /// with (see ``FlightMember/requestAtGrant()``): a refusal now concerns that one.
     func credentialChangedAtGrant(to generation: UInt64) {
-        core.withLock { $0.authGeneration = generation }
+        core.withLock { $0.attempt.carry(credential: generation) }
     }
 
     private func failWaiting(_ error: FetchError) {
@@ -104,7 +103,7 @@ extension AnyFetchOperation {
     /// server's own answer, and the fetch fails with it.
     func afterRefusal(_ response: HTTPURLResponse, error: FetchError) -> (next: NextAttempt, result: TransferResult)? {
         let (generation, resent, coordinator, request, cancelled) = core.withLock { core in
-            (core.authGeneration, core.authResent, core.coordinator, core.preparedRequest, core.machine.isCancelled)
+            (core.attempt.credentialGeneration, core.attempt.resentAfterRefusal, core.coordinator, core.preparedRequest, core.machine.isCancelled)
         }
         // A cancelled fetch starts no refresh: `cancelAll` would not reach it.
         guard !cancelled, generation != 0, let coordinator, let authentication = coordinator.authentication,
@@ -129,7 +128,7 @@ extension AnyFetchOperation {
             return (.none, .failure(failure, response))
         }
         core.withLock { core in
-            core.authResent = true
+            core.attempt.resendAfterRefusal()
             core.observed?.send(.credentialRefused(CredentialRefusal(generation: generation, statusCode: response.statusCode)), self)
         }
         return (next, .failure(error, response))

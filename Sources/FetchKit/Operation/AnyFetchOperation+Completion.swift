@@ -69,7 +69,7 @@ extension AnyFetchOperation {
             if let observed = core.takeObserved() {
                 var error: FetchError?
                 if case .failure(let failure)? = core.machine.outcome { error = failure }
-                finish = (observed, error, core.attemptsSent, core.bytesReceived)
+                finish = (observed, error, core.attempt.sentCount, core.bytesReceived)
             }
             defer { core.coordinator = nil }     // a finished operation keeps no queue alive
             let entries = core.takeCompletions()

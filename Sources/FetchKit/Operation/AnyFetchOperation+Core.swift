@@ -229,8 +229,6 @@ extension AnyFetchOperation {
         var output: (any Sendable)?
         var bytesReceived: Int64 = 0
         var bytesExpected: Int64?
-        var rangeOffset: Int64 = 0
-        var progressBase: Int64 = 0
         var bytesSent: Int64 = 0
         var bytesToSend: Int64?
         /// The receive rate, over this attempt's body (``RateWindow``).
@@ -241,34 +239,10 @@ extension AnyFetchOperation {
         /// of a conditional GET, a download's `Range`); otherwise the sent request is it (see
         /// ``Core/preparedRequest``), and a fetch holds one request, not two.
         var attemptBase: URLRequest?
-        /// When the first attempt's transfer started, or the fetch first waited for its
-        /// credential if that came first (uptime ns; 0 before): the total timeout counts from there.
-        var firstTransferStart: UInt64 = 0
-        /// Counts the deadline timers of later attempts, which may wait for a queue slot, so
-        /// that a timer knows whether the attempt it watches is still the current one.
-        var deadlineGeneration: Int32 = 0
-        /// The current attempt's transfer started (it may wait for a queue slot first).
-        var attemptStarted = false
-        /// The number of the last attempt whose transfer started (0: none): ``AnyFetchOperation/attempts``.
-        var attemptsSent = 0
         /// The budget of ``FetchConfiguration/bandwidthLimit``, once an attempt needed it.
         var ownBudget: ReceiveBudget?
-        /// The request of the last attempt whose transfer started: ``AnyFetchOperation/sentRequest``.
-        var lastSentRequest: URLRequest?
-        /// The current attempt got a response head: a server that answered and then stalled
-        /// is worth another attempt; one that stayed silent for the whole idle timeout is not.
-        var attemptAnswered = false
-        /// The fetch's deadline passed while the current attempt waited for a slot: it was
-        /// stopped, and ends as a total timeout rather than a cancel.
-        var attemptOverdue = false
-        /// The credential generation the current attempt carries (0: none; see
-        /// AnyFetchOperation+Authentication.swift).
-        var authGeneration: UInt64 = 0
-        /// The fetch was sent again because its credential was refused: a second refusal ends it.
-        var authResent = false
-        /// The current attempt was granted its slot while the refresh of this generation ran:
-        /// it gave the slot back unsent, and waits for the refresh.
-        var refreshAtGrant: (authentication: FetchAuthentication, generation: UInt64)?
+        /// Its attempts: the current one, and what they share (``AttemptState``).
+        var attempt = AttemptState()
     }
 
     /// State that only some callers ask for, boxed at first use (see ``Core``). Reached only
@@ -395,38 +369,56 @@ struct AttemptSetup {
 /// Something that moves one operation's request: a ``Transfer`` of its own, or a place in a
 /// ``FetchQueue`` (which waits for a slot and may share one transfer among identical requests).
 ///
-/// The operation calls ``start()`` once; it may call ``stop()`` at any time after creating it.
-/// Either way the handle reports exactly once, through ``TransferOwner/transferDidEnd(_:of:)`` —
-/// after a stop, with ``FetchError/cancelled(_:)`` once it has cleaned up.
+/// The operation may call ``stop()`` at any time once it holds the handle. Either way the
+/// handle reports exactly once, through ``TransferOwner/transferDidEnd(_:of:)`` — after a stop,
+/// with ``FetchError/cancelled(_:)`` once it has cleaned up.
 protocol TransferHandle: AnyObject, Sendable {
-    func start()
     func stop()
+}
+
+/// One attempt as its operation hands it to its queue, in one call
+/// (``TransferCoordinator/enqueue(_:attach:)``): everything the queue needs to place it, share it
+/// and start it, fixed when the attempt is made, so that the queue never asks the operation
+/// anything (as async-http-client's schedulable request carries its pool key and deadline).
+struct QueuedAttempt {
+    /// Whose attempt it is: it hears of the transfer (its ``TransferOwner``), and makes the body
+    /// sink at grant for a body kept in memory.
+    let owner: AnyFetchOperation
+    /// The identifier its queue gave the fetch when it claimed it.
+    let id: FetchID
+    /// The request as sent, with the credential it carries (replaced at grant if it changed).
+    let request: URLRequest
+    let limits: TransferLimits
+    let session: FetchSession
+    /// Where it waits among the others: the fetch's priority in its queue.
+    let priority: Operation.QueuePriority
+    /// A download's sink, made before the grant (it checked its destination); `nil` for a body
+    /// kept in memory, whose sink the owner makes at grant.
+    let sink: (any ResponseBodySink)?
+    /// Where a download's attempt resumes its partial file (its `Range`), 0 otherwise: if the
+    /// server answers `206`, progress counts from there.
+    let resumedFrom: Int64
+    /// The credential `request` carries, if any: the current one replaces it at grant.
+    let credential: AttemptCredential?
+    /// The budget of the fetch's own bandwidth limit, if it has one (``FetchConfiguration/bandwidthLimit``).
+    let ownBudget: ReceiveBudget?
 }
 
 /// A coordinator that provides transfers for the operations it owns (a ``FetchQueue``).
 ///
-/// An operation that has one asks it for a handle after its dependencies finished and its
+/// An operation that has one hands it each attempt once its dependencies finished and its
 /// request was built; nothing is created in URLSession and no clock runs until the coordinator
 /// lets the transfer begin.
 protocol TransferCoordinator: AnyObject, Sendable {
-    /// A handle for one attempt of `operation`, which hears of its transfer (it is the
-    /// transfer's ``TransferOwner``).
+    /// Takes an attempt: in one transition of the coordinator's state it is given its place in
+    /// line and joins (an identical flight, or the line for a slot).
     ///
-    /// - Parameters:
-    ///   - id: The identifier the coordinator gave the operation when it claimed it.
-    ///   - resumedFrom: Where a download's attempt resumes its partial file (its `Range`), 0
-    ///     otherwise: if the server answers `206`, progress counts from there.
-    ///   - credential: The credential `request` carries, if any: the current one replaces it
-    ///     when the slot is granted.
-    func makeTransfer(
-        for operation: AnyFetchOperation,
-        id: FetchID,
-        request: URLRequest,
-        limits: TransferLimits,
-        sink: (any ResponseBodySink)?,
-        resumedFrom: Int64,
-        credential: AttemptCredential?
-    ) -> any TransferHandle
+    /// `attach` runs once, within the call and outside every lock of the coordinator, with the
+    /// attempt's handle, before anything the attempt's grant starts can report to the owner;
+    /// it returns whether the owner keeps the handle (it was cancelled or paused while setting
+    /// the attempt up if not: the coordinator then stops it, and its report of the cancel comes
+    /// from a handle the owner does not hold).
+    func enqueue(_ attempt: QueuedAttempt, attach: (any TransferHandle) -> Bool)
 
     /// The operation finished: called once, in the terminal transition, before any completion
     /// handler runs.

@@ -214,8 +214,7 @@ extension AnyFetchOperation: TransferOwner {
     func transferDidReceive(response: HTTPURLResponse, expectedLength: Int64?) {
         // A 206 continues a partial download: progress counts the bytes already on disk.
         core.withLock { core in
-            core.attemptAnswered = true
-            core.progressBase = response.statusCode == 206 ? core.rangeOffset : 0
+            core.attempt.answered(statusCode: response.statusCode)
             core.updateObserved { $0.received(response, self) }
         }
         reportProgress(received: 0, expected: expectedLength)
@@ -225,7 +224,7 @@ extension AnyFetchOperation: TransferOwner {
         core.withLock { core in
             // The redirect dropped the credential (see ``Transfer``): from here on the attempt
             // carries none, and a `401` is the answer of a server it was not meant for.
-            if !Transfer.sameOrigin(response.url, request.url) { core.authGeneration = 0 }
+            if !Transfer.sameOrigin(response.url, request.url) { core.attempt.carry(credential: 0) }
             core.observed?.send(.redirected(response, request), self)
         }
     }

@@ -107,18 +107,6 @@ extension AnyFetchOperation {
         core.withLock { $0.machine.isPaused }
     }
 
-    /// Whether a stop for a pause is awaited: an attempt that joins its queue after the pause
-    /// tried to stop it must stop itself.
-    var isStoppingForPause: Bool {
-        core.withLock { $0.machine.isStoppingForPause }
-    }
-
-    /// The priority a ``FetchQueue`` gives the fetch's next attempts: the one it was given
-    /// with ``FetchQueue/setPriority(_:of:)``, or the operation's `queuePriority`.
-    var slotPriority: Operation.QueuePriority {
-        core.withLock { $0.priorityOverride } ?? queuePriority
-    }
-
     /// The current attempt's transfer handle (`nil` between attempts).
     var currentTransfer: (any TransferHandle)? {
         core.withLock { $0.transfer }

@@ -229,8 +229,8 @@ extension AnyFetchOperation {
     func reportProgress(received: Int64, expected: Int64?) {
         let now = RateWindow.now()
         reportProgress(toBatch: true) { core in
-            core.bytesReceived = core.progressBase + received
-            core.bytesExpected = expected.map { core.progressBase + $0 }
+            core.bytesReceived = core.attempt.progressBase + received
+            core.bytesExpected = expected.map { core.attempt.progressBase + $0 }
             // A response head (0 received) starts the attempt's window; what arrives after it
             // is counted, never the bytes a resumed file already had.
             if received == 0 {

@@ -154,7 +154,7 @@ open class AnyFetchOperation: Operation, @unchecked Sendable {
     /// An attempt counts once its request went to the network: a fetch paused or cancelled
     /// while it waited for its queue's slot, or for a dependency, counts none for that wait.
     public var attempts: Int {
-        core.withLock { $0.attemptsSent }
+        core.withLock { $0.attempt.sentCount }
     }
 
     /// Whether the server answered `304 Not Modified` to a conditional GET (see
@@ -198,7 +198,7 @@ open class AnyFetchOperation: Operation, @unchecked Sendable {
     /// The request as it was sent (after ``makeRequest()``), once the operation started sending:
     /// `nil` until an attempt's request went to the network (not while it waits for a slot).
     public var sentRequest: URLRequest? {
-        core.withLock { $0.lastSentRequest }
+        core.withLock { $0.attempt.lastSentRequest }
     }
 
     // MARK: Hooks for subclasses

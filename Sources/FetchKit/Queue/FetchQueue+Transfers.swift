@@ -11,19 +11,21 @@ extension FetchQueue: TransferCoordinator {
         transition { $0.unregister(id) }
     }
 
-    func makeTransfer(for operation: AnyFetchOperation, id: FetchID, request: URLRequest, limits: TransferLimits,
-                      sink: (any ResponseBodySink)?, resumedFrom: Int64, credential: AttemptCredential?) -> any TransferHandle {
-        // Outside the queue's lock: the session is read under the operation's, and the
-        // priority is Foundation's.
-        let session = operation.session
-        let priority = operation.slotPriority
-        let (coalesces, host, place) = state.withLock { state in
-            let (host, place) = state.reservePlace(host: FlightMember.hostKey(of: request.url), priority: priority)
-            return (state.coalesces, host, place)
+    func enqueue(_ attempt: QueuedAttempt, attach: (any TransferHandle) -> Bool) {
+        let host = FlightMember.hostKey(of: attempt.request.url)
+        let (member, actions, dropped) = transitionDeferringActions { state in
+            let (interned, place) = state.reservePlace(host: host, priority: attempt.priority)
+            let key = state.coalesces ? FlightKey(request: attempt.request, limits: attempt.limits,
+                                                  session: attempt.session, sink: attempt.sink) : nil
+            let member = FlightMember(attempt, key: key, queue: self, host: interned, place: place)
+            state.join(member)
+            return member
         }
-        let key = coalesces ? FlightKey(request: request, limits: limits, session: session, sink: sink) : nil
-        return FlightMember(operation: operation, id: id, request: request, limits: limits, session: session, sink: sink,
-                            key: key, resumedFrom: resumedFrom, credential: credential, queue: self, host: host, place: place)
+        // The owner holds its handle before a grant's flight can report to it.
+        let kept = attach(member)
+        for action in actions { perform(action) }
+        if !kept { member.stop() }
+        withExtendedLifetime(dropped) {}
     }
 
     /// A flight's transfer ended: its slot is freed (a host that asked for a pause is held) and
@@ -42,6 +44,20 @@ extension FetchQueue: TransferCoordinator {
     /// others after unlocking. See ``QueueState``.
     @discardableResult
     func transition<Result>(_ body: (inout State) -> Result) -> Result {
+        let (result, later, dropped) = transitionDeferringActions(body)
+        for action in later {
+            perform(action)
+        }
+        withExtendedLifetime(dropped) {}
+        return result
+    }
+
+    /// Applies one transition as ``transition(_:)`` does, and returns the actions to run after
+    /// unlocking instead of running them, and the queue's keep-alive it let go, to be released
+    /// after them (it may free the queue).
+    private func transitionDeferringActions<Result>(
+        _ body: (inout State) -> Result
+    ) -> (Result, [QueueAction<Flight>], AnyObject?) {
         var later: [QueueAction<Flight>] = []
         var dropped: AnyObject?
         let result = state.withLock { state -> Result in
@@ -70,11 +86,7 @@ extension FetchQueue: TransferCoordinator {
             }
             return result
         }
-        for action in later {
-            perform(action)
-        }
-        withExtendedLifetime(dropped) {}
-        return result
+        return (result, later, dropped)
     }
 
     /// After unlocking.

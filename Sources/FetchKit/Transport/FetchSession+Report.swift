@@ -112,7 +112,6 @@ extension FetchSession {
             exitCleanup = .notNeeded("this toolchain's FoundationNetworking turns the handler off itself (Swift 6.4, #5474)")
         case .disabled: exitCleanup = .active
         case .unavailable(let reason): exitCleanup = .unavailable(reason)
-        case .notApplicable: exitCleanup = .notNeeded("not Linux")
         }
         return FetchSessionReport([
             .init(id: "socket-wakeups", summary: "transfers that wait use no processor time",

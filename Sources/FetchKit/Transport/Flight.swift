@@ -230,7 +230,7 @@ final class Flight: SlotFlight, TransferOwner, @unchecked Sendable {
         let transfer = Transfer(request: request, session: first.session, limits: first.limits,
                                 sink: first.sink ?? first.operation.makeBodySink(), owner: self,
                                 receiveBudgets: (first.queue?.bandwidthBudgets.budgets(forHost: first.host) ?? [])
-                                    + first.operation.ownReceiveBudget(first.limits.bandwidthLimit),
+                                    + (first.ownBudget.map { [$0] } ?? []),
                                 credentialFields: first.credentialFields(in: request))
         self.transfer = transfer
         transfer.start()
@@ -322,20 +322,23 @@ final class FlightMember: SlotHolder, TransferHandle, Sendable {
     /// Its operation's session (read when it was made: reading it takes the operation's lock).
     let session: FetchSession
 
-    /// A sink made before the grant (a download's), a key to share a transfer by, and where a
-    /// download resumes. Unchecked for the sink alone, which is not used until the transfer
-    /// that it is handed to uses it, on its session's queue.
+    /// A sink made before the grant (a download's), a key to share a transfer by, where a
+    /// download resumes, the credential and the fetch's own bandwidth budget. Unchecked for the
+    /// sink alone, which is not used until the transfer that it is handed to uses it, on its
+    /// session's queue.
     private final class Attachments: @unchecked Sendable {
         let sink: (any ResponseBodySink)?
         let key: FlightKey?
         let resumedFrom: Int64
         let credential: AttemptCredential?
+        let ownBudget: ReceiveBudget?
 
-        init(sink: (any ResponseBodySink)?, key: FlightKey?, resumedFrom: Int64, credential: AttemptCredential?) {
-            self.sink = sink
+        init(_ attempt: QueuedAttempt, key: FlightKey?) {
+            sink = attempt.sink
             self.key = key
-            self.resumedFrom = resumedFrom
-            self.credential = credential
+            resumedFrom = attempt.resumedFrom
+            credential = attempt.credential
+            ownBudget = attempt.ownBudget
         }
     }
 
@@ -345,6 +348,8 @@ final class FlightMember: SlotHolder, TransferHandle, Sendable {
     var key: FlightKey? { attachments?.key }
     /// Where the attempt resumes a download's partial file (with `Range`), or 0.
     var resumedFrom: Int64 { attachments?.resumedFrom ?? 0 }
+    /// The budget of the fetch's own bandwidth limit, if it has one.
+    var ownBudget: ReceiveBudget? { attachments?.ownBudget }
 
     /// Whether the attempt's request carries its queue's credential.
     var carriesCredential: Bool { attachments?.credential != nil }
@@ -392,32 +397,22 @@ final class FlightMember: SlotHolder, TransferHandle, Sendable {
         operation.slotGrantedDuringRefresh(of: generation, by: authentication, handle: self)
     }
 
-    init(operation: AnyFetchOperation, id: FetchID, request: URLRequest, limits: TransferLimits, session: FetchSession,
-         sink: (any ResponseBodySink)?, key: FlightKey?, resumedFrom: Int64 = 0, credential: AttemptCredential? = nil,
-         queue: FetchQueue?, host: String, place: SlotPlace) {
-        self.operation = operation
-        self.id = id
-        self.request = request
-        self.limits = limits
-        self.session = session
-        attachments = sink == nil && key == nil && resumedFrom == 0 && credential == nil
-            ? nil : Attachments(sink: sink, key: key, resumedFrom: resumedFrom, credential: credential)
+    /// The member `attempt` is in its queue: shared by `key` (if any), waiting for its slot at
+    /// `place`, counted against `host`'s limit.
+    init(_ attempt: QueuedAttempt, key: FlightKey?, queue: FetchQueue?, host: String, place: SlotPlace) {
+        operation = attempt.owner
+        id = attempt.id
+        request = attempt.request
+        limits = attempt.limits
+        session = attempt.session
+        attachments = attempt.sink == nil && key == nil && attempt.resumedFrom == 0 && attempt.credential == nil
+            && attempt.ownBudget == nil ? nil : Attachments(attempt, key: key)
         self.queue = queue
         self.host = host
         self.place = place
     }
 
     static func == (lhs: FlightMember, rhs: FlightMember) -> Bool { lhs === rhs }
-
-    func start() {
-        guard let queue else {
-            endOrphaned()
-            return
-        }
-        queue.transition { $0.join(self) }
-        // A cancel or a pause that came before it joined found nothing to stop: it stops it now.
-        if operation.isCancelled || operation.isStoppingForPause { stop() }
-    }
 
     func stop() {
         guard let queue else {

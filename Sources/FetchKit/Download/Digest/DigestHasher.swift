@@ -9,10 +9,10 @@ import Darwin
 /// An incremental hash of one ``FileDigest/Algorithm``: the system's implementation when the
 /// process has one loaded, else FetchKit's own in Swift.
 ///
-/// The system's is looked up at run time (``SystemSHA256``, in the shims), so FetchKit links nothing new: on Linux
-/// libcrypto's `SHA256_Init`/`_Update`/`_Final` (libcurl, under FoundationNetworking, has
-/// already loaded libcrypto into the process; it is used only if it is loaded), on Apple
-/// platforms CommonCrypto's `CC_SHA256_*` (part of libSystem). libcrypto uses the CPU's SHA
+/// The system's (``SystemSHA256``) links nothing new: on Linux it is libcrypto's
+/// `SHA256_Init`/`_Update`/`_Final`, looked up at run time in the shims (libcurl, under
+/// FoundationNetworking, has already loaded libcrypto into the process; it is used only if it
+/// is loaded); on Apple platforms CommonCrypto's `CC_SHA256_*` (part of libSystem). libcrypto uses the CPU's SHA
 /// instructions where there are any. Measured on two shared cores (KVM, x86-64 with SHA-NI):
 /// libcrypto 1.8 GB/s (`openssl speed -evp sha256 -bytes 1048576`), the Swift one about
 /// 0.2 GB/s of CPU time (`swiftc -O -wmo`, 1 MiB pieces) — below what a download writes to disk,
