@@ -162,6 +162,34 @@ struct DownloadTests {
         #expect(!exists(second.partialFileURL))
     }
 
+    /// The record beside a partial file is written by the download's sink; the next attempt of
+    /// the same download takes it from the sink, not from the disk (what is on disk is read
+    /// only by a download that did not write it: another run).
+    @Test func aRetryResumesFromTheRecordItsSinkWroteWithoutReadingItBack() async throws {
+        let server = try LoopbackServer()
+        let directory = try TemporaryDirectory()
+        defer { server.stop(); directory.remove() }
+        let length = 200_000
+        let cut = Locked(true)
+        server.resumableRoute("/resumable", length: length, etag: Locked("v1"), cutFull: cut)
+        let destination = directory.file("retried.bin")
+        let download = DownloadOperation(url: server.url("/resumable"), destination: destination)
+        download.configuration.retryPolicy = RetryPolicy(maximumRetries: 1, baseDelay: 0, maximumDelay: 0, jitter: 0)
+        let recordURL = download.partialRecordURL
+        download.onRetry(on: .immediate) { _ in
+            // Between the attempts: what the first attempt's sink wrote is replaced on disk.
+            cut.withLock { $0 = false }
+            try? Data("not a record".utf8).write(to: recordURL)
+        }
+        try await download.run()
+        #expect(contents(destination) == BytePattern.data(offset: 0, count: length))
+        let requests = server.requests(path: "/resumable")
+        #expect(requests.count == 2)
+        #expect(requests.last?.headers["Range"] == "bytes=\(length / 2)-", "the retry resumed")
+        #expect(requests.last?.headers["If-Range"] == "\"v1\"")
+        #expect(download.partialFileNotices.isEmpty, "nothing was read back, so nothing was found unreadable")
+    }
+
     @Test func aBatchCountsAResumedDownloadFromWhatIsOnDiskAsTheDownloadDoes() async throws {
         // The queue hears progress from the transfer itself: a 206 continues from the bytes
         // the partial file holds, for the batch as for the download's own progress.

@@ -103,6 +103,11 @@ open class DownloadOperation: AnyFetchOperation, OutputProducing, @unchecked Sen
         var backpressure = Backpressure()
         /// The current attempt's sink: whether it stopped the transfer for the disk to catch up.
         var sink: FileBodySink?
+        /// The partial file's record as this download's sinks last wrote it (`nil`: none, or
+        /// removed): the next attempt reads it here, not from disk.
+        var knownRecord: PartialDownloadRecord?
+        /// The record of the partial file the current attempt resumes, as inspected.
+        var resumedRecord: PartialDownloadRecord?
         var continuations = 0
         /// The largest writer backlog of the attempts before the current one.
         var peakBacklog: Int64 = 0
@@ -328,9 +333,9 @@ open class DownloadOperation: AnyFetchOperation, OutputProducing, @unchecked Sen
             // another process's.)
             switch holdsLock ? operation.error : nil {
             case .unacceptableStatus(let failure)? where failure.statusCode == 416:
-                FileBodySink.removePartial(partialFileURL, partialRecordURL)
+                PartialFile.remove(partialFileURL, partialRecordURL)
             case .responseTooLarge?:
-                FileBodySink.removePartial(partialFileURL, partialRecordURL)
+                PartialFile.remove(partialFileURL, partialRecordURL)
             default:
                 break
             }
@@ -425,58 +430,32 @@ open class DownloadOperation: AnyFetchOperation, OutputProducing, @unchecked Sen
         var request = prepared
         var offset: Int64 = 0
         let continuing = noteContinuation()
-        switch inspectPartial(for: request, continuing: continuing) {
-        case .resume(let size, let validator):
+        let known = downloadState.withLock { $0.knownRecord }
+        let verdict = PartialFile.inspect(partialFileURL, record: partialRecordURL, for: request,
+                                          resumes: resumesPartialDownloads, continuing: continuing,
+                                          maximumSize: maximumResponseSize, known: known) {
+            holdsPartialLock || (try? claimPartialFile()) != nil
+        }
+        switch verdict {
+        case .resume(let size, let record):
             request.setValue("bytes=\(size)-", forHTTPHeaderField: "Range")
-            request.setValue(validator, forHTTPHeaderField: "If-Range")
+            request.setValue(record.validator, forHTTPHeaderField: "If-Range")
             offset = size
+            downloadState.withLock { $0.resumedRecord = record }
         case .discard(let notice, let found):
             // A partial file that cannot be resumed is stale, or not ours: removed (a link
             // itself, never its target), and the download starts over. (Nothing to remove when
             // nothing was found.)
-            if found { FileBodySink.removePartial(partialFileURL, partialRecordURL) }
-            if let notice {
-                downloadState.withLock { $0.notices.append(notice) }
+            if found { PartialFile.remove(partialFileURL, partialRecordURL) }
+            downloadState.withLock { state in
+                if found { state.knownRecord = nil }
+                state.resumedRecord = nil
+                if let notice { state.notices.append(notice) }
             }
         }
         core.withLock { $0.attempt.resume(from: offset) }
         recordAttempt(attempt, request: request, conditional: false, prepared: offset > 0 ? prepared : nil)
         return AttemptSetup(request: request, acceptsNotModified: false, resumedFrom: offset)
-    }
-
-    private enum PartialVerdict {
-        case resume(size: Int64, validator: String)
-        /// Start over; with a notice when something was there that the user should know of;
-        /// `found`: a partial file or a record is there, to remove.
-        case discard(PartialFileNotice?, found: Bool = true)
-    }
-
-    /// Whether the partial file beside the destination can be resumed by `request`: it and its
-    /// record are private regular files (no link of either kind), the record names the same
-    /// URL, has a validator and the partial file's length, and the file is under the cap.
-    /// A continuation (the transfer was stopped for the disk to catch up) resumes even when
-    /// ``resumesPartialDownloads`` is `false`.
-    private func inspectPartial(for request: URLRequest, continuing: Bool) -> PartialVerdict {
-        let partial = LocalFile.status(partialFileURL)
-        let recordStatus = LocalFile.status(partialRecordURL)
-        // A lone record is just stale.
-        guard let partial else { return .discard(nil, found: recordStatus != nil) }
-        // A partial file that appeared since the download started is another process's until
-        // this one holds the lock: left alone, and this download starts over beside it.
-        guard holdsPartialLock || (try? claimPartialFile()) != nil else { return .discard(nil, found: false) }
-        func notice(_ reason: PartialFileNotice.Reason) -> PartialVerdict {
-            .discard(PartialFileNotice(reason: reason, path: partialFileURL.path))
-        }
-        guard partial.isPrivateRegularFile else { return notice(.partialNotARegularFile) }
-        guard resumesPartialDownloads || continuing, request.isGET, partial.size > 0 else { return .discard(nil) }
-        guard let recordStatus else { return notice(.recordMissing) }
-        guard recordStatus.isPrivateRegularFile else { return notice(.recordNotARegularFile) }
-        guard let record = PartialDownloadRecord.load(from: partialRecordURL) else { return notice(.recordUnreadable) }
-        guard record.belongs(to: request.url) else { return notice(.recordForAnotherURL) }
-        guard record.length == nil || record.length == partial.size else { return notice(.lengthMismatch) }
-        guard let validator = record.validator else { return notice(.notResumable) }
-        guard partial.size < maximumResponseSize else { return notice(.overSizeLimit) }
-        return .resume(size: partial.size, validator: validator)
     }
 
     override func makeBodySinkBeforeGrant() -> (any ResponseBodySink)? {
@@ -499,6 +478,7 @@ open class DownloadOperation: AnyFetchOperation, OutputProducing, @unchecked Sen
 
     override func makeBodySink() -> any ResponseBodySink {
         let (offset, source, isGET) = core.withLock { ($0.attempt.rangeOffset, $0.sentRequest?.url, $0.sentRequest?.isGET ?? false) }
+        let resumed = offset > 0 ? downloadState.withLock { $0.resumedRecord } : nil
         let sink = FileBodySink(
             partialURL: partialFileURL,
             recordURL: partialRecordURL,
@@ -508,6 +488,8 @@ open class DownloadOperation: AnyFetchOperation, OutputProducing, @unchecked Sen
             maximumLength: maximumResponseSize,
             openFile: openPartialFile,
             digest: digestCarrier(),
+            resumedRecord: resumed,
+            recordChanged: { [weak self] record in self?.downloadState.withLock { $0.knownRecord = record } },
             claim: { [weak self] () throws(FetchError) in
                 guard let self else { throw .cancelled(.init(url: source)) }
                 try self.claimPartialFile()
@@ -564,7 +546,8 @@ open class DownloadOperation: AnyFetchOperation, OutputProducing, @unchecked Sen
         if FileBodySink.isWholeFile(partial, beside: partialFileURL) {
             LocalFile.remove(partial)
         } else {
-            FileBodySink.removePartial(partialFileURL, partialRecordURL)
+            PartialFile.remove(partialFileURL, partialRecordURL)
+            downloadState.withLock { $0.knownRecord = nil }
         }
         throw .digestMismatch(.init(expected: carrier.expected, actual: actual, byteCount: size,
                                     url: core.withLock { $0.sentRequest?.url }, path: destination.path))

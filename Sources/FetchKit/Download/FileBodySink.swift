@@ -8,86 +8,6 @@ import Darwin
 import FoundationNetworking
 #endif
 
-/// What FetchKit remembers beside a partial download, to resume it safely: the URL it came
-/// from, the validator that `If-Range` sends back, and the partial file's length when it was
-/// kept.
-///
-/// A record is trusted only if it is a regular file of FetchKit's (see
-/// ``LocalFile/Status/isPrivateRegularFile``) and names the same URL, and its length (when it
-/// has one) is the partial file's; ``DownloadOperation`` checks that before resuming. A record
-/// from before lengths were kept decodes with `length == nil` and is checked without it.
-///
-/// The record lies in the download's directory, where others may read it: it holds the URL
-/// redacted (``Redaction``) for a person, and a fingerprint of the whole URL to match it,
-/// never a password or token.
-struct PartialDownloadRecord: Codable, Equatable, Sendable {
-    /// The source URL for a person to read, its secrets redacted.
-    var url: String
-    var entityTag: String?
-    var lastModified: String?
-    /// The partial file's length when the transfer stopped and kept it; `nil` while a transfer
-    /// writes it (so a process that dies mid-transfer leaves a record without one).
-    var length: Int64?
-    /// ``fingerprint(of:)`` the whole source URL. (`nil` in a record from before fingerprints:
-    /// its ``url`` then is the whole URL.)
-    var source: String?
-    /// The whole file's length as the server gave it (`Content-Length` of a `200`, the total of
-    /// a `206`'s `Content-Range`), if known: a resume's `Content-Range` must give the same.
-    var total: Int64?
-
-    /// A record of a download from `sourceURL`.
-    init(source sourceURL: URL?, entityTag: String?, lastModified: String?, length: Int64? = nil) {
-        self.url = sourceURL.map(Redaction.redacted) ?? ""
-        self.entityTag = entityTag
-        self.lastModified = lastModified
-        self.length = length
-        self.source = Self.fingerprint(of: sourceURL)
-    }
-
-    /// A record as an earlier FetchKit wrote it: the whole URL, no fingerprint.
-    init(url: String, entityTag: String?, lastModified: String?, length: Int64? = nil) {
-        self.url = url
-        self.entityTag = entityTag
-        self.lastModified = lastModified
-        self.length = length
-        self.source = nil
-    }
-
-    /// Whether this record was written for a download from `sourceURL`.
-    func belongs(to sourceURL: URL?) -> Bool {
-        guard let source else { return url == (sourceURL?.absoluteString ?? "") }
-        return source == Self.fingerprint(of: sourceURL) && url == (sourceURL.map(Redaction.redacted) ?? "")
-    }
-
-    /// Sixteen hex digits of the 64-bit FNV-1a hash of the URL's text: enough to tell one
-    /// download's URL from another's, stable across runs and platforms.
-    static func fingerprint(of sourceURL: URL?) -> String {
-        FNV1a.hex(FNV1a.hash(sourceURL?.absoluteString ?? ""), digits: 16)
-    }
-
-    /// A record is a few hundred bytes; anything far larger is not one.
-    static let sizeLimit = 64 << 10
-
-    /// The `If-Range` value: a strong entity tag, else the last-modified date.
-    var validator: String? {
-        if let entityTag, !entityTag.hasPrefix("W/") { return entityTag }
-        return lastModified
-    }
-
-    /// The record at `url`, if that is a private regular file (never through a link) holding
-    /// one.
-    static func load(from url: URL) -> PartialDownloadRecord? {
-        guard let data = LocalFile.read(url, limit: sizeLimit) else { return nil }
-        return try? JSONDecoder().decode(PartialDownloadRecord.self, from: data)
-    }
-
-    /// Writes the record to a new file at `url`, replacing (never following) what is there.
-    func save(to url: URL) {
-        guard let data = try? JSONEncoder().encode(self) else { return }
-        LocalFile.replace(url, with: data)
-    }
-}
-
 /// Streams a body into the partial file beside a download's destination, through a
 /// ``FileWriter`` on a queue of its own: what waits in memory does not grow with the size.
 ///
@@ -140,6 +60,14 @@ final class FileBodySink: DownloadBodySink {
     private var pendingBytes: Int64 = 0
     /// The record to write once the partial file is made (`nil`: the body is not resumable).
     private var pendingRecord: PartialDownloadRecord?
+    /// The record of the partial file a `Range` resumes: the one its download inspected a moment
+    /// earlier (read from disk only if none was given).
+    private let resumedRecord: PartialDownloadRecord?
+    /// The record this sink wrote last (`nil` once it removed it): what its download knows
+    /// without reading the file back.
+    private var writtenRecord: PartialDownloadRecord?
+    /// Tells the download of each record written or removed (``writtenRecord``).
+    private let recordChanged: @Sendable (PartialDownloadRecord?) -> Void
     /// Takes the download's lock on its partial file before the sink makes one.
     private let claim: @Sendable () throws(FetchError) -> Void
     private var length: Int64 = 0
@@ -194,7 +122,11 @@ final class FileBodySink: DownloadBodySink {
 
     init(partialURL: URL, recordURL: URL, sourceURL: URL?, requestedOffset: Int64, keepsResumablePartial: Bool,
          maximumLength: Int64 = .max, openFile: PartialFileOpener = .safe, digest: DigestCarrier? = nil,
+         resumedRecord: PartialDownloadRecord? = nil,
+         recordChanged: @escaping @Sendable (PartialDownloadRecord?) -> Void = { _ in },
          claim: @escaping @Sendable () throws(FetchError) -> Void = {}) {
+        self.resumedRecord = resumedRecord
+        self.recordChanged = recordChanged
         self.claim = claim
         self.digest = digest
         self.partialURL = partialURL
@@ -216,10 +148,10 @@ final class FileBodySink: DownloadBodySink {
             // partial is removed whatever range the answer names.
             let range = Self.contentRange(of: response)
             total = range?.total
-            let record = PartialDownloadRecord.load(from: recordURL)
-            if let change = Self.change(from: record, to: response, total: total) {
+            let record = resumedRecord ?? PartialDownloadRecord.load(from: recordURL)
+            if let change = PartialFile.change(from: record, to: response, total: total) {
                 // Nothing of the old file can be used with the new one.
-                Self.removePartial(partialURL, recordURL)
+                removePartial()
                 throw .invalidResponse(.init(reason: .changedWhileResuming(change), url: response.url ?? sourceURL))
             }
             // Only a range that starts exactly where the partial file ends can be appended.
@@ -242,7 +174,7 @@ final class FileBodySink: DownloadBodySink {
             if requestedOffset > 0 {
                 mayStop = false
                 // The partial file asked to be continued is not: it is rewritten from the start.
-                Self.removePartial(partialURL, recordURL)
+                removePartial()
             }
             // A 200's length is the file's, unless a content coding was decoded on the way.
             let coding = response.value(forHTTPHeaderField: "Content-Encoding")?.lowercased() ?? "identity"
@@ -290,8 +222,10 @@ final class FileBodySink: DownloadBodySink {
         // has one.
         if let pendingRecord {
             pendingRecord.save(to: recordURL)
+            noteRecord(pendingRecord)
         } else if offset > 0 {
             LocalFile.remove(recordURL)
+            noteRecord(nil)
         }
         let held = pending
         pending = []
@@ -510,7 +444,7 @@ final class FileBodySink: DownloadBodySink {
             guard keepsResumablePartial, resumable, pendingBytes > 0, (try? materialize(offset: 0)) != nil else {
                 if materialized {
                     closeAfterWriter(discarding: true)
-                    Self.removePartial(partialURL, recordURL)
+                    removePartial()
                 }
                 pending = []
                 pendingBytes = 0
@@ -543,7 +477,7 @@ final class FileBodySink: DownloadBodySink {
         }
         // Removed: what waits for the writer is dropped, not waited for.
         closeAfterWriter(discarding: true)
-        Self.removePartial(partialURL, recordURL)
+        removePartial()
     }
 
     /// Closes the file once the writer is done with it, without waiting here.
@@ -627,12 +561,6 @@ final class FileBodySink: DownloadBodySink {
         body?()
     }
 
-    /// Removes the partial file and its record (links themselves, never their targets).
-    static func removePartial(_ partialURL: URL, _ recordURL: URL) {
-        LocalFile.remove(partialURL)
-        LocalFile.remove(recordURL)
-    }
-
     /// Counts a chunk against the size cap before it is written: the file never grows past
     /// ``maximumLength``.
     private func admit(_ count: Int) throws(FetchError) {
@@ -649,32 +577,22 @@ final class FileBodySink: DownloadBodySink {
     /// Records the length of a partial file kept for resuming, so that a later download can
     /// tell it is the file this record describes.
     private func keepRecord(length: Int64) {
-        guard var record = PartialDownloadRecord.load(from: recordURL), record.belongs(to: sourceURL) else { return }
+        guard var record = writtenRecord else { return }
         record.length = length
         record.save(to: recordURL)
+        noteRecord(record)
     }
 
-    /// Why a `206` answering a resume is not a range of the file the partial was made from, or
-    /// `nil` if it is: its validator (the strong `ETag` the record holds, else its
-    /// `Last-Modified`) must be the one the record holds, and its total length (`total`, when
-    /// the server gives one) the one the record knows.
-    static func change(from record: PartialDownloadRecord?, to response: HTTPURLResponse, total: Int64?) -> String? {
-        guard let record, let validator = record.validator else { return "the partial file has no record of its validator" }
-        if let entityTag = record.entityTag, validator == entityTag {
-            let now = response.value(forHTTPHeaderField: "ETag")
-            guard now == entityTag else {
-                return "ETag \(entityTag.prefix(80)) became \(now.map { String($0.prefix(80)) } ?? "none")"
-            }
-        } else {
-            let now = response.value(forHTTPHeaderField: "Last-Modified")
-            guard now == validator else {
-                return "Last-Modified \(validator.prefix(80)) became \(now.map { String($0.prefix(80)) } ?? "none")"
-            }
-        }
-        if let known = record.total, let total, known != total {
-            return "its length \(known) became \(total) (Content-Range)"
-        }
-        return nil
+    /// The record at ``recordURL`` is now `record` (`nil`: removed).
+    private func noteRecord(_ record: PartialDownloadRecord?) {
+        writtenRecord = record
+        recordChanged(record)
+    }
+
+    /// Removes the partial file and its record.
+    private func removePartial() {
+        PartialFile.remove(partialURL, recordURL)
+        noteRecord(nil)
     }
 
     /// `Content-Range: bytes a-b/n`, read once: each part `nil` where it cannot be read (the
