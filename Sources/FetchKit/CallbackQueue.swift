@@ -1,4 +1,3 @@
-import Dispatch
 import Foundation
 
 /// Where FetchKit runs a callback of yours when you name a queue: a completion handler, a

@@ -1,10 +1,5 @@
 #if canImport(FoundationNetworking) && os(Linux) && (canImport(Glibc) || canImport(Musl))
 import Foundation
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Musl)
-import Musl
-#endif
 
 /// libcurl as FoundationNetworking links it: the one table of the libcurl functions FetchKit
 /// calls, each looked up once per process with `dlsym` (FetchKit links no libcurl of its own,
@@ -79,9 +74,7 @@ package enum Curl {
         package static let socketFunction = MultiOption(20_001)      // CURLMOPT_SOCKETFUNCTION (CURLOPTTYPE_FUNCTIONPOINT + 1)
     }
 
-    /// `CURL_HTTP_VERSION_1_1`, for ``Option/httpVersion``.
-    package static let httpVersion1_1 = 2
-    /// `CURLINFO_HTTP_VERSION`'s answers: `CURL_HTTP_VERSION_1_0` (1), `_1_1` (2), `_2_0` (3), `_3` (30).
+    /// `CURLINFO_HTTP_VERSION`'s answers, and ``Option/httpVersion``'s values: `CURL_HTTP_VERSION_1_0` (1), `_1_1` (2), `_2_0` (3), `_3` (30).
     package enum HTTPVersion {
         package static let http1_0 = 1
         package static let http1_1 = 2

@@ -1,5 +1,4 @@
 #if canImport(FoundationNetworking) && os(Linux) && (canImport(Glibc) || canImport(Musl))
-import Dispatch
 import Foundation
 import FoundationNetworking
 import Synchronization

@@ -1,10 +1,5 @@
 #if canImport(FoundationNetworking) && os(Linux) && (canImport(Glibc) || canImport(Musl))
 import Foundation
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Musl)
-import Musl
-#endif
 
 /// Finds a function of a loaded ELF file by its symbol name, a local one included — one that
 /// `dlsym` cannot see, because only the file's full symbol table (`.symtab`) names it.

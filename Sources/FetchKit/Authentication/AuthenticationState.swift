@@ -40,8 +40,8 @@ struct AuthenticationState<Waiter> {
     enum Decision: Equatable {
         /// Send with this credential.
         case send(FetchCredential)
-        /// Wait for the refresh of this generation; ``StartRefresh`` says whether the caller
-        /// must start it.
+        /// Wait for the refresh of this generation; `start` is the credential to refresh when
+        /// the caller must start the refresh (`nil`: another caller started it).
         case wait(generation: UInt64, start: FetchCredential?)
         /// Fail with this error; nothing is sent.
         case fail(FetchError)

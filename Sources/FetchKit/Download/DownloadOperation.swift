@@ -1,9 +1,4 @@
 import Foundation
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Darwin)
-import Darwin
-#endif
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
@@ -186,12 +181,7 @@ open class DownloadOperation: AnyFetchOperation, OutputProducing, @unchecked Sen
     /// setting it later traps.
     public var restartsWhenSourceChanges: Bool {
         get { downloadState.withLock { $0.restartsWhenSourceChanges } }
-        set {
-            guard core.withLock({ $0.machine.phase == .pending }) else {
-                preconditionFailure("FetchKit: restartsWhenSourceChanges of \(self) set after it started")
-            }
-            downloadState.withLock { $0.restartsWhenSourceChanges = newValue }
-        }
+        set { setBeforeStart("restartsWhenSourceChanges") { $0.restartsWhenSourceChanges = newValue } }
     }
 
     /// Whether to keep a partial file the server allows resuming, and resume from it. Default
@@ -199,12 +189,7 @@ open class DownloadOperation: AnyFetchOperation, OutputProducing, @unchecked Sen
     /// setting it later traps.
     public var resumesPartialDownloads: Bool {
         get { downloadState.withLock { $0.resumesPartialDownloads } }
-        set {
-            guard core.withLock({ $0.machine.phase == .pending }) else {
-                preconditionFailure("FetchKit: resumesPartialDownloads of \(self) set after it started")
-            }
-            downloadState.withLock { $0.resumesPartialDownloads = newValue }
-        }
+        set { setBeforeStart("resumesPartialDownloads") { $0.resumesPartialDownloads = newValue } }
     }
 
     /// The digest the file must have, or `nil` (the default) not to check one.
@@ -229,12 +214,15 @@ open class DownloadOperation: AnyFetchOperation, OutputProducing, @unchecked Sen
     /// it later traps.
     public var expectedDigest: FileDigest? {
         get { downloadState.withLock { $0.expectedDigest } }
-        set {
-            guard core.withLock({ $0.machine.phase == .pending }) else {
-                preconditionFailure("FetchKit: expectedDigest of \(self) set after it started")
-            }
-            downloadState.withLock { $0.expectedDigest = newValue }
+        set { setBeforeStart("expectedDigest") { $0.expectedDigest = newValue } }
+    }
+
+    /// Changes a setting of the download's; after it started, traps (naming `setting`).
+    private func setBeforeStart(_ setting: String, _ change: (inout DownloadState) -> Void) {
+        guard core.withLock({ $0.machine.phase == .pending }) else {
+            preconditionFailure("FetchKit: \(setting) of \(self) set after it started")
         }
+        downloadState.withLock(change)
     }
 
     /// The partial file beside the destination: `.<name>.fetchkit-partial`.
@@ -332,9 +320,7 @@ open class DownloadOperation: AnyFetchOperation, OutputProducing, @unchecked Sen
             // over. (Only this download's own: without the lock, a partial file there is
             // another process's.)
             switch holdsLock ? operation.error : nil {
-            case .unacceptableStatus(let failure)? where failure.statusCode == 416:
-                PartialFile.remove(partialFileURL, partialRecordURL)
-            case .responseTooLarge?:
+            case .unacceptableStatus(416)?, .responseTooLarge?:
                 PartialFile.remove(partialFileURL, partialRecordURL)
             default:
                 break
@@ -381,13 +367,10 @@ open class DownloadOperation: AnyFetchOperation, OutputProducing, @unchecked Sen
     /// - Throws: ``FetchError/FileFailure/Kind/destinationInUse`` when another process holds
     ///   it (``otherProcessDownloading`` names it), or when the download has ended.
     func claimPartialFile() throws(FetchError) {
-        let done = downloadState.withLock { $0.lock != nil || $0.letGoOf }
-        if done {
-            guard downloadState.withLock({ $0.lock != nil }) else {
-                throw .fileSystem(.init(kind: .destinationInUse, path: destination.path, code: nil))
-            }
-            return
-        }
+        let inUse = FetchError.fileSystem(.init(kind: .destinationInUse, path: destination.path, code: nil))
+        let (held, over) = downloadState.withLock { ($0.lock != nil, $0.letGoOf) }
+        if held { return }
+        if over { throw inUse }
         switch PartialFileLock.acquire(at: partialLockURL) {
         case .success(let acquired):
             let kept = downloadState.withLock { state -> Bool in
@@ -397,13 +380,11 @@ open class DownloadOperation: AnyFetchOperation, OutputProducing, @unchecked Sen
             }
             if !kept {
                 acquired.release()
-                if downloadState.withLock({ $0.lock == nil }) {
-                    throw .fileSystem(.init(kind: .destinationInUse, path: destination.path, code: nil))
-                }
+                if downloadState.withLock({ $0.lock == nil }) { throw inUse }
             }
         case .failure(.held(let holder)):
             downloadState.withLock { $0.lockHolder = holder ?? 0 }
-            throw .fileSystem(.init(kind: .destinationInUse, path: destination.path, code: nil))
+            throw inUse
         case .failure(.unusable(let code)):
             throw .fileSystem(.init(kind: code == nil || code == ELOOP || code == EMLINK ? .unsafePath : .unwritableDestination,
                                     path: partialLockURL.path, code: code == ELOOP || code == EMLINK ? nil : code))

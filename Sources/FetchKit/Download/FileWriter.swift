@@ -1,10 +1,4 @@
-import Dispatch
 import Foundation
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Darwin)
-import Darwin
-#endif
 
 /// Writes a download's chunks to its file on a serial queue of its own, so that the session
 /// router's queue only hands each chunk over (no copy, no system call) and keeps up with

@@ -1,9 +1,4 @@
 import Foundation
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Darwin)
-import Darwin
-#endif
 
 /// An advisory lock that one process at a time holds on a download's partial file, so that two
 /// processes downloading into one directory never write the same partial file.

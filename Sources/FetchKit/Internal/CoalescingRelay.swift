@@ -1,4 +1,3 @@
-import Dispatch
 import Foundation
 
 /// Where the timers of progress deliveries fire (relays', sequences'): each only takes a lock

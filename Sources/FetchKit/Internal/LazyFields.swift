@@ -32,9 +32,11 @@ struct LazyFields<Fields: DefaultConstructible> {
         }
     }
 
-    /// Changes the fields if they were made; does nothing otherwise.
-    func ifMade(_ change: (inout Fields) -> Void) {
-        if let box { change(&box.fields) }
+    /// Changes the fields if they were made, and returns what `change` did; does nothing and
+    /// returns `nil` otherwise.
+    @discardableResult
+    func ifMade<Result>(_ change: (inout Fields) -> Result) -> Result? {
+        box.map { change(&$0.fields) }
     }
 
     /// Changes the fields, made now if they were not.

@@ -1,9 +1,4 @@
 import Foundation
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Darwin)
-import Darwin
-#endif
 
 /// The few file operations a download needs, done so that a link is never followed: a
 /// symbolic link is refused by `O_NOFOLLOW` (or seen by `lstat`), a hard link by its link count,
@@ -18,7 +13,6 @@ enum LocalFile {
         let owner: uid_t
 
         var isRegular: Bool { mode & S_IFMT == S_IFREG }
-        var isSymbolicLink: Bool { mode & S_IFMT == S_IFLNK }
         var isDirectory: Bool { mode & S_IFMT == S_IFDIR }
 
         /// A regular file with no other name, owned by this process's user: one that only

@@ -1,4 +1,3 @@
-import Dispatch
 import Foundation
 
 /// Delivers monitor events to a set of monitors, in the order they were sent.

@@ -11,7 +11,7 @@ extension AnyFetchOperation {
     /// the body, progress counts) lives in a ``Record`` made at its first use, and what only
     /// some callers ask for (progress handlers and sequences, retry handlers, state observers,
     /// the observed record, adoption, run-loop waiters) in an ``Extras`` box made at its first
-    /// use. Both are classes reached only under the lock. The properties below keep their
+    /// use. Both are values in boxes (``LazyFields``) reached only under the lock. The properties below keep their
     /// names and defaults whether or not their box exists; setting one to its default does not
     /// make the box.
     @dynamicMemberLookup
@@ -136,12 +136,10 @@ extension AnyFetchOperation {
 
         /// Takes the fetch's observed record out, if it has one, without making a box.
         func takeObserved() -> ObservedFetch? {
-            var taken: ObservedFetch?
             extras.ifMade { extras in
-                taken = extras.observed
-                extras.observed = nil
-            }
-            return taken
+                defer { extras.observed = nil }
+                return extras.observed
+            } ?? nil
         }
 
         /// Changes the fetch's observed record, if it has one. (`core.observed?.mutate()` would
@@ -193,9 +191,7 @@ extension AnyFetchOperation {
         ///   for its interval (``AnyFetchOperation/armProgressFlush(at:)`` arms it after unlocking).
         mutating func yieldProgress(_ value: FetchProgress) -> UInt64? {
             progressReported = true
-            var flush: UInt64?
-            extras.ifMade { flush = $0.progressStreams?.yield(value) }
-            return flush
+            return extras.ifMade { $0.progressStreams?.yield(value) } ?? nil
         }
 
         /// Gives the latest value to the sequences' consumers that waited for their interval
@@ -203,17 +199,13 @@ extension AnyFetchOperation {
         ///
         /// - Returns: When to call it again, if some still wait.
         mutating func flushProgressStreams(due: UInt64, at now: UInt64) -> UInt64? {
-            var flush: UInt64?
-            extras.ifMade { flush = $0.progressStreams?.flush(due: due, at: now) }
-            return flush
+            extras.ifMade { $0.progressStreams?.flush(due: due, at: now) } ?? nil
         }
 
         /// Ends the sequences, after yielding `final` (if any) to them: in the terminal transition
         /// (a sequence made later ends at once: the machine is finished).
         mutating func finishProgressStreams(with final: FetchProgress?) -> [AsyncStream<FetchProgress>.Continuation] {
-            var ended: [AsyncStream<FetchProgress>.Continuation] = []
-            extras.ifMade { ended = $0.progressStreams?.finish(with: final) ?? [] }
-            return ended
+            extras.ifMade { $0.progressStreams?.finish(with: final) ?? [] } ?? []
         }
     }
 

@@ -1,4 +1,3 @@
-import Dispatch
 import Foundation
 
 // Pausing: the lifecycle parks the operation between attempts (``LifecycleStateMachine``,
@@ -52,16 +51,10 @@ extension AnyFetchOperation {
             if action != .none { core.observed?.send(.paused, self) }
             return (action, core.transfer)
         }
-        if action != .none { reportPausedRate() }
-        switch action {
-        case .none:
-            return false
-        case .flagOnly:
-            return true
-        case .stopTransfer:
-            transfer?.stop()
-            return true
-        }
+        guard action != .none else { return false }
+        reportPausedRate()
+        if action == .stopTransfer { transfer?.stop() }
+        return true
     }
 
     /// Resumes a paused fetch: it waits for a transfer slot again, and continues — a
@@ -85,17 +78,13 @@ extension AnyFetchOperation {
             if action != .none { core.observed?.send(.resumed, self) }
             return action
         }
-        switch action {
-        case .none:
-            return false
-        case .flagOnly:
-            return true
-        case .beginAttempt:
+        guard action != .none else { return false }
+        if action == .beginAttempt {
             // Off the caller's thread (a download inspects its partial file first), on one
             // serial queue: fetches resumed one after another take their places in that order.
             Self.resumeQueue.async { self.beginAttempt(continuing: true) }
-            return true
         }
+        return true
     }
 
     /// Where resumed fetches begin their next attempt, in the order they were resumed.

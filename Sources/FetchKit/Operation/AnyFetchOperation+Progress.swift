@@ -1,8 +1,4 @@
-import Dispatch
 import Foundation
-#if canImport(FoundationNetworking)
-import FoundationNetworking
-#endif
 
 /// How far a transfer has got: the response body received and, for a request with a body,
 /// the request body sent; and how fast the body arrives.
@@ -412,20 +408,7 @@ struct LatestValueStreams<Value: Sendable> {
     mutating func yield(_ value: Value, at now: UInt64 = RateWindow.now()) -> UInt64? {
         guard !isFinished else { return nil }
         latest = value
-        var waiting: UInt64?
-        for (id, var consumer) in consumers {
-            if consumer.isDue(at: now) {
-                consumer.continuation.yield(value)
-                consumer.lastYield = now
-                consumer.behind = false
-            } else {
-                consumer.behind = true
-                let due = (consumer.lastYield ?? now) &+ consumer.interval
-                waiting = min(waiting ?? due, due)
-            }
-            consumers[id] = consumer
-        }
-        guard let waiting, waiting < flushDue ?? .max else { return nil }
+        guard let waiting = deliver(value, at: now, onlyBehind: false), waiting < flushDue ?? .max else { return nil }
         flushDue = waiting
         return waiting
     }
@@ -439,19 +422,28 @@ struct LatestValueStreams<Value: Sendable> {
         guard due == flushDue else { return nil }
         flushDue = nil
         guard !isFinished, let latest else { return nil }
+        flushDue = deliver(latest, at: now, onlyBehind: true)
+        return flushDue
+    }
+
+    /// Gives `value` to the consumers that are due (of those behind only, if `onlyBehind`);
+    /// the others are behind.
+    ///
+    /// - Returns: The soonest time one of those behind is due, if any.
+    private mutating func deliver(_ value: Value, at now: UInt64, onlyBehind: Bool) -> UInt64? {
         var waiting: UInt64?
-        for (id, var consumer) in consumers where consumer.behind {
+        for (id, var consumer) in consumers where !onlyBehind || consumer.behind {
             if consumer.isDue(at: now) {
-                consumer.continuation.yield(latest)
+                consumer.continuation.yield(value)
                 consumer.lastYield = now
                 consumer.behind = false
             } else {
+                consumer.behind = true
                 let due = (consumer.lastYield ?? now) &+ consumer.interval
                 waiting = min(waiting ?? due, due)
             }
             consumers[id] = consumer
         }
-        flushDue = waiting
         return waiting
     }
 

@@ -219,12 +219,13 @@ struct LifecycleStateMachine: Sendable {
     ///   paused (a ``resume()`` begins the attempt again).
     mutating func beginSetup() -> Bool {
         guard case .executing(.preparing) = state else { return false }
-        if wantsPause {
-            state = .executing(.paused)
-            return false
-        }
-        state = .executing(.settingUp)
-        return true
+        return proceed(to: .settingUp)
+    }
+
+    /// Parks the operation if a pause is wanted (`false`), else moves it to `next` (`true`).
+    private mutating func proceed(to next: Execution) -> Bool {
+        state = .executing(wantsPause ? .paused : next)
+        return !wantsPause
     }
 
     /// A transfer was created for the prepared request.
@@ -237,12 +238,7 @@ struct LifecycleStateMachine: Sendable {
     mutating func attachTransfer() -> Bool {
         switch state {
         case .executing(.preparing), .executing(.settingUp):
-            if wantsPause {
-                state = .executing(.paused)
-                return false
-            }
-            state = .executing(.transferring)
-            return true
+            return proceed(to: .transferring)
         default:
             return false
         }
@@ -286,40 +282,24 @@ struct LifecycleStateMachine: Sendable {
     ///   unless a cancel stopped it meanwhile. Ignored for a success.
     mutating func attemptEnded(_ result: Outcome, anotherAttempt: Bool = false) -> AttemptEndAction {
         switch state {
-        case .executing(.transferring):
+        case .executing(.transferring), .executing(.stoppingForPause):
+            let stoppingForPause = isStoppingForPause
             switch result {
             case .success:
-                state = .finishing(.parsing)
-                return .parse
-            case .failure where anotherAttempt:
-                state = .executing(.waiting)
-                return .waitForNextAttempt
-            case .failure:
-                state = .finishing(.completing(result))
-                return .complete
-            }
-        case .executing(.stoppingForPause):
-            switch result {
-            case .success:
-                // The body was complete before the stop took: the fetch completes.
+                // Stopping for a pause: the body was complete before the stop took.
                 state = .finishing(.parsing)
                 return .parse
             case .failure where anotherAttempt:
                 // A retry or a continuation waits as ever (a continuation waits for the stopped
-                // task's last bytes to reach the disk); the wait's end parks it.
+                // task's last bytes to reach the disk); if a pause stopped it, the wait's end parks it.
                 state = .executing(.waiting)
                 return .waitForNextAttempt
-            case .failure(let error) where !error.isCancellation:
-                // The attempt failed for good before the stop took: that is its end.
+            case .failure(let error) where !stoppingForPause || !error.isCancellation:
+                // The attempt failed for good (before a pause's stop took): that is its end.
                 state = .finishing(.completing(result))
                 return .complete
             case .failure:
-                if wantsPause {
-                    state = .executing(.paused)
-                    return .park
-                }
-                state = .executing(.preparing)
-                return .beginNextAttempt
+                return proceed(to: .preparing) ? .beginNextAttempt : .park
             }
         case .finishing(.stoppingTransfer(let decided)):
             state = .finishing(.completing(decided))
@@ -385,15 +365,15 @@ struct LifecycleStateMachine: Sendable {
     }
 
     /// Whether it is paused and holds no transfer: parked in `executing(paused)`.
-    var isParked: Bool {
-        if case .executing(.paused) = state { return true }
-        return false
-    }
+    var isParked: Bool { execution == .paused }
 
     /// Whether a stop for a pause is under way (its end is awaited).
-    var isStoppingForPause: Bool {
-        if case .executing(.stoppingForPause) = state { return true }
-        return false
+    var isStoppingForPause: Bool { execution == .stoppingForPause }
+
+    /// Where it is while executing; `nil` before and after.
+    private var execution: Execution? {
+        if case .executing(let execution) = state { return execution }
+        return nil
     }
 
     /// Whether it is paused: asked to pause and not resumed, and not over.
@@ -412,12 +392,7 @@ struct LifecycleStateMachine: Sendable {
     ///   A pause that came during the wait parks it instead (``resume()`` then begins it).
     mutating func resumeAfterWait() -> Bool {
         guard case .executing(.waiting) = state else { return false }
-        if wantsPause {
-            state = .executing(.paused)
-            return false
-        }
-        state = .executing(.preparing)
-        return true
+        return proceed(to: .preparing)
     }
 
     /// The attempt's setup found that it must wait before anything is sent (for the refresh
@@ -442,10 +417,7 @@ struct LifecycleStateMachine: Sendable {
     }
 
     /// Whether an attempt's transfer is attached and no cancel has stopped it.
-    var isTransferring: Bool {
-        if case .executing(.transferring) = state { return true }
-        return false
-    }
+    var isTransferring: Bool { execution == .transferring }
 
     /// The parse hook returned (`nil`) or threw. A cancel that arrived while it ran wins.
     mutating func parseEnded(_ error: FetchError?) {

@@ -1,4 +1,3 @@
-import Dispatch
 import Foundation
 
 /// A transfer rate smoothed over a sliding window: the bytes counted since the newest sample

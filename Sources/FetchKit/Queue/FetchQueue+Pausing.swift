@@ -38,11 +38,7 @@ extension FetchQueue {
     public func pauseAll() -> Int {
         transition { $0.holdGrants() }
         defer { transition { $0.releaseGrants() } }
-        var paused = 0
-        for operation in state.withLock({ $0.registry.sorted { $0.key < $1.key }.map(\.value) }) where operation.pause() {
-            paused += 1
-        }
-        return paused
+        return state.withLock { $0.fetchesInEnqueueOrder }.filter { $0.pause() }.count
     }
 
     /// Resumes every paused fetch, in enqueue order: they wait for slots again, each in the place
@@ -51,11 +47,7 @@ extension FetchQueue {
     /// - Returns: How many were resumed.
     @discardableResult
     public func resumeAll() -> Int {
-        var resumed = 0
-        for operation in state.withLock({ $0.registry.sorted { $0.key < $1.key }.map(\.value) }) where operation.resume() {
-            resumed += 1
-        }
-        return resumed
+        state.withLock { $0.fetchesInEnqueueOrder }.filter { $0.resume() }.count
     }
 
     /// Changes the priority of a fetch in the queue, up or down.
@@ -88,10 +80,7 @@ extension FetchQueue {
         operation.overridePriority(priority)
         let attempt = operation.currentTransfer as? FlightMember
         let level = SlotScheduler<FlightMember>.level(of: priority)
-        transition { state in
-            state.reprioritize(id, attempt: attempt?.queue === self ? attempt : nil, to: level)
-            return ()
-        }
+        transition { $0.reprioritize(id, attempt: attempt?.queue === self ? attempt : nil, to: level) }
         return true
     }
 }

@@ -1,8 +1,4 @@
-import Dispatch
 import Foundation
-#if canImport(FoundationNetworking)
-import FoundationNetworking
-#endif
 
 // MARK: - Transfers: slots, flights, members
 

@@ -1,8 +1,4 @@
-import Dispatch
 import Foundation
-#if canImport(FoundationNetworking)
-import FoundationNetworking
-#endif
 
 /// Identifies one fetch enqueued on a ``FetchQueue``.
 public struct FetchID: Hashable, Comparable, Sendable, CustomStringConvertible {

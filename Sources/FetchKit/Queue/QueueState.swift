@@ -1,4 +1,3 @@
-import Dispatch
 import Foundation
 
 /// An attempt that waits for a transfer slot in a ``QueueState``: what the queue needs of it,
@@ -147,8 +146,11 @@ struct QueueState<Fetch, Flight: SlotFlight> {
     /// The queue is being freed: every fetch leaves the registry. Returns them in enqueue order.
     mutating func releaseAll() -> [Fetch] {
         defer { registry = [:] }
-        return registry.sorted { $0.key < $1.key }.map(\.value)
+        return fetchesInEnqueueOrder
     }
+
+    /// Every fetch in the registry, in enqueue order.
+    var fetchesInEnqueueOrder: [Fetch] { registry.sorted { $0.key < $1.key }.map(\.value) }
 
     // MARK: Slots
 

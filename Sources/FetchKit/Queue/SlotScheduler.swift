@@ -1,4 +1,3 @@
-import Dispatch
 import Foundation
 
 /// Where a ticket waits in a ``SlotScheduler``: its priority level and its place in line, in one

@@ -3,11 +3,6 @@ import Foundation
 import FoundationNetworking
 #endif
 import FoundationNetworkingShims
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Musl)
-import Musl
-#endif
 
 #if canImport(FoundationNetworking) && os(Linux) && (canImport(Glibc) || canImport(Musl))
 /// Sets what FetchKit needs on each task's own libcurl easy handle (Linux), before
@@ -246,7 +241,7 @@ final class CurlTaskOptions: URLCache, @unchecked Sendable {
                                                  owner: ObjectIdentifier(self))
         let trusted = applyTrust(to: handle, host: task.originalRequest?.url?.host, isProbe: isProbe)
         let timed = request.connectTimeout.map { Curl.set(handle, .connectTimeoutMS, max(1, $0)) } ?? false
-        let http1 = request.bandwidthShare != nil && Curl.set(handle, .httpVersion, Curl.httpVersion1_1)
+        let http1 = request.bandwidthShare != nil && Curl.set(handle, .httpVersion, Curl.HTTPVersion.http1_1)
         // The probe's handle never connects: no window (a convenience) to prove on it.
         let window = isProbe ? false : request.bandwidthShare.map { applyBandwidthShare($0, to: handle) } ?? false
         return Outcome(trust: trusted, connectTimeout: timed, http1: http1, receiveWindow: window, headGuard: guarded)

@@ -3,11 +3,6 @@ import FoundationNetworkingShims
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Musl)
-import Musl
-#endif
 
 /// One long-lived `URLSession` and its routing delegate, shared by every operation that uses it.
 ///

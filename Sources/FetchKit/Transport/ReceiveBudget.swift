@@ -1,12 +1,4 @@
-import Dispatch
 import Foundation
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Musl)
-import Musl
-#elseif canImport(Darwin)
-import Darwin
-#endif
 
 /// A token bucket of received bytes, shared by the transfers that one bandwidth limit covers
 /// (a ``FetchQueue``'s, or one host's within it, or one fetch's own).

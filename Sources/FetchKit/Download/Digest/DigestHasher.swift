@@ -1,10 +1,5 @@
 import Foundation
 import FoundationNetworkingShims
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Darwin)
-import Darwin
-#endif
 
 /// An incremental hash of one ``FileDigest/Algorithm``: the system's implementation when the
 /// process has one loaded, else FetchKit's own in Swift.

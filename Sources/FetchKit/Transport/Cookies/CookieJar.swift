@@ -2,11 +2,6 @@ import Foundation
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Musl)
-import Musl
-#endif
 
 /// Stores the cookies that responses set, and adds stored cookies to the requests a
 /// ``FetchSession`` sends, in place of FoundationNetworking's own paths on Linux.
