@@ -749,6 +749,12 @@ extension FetchError {
             /// header): its body is a part of the resource, and taking it for the whole would
             /// give a short result that looks complete.
             case unsolicitedPartialContent
+            /// A body read as lines (``TextLines``, ``JSONLines``, ``ServerSentEvents``) had a
+            /// line longer than `limit` bytes: it was not held, and the sequence ended.
+            case lineTooLong(limit: Int)
+            /// A server-sent event's data passed `limit` bytes (``ServerSentEventParser``): it
+            /// was not held, and the sequence ended.
+            case eventTooLarge(limit: Int)
 
             init(_ refused: ResponseHeadFilter.Failure) {
                 switch refused {
@@ -800,6 +806,10 @@ extension FetchError {
                 return "\(target) answered the resume with a range that is not the rest of the file: \(problem.prefix(200))."
             case .unsolicitedPartialContent:
                 return "\(target) answered with 206 Partial Content, but no range was asked for: the body is only part of the resource."
+            case .lineTooLong(let limit):
+                return "\(target) sent a line longer than \(limit) bytes."
+            case .eventTooLarge(let limit):
+                return "\(target) sent an event with more than \(limit) bytes of data."
             }
         }
     }
