@@ -103,6 +103,10 @@ public enum FetchError: Error, Sendable, Equatable {
     /// accepts: none is set, its refresh failed or was refused, the refresh limit was reached,
     /// or the server refused the refreshed one too. Nothing was sent without a credential.
     case authenticationFailed(AuthenticationFailure)
+    /// A streamed body's reader fell further behind the network than the stream's buffer
+    /// allows, where the session could not pause the reading (see ``StreamOverflow``). The
+    /// transfer was stopped; memory stayed within the bound.
+    case streamOverflow(StreamOverflow)
 }
 
 extension FetchError {
@@ -139,6 +143,8 @@ extension FetchError {
         case digestMismatch
         /// ``FetchError/authenticationFailed(_:)``.
         case authenticationFailed
+        /// ``FetchError/streamOverflow(_:)``.
+        case streamOverflow
     }
 
     /// The error's kind, without its payload.
@@ -164,6 +170,7 @@ extension FetchError {
         case .invalidResponse: return .invalidResponse
         case .digestMismatch: return .digestMismatch
         case .authenticationFailed: return .authenticationFailed
+        case .streamOverflow: return .streamOverflow
         }
     }
 }
@@ -643,6 +650,36 @@ extension FetchError {
         }
     }
 
+    /// Details of ``FetchError/streamOverflow(_:)``: a ``StreamingFetchOperation``'s reader
+    /// fell more than ``limit`` bytes behind the network.
+    ///
+    /// On Linux FetchKit pauses the reading while the reader is behind, so this does not happen
+    /// where the pause is in effect (``FetchSessionReport``, entry `reader-pace`); where it is
+    /// not, the stream ends with this error rather than hold more.
+    public struct StreamOverflow: Sendable, Equatable, CustomStringConvertible {
+        /// The most the stream holds for its reader, in bytes.
+        public let limit: Int
+        /// The URL being fetched.
+        public let url: URL?
+
+        /// Creates the details of a stream whose reader fell too far behind.
+        ///
+        /// - Parameters:
+        ///   - limit: The most the stream holds, in bytes.
+        ///   - url: The URL being fetched.
+        public init(limit: Int, url: URL?) {
+            self.limit = limit
+            self.url = url
+        }
+
+        /// A sentence naming the redacted URL and the limit.
+        public var description: String {
+            let target = url.map(Redaction.redacted) ?? "the response"
+            return "The stream of \(target) was stopped: its reader fell more than \(limit) bytes behind, "
+                + "and the reading could not be paused (see the session's workarounds, reader-pace)."
+        }
+    }
+
     /// Why a fetch that needed the queue's credential did not get one the server accepts (see
     /// ``FetchAuthentication``).
     public struct AuthenticationFailure: Sendable, Equatable, CustomStringConvertible {
@@ -1008,6 +1045,7 @@ extension FetchError: CustomStringConvertible, LocalizedError {
         case .invalidResponse(let details): return details.description
         case .digestMismatch(let details): return details.description
         case .authenticationFailed(let details): return details.description
+        case .streamOverflow(let details): return details.description
         }
     }
 

@@ -67,7 +67,7 @@ package enum ReceivePause {
 
     /// Pauses receiving for `task` until the returned closure is called (from any thread; the
     /// resume runs on URLSession's work queue), for a download whose disk is behind
-    /// (FetchKit's `DiskGate`). Same rules as ``pauseReceiving(_:)``.
+    /// (FetchKit's `BacklogGate`). Same rules as ``pauseReceiving(_:)``.
     ///
     /// - Returns: The resume, or `nil` if libcurl's handle could not be reached (the reading
     ///   goes on).

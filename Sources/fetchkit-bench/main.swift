@@ -5,6 +5,7 @@
 //   swift run -c release fetchkit-bench report [--runs R] [--count N]   everything issue 11 asks, in one run
 //   swift run -c release fetchkit-bench queue-memory [--count N] [--runs R]
 //   swift run -c release fetchkit-bench endless-body [--limit MiB] [--chunks B,...] [--runs R] [--no-raw]
+//   swift run -c release fetchkit-bench stream [--runs R] [--size MiB] [--slow-size MiB] [--delay MS]
 //   swift run -c release fetchkit-bench disk-memory [--size MiB] [--runs R] [--no-ranges]
 //   swift run -c release fetchkit-bench tools [--runs R] [--count N] [--size MiB] [--only small,big]
 //   swift run -c release fetchkit-bench idle-cpu [--transfers N] [--seconds S] [--runs R]
@@ -43,6 +44,12 @@ benchmarks:
       in chunks of B bytes (default 256,65536), into memory and to a file, against raw
       URLSession (not with --no-raw: it may grow by gigabytes) and appending to a Data up to
       the limit (default R = 3)
+  stream [--runs R] [--size MiB] [--slow-size MiB] [--delay MS]
+      a body read as it arrives, FetchKit's DataStreamOperation beside raw URLSession's
+      delegate streaming, each run a process of its own: a chunked body of MiB (default
+      256) read as fast as it comes (reads/s, MiB/s, CPU per MiB), and one of --slow-size
+      (default 64) whose reader waits MS after each read (default 50): RSS growth and how far
+      the server's acknowledged bytes (TCP_INFO) ran ahead of the reader (default R = 3)
   disk-memory [--size MiB] [--runs R] [--no-ranges]
       peak RSS growth while one body streams to disk, FetchKit vs raw URLSession
       (default 1024 MiB, R = 3; --no-ranges: a server that refuses ranges)
@@ -174,6 +181,13 @@ do {
         } ?? [256, 64 << 10]
         try EndlessBodyBenchmark.run(limitMiB: try option("--limit", in: arguments, default: 64), chunkSizes: chunks,
                                      runs: try option("--runs", in: arguments, default: 3), raw: !arguments.contains("--no-raw"))
+    case "stream":
+        try StreamBenchmark.run(runs: try option("--runs", in: arguments, default: 3), fastMiB: try option("--size", in: arguments, default: 256),
+                                slowMiB: try option("--slow-size", in: arguments, default: 64),
+                                delayMilliseconds: try option("--delay", in: arguments, default: 50))
+    case "stream-child":
+        guard arguments.count == 4, let mebibytes = Int(arguments[2]), let delay = Int(arguments[3]) else { throw BenchError("bad child arguments") }
+        try StreamChild.run(client: arguments[1], mebibytes: mebibytes, delayMilliseconds: delay)
     case "endless-body-child":
         guard arguments.count == 3 || arguments.count == 4, let limit = Int(arguments[2]) else { throw BenchError("bad child arguments") }
         try EndlessBodyBenchmark.child(scenario: arguments[1], limitMiB: limit,

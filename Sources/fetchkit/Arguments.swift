@@ -68,6 +68,8 @@ struct Options: Equatable {
     var limitRateTotal: Int?
     /// Also download what the output directory's journal lists as unfinished (`-c`, `--continue`).
     var continues = false
+    /// `-N`, `--no-buffer`: the one URL's body to standard output as it arrives (curl's `-N`).
+    var noBuffer = false
 
     enum Verbosity: Equatable {
         /// `-q`: nothing but a line per failed file, on standard error.
@@ -203,6 +205,12 @@ struct Options: Equatable {
                            always a failure, and always shown
 
     output:
+      -N, --no-buffer      write the one URL's body to standard output as it arrives, as
+                           curl -N does (server-sent events, a log tail, a long JSON Lines
+                           feed), saving no file; the reading waits while standard output
+                           does (a slow pipe slows the server, memory stays bounded), and
+                           output that goes away (fetchkit -N URL | head) ends the
+                           download quietly, exit 0
       --json               one JSON object per file on standard output, as it ends:
                            url (redacted), path, bytes, status (HTTP), sha256 (when
                            checked), seconds, result, error (a class below) and message;
@@ -392,6 +400,8 @@ struct Options: Equatable {
                 options.contentDisposition = true
             case "--json":
                 options.json = true
+            case "-N", "--no-buffer":
+                options.noBuffer = true
             case "-q", "--quiet", "-s", "--silent":
                 options.verbosity = .quiet
             case "-v", "--verbose":
@@ -461,6 +471,17 @@ struct Options: Equatable {
                 + "the server's challenge on a connection FetchKit cannot set them on (send -H 'Authorization: ...' instead)")
         }
         #endif
+        if options.noBuffer {
+            guard options.entries.count == 1 else {
+                throw UsageError(description: "-N (--no-buffer) writes one URL's body to standard output as it arrives: give exactly one URL, not \(options.entries.count)")
+            }
+            let conflicting = [(options.outputName != nil, "-o"), (options.json, "--json"), (options.continues, "-c"),
+                               (options.sha256 != nil || options.entries[0].sha256 != nil, "--sha256"), (options.contentDisposition, "--content-disposition")]
+                .filter(\.0).map(\.1)
+            if let first = conflicting.first {
+                throw UsageError(description: "-N (--no-buffer) writes to standard output and saves no file: it does not go with \(first)")
+            }
+        }
         if let digest = options.sha256 {
             guard options.entries.count == 1 else {
                 throw UsageError(description: "--sha256 checks one download: give exactly one URL, not \(options.entries.count) (an -i list takes a sha256: on each line)")
@@ -513,7 +534,7 @@ struct Options: Equatable {
         "--continue", "--continue-at", "--force", "--parallel", "--max-concurrent-downloads", "--per-host", "--retry",
         "--timeout", "--read-timeout", "--max-time", "--connect-timeout", "--max-size", "--limit-rate", "--limit-rate-total", "--max-overall-download-limit", "--max-download-limit", "--sha256", "--header",
         "--user-agent", "--user", "--netrc", "--netrc-file", "--netrc-optional", "--cacert", "--pinnedpubkey", "--location", "--fail", "--show-error", "--json", "--quiet",
-        "--silent", "--verbose", "--summary-interval", "--version", "--help",
+        "--silent", "--verbose", "--summary-interval", "--version", "--help", "--no-buffer",
     ]
 
     /// `text` as a URL to download: `http` or `https`, with a host; `nil` otherwise.

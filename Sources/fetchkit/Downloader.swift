@@ -657,6 +657,7 @@ final class Downloader: @unchecked Sendable {
         case .invalidResponse(let details): details.url
         case .digestMismatch(let details): details.url
         case .authenticationFailed(let details): details.url
+        case .streamOverflow(let details): details.url
         case .dependencyFailed, .fileSystem, .redirectFailed: nil
         }
     }

@@ -32,7 +32,7 @@ enum ExitStatus: Int32, CaseIterable {
     /// The class of `error`.
     init(_ error: FetchError) {
         switch error {
-        case .transport, .timedOut, .lengthMismatch: self = .network
+        case .transport, .timedOut, .lengthMismatch, .streamOverflow: self = .network
         case .tls: self = .tls
         case .unacceptableStatus, .authenticationFailed: self = .httpStatus
         case .responseTooLarge: self = .sizeLimit

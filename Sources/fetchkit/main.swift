@@ -47,6 +47,7 @@ if options.showVersion {
     exit(ExitStatus.success.rawValue)
 }
 if options.runsDemo { exit(Demo.run()) }
+if options.noBuffer { exit(NoBufferStream.run(options)) }
 // No more downloads at once than the open-file limit has room for: past it, each one more fails
 // with "Too many open files" (see OpenFileLimit).
 let fit = OpenFileLimit.downloadsThatFit()

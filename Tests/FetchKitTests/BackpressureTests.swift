@@ -29,7 +29,7 @@ struct BackpressureTests {
     private func contents(_ url: URL) -> Data? { FileManager.default.contents(atPath: url.path) }
 
     /// A disk ten times slower than the network, a 48 MiB body, no bound to stop at: the
-    /// reading is held while the writer is behind (``DiskGate``), so what waits for the disk
+    /// reading is held while the writer is behind (``BacklogGate``), so what waits for the disk
     /// stays near 8 MiB, not most of the body, in one request (issue 32, 6.7). On main the
     /// writer's backlog reached 40 MiB of 48.
     @Test func aSlowDiskHoldsTheReadingInsteadOfItsBytes() async throws {

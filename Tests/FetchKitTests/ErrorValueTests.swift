@@ -37,6 +37,7 @@ struct ErrorValueTests {
             .digestMismatch(.init(expected: FileDigest(.sha256, hex: String(repeating: "ab", count: 32)) ?? digest,
                                   actual: digest, byteCount: 10, url: url, path: "/tmp/items.json")),
             .authenticationFailed(.init(reason: .refused(statusCode: 401), generation: 2, url: url)),
+            .streamOverflow(.init(limit: 1 << 20, url: url)),
         ]
     }
 
@@ -134,7 +135,7 @@ struct ErrorValueTests {
 
     @Test func codeNamesEveryCase() {
         #expect(Self.oneOfEach().map(\.code) == FetchError.Code.allCases)
-        #expect(Set(FetchError.Code.allCases).count == 15)
+        #expect(Set(FetchError.Code.allCases).count == 16)
         let error: FetchError = .cancelled(.init(url: Self.url))
         #expect(error.code == .cancelled)
         #expect(error.isCancellation)

@@ -74,11 +74,11 @@ final class FileBodySink: DownloadBodySink {
     /// When to stop the transfer because the writer fell behind (`nil`: never), and when to
     /// hold its reading (``Backpressure/pauseAbove``); set before the first chunk.
     var backpressure: Backpressure? {
-        didSet { gate = DiskGate(pauseAbove: backpressure?.pauseAbove ?? Backpressure.defaultPauseAbove) }
+        didSet { gate = BacklogGate(pauseAbove: backpressure?.pauseAbove ?? Backpressure.defaultPauseAbove) }
     }
     /// Holds the reading while the writer is behind; made anew when ``backpressure`` is set.
-    private var gate = DiskGate(pauseAbove: Backpressure.defaultPauseAbove)
-    var diskGate: DiskGate? { gate }
+    private var gate = BacklogGate(pauseAbove: Backpressure.defaultPauseAbove)
+    var backlogGate: BacklogGate? { gate }
     private let stoppedBehind = Protected(false)
     /// Stopped for the writer and not completed yet: the task's late chunks are written.
     private var takingLateChunks = false

@@ -44,14 +44,14 @@ final class FileWriter: @unchecked Sendable {
     /// Hashes each batch once it is written (on ``queue`` only).
     private let hasher: DigestHasher?
     /// Told the backlog as it changes: it holds the reading while the writer is behind.
-    private let gate: DiskGate?
+    private let gate: BacklogGate?
 
     /// - Parameters:
     ///   - descriptor: An open file, positioned where the chunks go. The writer does not close it.
     ///   - throttle: Run before each write (tests only).
     ///   - hasher: Given every byte written, in order, on the writer's queue.
     ///   - gate: Told the backlog after each chunk handed over and each batch written.
-    init(descriptor: Int32, throttle: (@Sendable (Int) -> Void)? = nil, hasher: DigestHasher? = nil, gate: DiskGate? = nil) {
+    init(descriptor: Int32, throttle: (@Sendable (Int) -> Void)? = nil, hasher: DigestHasher? = nil, gate: BacklogGate? = nil) {
         self.gate = gate
         self.descriptor = descriptor
         self.throttle = throttle
@@ -264,7 +264,7 @@ struct Backpressure: Sendable {
     static let defaultBound: Int64 = 32 << 20
 
     /// The backlog past which the transfer's reading is held until the writer is down to half
-    /// of it (``DiskGate``): default 8 MiB. Below ``bound``, so that where the reading can be
+    /// of it (``BacklogGate``): default 8 MiB. Below ``bound``, so that where the reading can be
     /// held the transfer is never stopped.
     var pauseAbove: Int64 = Self.defaultPauseAbove
 

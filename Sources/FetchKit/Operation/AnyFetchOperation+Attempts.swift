@@ -199,6 +199,8 @@ extension AnyFetchOperation {
         // Granted its slot while its credential was being refreshed: it sent nothing, and waits.
         if let atGrant = ending.refreshAtGrant { return (.authenticate(atGrant.authentication, generation: atGrant.generation), result) }
         guard case .failure(let error, _) = result else { return (.none, result) }
+        // A stream whose reader got a byte: the error is its end.
+        guard repeatsAttempts else { return (.none, result) }
         let total = configuration.transferSettings.totalTimeout
         if overdue, error.isCancellation, let total {
             // Stopped in the queue at the fetch's deadline.

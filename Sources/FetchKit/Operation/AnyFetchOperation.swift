@@ -354,6 +354,12 @@ open class AnyFetchOperation: Operation, @unchecked Sendable {
         nil
     }
 
+    /// Whether a failed attempt may be followed by another (a retry, a refreshed credential's).
+    /// `true` here; a stream says `false` once its reader got a byte of the body.
+    var repeatsAttempts: Bool {
+        true
+    }
+
     /// Whether an attempt that failed with `error` is followed at once by one that starts
     /// over from nothing, whatever the retry policy says: a download whose source changed
     /// while it resumed (its partial file is gone; the next attempt asks for the whole file).

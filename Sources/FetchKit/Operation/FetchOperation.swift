@@ -122,12 +122,13 @@ open class FetchOperation<Output: Sendable>: AnyFetchOperation, OutputProducing,
 struct MissingParser: Error, CustomStringConvertible {
     let operation: String
     var notModified = false
+    var hook = "parseResponseBody(_:)"
 
     var description: String {
         if notModified {
             return "\(operation) got 304 Not Modified, its validator store keeps no bodies, and it does not override outputWhenNotModified(storedBody:)"
         }
-        return "\(operation) does not override parseResponseBody(_:)"
+        return "\(operation) does not override \(hook)"
     }
 }
 

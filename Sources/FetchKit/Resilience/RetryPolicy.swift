@@ -92,7 +92,7 @@ public struct RetryPolicy: Sendable, Equatable {
         case .unacceptableStatus(let failure):
             return retryableStatusCodes.contains(failure.statusCode)
         case .invalidRequest, .cancelled, .responseTooLarge, .parseFailed, .dependencyFailed, .fileSystem, .redirectFailed,
-             .invalidResponse, .tls, .digestMismatch, .authenticationFailed:
+             .invalidResponse, .tls, .digestMismatch, .authenticationFailed, .streamOverflow:
             return false
         }
     }

@@ -136,6 +136,11 @@ extension FetchSession {
             .init(id: "bandwidth-wire", summary: "a bandwidth limit is held on the wire, counting what each socket received",
                   upstream: "URLSession reads at full speed; libcurl's own limit lets a connection's window through",
                   dependsOn: ["socket-wakeups", "task-options"], status: .active),
+            .init(id: "reader-pace", summary: "a reader behind the network (a stream's, a download's disk) pauses the reading: the server waits, memory stays bounded",
+                  upstream: "URLSession on Linux reads at full speed; suspend() does not stop libcurl",
+                  dependsOn: ["task-options"],
+                  status: Curl.isAvailable ? .active
+                      : .unavailable("libcurl's functions were not found: a stream more than twice its buffer behind fails (FetchError.streamOverflow), a download stops and continues")),
             .init(id: "redirects-in-new-tasks", summary: "each redirect is followed in a task of its own, with its body and its host's pins",
                   upstream: "FoundationNetworking drops a redirected body; 6.3 traps on a redirect over a shared HTTP/2 connection",
                   dependsOn: [], status: .active),

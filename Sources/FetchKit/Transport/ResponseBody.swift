@@ -30,6 +30,14 @@ protocol ResponseBodySink: AnyObject {
     func close() throws(FetchError) -> ResponseBody
     /// The transfer failed or was cancelled: release or clean up what was written.
     func abandon()
+    /// Holds the reading while the sink's consumer is behind (``BacklogGate``): a download's
+    /// writer, a stream's reader; `nil` (a body in memory) for none. Read once, when the
+    /// transfer is made.
+    var backlogGate: BacklogGate? { get }
+}
+
+extension ResponseBodySink {
+    var backlogGate: BacklogGate? { nil }
 }
 
 /// A download's sink (``FileBodySink``): it stores bytes after they are handed over, and may
@@ -57,9 +65,6 @@ protocol DownloadBodySink: ResponseBodySink {
     /// Whether bytes handed to the sink may still wait to be stored (a writer of its own), so
     /// that ``ResponseBodySink/close()`` must wait for ``whenWritten(_:)``.
     var storesLater: Bool { get }
-    /// Holds the reading while the sink's writer is behind (``DiskGate``); read once, when the
-    /// transfer is made.
-    var diskGate: DiskGate? { get }
 }
 
 /// Keeps the body in memory, in one buffer whose growth it controls.

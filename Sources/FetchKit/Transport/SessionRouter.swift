@@ -268,8 +268,8 @@ extension SessionRouter: URLSessionDataDelegate {
             ReceivePause.pauseReceiving(dataTask)
             DispatchQueue.global().async { dataTask.cancel() }
         }
-        // A download whose disk is behind: the reading waits for the writer (``DiskGate``).
-        if let gate = transfer.diskGate {
+        // A consumer that is behind (a download's disk, a stream's reader): the reading waits (``BacklogGate``).
+        if let gate = transfer.backlogGate {
             gate.holdIfBehind(waiting: transfer.inbox.waiting) { ReceivePause.pauseUntilResumed(dataTask) }
         }
         if wake {

@@ -358,6 +358,12 @@ struct TransferStateMachine {
         }
     }
 
+    /// The consumer of the body held the reading (``BacklogGate``) until `moment`: no idle
+    /// time passed before it.
+    mutating func consumerHeld(until moment: UInt64) {
+        if canTimeOut, moment > lastActivity { lastActivity = moment }
+    }
+
     /// ``nextDeadline`` (as it was) has come.
     func deadlineReached(now: UInt64) -> DeadlineAction {
         guard canTimeOut else { return .ignore }

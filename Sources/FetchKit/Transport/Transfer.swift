@@ -50,8 +50,8 @@ final class Transfer: TransferHandle, @unchecked Sendable {
     private let sink: ResponseBodySink
     /// The sink, if it is a download's: backpressure and writing out.
     private let download: (any DownloadBodySink)?
-    /// The download's gate that holds the reading while its disk is behind (any thread).
-    let diskGate: DiskGate?
+    /// The sink's gate that holds the reading while its consumer is behind (any thread).
+    let backlogGate: BacklogGate?
 
     // Confined to the router queue (and Transfer+Redirects.swift).
     var machine: TransferStateMachine
@@ -106,7 +106,7 @@ final class Transfer: TransferHandle, @unchecked Sendable {
         self.session = session
         self.sink = sink
         download = sink as? any DownloadBodySink
-        diskGate = download?.diskGate
+        backlogGate = sink.backlogGate
         self.owner = owner
         inbox = TransferInbox(limit: limits.maximumResponseSize)
     }
@@ -355,7 +355,15 @@ final class Transfer: TransferHandle, @unchecked Sendable {
     /// Called by the session's ``Deadlines`` when ``TransferStateMachine/nextDeadline`` (as it
     /// was) has come.
     func deadlineReached() {
-        perform(machine.deadlineReached(now: Self.now()))
+        perform(machine.deadlineReached(now: nowUnlessConsumerHolds()))
+    }
+
+    /// Now; and where the sink's consumer held the reading (``BacklogGate``), the silence was
+    /// not the server's: the idle clock runs from the hold's end.
+    private func nowUnlessConsumerHolds() -> UInt64 {
+        let now = Self.now()
+        if let gate = backlogGate { machine.consumerHeld(until: gate.heldUntil(now: now)) }
+        return now
     }
 
     private func perform(_ action: TransferStateMachine.DeadlineAction) {
@@ -365,7 +373,7 @@ final class Transfer: TransferHandle, @unchecked Sendable {
         case .fail(let error):
             end(.failure(error, machine.response))
         case .confirmIdle:
-            queue.async { self.perform(self.machine.confirmIdleTimeout(now: Self.now())) }
+            queue.async { self.perform(self.machine.confirmIdleTimeout(now: self.nowUnlessConsumerHolds())) }
         case .reschedule(let deadline):
             session.router.deadlines.schedule(self, at: deadline)
         }

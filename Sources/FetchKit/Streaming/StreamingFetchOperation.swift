@@ -1,0 +1,369 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+/// How a ``StreamingFetchOperation`` cuts its body before ``StreamingFetchOperation/parseElement(_:)``.
+public enum StreamFraming: Sendable, Equatable {
+    /// The chunks as they arrive (``StreamPiece/chunk(_:)``): every chunk that waited when the
+    /// reader asked, as one `Data`.
+    case chunks
+    /// UTF-8 text lines (``StreamPiece/line(_:)``), as `AsyncSequence.lines(maximumLength:)` cuts them.
+    case lines(maximumLength: Int = 1 << 20)
+    /// Server-sent events (``StreamPiece/event(_:)``), as ``ServerSentEventParser`` reads them.
+    case serverSentEvents(maximumEventSize: Int = 1 << 20)
+}
+
+/// One piece of a streamed body, cut as the operation's ``StreamFraming`` says.
+public enum StreamPiece: Sendable, Equatable {
+    /// Bytes of the body, in order.
+    case chunk(Data)
+    /// A text line, without its end.
+    case line(String)
+    /// A server-sent event.
+    case event(ServerSentEvent)
+}
+
+/// An operation whose body is read as it arrives: server-sent events, JSON Lines, log tails,
+/// a large body processed without holding it.
+///
+/// It is a fetch like any other — it waits for its ``FetchQueue``'s slot and holds it while it
+/// streams, follows the queue's limits, timeouts, monitors and retries — whose body goes to
+/// ``elements`` instead of memory. Subclass it once per streaming endpoint: name the element
+/// type, choose the ``framing``, and override ``parseElement(_:)``:
+///
+/// ```swift
+/// nonisolated struct Token: Decodable, Sendable {
+///     let text: String
+/// }
+///
+/// nonisolated final class CompletionTokens: StreamingFetchOperation<Token>, @unchecked Sendable {
+///     override var framing: StreamFraming { .serverSentEvents() }
+///
+///     override func parseElement(_ piece: StreamPiece) throws -> Token? {
+///         guard case .event(let event) = piece, event.data != "[DONE]" else { return nil }
+///         return try JSONDecoder().decode(Token.self, from: Data(event.data.utf8))
+///     }
+/// }
+///
+/// func printTokens(from url: URL) async throws {
+///     for try await token in FetchQueue.shared.stream(CompletionTokens(url: url)) {
+///         print(token.text, terminator: "")
+///     }
+/// }
+/// ```
+///
+/// For the bytes themselves you need no subclass: ``DataStreamOperation`` yields the chunks,
+/// and `.lines()`, `.jsonLines(of:)` and `.serverSentEvents()` read them.
+///
+/// **The head first.** ``head`` gives the accepted response before any chunk; a status the
+/// operation does not accept fails the fetch before anything is yielded
+/// (``FetchError/unacceptableStatus(_:)``, with the start of the error body, as for any fetch).
+///
+/// **Backpressure.** Between the network and the reader FetchKit holds at most `bufferSize`
+/// bytes: past that it stops reading (on Linux it pauses libcurl, and the kernel's receive
+/// window closes, so the server waits), and it reads on when the reader has caught up. Memory
+/// grows neither with the body nor with the reader's delay. While the reading waits for the
+/// reader, the idle timeout does not run. Where the session cannot pause the reading (its
+/// ``FetchSessionReport`` says so, entry `reader-pace`), a reader more than twice `bufferSize`
+/// and 1 MiB behind ends the fetch with ``FetchError/streamOverflow(_:)`` rather than grow.
+///
+/// **The end, exactly once.** The operation finishes when the body ends (the sequence ends
+/// after its last element), when the fetch fails (the sequence throws the error after the
+/// elements that arrived), or when the reader stops: leaving the loop, a throwing
+/// ``parseElement(_:)``, or cancelling the reading task cancels the fetch, which frees its slot
+/// and closes its connection; it then finishes as ``FetchError/cancelled(_:)``. An attempt that
+/// fails before any byte of the body arrived may be retried by the ``FetchConfiguration/retryPolicy``;
+/// once a byte arrived, never (the reader has seen it). Read ``elements`` once: every chunk goes
+/// to one reader.
+open class StreamingFetchOperation<Element: Sendable>: AnyFetchOperation, OutputProducing, @unchecked Sendable {
+    /// A streaming fetch produces its elements, not an output: ``OutputProducing/value``
+    /// returns once the stream ended.
+    public typealias Output = Void
+
+    let channel: StreamChannel
+
+    /// Creates an operation for `request`.
+    ///
+    /// - Parameters:
+    ///   - request: The request to send. It may be `nil` now and set later, or built just
+    ///     before sending by overriding ``AnyFetchOperation/makeRequest()``.
+    ///   - bufferSize: The most bytes held between the network and the reader before the
+    ///     reading waits (at least 64 KiB). Default 1 MiB.
+    public init(request: URLRequest? = nil, bufferSize: Int = 1 << 20) {
+        channel = StreamChannel(limit: max(64 << 10, bufferSize))
+        super.init(request: request)
+    }
+
+    /// Creates an operation that GETs `url`.
+    ///
+    /// A designated initializer, like ``init(request:bufferSize:)``: a subclass's own
+    /// initializer may call either through `super`.
+    ///
+    /// - Parameters:
+    ///   - url: The URL to fetch.
+    ///   - bufferSize: The most bytes held between the network and the reader (at least
+    ///     64 KiB). Default 1 MiB.
+    public init(url: URL, bufferSize: Int = 1 << 20) {
+        channel = StreamChannel(limit: max(64 << 10, bufferSize))
+        super.init(request: URLRequest(url: url))
+    }
+
+    /// How the body is cut into the pieces ``parseElement(_:)`` gets. Default ``StreamFraming/chunks``.
+    ///
+    /// Read once, when the reading starts. Override it in a subclass.
+    open var framing: StreamFraming {
+        .chunks
+    }
+
+    /// Turns one piece of the body into an element, or `nil` to skip it. Override it.
+    ///
+    /// Called in order, once per piece, by the task that reads ``elements``, as it reads: a slow
+    /// parse slows the reading, never memory. A thrown error ends the sequence with
+    /// ``FetchError/parseFailed(_:)`` (a thrown ``FetchError`` as it is) and cancels the fetch.
+    ///
+    /// The default returns the piece itself when `Element` is its payload's type (`Data` for
+    /// chunks, `String` for lines, ``ServerSentEvent`` for events), and otherwise throws.
+    ///
+    /// - Parameter piece: The next piece, as ``framing`` cuts the body.
+    /// - Returns: The element, or `nil` to yield none for this piece.
+    open func parseElement(_ piece: StreamPiece) throws -> Element? {
+        let payload: Any
+        switch piece {
+        case .chunk(let data): payload = data
+        case .line(let line): payload = line
+        case .event(let event): payload = event
+        }
+        if let element = payload as? Element { return element }
+        throw MissingParser(operation: "\(type(of: self))", hook: "parseElement(_:)")
+    }
+
+    /// The elements, as the body arrives: read them with `for try await`.
+    ///
+    /// Reading them does not start the fetch: enqueue the operation (``FetchQueue/stream(_:)``
+    /// does both). The sequence throws ``FetchError`` only.
+    public var elements: Elements {
+        Elements(operation: self, refusal: nil)
+    }
+
+    /// The accepted response's head: suspends until it arrived, before any element.
+    ///
+    /// - Throws: The fetch's error, if it ended without an accepted response (an unacceptable
+    ///   status among them).
+    public var head: HTTPURLResponse {
+        get async throws(FetchError) {
+            try await channel.head()
+        }
+    }
+
+    /// The elements of a ``StreamingFetchOperation``, in order.
+    public struct Elements: AsyncSequence, Sendable {
+        public typealias Failure = FetchError
+
+        let operation: StreamingFetchOperation<Element>
+        /// Why the queue refused the operation, if it did: the sequence throws it.
+        let refusal: FetchError?
+
+        /// Reads the elements. Leaving the loop (this iterator's end) before the sequence
+        /// ended cancels the fetch.
+        public struct AsyncIterator: AsyncIteratorProtocol {
+            let reader: StreamReader<Element>
+
+            /// The next element, or `nil` after the last.
+            ///
+            /// - Throws: The fetch's ``FetchError``, after the elements that arrived before it.
+            public mutating func next() async throws(FetchError) -> Element? {
+                try await reader.next(isolation: nil)
+            }
+
+            /// The next element, or `nil` after the last, read in the caller's isolation.
+            ///
+            /// - Throws: The fetch's ``FetchError``, after the elements that arrived before it.
+            @available(macOS 15.0, iOS 18.0, tvOS 18.0, watchOS 11.0, visionOS 2.0, *)
+            public mutating func next(isolation actor: isolated (any Actor)?) async throws(FetchError) -> Element? {
+                try await reader.next(isolation: actor)
+            }
+        }
+
+        /// Starts reading.
+        public func makeAsyncIterator() -> AsyncIterator {
+            AsyncIterator(reader: StreamReader(operation: operation, refusal: refusal))
+        }
+    }
+
+    /// Whether its transfers may pause the reading while the reader is behind: `true` unless
+    /// `fetchkit-bench` turns it off, to measure a session where the pause is not in effect.
+    package var pausesReadingForComparison: Bool {
+        get { channel.pausesReading }
+        set { channel.pausesReading = newValue }
+    }
+
+    // MARK: The fetch's hooks
+
+    override func makeBodySink() -> any ResponseBodySink {
+        StreamBodySink(channel: channel, url: request?.url)
+    }
+
+    /// Made before the slot, so that no two streams share a transfer.
+    override func makeBodySinkBeforeGrant() -> (any ResponseBodySink)? {
+        makeBodySink()
+    }
+
+    /// A stream is never answered from a validator store's body.
+    override var revalidatesWithoutStoredBody: Bool {
+        false
+    }
+
+    override var repeatsAttempts: Bool {
+        !channel.delivered
+    }
+
+    override func makeOutput(from body: ResponseBody?, notModified: Bool) throws -> any Sendable {
+        ()
+    }
+
+    override func finishedBeforeCompletions() {
+        channel.finish(error.map { .failure($0) } ?? .success(()), response: response)
+    }
+
+}
+
+/// A ``StreamingFetchOperation`` whose elements are the body's chunks, as they arrive: a
+/// streamed GET, with no subclass.
+///
+/// ```swift
+/// func printLines(of url: URL) async throws {
+///     for try await line in FetchQueue.shared.stream(DataStreamOperation(url: url)).lines() {
+///         print(line)
+///     }
+/// }
+/// ```
+public typealias DataStreamOperation = StreamingFetchOperation<Data>
+
+/// Reads one ``StreamingFetchOperation``'s channel, cuts the pieces and parses them; cancels
+/// the fetch when the reading stops before the end (its last copy goes away).
+final class StreamReader<Element: Sendable> {
+    private let operation: StreamingFetchOperation<Element>
+    private var framing: Framing?
+    private var ready: [StreamPiece] = []
+    private var taken = 0
+    private var ended = false
+    private var refusal: FetchError?
+
+    private enum Framing {
+        case chunks
+        case lines(LineSplitter)
+        case events(ServerSentEventParser)
+    }
+
+    init(operation: StreamingFetchOperation<Element>, refusal: FetchError?) {
+        self.operation = operation
+        self.refusal = refusal
+        // A refused operation is not this reader's to cancel.
+        ended = refusal != nil
+    }
+
+    deinit {
+        if !ended { operation.cancel() }
+    }
+
+    func next(isolation actor: isolated (any Actor)? = #isolation) async throws(FetchError) -> Element? {
+        if let refusal {
+            self.refusal = nil
+            throw refusal
+        }
+        while true {
+            while taken < ready.count {
+                let piece = ready[taken]
+                taken += 1
+                if let element = try parse(piece) { return element }
+            }
+            if ended { return nil }
+            ready.removeAll(keepingCapacity: true)
+            taken = 0
+            let chunk: Data?
+            do {
+                let operation = self.operation
+                chunk = try await operation.channel.read(url: operation.request?.url) { operation.cancel() }
+            } catch {
+                ended = true
+                throw error
+            }
+            do {
+                try cut(chunk)
+            } catch {
+                stop()
+                throw error
+            }
+        }
+    }
+
+    /// Cuts a chunk (or, for `nil`, the end) into pieces, as the operation's framing says.
+    private func cut(_ chunk: Data?) throws(FetchError) {
+        if framing == nil {
+            switch operation.framing {
+            case .chunks: framing = .chunks
+            case .lines(let maximumLength): framing = .lines(LineSplitter(maximumLength: maximumLength))
+            case .serverSentEvents(let maximumEventSize): framing = .events(ServerSentEventParser(maximumEventSize: maximumEventSize))
+            }
+        }
+        guard let chunk else {
+            ended = true
+            switch framing {
+            case .lines(var splitter): ready = splitter.finish().map { [.line(String(decoding: $0, as: UTF8.self))] } ?? []
+            case .events(var parser): parser.finish()     // an event not ended is discarded
+            case .chunks, nil: break
+            }
+            return
+        }
+        switch framing {
+        case .chunks, nil:
+            ready = [.chunk(chunk)]
+        case .lines(var splitter):
+            ready = try splitter.feed(chunk).map { .line(String(decoding: $0, as: UTF8.self)) }
+            framing = .lines(splitter)
+        case .events(var parser):
+            ready = try parser.feed(chunk).map(StreamPiece.event)
+            framing = .events(parser)
+        }
+    }
+
+    private func parse(_ piece: StreamPiece) throws(FetchError) -> Element? {
+        do {
+            return try operation.parseElement(piece)
+        } catch let error as FetchError {
+            stop()
+            throw error
+        } catch {
+            stop()
+            throw .parseFailed(.init(underlying: .init(error), url: operation.request?.url))
+        }
+    }
+
+    /// The reader stops before the end: the fetch is cancelled.
+    private func stop() {
+        ended = true
+        operation.cancel()
+    }
+}
+
+extension FetchQueue {
+    /// Enqueues a streaming operation and returns its elements, to read as they arrive.
+    ///
+    /// ```swift
+    /// for try await chunk in queue.stream(DataStreamOperation(url: url)) {
+    ///     log(chunk)
+    /// }
+    /// ```
+    ///
+    /// The fetch waits for its slot like any other and holds it while it streams. An
+    /// operation the queue refuses (see ``enqueue(_:completion:)``) gives a sequence that
+    /// throws why.
+    ///
+    /// - Parameter operation: The operation to run.
+    /// - Returns: Its ``StreamingFetchOperation/elements``.
+    public func stream<Element>(_ operation: StreamingFetchOperation<Element>) -> StreamingFetchOperation<Element>.Elements {
+        let (_, refusal) = register(operation, completion: nil)
+        return StreamingFetchOperation<Element>.Elements(operation: operation, refusal: refusal)
+    }
+}

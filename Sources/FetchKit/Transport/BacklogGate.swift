@@ -1,0 +1,102 @@
+import Foundation
+
+/// Holds a transfer's reading while what it has read waits for its consumer — a download's
+/// writer, a stream's reader — so that what waits in memory stays under ``pauseAbove`` (plus
+/// what is already on its way) however far behind the consumer is and however large the body
+/// (issue 32, 6.7; issue 34).
+///
+/// URLSession on Linux reads the socket as fast as it can (see ``DownloadBodySink``), and a
+/// `suspend()` of the task does not stop libcurl. What does is a pause of the receive from
+/// inside the callback that delivers a chunk (``ReceivePause``): ``SessionRouter`` asks
+/// ``holdIfBehind(waiting:_:)`` there, on URLSession's work queue, for every chunk of a body
+/// whose sink has a gate. The consumer tells the gate its backlog (``noteBacklog(_:sequence:)``):
+/// past ``pauseAbove`` (counting what still waits for the router queue) the next chunk pauses
+/// the reading; once the consumer has worked its backlog down to ``resumeBelow``, the gate runs
+/// the resume that the pause left (on the work queue). Meanwhile the kernel's socket buffer —
+/// not this process — holds the bytes; its receive window closes, and the server waits. Only a
+/// backlog that shrank resumes: the router handing over what waited for it makes the backlog
+/// grow, and must not undo the pause it caused. A resume that something else issues (a
+/// bandwidth limit's pause ending, a breath) lets one chunk through; that chunk pauses again.
+/// While the gate holds the reading, the transfer's idle timeout does not run
+/// (``heldUntil(now:)``): the silence is the consumer's, not the server's.
+///
+/// Where the pause cannot be had (another platform, another FoundationNetworking layout), the
+/// gate does nothing, and its consumer keeps its own bound: a download stops and continues its
+/// transfer past ``Backpressure/bound``, a stream fails (``FetchError/streamOverflow(_:)``).
+/// Safe from any thread.
+final class BacklogGate: Sendable {
+    private struct State {
+        /// The consumer's backlog, as it last said.
+        var backlog: Int64 = 0
+        /// The sequence number of that note (0: notes that carry none).
+        var sequence: UInt64 = 0
+        /// Resumes the paused reading (`nil`: not paused by the gate).
+        var resume: (@Sendable () -> Void)?
+        /// How many times the gate paused the reading (diagnostics and tests).
+        var pauses = 0
+        /// When the last hold ended (uptime nanoseconds; 0: none yet).
+        var releasedAt: UInt64 = 0
+    }
+
+    /// The bytes waiting (for the router queue and for the consumer) past which the reading is
+    /// held.
+    let pauseAbove: Int64
+    /// The consumer's backlog at which the reading goes on.
+    let resumeBelow: Int64
+    private let state = Protected(State())
+
+    init(pauseAbove: Int64) {
+        self.pauseAbove = max(1, pauseAbove)
+        resumeBelow = max(0, pauseAbove / 2)
+    }
+
+    /// The consumer's backlog now (after a chunk was handed over, written, or read).
+    ///
+    /// - Parameter sequence: For a consumer whose notes come from several threads, the order
+    ///   in which it took the readings (from 1): a note older than the last is stale, and
+    ///   ignored. 0: notes from one thread, in order.
+    func noteBacklog(_ backlog: Int64, sequence: UInt64 = 0) {
+        let resume = state.withLock { state -> (@Sendable () -> Void)? in
+            if sequence != 0 {
+                guard sequence > state.sequence else { return nil }
+                state.sequence = sequence
+            }
+            let shrank = backlog < state.backlog
+            state.backlog = backlog
+            guard shrank || backlog == 0, backlog <= resumeBelow, let resume = state.resume else { return nil }
+            state.resume = nil
+            state.releasedAt = DispatchTime.now().uptimeNanoseconds
+            return resume
+        }
+        resume?()
+    }
+
+    /// On URLSession's work queue, for each chunk as it arrives, with the bytes that wait for
+    /// the router queue (``TransferInbox``): if those and the consumer's backlog pass
+    /// ``pauseAbove``, `pause` pauses the reading and returns how to resume it (`nil`: it
+    /// could not). The resume comes when the consumer is down to ``resumeBelow``: what waits
+    /// for the router goes to the consumer first, which says so.
+    func holdIfBehind(waiting: Int64, _ pause: () -> (@Sendable () -> Void)?) {
+        state.withLock { state in
+            guard state.backlog + waiting > pauseAbove else { return }
+            // Paused again even if paused before: something else may have resumed it.
+            guard let resume = pause() else { return }
+            if state.resume == nil {
+                state.resume = resume
+                state.pauses += 1
+            }
+        }
+    }
+
+    /// How many times the gate held the reading.
+    var pauses: Int {
+        state.withLock { $0.pauses }
+    }
+
+    /// Until when the consumer held the reading: `now` while the gate holds it, else when its
+    /// last hold ended (uptime nanoseconds; 0 for never). The transfer's idle clock runs from
+    /// no earlier than this.
+    func heldUntil(now: UInt64) -> UInt64 {
+        state.withLock { $0.resume != nil ? now : $0.releasedAt }
+    }
+}

@@ -1,0 +1,403 @@
+import Foundation
+import LoopbackServer
+import Testing
+@testable import FetchKit
+
+/// A streamed endpoint: server-sent events whose data is JSON, the stream ended by `[DONE]`.
+nonisolated struct StreamedToken: Decodable, Sendable, Equatable {
+    let text: String
+}
+
+nonisolated final class StreamedTokens: StreamingFetchOperation<StreamedToken>, @unchecked Sendable {
+    override var framing: StreamFraming { .serverSentEvents() }
+
+    override func parseElement(_ piece: StreamPiece) throws -> StreamedToken? {
+        guard case .event(let event) = piece, event.data != "[DONE]" else { return nil }
+        return try JSONDecoder().decode(StreamedToken.self, from: Data(event.data.utf8))
+    }
+}
+
+/// Issue 34: a body read as it arrives, through a queue, with backpressure and one end.
+@Suite("Streaming fetches: the body as it arrives", .timeLimit(.minutes(3)))
+struct StreamingFetchTests {
+    /// A response with no `Content-Length` whose events the server writes `interval` ms apart,
+    /// then closes: the body ends with the connection.
+    static func timedEvents(_ events: [String], intervalMilliseconds: Int, thenStall: Bool = false) -> HTTPResponse {
+        var actions: [ScriptAction] = [.write(HTTPResponse.rawHead(status: 200, headers: [
+            "Content-Type": "text/event-stream", "Cache-Control": "no-cache", "Connection": "close",
+        ]))]
+        for event in events {
+            actions.append(.sleep(milliseconds: intervalMilliseconds))
+            actions.append(.write(Data(event.utf8)))
+        }
+        actions.append(thenStall ? .stall : .close)
+        return .script(actions)
+    }
+
+    /// Ten events 100 ms apart: each is yielded before the server writes the next, not when
+    /// the body ends (latency is what a stream is for). Times count from the head's arrival,
+    /// after which the server writes event k at 100·k ms.
+    @Test func eachEventIsYieldedAsTheServerSendsIt() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let events = (1...10).map { "id: \($0)\ndata: {\"text\":\"t\($0)\"}\n\n" }
+        server.route("/events") { _ in Self.timedEvents(events, intervalMilliseconds: 100) }
+        let queue = FetchQueue()
+        let operation = StreamedTokens(url: server.url("/events"))
+        let elements = queue.stream(operation)
+        let head = try await operation.head
+        let start = ContinuousClock.now
+        #expect(head.statusCode == 200)
+        var late: [(Int, Duration)] = []
+        var tokens: [StreamedToken] = []
+        for try await token in elements {
+            tokens.append(token)
+            let k = tokens.count
+            let lateness = ContinuousClock.now - start - .milliseconds(100 * k)
+            late.append((k, lateness))
+        }
+        #expect(tokens == (1...10).map { StreamedToken(text: "t\($0)") })
+        // Typically before the next event is written (100 ms later), each within a generous
+        // bound for a loaded two-core machine (the suite runs beside it); under a sanitizer
+        // everything is several times slower. That no event waits for the next is proven
+        // without a clock by eachEventIsYieldedBeforeTheServerWritesTheNext().
+        let sorted = late.map(\.1).sorted()
+        #expect(sorted[sorted.count / 2] < .milliseconds(runsUnderSanitizer ? 250 : 100), "median lateness \(sorted[sorted.count / 2]): \(late)")
+        for (k, lateness) in late {
+            #expect(lateness < .milliseconds(runsUnderSanitizer ? 1_000 : 400), "event \(k) was yielded \(lateness) after the server wrote it")
+        }
+        #expect(operation.isFinished && operation.error == nil)
+    }
+
+    /// Each event is yielded while the server waits to write the next one: the server writes
+    /// event k+1 only once the test has read event k (a gate), so nothing but the event itself
+    /// can have pushed it through — no later bytes, no end of the body.
+    @Test func eachEventIsYieldedBeforeTheServerWritesTheNext() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let gates = (0..<5).map { _ in ServerGate() }
+        var actions: [ScriptAction] = [.write(HTTPResponse.rawHead(status: 200, headers: ["Content-Type": "text/event-stream"]))]
+        for (index, gate) in gates.enumerated() {
+            actions.append(.write(Data("data: {\"text\":\"e\(index)\"}\n\n".utf8)))
+            actions.append(.wait(gate))
+        }
+        actions.append(.close)
+        let response = HTTPResponse.script(actions)
+        server.route("/gated") { _ in response }
+        var tokens: [StreamedToken] = []
+        for try await token in FetchQueue().stream(StreamedTokens(url: server.url("/gated"))) {
+            tokens.append(token)
+            gates[tokens.count - 1].open()
+        }
+        #expect(tokens == (0..<5).map { StreamedToken(text: "e\($0)") })
+    }
+
+    /// The head comes first; a status the operation does not accept fails before any element,
+    /// with the start of the error body kept, as for any fetch.
+    @Test func anUnacceptableStatusFailsBeforeAnyElement() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        server.route("/missing") { _ in .text("no such stream", status: 404) }
+        let operation = DataStreamOperation(url: server.url("/missing"))
+        var chunks = 0
+        do throws(FetchError) {
+            for try await _ in FetchQueue().stream(operation) { chunks += 1 }
+            Issue.record("the stream ended without an error")
+        } catch {
+            guard case .unacceptableStatus(let failure) = error else {
+                Issue.record("expected the 404, got \(error)")
+                return
+            }
+            #expect(failure.statusCode == 404)
+            #expect(failure.bodyPrefix == Data("no such stream".utf8))
+        }
+        #expect(chunks == 0)
+        await #expect(throws: FetchError.self) { _ = try await operation.head }
+    }
+
+    /// Leaving the loop after three chunks cancels the fetch: its connection closes within a
+    /// second, it completes once (cancelled), and its slot goes to the next fetch.
+    @Test func breakingOutClosesTheConnectionCompletesOnceAndFreesTheSlot() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let queue = FetchQueue(maximumConcurrentTransfers: 1)
+        let operation = DataStreamOperation(url: server.url("/trickle/999999999999/64/20"))
+        let completions = Locked(0)
+        let completed = Countdown(1)
+        queue.enqueue(operation, on: .global) { _ in
+            completions.withLock { $0 += 1 }
+            completed.signal()
+        }
+        var read = 0
+        for try await _ in operation.elements {
+            read += 1
+            if read == 3 { break }
+        }
+        #expect(read == 3)
+        #expect(await server.waitUntil(timeout: 1) { $0.connectionsOpen == 0 }, "the connection was not closed: \(server.counters)")
+        let error = await outcome(of: operation)
+        #expect(error?.isCancellation == true, "\(String(describing: error))")
+        // The slot is free: the next fetch on this queue of one runs.
+        let next = try await queue.fetch(DataFetchOperation(url: server.url("/bytes/10")))
+        #expect(next.count == 10)
+        #expect(await completed.wait(timeout: 30))
+        #expect(completions.withLock { $0 } == 1)
+    }
+
+    /// Cancelling the reading task cancels the fetch: the loop throws `cancelled`.
+    @Test func cancellingTheReadingTaskCancelsTheFetch() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let operation = DataStreamOperation(url: server.url("/trickle/999999999999/64/20"))
+        let elements = FetchQueue().stream(operation)
+        let firstChunk = Countdown(1)
+        let reading = Task { () -> FetchError? in
+            do throws(FetchError) {
+                for try await _ in elements { firstChunk.signal() }
+                return nil
+            } catch {
+                return error
+            }
+        }
+        #expect(await firstChunk.wait(timeout: 30))
+        reading.cancel()
+        let error = await reading.value
+        #expect(error?.isCancellation == true, "\(String(describing: error))")
+        #expect(await outcome(of: operation)?.isCancellation == true)
+        #expect(await server.waitUntil(timeout: 5) { $0.connectionsOpen == 0 })
+    }
+
+    /// Lines, and a typed subclass: a parse error ends the sequence with `parseFailed` and
+    /// cancels the fetch.
+    @Test func framingCutsLinesAndAParseErrorEndsTheStream() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        server.route("/lines") { _ in Self.timedEvents(["one\r\ntw", "o\nthree"], intervalMilliseconds: 10) }
+        server.route("/bad") { _ in Self.timedEvents(["data: {\"text\":\"a\"}\n\n", "data: nope\n\n", "data: {\"text\":\"b\"}\n\n"], intervalMilliseconds: 10, thenStall: true) }
+        var lines: [String] = []
+        for try await line in FetchQueue().stream(DataStreamOperation(url: server.url("/lines"))).lines() {
+            lines.append(line)
+        }
+        #expect(lines == ["one", "two", "three"])
+
+        let tokens = StreamedTokens(url: server.url("/bad"))
+        var got: [StreamedToken] = []
+        do throws(FetchError) {
+            for try await token in FetchQueue().stream(tokens) { got.append(token) }
+            Issue.record("the stream ended without an error")
+        } catch {
+            guard case .parseFailed = error else {
+                Issue.record("expected parseFailed, got \(error)")
+                return
+            }
+        }
+        #expect(got == [StreamedToken(text: "a")])
+        #expect(await outcome(of: tokens)?.isCancellation == true)
+    }
+
+    /// An attempt refused before any byte of the body is retried (the reader saw nothing);
+    /// one cut mid-body is not (the reader saw its start): the error ends the stream.
+    @Test func onlyAnAttemptBeforeTheBodyIsRetried() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let retried = DataStreamOperation(url: server.url("/flaky/stream/1/503"))
+        retried.configuration.retryPolicy = RetryPolicy(maximumRetries: 2, baseDelay: 0.01, maximumDelay: 0.01)
+        var body = Data()
+        for try await chunk in FetchQueue().stream(retried) { body.append(chunk) }
+        #expect(retried.attempts == 2)
+        #expect(body == Data("ok after 1".utf8))
+
+        let cut = DataStreamOperation(url: server.url("/close-mid-body/200000"))
+        cut.configuration.retryPolicy = RetryPolicy(maximumRetries: 2, baseDelay: 0.01, maximumDelay: 0.01)
+        var received = 0
+        await #expect(throws: FetchError.self) {
+            for try await chunk in FetchQueue().stream(cut) { received += chunk.count }
+        }
+        #expect(cut.attempts == 1)
+        #expect(received == 100_000)
+        #expect(server.requestCount(path: "/close-mid-body/200000") == 1)
+    }
+
+    /// `maximumResponseSize` holds for a stream; the idle timeout fires between chunks when
+    /// the server goes silent.
+    @Test func theSizeLimitAndTheIdleTimeoutHold() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let large = DataStreamOperation(url: server.url("/trickle/1000000/10000/1"))
+        large.configuration.maximumResponseSize = 100_000
+        var received = 0
+        do throws(FetchError) {
+            for try await chunk in FetchQueue().stream(large) { received += chunk.count }
+            Issue.record("the stream ended without an error")
+        } catch {
+            #expect(error.code == .responseTooLarge, "\(error)")
+        }
+        #expect(received <= 100_000)
+
+        let stalled = DataStreamOperation(url: server.url("/stall-mid-body/100000"))
+        stalled.configuration.idleTimeout = 0.3
+        stalled.configuration.retryPolicy = .none
+        do throws(FetchError) {
+            for try await _ in FetchQueue().stream(stalled) {}
+            Issue.record("the stream ended without an error")
+        } catch {
+            guard case .timedOut(let timeout) = error else {
+                Issue.record("expected the idle timeout, got \(error)")
+                return
+            }
+            #expect(timeout.kind == .idle)
+        }
+    }
+
+    /// A reader slower than the network holds the reading (the gate pauses it), and while it
+    /// is held the idle timeout does not run: the silence is the reader's. Every byte arrives,
+    /// in order.
+    @Test func aSlowReaderHoldsTheReadingWithoutTimingOut() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let length = 2 << 20
+        let operation = DataStreamOperation(url: server.url("/bytes/\(length)"), bufferSize: 64 << 10)
+        // Generous for a loaded machine: the resume and the next chunk wait behind URLSession's
+        // one work queue, which every test's transfers share; the holds are twice as long.
+        operation.configuration.idleTimeout = 1.5
+        operation.configuration.retryPolicy = .none
+        var body = Data()
+        var reads = 0
+        for try await chunk in FetchQueue().stream(operation) {
+            body.append(chunk)
+            reads += 1
+            // The reader's own pace, longer than the idle timeout, for its first reads.
+            if reads <= 2 { try await Task.sleep(for: .milliseconds(3_000)) }
+            #expect(chunk.count <= 2 * (64 << 10) + (1 << 20), "a read took \(chunk.count) bytes")
+        }
+        #expect(body == BytePattern.data(offset: 0, count: length))
+        #expect(operation.channel.gate.pauses > 0, "the reading was never held")
+        #expect(operation.error == nil)
+    }
+
+    /// Where the reading cannot be paused (here turned off, as on a session whose report says
+    /// `reader-pace` is unavailable), a reader more than twice its buffer behind ends the
+    /// stream with `streamOverflow`: the buffer's bound holds by failing, never by growing.
+    @Test func withoutThePauseASlowReaderFailsAtTheBound() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let buffer = 64 << 10
+        let operation = DataStreamOperation(url: server.url("/bytes/\(8 << 20)"), bufferSize: buffer)
+        operation.channel.pausesReading = false
+        operation.configuration.retryPolicy = .none
+        var largest = 0
+        do throws(FetchError) {
+            for try await chunk in FetchQueue().stream(operation) {
+                largest = max(largest, chunk.count)
+                try? await Task.sleep(for: .milliseconds(200))
+            }
+            Issue.record("the stream ended without an error")
+        } catch {
+            guard case .streamOverflow(let overflow) = error else {
+                Issue.record("expected streamOverflow, got \(error)")
+                return
+            }
+            #expect(overflow.limit == 2 * buffer + (1 << 20))
+            #expect(error.description.contains("reader-pace"))
+        }
+        #expect(largest <= 2 * buffer + (1 << 20), "a read took \(largest) bytes")
+        #expect(operation.channel.gate.pauses == 0)
+    }
+
+    /// 100 streams on a queue of 8: never more than 8 at the server at once, each completes
+    /// once with its whole body.
+    @Test func aHundredStreamsOnAQueueOfEight() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let queue = FetchQueue(maximumConcurrentTransfers: 8, maximumTransfersPerHost: 8)
+        let completions = Locked([Int](repeating: 0, count: 100))
+        let completed = Countdown(100)
+        let operations = (0..<100).map { index in
+            DataStreamOperation(url: server.url("/trickle/2000/500/5?stream=\(index)"))
+        }
+        for (index, operation) in operations.enumerated() {
+            queue.enqueue(operation, on: .global) { _ in
+                completions.withLock { $0[index] += 1 }
+                completed.signal()
+            }
+        }
+        let bodies = try await withThrowingTaskGroup(of: (Int, Data).self) { group in
+            for (index, operation) in operations.enumerated() {
+                group.addTask {
+                    var body = Data()
+                    for try await chunk in operation.elements { body.append(chunk) }
+                    return (index, body)
+                }
+            }
+            var bodies = [Data](repeating: Data(), count: 100)
+            for try await (index, body) in group { bodies[index] = body }
+            return bodies
+        }
+        for operation in operations { _ = await outcome(of: operation) }
+        let expected = BytePattern.data(offset: 0, count: 2000)
+        #expect(bodies.allSatisfy { $0 == expected })
+        #expect(server.counters.peakRequestsInFlight <= 8, "\(server.counters)")
+        #expect(await completed.wait(timeout: 30))
+        #expect(completions.withLock { $0 } == [Int](repeating: 1, count: 100))
+        #expect(operations.allSatisfy { $0.error == nil })
+    }
+
+    /// The queue refuses an operation enqueued twice: the second sequence throws why, and the
+    /// first goes on.
+    @Test func aRefusedStreamThrowsWhyAndLeavesTheFirst() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let queue = FetchQueue()
+        let operation = DataStreamOperation(url: server.url("/bytes/5000"))
+        let first = queue.stream(operation)
+        do throws(FetchError) {
+            for try await _ in queue.stream(operation) {}
+            Issue.record("a second enqueue was accepted")
+        } catch {
+            guard case .invalidRequest(let details) = error, details.reason == .alreadyEnqueued else {
+                Issue.record("expected alreadyEnqueued, got \(error)")
+                return
+            }
+        }
+        var body = Data()
+        for try await chunk in first { body.append(chunk) }
+        #expect(body == BytePattern.data(offset: 0, count: 5000))
+    }
+}
+
+/// Issue 34, backpressure: a reader that waits 50 ms after each read takes a 256 MiB body.
+/// Each run is a process of its own (`fetchkit-bench stream-child`, serving the body from a
+/// loopback server in that process), so that its peak resident set is the stream's alone.
+@Suite("Streaming: a slow reader's memory stays bounded", .serialized, .timeLimit(.minutes(3)))
+struct StreamingMemoryTests {
+    /// The process grows by less than 16 MiB, and the server's acknowledged bytes (`TCP_INFO`)
+    /// never run more than 16 MiB ahead of what the reader read: they plateau while it lags
+    /// (the reading is paused, the receive window closes). Raw URLSession, in the same child,
+    /// holds what its reader has not read: most of the body.
+    @Test(.enabled(if: !runsUnderSanitizer, "a sanitizer's shadow memory is counted too"))
+    func aSlowReaderOfA256MiBBodyGrowsTheProcessByLessThan16MiB() async throws {
+        let (status, output, errors) = try await runTool("fetchkit-bench", ["stream-child", "fetchkit", "256", "50"])
+        #expect(status == 0, "\(errors)")
+        let fields = EndlessFields(output)
+        #expect(fields["error"] == "none", "\(output)")
+        #expect(fields["bytes"] == "\(256 << 20)", "\(output)")
+        let growth = try #require(fields["growth"].flatMap(Int.init), "\(output)")
+        let ahead = try #require(fields["ahead"].flatMap(Int.init), "\(output)")
+        #expect(growth < 16 << 20, "peak RSS grew by \(growth >> 20) MiB")
+        #expect(ahead < 16 << 20, "the server's acknowledged bytes ran \(ahead >> 20) MiB ahead of the reader")
+    }
+}
+
+/// `key=value` words of a child's output.
+private struct EndlessFields {
+    let values: [String: String]
+
+    init(_ output: String) {
+        values = Dictionary(output.split(whereSeparator: \.isWhitespace).compactMap { pair -> (String, String)? in
+            let parts = pair.split(separator: "=", maxSplits: 1)
+            return parts.count == 2 ? (String(parts[0]), String(parts[1])) : nil
+        }, uniquingKeysWith: { _, last in last })
+    }
+
+    subscript(key: String) -> String? { values[key] }
+}
