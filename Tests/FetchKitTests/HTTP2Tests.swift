@@ -44,6 +44,28 @@ struct HTTP2Tests {
         #expect(elapsed[1] >= 2_500 && elapsed[0] >= 1_300, "ended after \(elapsed) ms")
     }
 
+    /// A stream over HTTP/2 and TLS (issue 34) behaves as over HTTP/1.1: a trickled body is
+    /// read in many pieces as it arrives, the first long before the last, every byte in order;
+    /// two streams share the one TLS connection, each a stream of its own.
+    @Test func aStreamOverHTTP2AndTLSIsReadAsItArrives() async throws {
+        let ((results, port), log) = try await withTLSServer { server, pki in
+            let results = try await runTLSProbe([server.url(.valid, "/trickle/40000/2000/20?a"), server.url(.valid, "/trickle/40000/2000/20?b")],
+                                                options: ["--stream"], trusting: pki.trustBundle)
+            return (results, server.ports[.valid])
+        }
+        for result in results {
+            #expect(result.succeeded && result.fields["bytes"] == "40000" && result.fields["pattern"] == "match", "\(result)")
+            let reads = result.fields["reads"].flatMap(Int.init) ?? 0
+            let first = result.fields["first_read_ms"].flatMap(Int.init) ?? .max
+            let elapsed = result.fields["elapsed_ms"].flatMap(Int.init) ?? 0
+            // 20 chunks 20 ms apart: read in several pieces, the first well before the end.
+            #expect(reads >= 3, "\(result)")
+            #expect(first < elapsed, "\(result)")
+        }
+        let lines = served(log, port: port).filter { $0.count == 8 && $0[6].hasPrefix("/trickle/") }
+        #expect(lines.count == 2 && lines.allSatisfy { $0[3] == "HTTP/2.0" }, "over HTTP/2: \(lines)")
+    }
+
     /// Where the session cannot keep a limited transfer to HTTP/1.1 (its configuration has a
     /// URL cache of its own, the slot FetchKit sets each task's libcurl options from), the
     /// transfer runs over HTTP/2 and the queue says the limit is not enforced.

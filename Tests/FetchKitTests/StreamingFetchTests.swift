@@ -401,3 +401,64 @@ private struct EndlessFields {
 
     subscript(key: String) -> String? { values[key] }
 }
+
+/// Issue 34, point 3: the opt-in reconnect of an event stream (`FetchQueue.events(from:)`).
+@Suite("Streaming: server-sent events that reconnect", .timeLimit(.minutes(2)))
+struct EventSourceTests {
+    /// The first connection sends two events (the first with `id` and `retry: 200`) and
+    /// closes; the second must carry `Last-Event-ID: 1` and comes no sooner than the 200 ms the
+    /// stream asked for; its event has no `id`, so the last event ID stays; the third gets 204,
+    /// which ends the sequence.
+    @Test func aStreamThatEndsReconnectsWithTheLastEventIDAfterItsRetry() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let connections = Locked(0)
+        server.route("/events") { _ in
+            let number = connections.withLock { count -> Int in
+                count += 1
+                return count
+            }
+            switch number {
+            case 1: return StreamingFetchTests.timedEvents(["retry: 200\nid: 1\ndata: a\n\n", "data: b\n\n: a comment\n"], intervalMilliseconds: 5)
+            case 2: return StreamingFetchTests.timedEvents(["data: c\n\ndata: unended"], intervalMilliseconds: 5)
+            default: return HTTPResponse(status: 204)
+            }
+        }
+        var events: [(ServerSentEvent, ContinuousClock.Instant)] = []
+        for try await event in FetchQueue().events(from: URLRequest(url: server.url("/events")),
+                                                   reconnection: EventStreamReconnection(delay: 0.01)) {
+            events.append((event, .now))
+        }
+        #expect(events.map(\.0.data) == ["a", "b", "c"])
+        #expect(events.map(\.0.lastEventID) == ["1", "1", "1"])
+        #expect(events.count == 3 && events[2].1 - events[1].1 >= .milliseconds(190), "the reconnect did not wait for retry")
+        let requests = server.requests(path: "/events")
+        #expect(requests.count == 3)
+        #expect(requests.first?.headers["Last-Event-ID"] == nil)
+        #expect(requests.dropFirst().allSatisfy { $0.headers["Last-Event-ID"] == "1" }, "\(requests.map(\.headers))")
+        #expect(requests.allSatisfy { $0.headers["Accept"] == "text/event-stream" })
+    }
+
+    /// A server that answers and closes with no event: the sequence ends after the policy's
+    /// reconnections in a row; a status the fetch does not accept ends it with that error, at
+    /// once.
+    @Test func fruitlessReconnectionsAreBoundedAndAnErrorStatusEndsTheStream() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        server.route("/empty") { _ in StreamingFetchTests.timedEvents([": nothing\n"], intervalMilliseconds: 1) }
+        var count = 0
+        for try await _ in FetchQueue().events(from: URLRequest(url: server.url("/empty")),
+                                               reconnection: EventStreamReconnection(maximumReconnects: 3, delay: 0.01)) {
+            count += 1
+        }
+        #expect(count == 0)
+        #expect(server.requestCount(path: "/empty") == 4)
+
+        var configuration = FetchConfiguration()
+        configuration.retryPolicy = .none
+        await #expect(throws: FetchError.self) {
+            for try await _ in FetchQueue().events(from: URLRequest(url: server.url("/status/403")), configuration: configuration) {}
+        }
+        #expect(server.requestCount(path: "/status/403") == 1)
+    }
+}

@@ -3,7 +3,7 @@
 // in a private mount namespace with a bundle holding their test CA bind-mounted over that
 // path; the test process itself has many threads and cannot enter a namespace of its own.
 //
-// Usage: TLSProbe [--per-host N] [--idle-timeout S] [--no-retry] [--limit-rate B] [--own-url-cache] <url>...
+// Usage: TLSProbe [--per-host N] [--idle-timeout S] [--no-retry] [--limit-rate B] [--own-url-cache] [--stream] <url>...
 // Fetches every URL at once through one FetchQueue (overall limit 64 with --per-host, else 8;
 // per-host limit N, else the default; default retry policy unless --no-retry; an idle timeout
 // of S seconds if given; a bandwidth limit of B bytes per second if given; through a session
@@ -11,6 +11,8 @@
 // and prints one line per URL, in the order given:
 //   <index> ok status=<code> bytes=<count> pattern=<match|mismatch|none> attempts=<n> elapsed_ms=<ms> [enforced=<true|false>]
 //   <index> error kind=<FetchError.Code> reason=<TLSFailure.Reason|none> urlerror=<code|none> attempts=<n> elapsed_ms=<ms> text=<libcurl's message> description=<FetchError's description>
+// With --stream each URL is read as it arrives (a DataStreamOperation through
+// FetchQueue.stream); its line adds reads=<elements read> first_read_ms=<ms to the first>.
 // `pattern` compares the body of a `/bytes/<n>` or `/trickle/<n>/…` URL with the
 // LoopbackServer's byte pattern; `elapsed_ms` runs from the enqueue to the result.
 //
@@ -84,6 +86,26 @@ func fetchLine(_ queue: FetchQueue, _ operation: FetchOperation<Data>) async -> 
     return report(operation.request?.url ?? URL(fileURLWithPath: "/"), operation, result, elapsed: milliseconds(since: start))
 }
 
+/// Streams `operation` through `queue` and returns its line.
+func streamLine(_ queue: FetchQueue, _ operation: DataStreamOperation) async -> String {
+    let start = ContinuousClock.now
+    var body = Data(), reads = 0, firstRead = -1
+    do throws(FetchError) {
+        for try await chunk in queue.stream(operation) {
+            if reads == 0 { firstRead = milliseconds(since: start) }
+            reads += 1
+            body.append(chunk)
+        }
+    } catch {
+        let url = operation.request?.url ?? URL(fileURLWithPath: "/")
+        return "error kind=\(error.code) reason=none urlerror=none attempts=\(operation.attempts) elapsed_ms=\(milliseconds(since: start)) text= description=\(oneLine(error.description)) \(url)"
+    }
+    let url = operation.request?.url ?? URL(fileURLWithPath: "/")
+    let pattern = expectedBody(url).map { $0 == body ? "match" : "mismatch" } ?? "none"
+    return "ok status=\(operation.response?.statusCode ?? 0) bytes=\(body.count) pattern=\(pattern) attempts=\(operation.attempts) "
+        + "elapsed_ms=\(milliseconds(since: start)) reads=\(reads) first_read_ms=\(firstRead)"
+}
+
 /// Waits until `operation` received at least `bytes` of its body (or ended).
 func waitForBody(_ operation: AnyFetchOperation, atLeast bytes: Int64) async {
     for await progress in operation.progressUpdates where progress.bytesReceived >= bytes { return }
@@ -92,7 +114,7 @@ func waitForBody(_ operation: AnyFetchOperation, atLeast bytes: Int64) async {
 /// The plain mode: every URL at once.
 func fetchAll(_ arguments: [String]) async {
     var arguments = arguments[...]
-    var perHost: Int?, idleTimeout: TimeInterval?, retries = true, limit: Int?, ownURLCache = false
+    var perHost: Int?, idleTimeout: TimeInterval?, retries = true, limit: Int?, ownURLCache = false, streams = false
     while let first = arguments.first, first.hasPrefix("--") {
         arguments = arguments.dropFirst()
         switch first {
@@ -108,6 +130,8 @@ func fetchAll(_ arguments: [String]) async {
             retries = false
         case "--own-url-cache":
             ownURLCache = true
+        case "--stream":
+            streams = true
         case "--limit-rate":
             guard let value = arguments.first.flatMap(Int.init), value > 0 else { usageError("--limit-rate needs bytes per second") }
             limit = value
@@ -117,7 +141,7 @@ func fetchAll(_ arguments: [String]) async {
         }
     }
     let urls = arguments.map { URL(string: $0) }
-    let (timeout, retrying) = (idleTimeout, retries)
+    let (timeout, retrying, streaming) = (idleTimeout, retries, streams)
     guard !urls.isEmpty, urls.allSatisfy({ $0 != nil }) else { usageError("no URLs") }
     let queue = perHost.map { FetchQueue(maximumConcurrentTransfers: 64, maximumTransfersPerHost: $0, bandwidthLimit: limit) }
         ?? FetchQueue(maximumConcurrentTransfers: 8, bandwidthLimit: limit)
@@ -131,6 +155,13 @@ func fetchAll(_ arguments: [String]) async {
     let lines = await withTaskGroup(of: (Int, String).self) { group in
         for (index, url) in urls.compactMap({ $0 }).enumerated() {
             group.addTask {
+                if streaming {
+                    let operation = DataStreamOperation(url: url)
+                    operation.configuration.session = session
+                    operation.configuration.idleTimeout = timeout
+                    if !retrying { operation.configuration.retryPolicy = .none }
+                    return (index, await streamLine(queue, operation))
+                }
                 let operation = FetchOperation<Data>(url: url)
                 operation.configuration.session = session
                 operation.configuration.idleTimeout = timeout

@@ -65,11 +65,18 @@ public struct ServerSentEventParser: Sendable {
     private var type = ""
     private var idBuffer = ""
 
-    /// Creates a parser at the start of a stream.
+    /// Creates a parser at the start of a stream — or of a reconnection, which keeps the
+    /// last stream's event ID and reconnection time until the new one sends its own.
     ///
-    /// - Parameter maximumEventSize: The most bytes of data one event may hold. Default 1 MiB.
-    public init(maximumEventSize: Int = 1 << 20) {
+    /// - Parameters:
+    ///   - maximumEventSize: The most bytes of data one event may hold. Default 1 MiB.
+    ///   - lastEventID: The last event ID so far (a reconnection's `Last-Event-ID`). Default none.
+    ///   - reconnectionTime: The reconnection time asked for so far, in seconds. Default none.
+    public init(maximumEventSize: Int = 1 << 20, lastEventID: String = "", reconnectionTime: TimeInterval? = nil) {
         self.maximumEventSize = maximumEventSize
+        self.lastEventID = lastEventID
+        self.reconnectionTime = reconnectionTime
+        idBuffer = lastEventID
         splitter = LineSplitter(maximumLength: maximumEventSize + 8)   // "retry: " and more
     }
 

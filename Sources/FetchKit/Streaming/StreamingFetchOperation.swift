@@ -82,6 +82,9 @@ open class StreamingFetchOperation<Element: Sendable>: AnyFetchOperation, Output
     public typealias Output = Void
 
     let channel: StreamChannel
+    /// An event stream's last event ID and reconnection time, as its reader last left them
+    /// (and where a reconnection starts them).
+    let eventState = Protected(EventStreamState())
 
     /// Creates an operation for `request`.
     ///
@@ -304,14 +307,19 @@ final class StreamReader<Element: Sendable> {
             switch operation.framing {
             case .chunks: framing = .chunks
             case .lines(let maximumLength): framing = .lines(LineSplitter(maximumLength: maximumLength))
-            case .serverSentEvents(let maximumEventSize): framing = .events(ServerSentEventParser(maximumEventSize: maximumEventSize))
+            case .serverSentEvents(let maximumEventSize):
+                let start = operation.eventState.snapshot
+                framing = .events(ServerSentEventParser(maximumEventSize: maximumEventSize, lastEventID: start.lastEventID,
+                                                        reconnectionTime: start.reconnectionTime))
             }
         }
         guard let chunk else {
             ended = true
             switch framing {
             case .lines(var splitter): ready = splitter.finish().map { [.line(String(decoding: $0, as: UTF8.self))] } ?? []
-            case .events(var parser): parser.finish()     // an event not ended is discarded
+            case .events(var parser):
+                parser.finish()     // an event not ended is discarded
+                operation.eventState.withLock { $0 = EventStreamState(parser) }
             case .chunks, nil: break
             }
             return
@@ -325,6 +333,7 @@ final class StreamReader<Element: Sendable> {
         case .events(var parser):
             ready = try parser.feed(chunk).map(StreamPiece.event)
             framing = .events(parser)
+            operation.eventState.withLock { $0 = EventStreamState(parser) }
         }
     }
 
@@ -344,6 +353,19 @@ final class StreamReader<Element: Sendable> {
     private func stop() {
         ended = true
         operation.cancel()
+    }
+}
+
+/// Where an event stream stands between events: what a reconnection continues from.
+struct EventStreamState: Sendable {
+    var lastEventID = ""
+    var reconnectionTime: TimeInterval?
+
+    init() {}
+
+    init(_ parser: ServerSentEventParser) {
+        lastEventID = parser.lastEventID
+        reconnectionTime = parser.reconnectionTime
     }
 }
 
