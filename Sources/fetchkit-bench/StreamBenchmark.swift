@@ -20,7 +20,7 @@ enum StreamBenchmark {
     static func run(runs: Int, fastMiB: Int, slowMiB: Int, delayMilliseconds: Int) throws {
         print("Streaming a body (issue 34): \(runs) interleaved runs, medians (max in brackets)\n")
         print("Fast reader: a \(fastMiB) MiB chunked body read as it arrives")
-        let columns = [28, 16, 14, 18]
+        let columns = [32, 18, 16, 18]
         print(zip(["client", "reads/s", "MiB/s", "CPU s per MiB"], columns).map { pad($0, $1) }.joined())
         var fast: [String: [[String: String]]] = [:]
         for _ in 0..<runs {

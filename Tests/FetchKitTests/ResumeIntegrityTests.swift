@@ -158,7 +158,7 @@ struct ResumeIntegrityTests {
     }
 }
 
-/// Every initializer of the three operation classes called through `super` from another module
+/// Every initializer of the four operation classes called through `super` from another module
 /// (`SubclassProbe`, which is built with the tests: a call that compiles but does not link
 /// fails the build before this runs).
 @Suite("Subclass initializers link from another module", .timeLimit(.minutes(3)))
@@ -173,6 +173,8 @@ struct SubclassInitializerTests {
             "GetFeedByRequest https://api.example.com/v1/feed",
             "GetArchive https://api.example.com/v1/archive.zip",
             "GetArchiveByRequest https://api.example.com/v1/archive.zip",
+            "StreamTokens https://api.example.com/v1/tokens",
+            "StreamTokensByRequest https://api.example.com/v1/tokens",
         ])
     }
 }

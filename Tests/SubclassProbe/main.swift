@@ -1,5 +1,6 @@
 // Subclasses as an endpoint author writes them in another module: each initializer of
-// FetchOperation, JSONFetchOperation and DownloadOperation called through `super`. A call to a
+// FetchOperation, JSONFetchOperation, DownloadOperation and StreamingFetchOperation called
+// through `super`. A call to a
 // convenience initializer through `super` compiled across modules for a generic superclass and
 // then failed to link (an undefined initializing entry point); this target is built with the
 // tests, so such a break fails the build. FetchKitTests also runs it.
@@ -47,11 +48,33 @@ final class GetArchiveByRequest: DownloadOperation, @unchecked Sendable {
     }
 }
 
+struct Token: Decodable, Sendable { let text: String }
+
+final class StreamTokens: StreamingFetchOperation<Token>, @unchecked Sendable {
+    init(base: URL) {
+        super.init(url: base.appendingPathComponent("tokens"), bufferSize: 256 << 10)
+    }
+
+    override var framing: StreamFraming { .serverSentEvents() }
+
+    override func parseElement(_ piece: StreamPiece) throws -> Token? {
+        guard case .event(let event) = piece else { return nil }
+        return try JSONDecoder().decode(Token.self, from: Data(event.data.utf8))
+    }
+}
+
+final class StreamTokensByRequest: StreamingFetchOperation<Token>, @unchecked Sendable {
+    init(base: URL) {
+        super.init(request: URLRequest(url: base.appendingPathComponent("tokens")))
+    }
+}
+
 let base = URL(string: "https://api.example.com/v1")!
 let directory = URL(fileURLWithPath: "/tmp")
 let operations: [AnyFetchOperation] = [
     GetUserByRequest(id: 1, base: base), GetUser(id: 2, base: base), GetFeed(base: base), GetFeedByRequest(base: base),
     GetArchive(base: base, into: directory), GetArchiveByRequest(base: base, into: directory),
+    StreamTokens(base: base), StreamTokensByRequest(base: base),
 ]
 for operation in operations {
     print("\(type(of: operation)) \(operation.request?.url?.absoluteString ?? "none")")

@@ -64,7 +64,8 @@ public enum StreamPiece: Sendable, Equatable {
 /// bytes: past that it stops reading (on Linux it pauses libcurl, and the kernel's receive
 /// window closes, so the server waits), and it reads on when the reader has caught up. Memory
 /// grows neither with the body nor with the reader's delay. While the reading waits for the
-/// reader, the idle timeout does not run. Where the session cannot pause the reading (its
+/// reader, the idle timeout does not run: a stream nobody reads waits, holding its slot, until
+/// it is read, cancelled, or its ``FetchConfiguration/totalTimeout`` passes. Where the session cannot pause the reading (its
 /// ``FetchSessionReport`` says so, entry `reader-pace`), a reader more than twice `bufferSize`
 /// and 1 MiB behind ends the fetch with ``FetchError/streamOverflow(_:)`` rather than grow.
 ///
