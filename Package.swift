@@ -17,6 +17,9 @@ let package = Package(
     ],
     products: [
         .library(name: "FetchKit", targets: ["FetchKit"]),
+        // A test server for users' endpoint tests: routes, canned answers, faults at the socket,
+        // a request log and expectations (issue 35).
+        .library(name: "FetchKitTesting", targets: ["FetchKitTesting"]),
     ],
     targets: [
         .target(name: "FetchKit", dependencies: ["FoundationNetworkingShims"]),
@@ -31,7 +34,8 @@ let package = Package(
         // The in-tree HTTP/1.1 server on 127.0.0.1 that the tests, the demo and the benchmark
         // run against. A target, not a product: it is not part of FetchKit's public surface.
         .target(name: "LoopbackServer"),
-        .testTarget(name: "FetchKitTests", dependencies: ["FetchKit", "FoundationNetworkingShims", "LoopbackServer", "RunLoopProbe", "DependencyProbe", "TLSProbe", "FramingProbe", "SubclassProbe", "ExitCleanupProbe", "fetchkit", "fetchkit-bench", "CZlib"]),
+        .target(name: "FetchKitTesting", dependencies: ["FetchKit", "LoopbackServer"]),
+        .testTarget(name: "FetchKitTests", dependencies: ["FetchKit", "FoundationNetworkingShims", "LoopbackServer", "RunLoopProbe", "DependencyProbe", "TLSProbe", "FramingProbe", "SubclassProbe", "ExitCleanupProbe", "fetchkit", "fetchkit-bench", "CZlib", "FetchKitTesting"]),
         // zlib, for the tests only: they compress real gzip streams (a bomb, a truncated body).
         // FetchKit itself needs no zlib: libcurl decodes content codings under URLSession.
         .systemLibrary(name: "CZlib", path: "Tests/CZlib", pkgConfig: "zlib", providers: [.apt(["zlib1g-dev"])]),

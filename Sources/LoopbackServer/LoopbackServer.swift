@@ -35,9 +35,13 @@ public final class LoopbackServer: @unchecked Sendable {
     ///     for the kernel's, which grows to megabytes on loopback. A small one keeps what the
     ///     server hands to the kernel (``ServerCounters/patternBytesSent``) within that much of
     ///     what went on the wire; ``bytesAcknowledged`` measures the wire with any buffer.
+    ///   - responder: Answers every request, in place of the routes and the built-in
+    ///     endpoints (FetchKitTesting's `TestServer` routes with it); `nil` (the default) for
+    ///     those.
     /// - Throws: if the listening socket cannot be created.
-    public init(recordRequests: Bool = true, sendBufferSize: Int? = nil) throws {
-        core = try ServerCore(recordRequests: recordRequests, sendBufferSize: sendBufferSize)
+    public init(recordRequests: Bool = true, sendBufferSize: Int? = nil,
+                responder: (@Sendable (HTTPRequest) -> HTTPResponse)? = nil) throws {
+        core = try ServerCore(recordRequests: recordRequests, sendBufferSize: sendBufferSize, responder: responder)
         port = core.port
     }
 

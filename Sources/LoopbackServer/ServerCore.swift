@@ -40,12 +40,15 @@ final class ServerCore: @unchecked Sendable {
     /// Thread-dictionary key marking a thread as one of this server's.
     private static let threadKey = "LoopbackServer.core"
 
-    /// `SO_SNDBUF` of each accepted connection, if set (see ``LoopbackServer/init(recordRequests:sendBufferSize:)``).
+    /// `SO_SNDBUF` of each accepted connection, if set (see ``LoopbackServer/init(recordRequests:sendBufferSize:responder:)``).
     let sendBufferSize: Int?
+    /// Answers every request when set (``LoopbackServer/init(recordRequests:sendBufferSize:responder:)``).
+    let responder: Handler?
 
-    init(recordRequests: Bool, sendBufferSize: Int? = nil) throws {
+    init(recordRequests: Bool, sendBufferSize: Int? = nil, responder: Handler? = nil) throws {
         self.recordRequests = recordRequests
         self.sendBufferSize = sendBufferSize
+        self.responder = responder
         let (fd, port) = try Socket.makeListener(backlog: 1024)
         // Non-blocking, so a connection that vanished between poll and accept cannot
         // block the accept thread; accepted sockets are made blocking again.
@@ -319,8 +322,11 @@ final class ServerCore: @unchecked Sendable {
         return index
     }
 
-    /// Answers `request`: a custom route for its exact path, else the built-in endpoints.
+
+    /// Answers `request`: the responder, if the server has one; else a custom route for its
+    /// exact path, else the built-in endpoints.
     func respond(to request: HTTPRequest) -> HTTPResponse {
+        if let responder { return responder(request) }
         if let handler = route(for: request.path) { return handler(request) }
         return BuiltinRoutes.respond(to: request, core: self)
     }

@@ -147,7 +147,7 @@ open class StreamingFetchOperation<Element: Sendable>: AnyFetchOperation, Output
     /// Reading them does not start the fetch: enqueue the operation (``FetchQueue/stream(_:)``
     /// does both). The sequence throws ``FetchError`` only.
     public var elements: Elements {
-        Elements(operation: self, refusal: nil)
+        Elements(operation: self, queue: nil, refusal: nil)
     }
 
     /// The accepted response's head: suspends until it arrived, before any element.
@@ -165,6 +165,9 @@ open class StreamingFetchOperation<Element: Sendable>: AnyFetchOperation, Output
         public typealias Failure = FetchError
 
         let operation: StreamingFetchOperation<Element>
+        /// The queue that runs it (``FetchQueue/stream(_:)``), kept alive while the elements are
+        /// read: a queue that goes away cancels its fetches.
+        let queue: FetchQueue?
         /// Why the queue refused the operation, if it did: the sequence throws it.
         let refusal: FetchError?
 
@@ -191,7 +194,7 @@ open class StreamingFetchOperation<Element: Sendable>: AnyFetchOperation, Output
 
         /// Starts reading.
         public func makeAsyncIterator() -> AsyncIterator {
-            AsyncIterator(reader: StreamReader(operation: operation, refusal: refusal))
+            AsyncIterator(reader: StreamReader(operation: operation, queue: queue, refusal: refusal))
         }
     }
 
@@ -248,6 +251,8 @@ public typealias DataStreamOperation = StreamingFetchOperation<Data>
 /// the fetch when the reading stops before the end (its last copy goes away).
 final class StreamReader<Element: Sendable> {
     private let operation: StreamingFetchOperation<Element>
+    /// Kept until the reading ends (see ``StreamingFetchOperation/Elements/queue``).
+    private var queue: FetchQueue?
     private var framing: Framing?
     private var ready: [StreamPiece] = []
     private var taken = 0
@@ -260,8 +265,9 @@ final class StreamReader<Element: Sendable> {
         case events(ServerSentEventParser)
     }
 
-    init(operation: StreamingFetchOperation<Element>, refusal: FetchError?) {
+    init(operation: StreamingFetchOperation<Element>, queue: FetchQueue?, refusal: FetchError?) {
         self.operation = operation
+        self.queue = queue
         self.refusal = refusal
         // A refused operation is not this reader's to cancel.
         ended = refusal != nil
@@ -282,7 +288,10 @@ final class StreamReader<Element: Sendable> {
                 taken += 1
                 if let element = try parse(piece) { return element }
             }
-            if ended { return nil }
+            if ended {
+                queue = nil
+                return nil
+            }
             ready.removeAll(keepingCapacity: true)
             taken = 0
             let chunk: Data?
@@ -291,6 +300,7 @@ final class StreamReader<Element: Sendable> {
                 chunk = try await operation.channel.read(url: operation.request?.url) { operation.cancel() }
             } catch {
                 ended = true
+                queue = nil
                 throw error
             }
             do {
@@ -379,14 +389,14 @@ extension FetchQueue {
     /// }
     /// ```
     ///
-    /// The fetch waits for its slot like any other and holds it while it streams. An
-    /// operation the queue refuses (see ``enqueue(_:completion:)``) gives a sequence that
+    /// The fetch waits for its slot like any other and holds it while it streams; the queue
+    /// stays alive while the elements are read. An operation the queue refuses (see ``enqueue(_:completion:)``) gives a sequence that
     /// throws why.
     ///
     /// - Parameter operation: The operation to run.
     /// - Returns: Its ``StreamingFetchOperation/elements``.
     public func stream<Element>(_ operation: StreamingFetchOperation<Element>) -> StreamingFetchOperation<Element>.Elements {
         let (_, refusal) = register(operation, completion: nil)
-        return StreamingFetchOperation<Element>.Elements(operation: operation, refusal: refusal)
+        return StreamingFetchOperation<Element>.Elements(operation: operation, queue: self, refusal: refusal)
     }
 }

@@ -1,0 +1,122 @@
+import Foundation
+import LoopbackServer
+
+/// What a ``TestServer`` answers: a canned response, or a fault staged at the socket.
+///
+/// The canned ones are ordinary responses with their `Content-Length`; the faults are written
+/// byte by byte as they say (a head that never comes, a body cut short, a reset, a length that
+/// lies), which is what a `URLProtocol` stub cannot do: FetchKit's handling of them runs in
+/// libcurl and FoundationNetworking, below any stub.
+public struct TestResponse: Sendable {
+    let response: HTTPResponse
+
+    init(_ response: HTTPResponse) {
+        self.response = response
+    }
+
+    /// A response with `status`, `headers` and `body`; the server adds `Content-Length`.
+    public init(status: Int, headers: [String: String] = [:], body: Data = Data()) {
+        response = HTTPResponse(status: status, headers: HTTPHeaders(headers.sorted { $0.key < $1.key }.map { ($0.key, $0.value) }), body: body)
+    }
+
+    // MARK: Canned
+
+    /// `200` (or `status`) with `json` as an `application/json` body, sent as given.
+    public static func json(_ json: String, status: Int = 200) -> TestResponse {
+        TestResponse(.jsonText(json, status: status))
+    }
+
+    /// `200` (or `status`) with `value` encoded by a `JSONEncoder` (sorted keys).
+    public static func json<Value: Encodable>(encoding value: Value, status: Int = 200) -> TestResponse {
+        TestResponse(.json(encoding: value, status: status))
+    }
+
+    /// `200` (or `status`) with a `text/plain; charset=utf-8` body.
+    public static func text(_ text: String, status: Int = 200) -> TestResponse {
+        TestResponse(.text(text, status: status))
+    }
+
+    /// `200` (or `status`) with these bytes as an `application/octet-stream` body.
+    public static func bytes(_ data: Data, status: Int = 200) -> TestResponse {
+        TestResponse(HTTPResponse(status: status, headers: ["Content-Type": "application/octet-stream"], body: data))
+    }
+
+    /// `status` with no body (a `204`, a `500`…), or with `body` as text.
+    public static func status(_ status: Int, body: String = "") -> TestResponse {
+        TestResponse(HTTPResponse(status: status, headers: body.isEmpty ? [:] : ["Content-Type": "text/plain; charset=utf-8"],
+                                  body: Data(body.utf8)))
+    }
+
+    /// A redirect (`302` unless `status` says) to `location`: a path of this server or a URL of
+    /// another (a second ``TestServer`` for a cross-origin chain).
+    public static func redirect(to location: String, status: Int = 302) -> TestResponse {
+        TestResponse(HTTPResponse(status: status, headers: ["Location": location]))
+    }
+
+    /// `401` with `WWW-Authenticate: challenge` (default a bearer challenge).
+    public static func unauthorized(challenge: String = #"Bearer realm="test""#) -> TestResponse {
+        TestResponse(HTTPResponse(status: 401, headers: ["WWW-Authenticate": challenge], body: Data("unauthorized".utf8)))
+    }
+
+    /// `429` (or `status`, e.g. `503`) with `Retry-After: seconds`.
+    public static func retryAfter(_ seconds: Int, status: Int = 429) -> TestResponse {
+        TestResponse(HTTPResponse(status: status, headers: ["Retry-After": String(seconds)], body: Data("retry later".utf8)))
+    }
+
+    // MARK: Faults
+
+    /// The head after `milliseconds` (interruptibly: the wait ends when the client goes away
+    /// or the server shuts down).
+    public func delayed(milliseconds: Int) -> TestResponse {
+        TestResponse(response.delayed(milliseconds: milliseconds))
+    }
+
+    /// No answer at all: the connection stays open and silent until the client gives up or the
+    /// server shuts down (an idle timeout's test).
+    public static let neverAnswer = TestResponse(.script([.stall]))
+
+    /// `count` bytes announced and `count / 2` sent, then the connection closes (`FIN`).
+    public static func closeMidBody(count: Int) -> TestResponse {
+        TestResponse(.script([.write(head(contentLength: count)), .writePattern(offset: 0, count: count / 2), .close]))
+    }
+
+    /// `count` bytes announced and `count / 2` sent, then a TCP reset (`RST`).
+    public static func resetMidBody(count: Int) -> TestResponse {
+        TestResponse(.script([.write(head(contentLength: count)), .writePattern(offset: 0, count: count / 2), .reset]))
+    }
+
+    /// `count` bytes announced and `count / 2` sent, then silence until the client gives up.
+    public static func stallMidBody(count: Int) -> TestResponse {
+        TestResponse(.script([.write(head(contentLength: count)), .writePattern(offset: 0, count: count / 2), .stall]))
+    }
+
+    /// `Content-Length: claimed` with `actual` bytes, then the connection closes.
+    public static func lyingContentLength(claimed: Int, actual: Int) -> TestResponse {
+        TestResponse(.script([.write(head(contentLength: claimed)), .writePattern(offset: 0, count: actual), .close]))
+    }
+
+    /// `count` body bytes in chunks of `chunkSize`, `intervalMilliseconds` apart (chunked
+    /// encoding): a slow body, or a stream.
+    public static func slowBody(count: Int, chunkSize: Int, intervalMilliseconds: Int) -> TestResponse {
+        TestResponse(HTTPResponse(status: 200, headers: ["Content-Type": "application/octet-stream"],
+                                  body: .chunkedPattern(count: count, chunkSize: max(1, chunkSize), intervalMilliseconds: max(0, intervalMilliseconds))))
+    }
+
+    /// Bytes that are not HTTP, then the connection closes. (libcurl takes them for HTTP/0.9
+    /// and refuses them: FetchKit reports ``FetchKit/FetchError/transport(_:)``.)
+    public static let garbage = TestResponse(.script([.write(Data("this is not HTTP\r\n\r\n".utf8)), .close]))
+
+    /// A status line that is not one (`HTTP/1.1 abc`), then the connection closes: FetchKit
+    /// reports ``FetchKit/FetchError/invalidResponse(_:)``.
+    public static let malformedStatusLine = TestResponse(.script([.write(Data("HTTP/1.1 abc not-a-status\r\n\r\n".utf8)), .close]))
+
+    /// The bytes `count` of which a fault's body is made (``closeMidBody(count:)``,
+    /// ``slowBody(count:chunkSize:intervalMilliseconds:)``…): compare what arrived with it.
+    public static func patternBytes(count: Int) -> Data {
+        BytePattern.data(offset: 0, count: count)
+    }
+
+    private static func head(contentLength: Int) -> Data {
+        HTTPResponse.rawHead(status: 200, headers: ["Content-Type": "application/octet-stream", "Content-Length": String(contentLength)])
+    }
+}
