@@ -190,13 +190,17 @@ public final class TestServer: Sendable {
     /// - Returns: The verification's failure, or `nil`.
     @discardableResult
     public func shutDown() -> VerificationFailure? {
+        shutDown(recordingIssue: true)
+    }
+
+    func shutDown(recordingIssue: Bool) -> VerificationFailure? {
         server.stop()
         do {
             try verify()
             return nil
         } catch {
             #if canImport(Testing)
-            Issue.record(Comment(rawValue: error.description))
+            if recordingIssue { Issue.record(Comment(rawValue: error.description)) }
             #endif
             return error
         }

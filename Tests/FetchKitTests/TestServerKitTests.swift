@@ -155,3 +155,71 @@ struct TestServerKitTests {
         #expect(ContinuousClock.now - start >= .milliseconds(290))
     }
 }
+
+/// The kit's Swift Testing trait: a test gets its own server as `TestServer.current`.
+@Suite("FetchKitTesting: a server per test", .timeLimit(.minutes(2)))
+struct TestServerTraitTests {
+    @Test(.testServer) func aTestGetsItsOwnServer() async throws {
+        let server = try #require(TestServer.current)
+        server.route("GET", "/users/:id") { _ in .json(#"{"id": 1, "name": "Ada"}"#) }
+        server.expect("GET", "/users/:id")
+        let user = try await FetchQueue().fetch(GetKitUser(url: server.url("/users/1")))
+        #expect(user.name == "Ada")
+    }
+
+    /// Parallel tests with the trait: each its own server, on its own port.
+    @Test(.testServer, arguments: 0..<20) func parallelTestsGetDistinctServers(index: Int) async throws {
+        let server = try #require(TestServer.current)
+        server.route("GET", "/n") { _ in .text("\(index)") }
+        let body = try await FetchQueue().fetch(DataFetchOperation(url: server.url("/n")))
+        #expect(String(decoding: body, as: UTF8.self) == "\(index)")
+        #expect(server.requests.count == 1)
+    }
+}
+
+/// A fragile endpoint: it parses whatever it is given, an empty body included, and decodes
+/// nothing (its output is the body's size).
+private nonisolated final class CountBytes: FetchOperation<Int>, @unchecked Sendable {
+    override func parseResponseBody(_ body: Data) throws -> Int {
+        body.count
+    }
+}
+
+/// The kit's endpoint check: what each pathological answer does to a known-good endpoint
+/// (a strict JSON decoder) and a known-fragile one (anything parses).
+@Suite("FetchKitTesting: the endpoint check", .timeLimit(.minutes(2)))
+struct EndpointCheckTests {
+    static let sample = Data(#"{"id": 1, "name": "Ada"}"#.utf8)
+
+    @Test func aStrictEndpointFailsWhereTheAnswerIsBadAndParsesOnlyGoodBodies() async throws {
+        let report = try await EndpointCheck.run(sampleBody: Self.sample) { GetKitUser(request: $0) }
+        let expected: [(String, FetchError.Code?, Int)] = [
+            ("200 with an empty body", .parseFailed, 1),
+            ("204 No Content", .parseFailed, 1),
+            ("304 with a stored body", nil, 1),
+            ("304 without a stored body", .parseFailed, 1),
+            ("404 with a body", .unacceptableStatus, 0),
+            ("500 with a body", .unacceptableStatus, 0),
+            ("truncated body", .lengthMismatch, 0),
+            ("body over the size limit", .responseTooLarge, 0),
+            ("stalled body", .timedOut, 0),
+            ("307 with a body", nil, 1),
+            ("401 then a refreshed credential", nil, 1),
+        ]
+        for (name, error, parses) in expected {
+            let found = try #require(report[name], "no case \(name)")
+            #expect(found.error == error && found.parseCalls == parses, "\(found)\n\(report)")
+        }
+        // A cut gzip stream is never a success with the sample's value.
+        #expect(report["cut gzip stream"]?.error != nil, "\(report)")
+        print("endpoint check of a strict JSON endpoint:\n\(report)")
+    }
+
+    @Test func aFragileEndpointSucceedsOnEmptyBodies() async throws {
+        let report = try await EndpointCheck.run(sampleBody: Self.sample) { CountBytes(request: $0) }
+        #expect(report["200 with an empty body"]?.error == nil, "\(report)")
+        #expect(report["204 No Content"]?.error == nil, "\(report)")
+        #expect(report["404 with a body"]?.parseCalls == 0)
+        #expect(report.cases.count == 12)
+    }
+}

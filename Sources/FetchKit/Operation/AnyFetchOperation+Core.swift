@@ -219,6 +219,8 @@ extension AnyFetchOperation {
         var trailers: [String: String] = [:]
         var body: ResponseBody?
         var output: (any Sendable)?
+        /// How many times its output was made from a body (``AnyFetchOperation/parseCount``).
+        var parses = 0
         var bytesReceived: Int64 = 0
         var bytesExpected: Int64?
         var bytesSent: Int64 = 0

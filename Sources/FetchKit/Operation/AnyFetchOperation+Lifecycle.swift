@@ -162,7 +162,10 @@ extension AnyFetchOperation {
     func runParse(onGlobal: Bool) {
         var failure: FetchError?
         if !isCancelled {
-            let body = core.withLock { $0.body }
+            let body = core.withLock { core in
+                core.parses += 1
+                return core.body
+            }
             do {
                 try process(body)
             } catch {

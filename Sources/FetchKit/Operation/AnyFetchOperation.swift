@@ -187,6 +187,12 @@ open class AnyFetchOperation: Operation, @unchecked Sendable {
         core.withLock { $0.body?.data }
     }
 
+    /// How many times the operation made its output from a body — ran its parse hook
+    /// (``FetchOperation/parseResponseBody(_:)``): FetchKitTesting's endpoint check reports it.
+    package var parseCount: Int {
+        core.withLock { $0.parses }
+    }
+
     /// Why the operation failed; `nil` while it runs and after success.
     public var error: FetchError? {
         core.withLock { $0.machine.outcome.flatMap { outcome in
