@@ -223,3 +223,42 @@ struct EndpointCheckTests {
         #expect(report.cases.count == 12)
     }
 }
+
+/// The kit's stub transport: a session answered in-process, no socket.
+@Suite("FetchKitTesting: the stub transport", .timeLimit(.minutes(2)))
+struct StubTransportTests {
+    @Test func aParserTestNeedsNoSocket() async throws {
+        let stub = StubTransport()
+        stub.route("GET", "/users/:id") { request in
+            .json(#"{"id": \#(request.parameters["id"] ?? "0"), "name": "Ada"}"#)
+        }
+        let operation = GetKitUser(url: stub.url("/users/3"))
+        operation.configuration.session = stub.makeSession()
+        let user = try await FetchQueue().fetch(operation)
+        #expect(user == KitUser(id: 3, name: "Ada"))
+        #expect(stub.requests.map(\.path) == ["/users/3"])
+
+        // No route: a 500 naming the request; another session is not led to the stub.
+        let missing = GetKitUser(url: stub.url("/nothing"))
+        missing.configuration.session = stub.makeSession()
+        missing.configuration.retryPolicy = .none
+        await #expect(throws: FetchError.self) { try await FetchQueue().fetch(missing) }
+        guard case .unacceptableStatus(let failure)? = missing.error else {
+            Issue.record("expected the 500, got \(String(describing: missing.error))")
+            return
+        }
+        #expect(failure.statusCode == 500)
+    }
+
+    @Test func twoStubsAnswerTheirOwnSessions() async throws {
+        let first = StubTransport(), second = StubTransport()
+        first.route(nil, "/who") { _ in .text("first") }
+        second.route(nil, "/who") { _ in .text("second") }
+        for (stub, name) in [(first, "first"), (second, "second")] {
+            let operation = DataFetchOperation(url: stub.url("/who"))
+            operation.configuration.session = stub.makeSession()
+            let body = try await FetchQueue().fetch(operation)
+            #expect(String(decoding: body, as: UTF8.self) == name)
+        }
+    }
+}
