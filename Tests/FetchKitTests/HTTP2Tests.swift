@@ -49,7 +49,7 @@ struct HTTP2Tests {
     /// two streams share the one TLS connection, each a stream of its own.
     @Test func aStreamOverHTTP2AndTLSIsReadAsItArrives() async throws {
         let ((results, port), log) = try await withTLSServer { server, pki in
-            let results = try await runTLSProbe([server.url(.valid, "/trickle/40000/2000/20?a"), server.url(.valid, "/trickle/40000/2000/20?b")],
+            let results = try await runTLSProbe([server.url(.valid, "/trickle/40000/2000/100?a"), server.url(.valid, "/trickle/40000/2000/100?b")],
                                                 options: ["--stream"], trusting: pki.trustBundle)
             return (results, server.ports[.valid])
         }
@@ -58,9 +58,11 @@ struct HTTP2Tests {
             let reads = result.fields["reads"].flatMap(Int.init) ?? 0
             let first = result.fields["first_read_ms"].flatMap(Int.init) ?? .max
             let elapsed = result.fields["elapsed_ms"].flatMap(Int.init) ?? 0
-            // 20 chunks 20 ms apart: read in several pieces, the first well before the end.
+            // 20 chunks 100 ms apart: read in several pieces, the first well before the end
+            // (a read takes all that waited: a reader that a loaded machine starts late takes
+            // the first chunks together, so the body lasts 2 s).
             #expect(reads >= 3, "\(result)")
-            #expect(first < elapsed, "\(result)")
+            #expect(first < elapsed - 500, "\(result)")
         }
         let lines = served(log, port: port).filter { $0.count == 8 && $0[6].hasPrefix("/trickle/") }
         #expect(lines.count == 2 && lines.allSatisfy { $0[3] == "HTTP/2.0" }, "over HTTP/2: \(lines)")

@@ -250,6 +250,22 @@ struct ReprioritizeStateTests {
         #expect(order == [waiting[3], waiting[1], waiting[2], waiting[0]])
     }
 
+    /// The queue may be asked before the operation holds its attempt (between the join and the
+    /// attach): the waiting member is found by its fetch's identifier. Before, it kept its
+    /// place, and `theServerSeesTheNewOrderWithOneSlot` saw [c, b, d, a] once under load.
+    @Test func aWaitingFetchMovesWhenItsAttemptIsNotYetHeld() throws {
+        var state = StubState(maximumTotal: 1, maximumPerHost: 1, coalesces: false)
+        let busy = try busySlot(&state)
+        let waiting = (0..<4).map { _ in helper.fetch("a", in: &state) }
+        for member in waiting { state.join(member) }
+        state.reprioritize(waiting[3].id, attempt: nil, to: level(.veryHigh))
+        state.reprioritize(waiting[0].id, attempt: nil, to: level(.low))
+        state.reprioritize(waiting[2].id, attempt: nil, to: level(.high))
+        _ = state.takeActions()
+        let order = try drain(after: busy, &state, count: 4)
+        #expect(order == [waiting[3], waiting[2], waiting[1], waiting[0]])
+    }
+
     @Test func aMovedFetchThatLeavesIsWithdrawnFromItsNewPlace() throws {
         var state = StubState(maximumTotal: 1, maximumPerHost: 1, coalesces: false)
         let busy = try busySlot(&state)

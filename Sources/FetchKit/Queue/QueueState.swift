@@ -317,7 +317,9 @@ struct QueueState<Fetch, Flight: SlotFlight> {
         if let current, current != level, homes[id] != nil {
             homes[id] = scheduler.reservePlace(level: level)
         }
-        guard let member = attempt, member.id == id, level != place(of: member).level else { return }
+        // The operation may not hold its attempt yet (between this queue's join and its attach):
+        // the waiting member is then found here.
+        guard let member = attempt ?? waitingMember(id), member.id == id, level != place(of: member).level else { return }
         let target = scheduler.reservePlace(level: level)
         if let key = member.key, let index = waitingShared.index(forKey: key) {
             guard waitingShared.values[index].members.contains(member) else { return }
@@ -331,6 +333,13 @@ struct QueueState<Fetch, Flight: SlotFlight> {
             relocated[member.id] = target
             if homes[id] != nil { homes[id] = target }
         }
+    }
+
+    /// The member of fetch `id` that waits for a slot, alone or in a waiting shared flight, if
+    /// any: a scan, for a re-prioritisation that came before the operation held its attempt.
+    private func waitingMember(_ id: FetchID) -> Member? {
+        scheduler.waitingTickets.first { $0.id == id }
+            ?? waitingShared.values.lazy.flatMap(\.members).first { $0.id == id }
     }
 
     /// A waiting shared flight's priority is its most urgent member's: when that changes (a
