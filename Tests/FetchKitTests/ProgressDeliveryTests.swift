@@ -91,9 +91,13 @@ struct ProgressDeliveryTests {
         let interval = minimumInterval ?? FetchProgress.defaultMinimumInterval
         let entries = record.entries
         // Every call but the final one (which waits for no interval) began an interval after
-        // the one before (less a millisecond for the clock reads around the lock).
+        // the one before. The relay reads its clock just before it calls the handler, the
+        // handler reads its own inside a lock: a thread preempted between the two (TSan on a
+        // loaded machine: 3.3 ms once) shortens one gap by that much, so the bound allows a
+        // tenth of the interval. A relay that did not wait would show gaps of the body's
+        // pace, 10 ms.
         let gaps = zip(entries, entries.dropFirst()).map { Double($1 - $0) / 1e9 }.dropLast()
-        #expect(gaps.allSatisfy { $0 >= interval - 0.001 }, "shortest gap \(gaps.min() ?? 0) s")
+        #expect(gaps.allSatisfy { $0 >= interval * 0.9 }, "shortest gap \(gaps.min() ?? 0) s")
         #expect(Double(entries.count) <= elapsed / interval + 2, "\(entries.count) calls in \(elapsed) s")
         // (No lower bound on the calls: on a loaded machine the global queue may start the first
         // delivery only after the body arrived, and then the final value is the only one.)
