@@ -66,20 +66,22 @@ package enum ReceivePause {
     }
 
     /// Pauses receiving for `task` until the returned closure is called (from any thread; the
-    /// resume runs on URLSession's work queue), for a download whose disk is behind
-    /// (FetchKit's `BacklogGate`). Same rules as ``pauseReceiving(_:)``.
+    /// resume runs on URLSession's work queue), for a consumer that is behind (FetchKit's
+    /// `BacklogGate`). Same rules as ``pauseReceiving(_:)``.
     ///
     /// - Returns: The resume, or `nil` if libcurl's handle could not be reached (the reading
-    ///   goes on).
-    package static func pauseUntilResumed(_ task: URLSessionTask) -> (@Sendable () -> Void)? {
+    ///   goes on). Its argument runs on the work queue once the reading goes on again (or the
+    ///   task has ended): the queue may be busy with other transfers, and the consumer's hold
+    ///   lasts until then.
+    package static func pauseUntilResumed(_ task: URLSessionTask) -> (@Sendable (_ resumed: @escaping @Sendable () -> Void) -> Void)? {
         #if canImport(FoundationNetworking) && os(Linux) && (canImport(Glibc) || canImport(Musl))
         guard let handle = easyHandle(of: task), let workQueue = FoundationNetworkingLayout.workQueue(of: task),
               Curl.pause(handle, receiving: false) else { return nil }
-        return {
+        return { resumed in
             workQueue.async {
                 // The task may have ended meanwhile: its handle is looked up again, on this queue.
-                guard let handle = easyHandle(of: task) else { return }
-                _ = Curl.pause(handle, receiving: true)
+                if let handle = easyHandle(of: task) { _ = Curl.pause(handle, receiving: true) }
+                resumed()
             }
         }
         #else

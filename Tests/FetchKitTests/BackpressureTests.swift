@@ -408,3 +408,60 @@ struct BackpressureEdgeTests {
         #expect(PartialDownloadRecord.load(from: record)?.length == 100)
     }
 }
+
+/// The rules of ``BacklogGate`` between the thread where chunks arrive and the consumer's.
+@Suite("Backlog gate: a held reading always has a resume coming", .timeLimit(.minutes(1)))
+struct BacklogGateTests {
+    /// The bytes that wait for the router are read under the gate's lock: a consumer that read
+    /// them and said so meanwhile (backlog 0) is heard after the pause is stored, and resumes
+    /// it. (Read before the lock, they made a pause with no note left to come: the reading
+    /// stayed held, the transfer waited for ever.)
+    @Test func aNoteThatRacesThePauseResumesIt() {
+        let gate = BacklogGate(pauseAbove: 64 << 10)
+        let resumed = DispatchSemaphore(value: 0)
+        let noted = DispatchSemaphore(value: 0)
+        let notedEarly = Locked(false)
+        gate.holdIfBehind(waiting: {
+            // The router hands the waiting bytes over and the consumer reads them all, on
+            // other threads, while the arrival thread decides: the consumer's note waits for
+            // the decision (a fifth of a second shows it does not come first).
+            Thread.detachNewThread {
+                gate.noteBacklog(0, sequence: 1)
+                noted.signal()
+            }
+            if noted.wait(timeout: .now() + 0.2) == .success {
+                notedEarly.withLock { $0 = true }
+                noted.signal()
+            }
+            return 128 << 10
+        }) {
+            { done in
+                resumed.signal()
+                done()
+            }
+        }
+        #expect(!notedEarly.withLock { $0 }, "the consumer's note did not wait for the gate's lock")
+        #expect(noted.wait(timeout: .now() + 30) == .success)
+        #expect(resumed.wait(timeout: .now() + 30) == .success, "the pause was never resumed")
+        #expect(gate.pauses == 1)
+        #expect(gate.heldUntil(now: .max) < .max, "the hold ended")
+    }
+
+    /// A resume that has been decided but waits for URLSession's work queue still holds: the
+    /// idle clock starts once the reading has gone on.
+    @Test func theHoldLastsUntilTheReadingGoesOn() {
+        let gate = BacklogGate(pauseAbove: 1)
+        let issued = Locked<(@Sendable () -> Void)?>(nil)
+        gate.holdIfBehind(waiting: { 2 }) {
+            { done in issued.withLock { $0 = done } }
+        }
+        #expect(gate.heldUntil(now: 42) == 42, "held while paused")
+        gate.noteBacklog(0)
+        #expect(gate.heldUntil(now: 43) == 43, "held while the resume waits for the work queue")
+        let done = issued.withLock { $0 }
+        #expect(done != nil)
+        done?()
+        let released = gate.heldUntil(now: .max)
+        #expect(released > 0 && released < .max, "released once the reading went on")
+    }
+}

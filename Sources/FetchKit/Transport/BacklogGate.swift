@@ -25,13 +25,20 @@ import Foundation
 /// transfer past ``Backpressure/bound``, a stream fails (``FetchError/streamOverflow(_:)``).
 /// Safe from any thread.
 final class BacklogGate: Sendable {
+    /// Resumes a paused reading, then calls its argument (on URLSession's work queue).
+    typealias Resume = @Sendable (_ resumed: @escaping @Sendable () -> Void) -> Void
+
     private struct State {
         /// The consumer's backlog, as it last said.
         var backlog: Int64 = 0
         /// The sequence number of that note (0: notes that carry none).
         var sequence: UInt64 = 0
-        /// Resumes the paused reading (`nil`: not paused by the gate).
-        var resume: (@Sendable () -> Void)?
+        /// Resumes the paused reading (`nil`: not paused by the gate); its argument runs once
+        /// the reading goes on.
+        var resume: Resume?
+        /// Resumes issued whose reading has not gone on yet (they wait for URLSession's work
+        /// queue): the hold lasts until then.
+        var releasing = 0
         /// How many times the gate paused the reading (diagnostics and tests).
         var pauses = 0
         /// When the last hold ended (uptime nanoseconds; 0: none yet).
@@ -56,7 +63,7 @@ final class BacklogGate: Sendable {
     ///   in which it took the readings (from 1): a note older than the last is stale, and
     ///   ignored. 0: notes from one thread, in order.
     func noteBacklog(_ backlog: Int64, sequence: UInt64 = 0) {
-        let resume = state.withLock { state -> (@Sendable () -> Void)? in
+        let resume = state.withLock { state -> Resume? in
             if sequence != 0 {
                 guard sequence > state.sequence else { return nil }
                 state.sequence = sequence
@@ -65,20 +72,38 @@ final class BacklogGate: Sendable {
             state.backlog = backlog
             guard shrank || backlog == 0, backlog <= resumeBelow, let resume = state.resume else { return nil }
             state.resume = nil
-            state.releasedAt = DispatchTime.now().uptimeNanoseconds
+            state.releasing += 1
             return resume
         }
-        resume?()
+        guard let resume else { return }
+        let delay = resumeDelay
+        let release: @Sendable () -> Void = {
+            resume {
+                self.state.withLock { state in
+                    state.releasing -= 1
+                    state.releasedAt = DispatchTime.now().uptimeNanoseconds
+                }
+            }
+        }
+        if delay > 0 {
+            DispatchQueue.global().asyncAfter(deadline: .now() + delay, execute: release)
+        } else {
+            release()
+        }
     }
 
     /// On URLSession's work queue, for each chunk as it arrives, with the bytes that wait for
-    /// the router queue (``TransferInbox``): if those and the consumer's backlog pass
-    /// ``pauseAbove``, `pause` pauses the reading and returns how to resume it (`nil`: it
-    /// could not). The resume comes when the consumer is down to ``resumeBelow``: what waits
-    /// for the router goes to the consumer first, which says so.
-    func holdIfBehind(waiting: Int64, _ pause: () -> (@Sendable () -> Void)?) {
+    /// the router queue (``TransferInbox``), read under the gate's lock: if those and the
+    /// consumer's backlog pass ``pauseAbove``, `pause` pauses the reading and returns how to
+    /// resume it (`nil`: it could not). The resume comes when the consumer is down to
+    /// ``resumeBelow``: what waits for the router goes to the consumer first, which says so.
+    ///
+    /// The waiting bytes are read under the lock that the consumer's notes take, so that a
+    /// pause is never decided on bytes that the consumer has already read and noted: no note
+    /// would come after it, and the reading would stay held with nothing left to read.
+    func holdIfBehind(waiting: () -> Int64, _ pause: () -> Resume?) {
         state.withLock { state in
-            guard state.backlog + waiting > pauseAbove else { return }
+            guard state.backlog + waiting() > pauseAbove else { return }
             // Paused again even if paused before: something else may have resumed it.
             guard let resume = pause() else { return }
             if state.resume == nil {
@@ -88,15 +113,24 @@ final class BacklogGate: Sendable {
         }
     }
 
+    /// Seconds between a resume's decision and its issue: 0, except in a test that stands for
+    /// a work queue busy with other transfers.
+    var resumeDelay: TimeInterval {
+        get { delays.snapshot }
+        set { delays.withLock { $0 = newValue } }
+    }
+    private let delays = Protected(TimeInterval(0))
+
     /// How many times the gate held the reading.
     var pauses: Int {
         state.withLock { $0.pauses }
     }
 
-    /// Until when the consumer held the reading: `now` while the gate holds it, else when its
-    /// last hold ended (uptime nanoseconds; 0 for never). The transfer's idle clock runs from
-    /// no earlier than this.
+    /// Until when the consumer held the reading: `now` while the gate holds it (from its pause
+    /// until the reading has gone on again, which waits for URLSession's work queue), else when
+    /// its last hold ended (uptime nanoseconds; 0 for never). The transfer's idle clock runs
+    /// from no earlier than this.
     func heldUntil(now: UInt64) -> UInt64 {
-        state.withLock { $0.resume != nil ? now : $0.releasedAt }
+        state.withLock { $0.resume != nil || $0.releasing > 0 ? now : $0.releasedAt }
     }
 }

@@ -270,7 +270,7 @@ extension SessionRouter: URLSessionDataDelegate {
         }
         // A consumer that is behind (a download's disk, a stream's reader): the reading waits (``BacklogGate``).
         if let gate = transfer.backlogGate {
-            gate.holdIfBehind(waiting: transfer.inbox.waiting) { ReceivePause.pauseUntilResumed(dataTask) }
+            gate.holdIfBehind(waiting: { transfer.inbox.waiting }) { ReceivePause.pauseUntilResumed(dataTask) }
         }
         if wake {
             queue.async { transfer.takeArrivals() }
