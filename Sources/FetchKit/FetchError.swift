@@ -792,6 +792,11 @@ extension FetchError {
             /// A server-sent event's data passed `limit` bytes (``ServerSentEventParser``): it
             /// was not held, and the sequence ended.
             case eventTooLarge(limit: Int)
+            /// An event stream (``FetchQueue/events(from:reconnection:maximumEventSize:configuration:)``)
+            /// was answered with another media type (the `Content-Type` as received, at most 80
+            /// characters; empty when there was none): an error page or a portal, not events. It
+            /// is not reconnected.
+            case notAnEventStream(contentType: String)
 
             init(_ refused: ResponseHeadFilter.Failure) {
                 switch refused {
@@ -847,6 +852,9 @@ extension FetchError {
                 return "\(target) sent a line longer than \(limit) bytes."
             case .eventTooLarge(let limit):
                 return "\(target) sent an event with more than \(limit) bytes of data."
+            case .notAnEventStream(let contentType):
+                let found = contentType.isEmpty ? "no Content-Type" : "Content-Type \(contentType.prefix(80))"
+                return "\(target) answered an event stream's request with \(found), not text/event-stream."
             }
         }
     }

@@ -298,6 +298,65 @@ struct StreamingFetchTests {
         #endif
     }
 
+    /// A task waiting for the head of a stream that will not start (its queue is paused)
+    /// stops waiting when it is cancelled, with `cancelled`; the fetch itself goes on.
+    @Test func waitingForTheHeadEndsWithTheWaitersCancel() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let queue = FetchQueue()
+        queue.isSuspended = true
+        let operation = DataStreamOperation(url: server.url("/bytes/1024"))
+        let elements = queue.stream(operation)
+        let waiter = Task { () -> FetchError? in
+            do throws(FetchError) {
+                _ = try await operation.head
+                return nil
+            } catch {
+                return error
+            }
+        }
+        waiter.cancel()
+        let error = await waiter.value
+        #expect(error?.code == .cancelled, "\(String(describing: error))")
+        #expect(!operation.isFinished, "the fetch was cancelled with its waiter")
+        queue.isSuspended = false
+        var body = Data()
+        for try await chunk in elements { body.append(chunk) }
+        #expect(body.count == 1024)
+        #expect(try await operation.head.statusCode == 200)
+    }
+
+    /// A reader whose task is cancelled gets no more chunks, even with chunks waiting for it
+    /// (a loop that never waits would never see its cancel): the next read throws `cancelled`
+    /// and the fetch is cancelled. Here the whole body waits before the cancelled task reads.
+    @Test func aCancelledReaderGetsNoMoreChunksEvenWithChunksWaiting() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let length = 256 << 10
+        let operation = DataStreamOperation(url: server.url("/bytes/\(length)"))
+        let arrived = Countdown(1)
+        operation.onProgress(on: .immediate, minimumInterval: 0) { progress in
+            if progress.bytesReceived == Int64(length) { arrived.signal() }
+        }
+        let elements = FetchQueue().stream(operation)
+        let reader = Task { () -> (Int, FetchError?) in
+            #expect(await arrived.wait(), "the body never arrived")
+            withUnsafeCurrentTask { $0?.cancel() }
+            var read = 0
+            do throws(FetchError) {
+                for try await chunk in elements { read += chunk.count }
+                return (read, nil)
+            } catch {
+                return (read, error)
+            }
+        }
+        let (read, error) = await reader.value
+        #expect(read == 0, "a cancelled reader read \(read) bytes")
+        #expect(error?.code == .cancelled, "\(String(describing: error))")
+        _ = try? await operation.value
+        #expect(operation.isFinished)
+    }
+
     /// A resume waits for URLSession's work queue, which other transfers may keep busy (an
     /// endless fast body kept it for seconds): the hold lasts until the reading has gone on
     /// again, not from the reader's catching up. Here each resume the reader's catching up
@@ -522,5 +581,101 @@ struct EventSourceTests {
             for try await _ in FetchQueue().events(from: URLRequest(url: server.url("/status/403")), configuration: configuration) {}
         }
         #expect(server.requestCount(path: "/status/403") == 1)
+    }
+
+    /// A connection reset in the middle of the stream is reconnected; once the reconnections
+    /// run out, the sequence throws that failure — it does not end as if the server had
+    /// ended it (which it did, silently, before).
+    @Test func aStreamThatFailsInTransitThrowsItsFailureWhenTheReconnectionsRunOut() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        server.route("/reset") { _ in
+            .script([.write(HTTPResponse.rawHead(status: 200, headers: ["Content-Type": "text/event-stream"])),
+                     .write(Data("data: half".utf8)), .reset])
+        }
+        var configuration = FetchConfiguration()
+        configuration.retryPolicy = .none
+        for reconnection in [EventStreamReconnection.never, EventStreamReconnection(maximumReconnects: 2, delay: 0.01)] {
+            let before = server.requestCount(path: "/reset")
+            do throws(FetchError) {
+                for try await event in FetchQueue().events(from: URLRequest(url: server.url("/reset")), reconnection: reconnection,
+                                                           configuration: configuration) {
+                    Issue.record("an event came from a cut one: \(event)")
+                }
+                Issue.record("the sequence ended without its failure (\(reconnection.maximumReconnects) reconnections)")
+            } catch {
+                #expect(error.code == .transport, "\(error)")
+            }
+            #expect(server.requestCount(path: "/reset") - before == 1 + reconnection.maximumReconnects)
+        }
+    }
+
+    /// An event stream answered with an HTML page (a portal, a proxy's error) is not read as
+    /// events, and not reconnected: the sequence throws `notAnEventStream` with what came.
+    @Test func aConnectionAnsweredWithAnotherMediaTypeEndsTheStream() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        server.route("/portal") { _ in
+            HTTPResponse(status: 200, headers: ["Content-Type": "text/html; charset=utf-8"], body: Data("data: a trap\n\n<html></html>".utf8))
+        }
+        server.route("/untyped") { _ in HTTPResponse(status: 200, body: Data("data: a trap\n\n".utf8)) }
+        server.route("/typed") { _ in
+            HTTPResponse(status: 200, headers: ["Content-Type": "Text/Event-Stream ; charset=utf-8"], body: Data("data: ok\n\n".utf8))
+        }
+        for (path, shown) in [("/portal", "text/html; charset=utf-8"), ("/untyped", "")] {
+            do throws(FetchError) {
+                for try await event in FetchQueue().events(from: URLRequest(url: server.url(path)),
+                                                           reconnection: EventStreamReconnection(delay: 0.01)) {
+                    Issue.record("\(path) gave an event: \(event)")
+                }
+                Issue.record("\(path) ended without an error")
+            } catch {
+                guard case .invalidResponse(let details) = error, case .notAnEventStream(let contentType) = details.reason else {
+                    Issue.record("\(path): expected notAnEventStream, got \(error)")
+                    continue
+                }
+                #expect(contentType == shown)
+                #expect(error.description.contains("not text/event-stream"))
+            }
+            #expect(server.requestCount(path: path) == 1, "\(path) was reconnected")
+        }
+        // The media type is compared without case and parameters.
+        var data: [String] = []
+        for try await event in FetchQueue().events(from: URLRequest(url: server.url("/typed")), reconnection: .never) {
+            data.append(event.data)
+        }
+        #expect(data == ["ok"])
+    }
+
+    /// A stream's `retry` cannot make the reconnections a loop (`retry: 0`: at least a second,
+    /// or the policy's delay if shorter), nor crash the reader (a `retry` of 10^14 ms with no
+    /// cap: the wait is cancelled as any other).
+    @Test func aStreamsRetryIsKeptWithinBounds() async throws {
+        #expect(EventStreamReconnection(delay: 3).wait(requested: 0) == 1)
+        #expect(EventStreamReconnection(delay: 0.01).wait(requested: 0) == 0.01)
+        #expect(EventStreamReconnection(delay: 3).wait(requested: 0.2) == 1)
+        #expect(EventStreamReconnection(delay: 3, maximumDelay: 2).wait(requested: 10) == 2)
+        #expect(EventStreamReconnection(delay: .nan, maximumDelay: .nan).wait(requested: nil) == 0)
+
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        server.route("/forever") { _ in StreamingFetchTests.timedEvents(["retry: 100000000000000\ndata: a\n\n"], intervalMilliseconds: 1) }
+        let reconnection = EventStreamReconnection(delay: 3, maximumDelay: .infinity)
+        let source = FetchQueue().events(from: URLRequest(url: server.url("/forever")), reconnection: reconnection)
+        let firstEvent = Countdown(1)
+        let reader = Task { () -> FetchError? in
+            do throws(FetchError) {
+                for try await _ in source { firstEvent.signal() }
+                return nil
+            } catch {
+                return error
+            }
+        }
+        #expect(await firstEvent.wait(), "the first event never came")
+        // The reader is (or will be) waiting out the stream's retry.
+        reader.cancel()
+        let error = await reader.value
+        #expect(error?.code == .cancelled, "expected the cancel, got \(String(describing: error))")
+        #expect(server.requestCount(path: "/forever") == 1)
     }
 }

@@ -6,7 +6,7 @@ import FoundationNetworking
 /// When a stream of server-sent events reconnects after it ended (``FetchQueue/events(from:reconnection:maximumEventSize:configuration:)``).
 ///
 /// The wait before each reconnection is the stream's `retry` if it sent one (at most
-/// ``maximumDelay``), else ``delay``; the reconnection sends `Last-Event-ID` with the last
+/// ``maximumDelay``, and at least a second, or ``delay`` if that is shorter), else ``delay``; the reconnection sends `Last-Event-ID` with the last
 /// event ID so far, so that the server can continue after it. Reconnections that bring no
 /// event count up to ``maximumReconnects`` in a row; an event resets the count.
 public struct EventStreamReconnection: Sendable, Equatable {
@@ -22,11 +22,11 @@ public struct EventStreamReconnection: Sendable, Equatable {
     /// - Parameters:
     ///   - maximumReconnects: Reconnections in a row without an event. Default 5.
     ///   - delay: The wait when the stream sent no `retry`. Default 3 s.
-    ///   - maximumDelay: The longest wait. Default 60 s.
+    ///   - maximumDelay: The longest wait (`.infinity` for no cap). Default 60 s.
     public init(maximumReconnects: Int = 5, delay: TimeInterval = 3, maximumDelay: TimeInterval = 60) {
         self.maximumReconnects = max(0, maximumReconnects)
-        self.delay = max(0, delay)
-        self.maximumDelay = max(0, maximumDelay)
+        self.delay = delay.isNaN ? 0 : max(0, delay)
+        self.maximumDelay = maximumDelay.isNaN ? 0 : max(0, maximumDelay)
     }
 
     /// Up to 5 reconnections in a row without an event, 3 s apart unless the stream asks otherwise.
@@ -34,9 +34,15 @@ public struct EventStreamReconnection: Sendable, Equatable {
     /// No reconnection: the events of one response.
     public static let never = EventStreamReconnection(maximumReconnects: 0)
 
+    /// The least wait a stream's `retry` can ask for, in seconds (less if ``delay`` is less): a
+    /// server that sends `retry: 0` and one event per connection cannot make the client
+    /// reconnect in a loop.
+    static let shortestRequestedDelay: TimeInterval = 1
+
     /// The wait before the next reconnection, for a stream that asked for `requested` seconds.
     func wait(requested: TimeInterval?) -> TimeInterval {
-        min(requested ?? delay, maximumDelay)
+        let asked = requested.map { max($0, min(delay, Self.shortestRequestedDelay)) } ?? delay
+        return min(asked, maximumDelay)
     }
 }
 
@@ -50,8 +56,12 @@ extension FetchQueue {
     /// in transit (``FetchError/transport(_:)``, ``FetchError/timedOut(_:)``,
     /// ``FetchError/lengthMismatch(_:)``) — the sequence waits as `reconnection` says and
     /// connects again; events are never repeated or cut (an event the connection did not end is
-    /// discarded). A `204 No Content` ends the sequence, as the standard says; any other error —
-    /// a status the fetch does not accept, a parse limit, a cancel — ends it with that error.
+    /// discarded). A `204 No Content` ends the sequence, as the standard says. A connection
+    /// answered with another `Content-Type` than `text/event-stream` (an error page, a portal)
+    /// ends it with ``FetchError/InvalidResponse/Reason/notAnEventStream(contentType:)``; any
+    /// other error — a status the fetch does not accept, a parse limit, a cancel — ends it with
+    /// that error. When the reconnections run out, a stream the server ended ends the sequence,
+    /// and one that failed in transit throws that failure.
     ///
     /// ```swift
     /// for try await event in queue.events(from: URLRequest(url: url)) {
@@ -120,7 +130,7 @@ final class EventStreamOperation: StreamingFetchOperation<ServerSentEvent>, @unc
 
     init(request: URLRequest, maximumEventSize: Int) {
         self.maximumEventSize = maximumEventSize
-        super.init(request: request)
+        super.init(request: request, requiredMediaType: "text/event-stream")
     }
 
     override var framing: StreamFraming { .serverSentEvents(maximumEventSize: maximumEventSize) }
@@ -143,6 +153,8 @@ final class EventSourceReader {
     func next(isolation actor: isolated (any Actor)? = #isolation) async throws(FetchError) -> ServerSentEvent? {
         while !ended {
             if connection == nil { connect() }
+            // The failure in transit that ended the connection, if one did.
+            var failure: FetchError?
             do throws(FetchError) {
                 if let event = try await connection?.next(isolation: actor) {
                     fruitless = 0
@@ -156,17 +168,21 @@ final class EventSourceReader {
                     disconnect()
                     throw error
                 }
+                failure = error
             }
             disconnect()
             guard !ended, fruitless < source.reconnection.maximumReconnects else {
                 ended = true
+                // Out of reconnections: a body the server ended is the stream's end, a failure
+                // is its error.
+                if let failure { throw failure }
                 return nil
             }
             fruitless += 1
             let wait = source.reconnection.wait(requested: state.reconnectionTime)
             if wait > 0 {
                 do {
-                    try await Task.sleep(nanoseconds: UInt64(wait * 1e9))
+                    try await Task.sleep(nanoseconds: UInt64(min(wait, 1e9) * 1e9))
                 } catch {
                     ended = true
                     throw .cancelled(.init(url: source.request.url))

@@ -23,7 +23,9 @@ final class StreamChannel: Sendable {
         /// The reader waiting for a chunk or the end.
         var reader: CheckedContinuation<Void, Never>?
         /// Those waiting for the head (or the end).
-        var headWaiters: [CheckedContinuation<Void, Never>] = []
+        var headWaiters: [UInt64: CheckedContinuation<Void, Never>] = [:]
+        /// Numbers those waiters (a cancelled one is taken out by its number).
+        var headWaiterNumbers: UInt64 = 0
         /// Whether any chunk arrived: the fetch is then never repeated.
         var delivered = false
         /// The reader's task was cancelled.
@@ -50,8 +52,13 @@ final class StreamChannel: Sendable {
         set { pauses.withLock { $0 = newValue } }
     }
 
-    init(limit: Int) {
+    /// The media type an accepted response must have (lowercased, without parameters), or
+    /// `nil` for any: an event stream's connections require `text/event-stream`.
+    let requiredMediaType: String?
+
+    init(limit: Int, requiredMediaType: String? = nil) {
         self.limit = limit
+        self.requiredMediaType = requiredMediaType
         gate = BacklogGate(pauseAbove: Int64(limit))
     }
 
@@ -61,8 +68,8 @@ final class StreamChannel: Sendable {
     func open(_ response: HTTPURLResponse) {
         let waiters = state.withLock { state in
             state.response = response
-            defer { state.headWaiters = [] }
-            return state.headWaiters
+            defer { state.headWaiters = [:] }
+            return Array(state.headWaiters.values)
         }
         for waiter in waiters { waiter.resume() }
     }
@@ -100,9 +107,9 @@ final class StreamChannel: Sendable {
             if state.response == nil, case .success = end { state.response = response }
             defer {
                 state.reader = nil
-                state.headWaiters = []
+                state.headWaiters = [:]
             }
-            return (state.reader, state.headWaiters)
+            return (state.reader, Array(state.headWaiters.values))
         }
         reader?.resume()
         for waiter in waiters { waiter.resume() }
@@ -119,6 +126,15 @@ final class StreamChannel: Sendable {
     /// - Throws: The fetch's error once the chunks before it were read, or
     ///   ``FetchError/cancelled(_:)`` when the reader's task is cancelled.
     func read(url: URL?, onCancel: @escaping @Sendable () -> Void) async throws(FetchError) -> Data? {
+        // A reader whose task is cancelled reads no more, even with chunks waiting (a loop
+        // that never waits would otherwise never see its cancel).
+        if Task.isCancelled {
+            let first = state.withLock { state -> Bool in
+                defer { state.readerCancelled = true }
+                return !state.readerCancelled
+            }
+            if first { onCancel() }
+        }
         while true {
             switch take() {
             case .chunks(let data): return data
@@ -189,13 +205,23 @@ final class StreamChannel: Sendable {
                 // Ended with no response at all: only a fetch that sent nothing does.
                 throw .cancelled(.init(url: nil))
             }
-            await withCheckedContinuation { (waiter: CheckedContinuation<Void, Never>) in
-                let resumeNow = state.withLock { state -> Bool in
-                    guard state.response == nil, state.end == nil else { return true }
-                    state.headWaiters.append(waiter)
-                    return false
+            // A waiter whose task is cancelled stops waiting (the fetch goes on).
+            if Task.isCancelled { throw .cancelled(.init(url: nil)) }
+            let number = state.withLock { state -> UInt64 in
+                state.headWaiterNumbers += 1
+                return state.headWaiterNumbers
+            }
+            await withTaskCancellationHandler {
+                await withCheckedContinuation { (waiter: CheckedContinuation<Void, Never>) in
+                    let resumeNow = state.withLock { state -> Bool in
+                        guard state.response == nil, state.end == nil, !Task.isCancelled else { return true }
+                        state.headWaiters[number] = waiter
+                        return false
+                    }
+                    if resumeNow { waiter.resume() }
                 }
-                if resumeNow { waiter.resume() }
+            } onCancel: {
+                state.withLock { $0.headWaiters.removeValue(forKey: number) }?.resume()
             }
         }
     }
@@ -213,6 +239,15 @@ final class StreamBodySink: ResponseBodySink {
     }
 
     func open(response: HTTPURLResponse, expectedLength: Int64?) throws(FetchError) {
+        // (A 204 has no body to type: it ends an event stream.)
+        if let required = channel.requiredMediaType, response.statusCode != 204 {
+            let contentType = response.value(forHTTPHeaderField: "Content-Type") ?? ""
+            let mediaType = contentType.split(separator: ";", maxSplits: 1).first.map { $0.trimmingCharacters(in: .whitespaces).lowercased() }
+            guard mediaType == required else {
+                let shown = String(contentType.unicodeScalars.map { $0.value < 0x20 || $0.value == 0x7F ? "?" : Character($0) }.prefix(80))
+                throw .invalidResponse(.init(reason: .notAnEventStream(contentType: shown), url: url))
+            }
+        }
         channel.open(response)
     }
 

@@ -113,6 +113,13 @@ open class StreamingFetchOperation<Element: Sendable>: AnyFetchOperation, Output
         super.init(request: URLRequest(url: url))
     }
 
+    /// An operation whose accepted responses must have `mediaType` (an event stream's
+    /// connections).
+    init(request: URLRequest, bufferSize: Int = 1 << 20, requiredMediaType: String) {
+        channel = StreamChannel(limit: max(64 << 10, bufferSize), requiredMediaType: requiredMediaType)
+        super.init(request: request)
+    }
+
     /// How the body is cut into the pieces ``parseElement(_:)`` gets. Default ``StreamFraming/chunks``.
     ///
     /// Read once, when the reading starts. Override it in a subclass.
@@ -153,7 +160,8 @@ open class StreamingFetchOperation<Element: Sendable>: AnyFetchOperation, Output
     /// The accepted response's head: suspends until it arrived, before any element.
     ///
     /// - Throws: The fetch's error, if it ended without an accepted response (an unacceptable
-    ///   status among them).
+    ///   status among them); ``FetchError/cancelled(_:)`` if the waiting task is cancelled
+    ///   (which does not cancel the fetch).
     public var head: HTTPURLResponse {
         get async throws(FetchError) {
             try await channel.head()
