@@ -37,9 +37,9 @@ private func peakResidentBytes() -> Int {
     return kilobytes << 10
 }
 
-/// FetchKitTesting's byte ranges, and the gzip bomb and reset-before-head faults, over
+/// FetchKitTesting's byte ranges, HEAD, and the gzip bomb and reset-before-head faults, over
 /// loopback.
-@Suite("FetchKitTesting: ranges and the new faults", .timeLimit(.minutes(1)))
+@Suite("FetchKitTesting: ranges, HEAD and the new faults", .timeLimit(.minutes(1)))
 struct TestServerKitResponseTests {
     static let file = TestResponse.patternBytes(count: 1000)
     static let modified = Date(timeIntervalSince1970: 1_780_000_000)   // Thu, 28 May 2026 20:26:40 GMT
@@ -94,6 +94,28 @@ struct TestServerKitResponseTests {
             #expect(answer.status == (partial ? 206 : 200), "If-Range: \(validator)")
             #expect(answer.body == (partial ? Self.file[500...] : Self.file[...]), "If-Range: \(validator)")
         }
+    }
+
+    /// HEAD gets the GET route's head and no body, whatever the route; Range is GET's alone.
+    @Test func headIsAnsweredByTheGetRouteWithTheHeadOnly() async throws {
+        let server = try rangedServer()
+        server.route("GET", "/users/:id") { _ in .json(#"{"id": 1, "name": "Ada"}"#) }
+        let file = try await exchange(request(server.url("/file"), method: "HEAD", ["Range": "bytes=0-9"]))
+        #expect(file.status == 200 && file.body.isEmpty)
+        #expect(file.headers["content-length"] == "1000" && file.headers["etag"] == #""v1""#)
+        let user = try await exchange(request(server.url("/users/1"), method: "HEAD"))
+        #expect(user.status == 200 && user.body.isEmpty)
+        #expect(user.headers["content-type"] == "application/json" && user.headers["content-length"] == "24")
+        #expect(server.requests.map(\.method) == ["HEAD", "HEAD"])
+        #expect(server.requests.last?.parameters == ["id": "1"])
+
+        // A HEAD route of its own wins over the GET route.
+        server.route("HEAD", "/users/:id") { _ in .status(204) }
+        #expect(try await exchange(request(server.url("/users/1"), method: "HEAD")).status == 204)
+        // Another method does not fall to GET: it is unmatched.
+        let delete = try await exchange(request(server.url("/users/1"), method: "DELETE"))
+        #expect(delete.status == 500)
+        withKnownIssue("the DELETE is reported as unmatched") { server.shutDown() }
     }
 
     /// Without a limit the bomb is what it says: valid gzip (libcurl's zlib checks the CRC and

@@ -27,6 +27,50 @@ private func openSockets(onPorts ports: Set<UInt16>) -> Int {
     }.count
 }
 
+private func post(_ url: URL) -> URLRequest {
+    var request = URLRequest(url: url)
+    request.httpMethod = "POST"
+    request.httpBody = Data("{}".utf8)
+    return request
+}
+
+private func post(_ url: URL) -> URLRequest {
+    var request = URLRequest(url: url)
+    request.httpMethod = "POST"
+    request.httpBody = Data("{}".utf8)
+    return request
+}
+
+/// The entries of /proc/self/fd, leaving out the client ends of TCP connections to `ports`
+/// (FetchKit's connection pool may keep those open after their server went; they are the
+/// client's, not a server's). The server ends (local port in `ports`) count.
+private func openDescriptors(excludingClientsOf ports: Set<UInt16> = []) -> Int {
+    let clientInodes = Set(tcpSockets().filter { ports.contains($0.remotePort) && !ports.contains($0.localPort) }.map(\.inode))
+    let entries = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd")) ?? []
+    return entries.filter { entry in
+        guard let target = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/fd/" + entry) else { return false }
+        return !(target.hasPrefix("socket:[") && clientInodes.contains(String(target.dropFirst(8).dropLast())))
+    }.count
+}
+
+/// The TCP sockets of this process's network namespace (/proc/self/net/tcp): ports and inode.
+private func tcpSockets() -> [(localPort: UInt16, remotePort: UInt16, inode: String)] {
+    guard let table = try? String(contentsOfFile: "/proc/self/net/tcp", encoding: .utf8) else { return [] }
+    func port(_ address: Substring) -> UInt16? {
+        address.lastIndex(of: ":").flatMap { UInt16(address[address.index(after: $0)...], radix: 16) }
+    }
+    return table.split(separator: "\n").dropFirst().compactMap { line in
+        let fields = line.split(separator: " ", omittingEmptySubsequences: true)
+        guard fields.count > 9, let local = port(fields[1]), let remote = port(fields[2]) else { return nil }
+        return (local, remote, String(fields[9]))
+    }
+}
+
+/// The threads of this process (/proc/self/task).
+private func threadCount() -> Int {
+    ((try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task")) ?? []).count
+}
+
 /// Issue 35, first step: FetchKitTesting's server — routes, answers, faults, the request log,
 /// expectations and their verification.
 @Suite("FetchKitTesting: the test server", .timeLimit(.minutes(2)))
@@ -93,6 +137,112 @@ struct TestServerKitTests {
         try server.verify()
         #expect(server.requests.last?.body == Data("{}".utf8))
         server.shutDown()
+    }
+
+    /// The requests of an ordered expectation come in its order, with others between them.
+    @Test func requestsInTheExpectedOrderPassVerify() async throws {
+        let server = try TestServer()
+        server.route("POST", "/login") { _ in .json(#"{"token": "t"}"#) }
+        server.route("GET", "/users/:id") { _ in .json(#"{"id": 7, "name": "Ada"}"#) }
+        server.route("POST", "/logout") { _ in .status(204) }
+        server.route("GET", "/ping") { _ in .status(204) }
+        server.expectInOrder(["POST /login", "GET /users/:id", "POST /logout"])
+        server.expectInOrder([TestServer.ExpectedRequest("GET", "/ping"), "/ping"])
+        let queue = FetchQueue()
+        _ = try await queue.fetch(DataFetchOperation(url: server.url("/ping")))
+        _ = try await queue.fetch(DataFetchOperation(request: post(server.url("/login"))))
+        _ = try await queue.fetch(GetKitUser(url: server.url("/users/7")))
+        _ = try await queue.fetch(DataFetchOperation(url: server.url("/ping")))
+        _ = try await queue.fetch(DataFetchOperation(request: post(server.url("/logout"))))
+        try server.verify()
+        #expect(server.shutDown() == nil)
+    }
+
+    /// Out of order, one missing, one too many: each says what was expected, what came, and
+    /// where they first differ.
+    @Test func anOutOfOrderSequenceFailsVerifyWithWhatCame() async throws {
+        let server = try TestServer()
+        server.route(nil, "/*") { _ in .status(204) }
+        server.expectInOrder(["POST /login", "GET /users/:id", "POST /logout"])
+        server.expectInOrder(["GET /a", "GET /b"])
+        server.expectInOrder(["GET /c"])
+        let queue = FetchQueue()
+        _ = try await queue.fetch(DataFetchOperation(url: server.url("/users/7")))
+        _ = try await queue.fetch(DataFetchOperation(request: post(server.url("/login"))))
+        _ = try await queue.fetch(DataFetchOperation(request: post(server.url("/logout"))))
+        _ = try await queue.fetch(DataFetchOperation(url: server.url("/a")))
+        for _ in 0..<2 { _ = try await queue.fetch(DataFetchOperation(url: server.url("/c"))) }
+        do {
+            try server.verify()
+            Issue.record("verify() passed")
+        } catch {
+            #expect(error.problems == [
+                "expected in order: POST /login, GET /users/:id, POST /logout; came: GET /users/7, POST /login, POST /logout"
+                    + " (request 1 was GET /users/7, expected POST /login)",
+                "expected in order: GET /a, GET /b; came: GET /a (request 2, GET /b, never came)",
+                "expected in order: GET /c; came: GET /c, GET /c (request 2, GET /c, came after the last expected)",
+            ], "\(error)")
+        }
+        withKnownIssue("shutting down with unmet expectations records an issue") { server.shutDown() }
+    }
+
+    /// A one-shot route answers once, then steps aside for the route under it.
+    @Test func aOneShotRouteAnswersOnceThenTheNextRouteDoes() async throws {
+        let server = try TestServer()
+        server.route("GET", "/feed") { _ in .json("[]") }
+        server.route("GET", "/feed", once: true) { _ in .retryAfter(1, status: 503) }
+        let first = DataFetchOperation(url: server.url("/feed"))
+        first.configuration.retryPolicy = .none
+        await #expect(throws: FetchError.self) { try await FetchQueue().fetch(first) }
+        guard case .unacceptableStatus(let failure)? = first.error else {
+            Issue.record("expected the 503, got \(String(describing: first.error))")
+            return
+        }
+        #expect(failure.statusCode == 503)
+        for _ in 0..<2 {
+            #expect(try await FetchQueue().fetch(DataFetchOperation(url: server.url("/feed"))) == Data("[]".utf8))
+        }
+        #expect(server.shutDown() == nil)
+    }
+
+    /// With no route under it, a used one-shot route leaves the unmatched 500, and verify()
+    /// names it as answered already.
+    @Test func aUsedOneShotRouteLeavesTheUnmatchedFiveHundred() async throws {
+        let server = try TestServer()
+        server.route("POST", "/token", once: true) { _ in .text("fresh") }
+        let queue = FetchQueue()
+        #expect(try await queue.fetch(DataFetchOperation(request: post(server.url("/token")))) == Data("fresh".utf8))
+        let again = DataFetchOperation(request: post(server.url("/token")))
+        again.configuration.retryPolicy = .none
+        await #expect(throws: FetchError.self) { try await queue.fetch(again) }
+        guard case .unacceptableStatus(let failure)? = again.error else {
+            Issue.record("expected the 500, got \(String(describing: again.error))")
+            return
+        }
+        #expect(failure.statusCode == 500)
+        #expect(String(decoding: failure.bodyPrefix, as: UTF8.self).contains("nearest route: POST /token (answered once already)"))
+        do {
+            try server.verify()
+            Issue.record("verify() passed")
+        } catch {
+            #expect(error.problems == ["unexpected POST /token: no route matched (nearest: POST /token (answered once already))"], "\(error)")
+        }
+        withKnownIssue("the second request was unmatched") { server.shutDown() }
+    }
+
+    /// Twenty requests at once to a one-shot route over a plain one: exactly one gets it.
+    @Test func aOneShotRouteAnswersOneOfManyConcurrentRequests() async throws {
+        let server = try TestServer()
+        server.route("GET", "/slot") { _ in .text("later") }
+        server.route("GET", "/slot", once: true) { _ in .text("first") }
+        let bodies = try await withThrowingTaskGroup(of: Data.self) { group in
+            for _ in 0..<20 { group.addTask { try await FetchQueue().fetch(DataFetchOperation(url: server.url("/slot"))) } }
+            var bodies: [String] = []
+            for try await body in group { bodies.append(String(decoding: body, as: UTF8.self)) }
+            return bodies
+        }
+        #expect(bodies.filter { $0 == "first" }.count == 1 && bodies.filter { $0 == "later" }.count == 19, "\(bodies)")
+        #expect(server.shutDown() == nil)
     }
 
     /// 100 servers at once: 100 ports, and after shutdown no socket of theirs stays open.
