@@ -34,13 +34,6 @@ private func post(_ url: URL) -> URLRequest {
     return request
 }
 
-private func post(_ url: URL) -> URLRequest {
-    var request = URLRequest(url: url)
-    request.httpMethod = "POST"
-    request.httpBody = Data("{}".utf8)
-    return request
-}
-
 /// The entries of /proc/self/fd, leaving out the client ends of TCP connections to `ports`
 /// (FetchKit's connection pool may keep those open after their server went; they are the
 /// client's, not a server's). The server ends (local port in `ports`) count.
@@ -265,6 +258,51 @@ struct TestServerKitTests {
         }
         #expect(Set(ports).count == 100)
         #expect(openSockets(onPorts: Set(ports)) == 0, "a server's socket stayed open")
+    }
+
+    /// 100 servers at once leave no descriptor and no thread after their shutdown. Other tests
+    /// run beside this one and open and close descriptors and threads of their own, so the
+    /// counts after are allowed up to 50 over those before — half of what a leak of one
+    /// descriptor (or one thread) per server would add — and are read again, until a deadline,
+    /// while they are over: the others' churn passes, a leak stays.
+    @Test func aHundredServersLeaveNoDescriptorAndNoThreadAfterShutdown() async throws {
+        let descriptorsBefore = openDescriptors()
+        let threadsBefore = threadCount()
+        let servers = try (0..<100).map { _ in try TestServer() }
+        let ports = Set(servers.map(\.port))
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for (index, server) in servers.enumerated() {
+                server.route("GET", "/n") { _ in .text("\(index)") }
+                server.expect("GET", "/n")
+                group.addTask {
+                    let body = try await FetchQueue().fetch(DataFetchOperation(url: server.url("/n")))
+                    #expect(String(decoding: body, as: UTF8.self) == "\(index)")
+                }
+            }
+            try await group.waitForAll()
+        }
+        let descriptorsRunning = openDescriptors(excludingClientsOf: ports)
+        let threadsRunning = threadCount()
+        // Each server holds its listening socket and its wake pipe (3 descriptors), a kept-alive
+        // connection, an accept thread and a connection's: the counts see the servers (with
+        // room for the others' churn).
+        #expect(descriptorsRunning - descriptorsBefore >= 150, "\(descriptorsBefore) descriptors before, \(descriptorsRunning) with the servers")
+        #expect(threadsRunning - threadsBefore >= 50, "\(threadsBefore) threads before, \(threadsRunning) with the servers")
+        for server in servers { #expect(server.shutDown() == nil) }
+        #expect(openSockets(onPorts: ports) == 0, "a server's socket stayed open")
+
+        let deadline = ContinuousClock.now + .seconds(20)
+        var descriptorsAfter = openDescriptors(excludingClientsOf: ports)
+        var threadsAfter = threadCount()
+        // A thread that has done its last work is still listed until it has exited, and no
+        // event says when that is: the counts are read again, briefly apart, until the deadline.
+        while descriptorsAfter - descriptorsBefore >= 50 || threadsAfter - threadsBefore >= 50, ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(20))
+            descriptorsAfter = openDescriptors(excludingClientsOf: ports)
+            threadsAfter = threadCount()
+        }
+        #expect(descriptorsAfter - descriptorsBefore < 50, "\(descriptorsBefore) descriptors before the servers, \(descriptorsAfter) after")
+        #expect(threadsAfter - threadsBefore < 50, "\(threadsBefore) threads before the servers, \(threadsAfter) after")
     }
 
     /// Each fault does what it says at the socket: the FetchError a fetch meets.
