@@ -156,33 +156,3 @@ public enum EndpointCheck {
         }
     }
 }
-
-/// A gzip stream of stored (uncompressed) deflate blocks: valid gzip with no compressor.
-enum Gzip {
-    static func stored(_ data: Data) -> Data {
-        var out = Data([0x1F, 0x8B, 0x08, 0x00, 0, 0, 0, 0, 0x00, 0xFF])
-        let bytes = [UInt8](data)
-        var offset = 0
-        repeat {
-            let count = min(65_535, bytes.count - offset)
-            let last: UInt8 = offset + count >= bytes.count ? 1 : 0
-            out.append(last)
-            out.append(contentsOf: [UInt8(count & 0xFF), UInt8(count >> 8), UInt8(~count & 0xFF), UInt8((~count >> 8) & 0xFF)])
-            out.append(contentsOf: bytes[offset..<(offset + count)])
-            offset += count
-        } while offset < bytes.count
-        for value in [crc32(bytes), UInt32(truncatingIfNeeded: bytes.count)] {
-            out.append(contentsOf: [UInt8(value & 0xFF), UInt8((value >> 8) & 0xFF), UInt8((value >> 16) & 0xFF), UInt8(value >> 24)])
-        }
-        return out
-    }
-
-    static func crc32(_ bytes: [UInt8]) -> UInt32 {
-        var crc: UInt32 = 0xFFFF_FFFF
-        for byte in bytes {
-            crc ^= UInt32(byte)
-            for _ in 0..<8 { crc = crc & 1 == 1 ? (crc >> 1) ^ 0xEDB8_8320 : crc >> 1 }
-        }
-        return ~crc
-    }
-}

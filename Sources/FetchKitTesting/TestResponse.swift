@@ -63,6 +63,60 @@ public struct TestResponse: Sendable {
         TestResponse(HTTPResponse(status: status, headers: ["Retry-After": String(seconds)], body: Data("retry later".utf8)))
     }
 
+    /// The answer to `request` for the representation `data`, honouring a byte range as a file
+    /// server does (RFC 9110, section 14) — a resumed download's test.
+    ///
+    /// A `GET` without `Range` gets `200` with all of `data`; one satisfiable range
+    /// (`bytes=100-199`, `bytes=100-`, `bytes=-50`) gets `206` with those bytes and
+    /// `Content-Range: bytes 100-199/<count>`; a range past the end gets `416` with
+    /// `Content-Range: bytes */<count>`. An `If-Range` that is not the strong `etag` nor exactly
+    /// the `Last-Modified` date means the representation changed: `200` with all of it. A
+    /// multi-range or malformed `Range` is ignored (`200`), and so is `Range` on any method
+    /// but `GET`. Every answer carries `Accept-Ranges: bytes` and the validators given.
+    ///
+    /// ```swift
+    /// server.route("GET", "/files/report.pdf") { request in
+    ///     .ranged(file, for: request, etag: #""v1""#)
+    /// }
+    /// ```
+    ///
+    /// - Parameters:
+    ///   - data: The whole representation.
+    ///   - request: The request being answered (its `Range`, `If-Range` and method).
+    ///   - etag: The representation's `ETag`, quoted (`"\"v1\""`; a weak `W/` one never
+    ///     matches an `If-Range`). Default none.
+    ///   - lastModified: Its `Last-Modified` date (to the second). Default none.
+    ///   - contentType: Its `Content-Type`. Default `application/octet-stream`.
+    public static func ranged(_ data: Data, for request: TestRequest, etag: String? = nil, lastModified: Date? = nil,
+                              contentType: String = "application/octet-stream") -> TestResponse {
+        var headers: HTTPHeaders = ["Content-Type": contentType]
+        var validators: [String] = []
+        if let etag {
+            headers.add(name: "ETag", value: etag)
+            if !etag.hasPrefix("W/") { validators.append(etag) }
+        }
+        if let lastModified {
+            let date = httpDate(lastModified)
+            headers.add(name: "Last-Modified", value: date)
+            validators.append(date)
+        }
+        let isGET = request.method == "GET"
+        return TestResponse(.ranged(size: data.count, range: isGET ? request.header("Range") : nil,
+                                    ifRange: isGET ? request.header("If-Range") : nil,
+                                    ifRangeValidators: validators, headers: headers) { offset, count in
+            .data(data.subdata(in: offset..<(offset + count)))
+        })
+    }
+
+    /// `date` as an HTTP date (`Wed, 21 Oct 2026 07:28:00 GMT`).
+    private static func httpDate(_ date: Date) -> String {
+        let formatter = DateFormatter()
+        formatter.locale = Locale(identifier: "en_US_POSIX")
+        formatter.timeZone = TimeZone(identifier: "GMT")
+        formatter.dateFormat = "EEE, dd MMM yyyy HH:mm:ss 'GMT'"
+        return formatter.string(from: date)
+    }
+
     // MARK: Faults
 
     /// The head after `milliseconds` (interruptibly: the wait ends when the client goes away
@@ -74,6 +128,11 @@ public struct TestResponse: Sendable {
     /// No answer at all: the connection stays open and silent until the client gives up or the
     /// server shuts down (an idle timeout's test).
     public static let neverAnswer = TestResponse(.script([.stall]))
+
+    /// A TCP reset (`RST`) as soon as the request is read, before any byte of the head: a
+    /// server that crashed, or a middlebox that dropped the connection. FetchKit reports
+    /// ``FetchKit/FetchError/transport(_:)`` (the connection was lost).
+    public static let resetBeforeHead = TestResponse(.script([.reset]))
 
     /// `count` bytes announced and `count / 2` sent, then the connection closes (`FIN`).
     public static func closeMidBody(count: Int) -> TestResponse {
@@ -100,6 +159,20 @@ public struct TestResponse: Sendable {
     public static func slowBody(count: Int, chunkSize: Int, intervalMilliseconds: Int) -> TestResponse {
         TestResponse(HTTPResponse(status: 200, headers: ["Content-Type": "application/octet-stream"],
                                   body: .chunkedPattern(count: count, chunkSize: max(1, chunkSize), intervalMilliseconds: max(0, intervalMilliseconds))))
+    }
+
+    /// A gzip bomb: `200` with `Content-Encoding: gzip` and a small body — about a thousandth
+    /// of `inflatedSize` (64 MiB in 64 KiB) — that inflates to `inflatedSize` zero bytes. The
+    /// announced `Content-Length` is the compressed one, as a real server sends it, so only a
+    /// limit on what is inflated stops it: an operation whose `maximumResponseSize` is below
+    /// `inflatedSize` fails with ``FetchKit/FetchError/responseTooLarge(_:)``. The stream is
+    /// valid gzip to its end (its CRC-32 and length are the zeros'): without a limit the fetch
+    /// succeeds with `inflatedSize` zeros.
+    ///
+    /// - Parameter inflatedSize: How many bytes the body inflates to. Default 64 MiB.
+    public static func gzipBomb(inflatedSize: Int = 64 << 20) -> TestResponse {
+        TestResponse(HTTPResponse(status: 200, headers: ["Content-Type": "application/octet-stream", "Content-Encoding": "gzip"],
+                                  body: Gzip.zeros(count: max(0, inflatedSize))))
     }
 
     /// Bytes that are not HTTP, then the connection closes. (libcurl takes them for HTTP/0.9

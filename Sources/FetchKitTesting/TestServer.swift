@@ -88,10 +88,56 @@ public final class TestServer: Sendable {
         }
     }
 
+    /// A request an ordered expectation (``expectInOrder(_:)``) names: a method and a path
+    /// pattern, as ``route(_:_:_:)`` reads it.
+    ///
+    /// Write it as a string literal, the method then the pattern — `"POST /login"`,
+    /// `"GET /users/:id"` (a literal with no method means `GET`) — or with
+    /// ``init(_:_:)``.
+    public struct ExpectedRequest: Sendable, Equatable, CustomStringConvertible, ExpressibleByStringLiteral {
+        /// The method, uppercased.
+        public let method: String
+        /// The path pattern.
+        public let pattern: String
+        private let matcher: RoutePattern
+
+        /// The request of `method` whose path matches `pattern`.
+        public init(_ method: String, _ pattern: String) {
+            self.method = method.uppercased()
+            self.pattern = pattern
+            matcher = RoutePattern(pattern)
+        }
+
+        /// `"METHOD /pattern"`, or `"/pattern"` for a `GET`.
+        public init(stringLiteral value: String) {
+            let parts = value.split(separator: " ", maxSplits: 1, omittingEmptySubsequences: true)
+            if parts.count == 2 {
+                self.init(String(parts[0]), String(parts[1]).trimmingCharacters(in: .whitespaces))
+            } else {
+                self.init("GET", value.trimmingCharacters(in: .whitespaces))
+            }
+        }
+
+        func matches(_ request: TestRequest) -> Bool {
+            request.method == method && matcher.match(request.path) != nil
+        }
+
+        public var description: String { "\(method) \(pattern)" }
+
+        public static func == (left: ExpectedRequest, right: ExpectedRequest) -> Bool {
+            left.method == right.method && left.pattern == right.pattern
+        }
+    }
+
     private struct Route: Sendable {
         let method: String?
         let pattern: RoutePattern
+        let once: Bool
         let respond: @Sendable (TestRequest) -> TestResponse
+        /// Whether a one-shot route has answered (and steps aside).
+        var used = false
+
+        var text: String { "\(method ?? "*") \(pattern.text)" + (once && used ? " (answered once already)" : "") }
     }
 
     private struct Expectation: Sendable {
@@ -103,6 +149,7 @@ public final class TestServer: Sendable {
     private struct State {
         var routes: [Route] = []
         var expectations: [Expectation] = []
+        var sequences: [[ExpectedRequest]] = []
         var requests: [TestRequest] = []
         var unmatched: [TestRequest] = []
     }
@@ -143,8 +190,31 @@ public final class TestServer: Sendable {
     ///   - method: The method, e.g. `"GET"`; `nil` for any.
     ///   - pattern: The path pattern.
     ///   - respond: Makes the answer, on the connection's thread.
+    ///
+    /// A `HEAD` request that no `HEAD` route matches is answered by the `GET` route: its head,
+    /// without the body (faults are written as they are, `HEAD` or not).
     public func route(_ method: String? = nil, _ pattern: String, _ respond: @escaping @Sendable (TestRequest) -> TestResponse) {
-        let route = Route(method: method?.uppercased(), pattern: RoutePattern(pattern), respond: respond)
+        route(method, pattern, once: false, respond)
+    }
+
+    /// Answers as ``route(_:_:_:)`` does, but with `once: true` only the first matching request:
+    /// then the route steps aside and a later request falls to the route that matches it next
+    /// (one added before) or, with none, gets the unmatched `500` — which ``verify()`` lists,
+    /// naming this route as answered once already.
+    ///
+    /// ```swift
+    /// server.route("GET", "/feed") { _ in .json("[]") }
+    /// server.route("GET", "/feed", once: true) { _ in .retryAfter(1, status: 503) }
+    /// // the first GET /feed gets the 503, every later one the 200
+    /// ```
+    ///
+    /// - Parameters:
+    ///   - method: The method, e.g. `"GET"`; `nil` for any.
+    ///   - pattern: The path pattern.
+    ///   - once: Whether the route answers only one request.
+    ///   - respond: Makes the answer, on the connection's thread.
+    public func route(_ method: String? = nil, _ pattern: String, once: Bool, _ respond: @escaping @Sendable (TestRequest) -> TestResponse) {
+        let route = Route(method: method?.uppercased(), pattern: RoutePattern(pattern), once: once, respond: respond)
         state.withLock { $0.routes.append(route) }
     }
 
@@ -153,6 +223,20 @@ public final class TestServer: Sendable {
     public func expect(_ method: String = "GET", _ pattern: String, times: Times = .exactly(1)) {
         let expectation = Expectation(method: method.uppercased(), pattern: RoutePattern(pattern), times: times)
         state.withLock { $0.expectations.append(expectation) }
+    }
+
+    /// Expects `requests` to come in this order by the time of ``verify()``: of the requests
+    /// received, those that match any of `requests` must be exactly these, one for one, in this
+    /// order (others may come between them). List a request twice to expect it twice.
+    ///
+    /// ```swift
+    /// server.expectInOrder(["POST /login", "GET /users/:id", "POST /logout"])
+    /// ```
+    ///
+    /// ``verify()`` reports a sequence not met with what was expected, what came, and where
+    /// they first differ. Each call adds a sequence of its own, checked on its own.
+    public func expectInOrder(_ requests: [ExpectedRequest]) {
+        state.withLock { $0.sequences.append(requests) }
     }
 
     /// Every request received, in the order their heads were read.
@@ -166,7 +250,9 @@ public final class TestServer: Sendable {
     /// - Throws: A ``VerificationFailure`` listing each expectation not met (what came
     ///   instead) and each request no route matched (with the nearest route).
     public func verify() throws(VerificationFailure) {
-        let (expectations, requests, unmatched, routes) = state.withLock { ($0.expectations, $0.requests, $0.unmatched, $0.routes) }
+        let (expectations, sequences, requests, unmatched, routes) = state.withLock {
+            ($0.expectations, $0.sequences, $0.requests, $0.unmatched, $0.routes)
+        }
         var problems: [String] = []
         for expectation in expectations {
             let count = requests.filter { $0.method == expectation.method && expectation.pattern.match($0.path) != nil }.count
@@ -175,6 +261,9 @@ public final class TestServer: Sendable {
                 .map { "\($0.method) \($0.path)" }
             problems.append("expected \(expectation.method) \(expectation.pattern.text) \(expectation.times), got it \(count) time\(count == 1 ? "" : "s")"
                 + (count == 0 && !near.isEmpty ? " (came instead: \(Set(near).sorted().joined(separator: ", ")))" : ""))
+        }
+        for sequence in sequences {
+            if let problem = Self.check(sequence, against: requests) { problems.append(problem) }
         }
         for request in unmatched {
             problems.append("unexpected \(request.method) \(request.path): no route matched"
@@ -209,20 +298,48 @@ public final class TestServer: Sendable {
     // MARK: Answering (a connection's thread)
 
     private static func answer(_ request: HTTPRequest, state: Locked<State>) -> HTTPResponse {
-        let routes = state.withLock { $0.routes }
-        for route in routes.reversed() where route.method == nil || route.method == request.method {
-            guard let parameters = route.pattern.match(request.path) else { continue }
-            let received = TestRequest(request, parameters: parameters)
-            state.withLock { $0.requests.append(received) }
-            return route.respond(received).response
-        }
-        let received = TestRequest(request, parameters: [:])
-        state.withLock { state in
+        // Chosen, claimed (a one-shot route) and logged under one lock: two requests at once
+        // cannot both have a one-shot route's answer.
+        let (received, respond, routes) = state.withLock { state -> (TestRequest, (@Sendable (TestRequest) -> TestResponse)?, [Route]) in
+            var methods = [request.method]
+            if request.method == "HEAD" { methods.append("GET") }   // HEAD falls to the GET route
+            for method in methods {
+                for index in state.routes.indices.reversed() {
+                    let route = state.routes[index]
+                    guard route.method == nil || route.method == method, !(route.once && route.used),
+                          let parameters = route.pattern.match(request.path) else { continue }
+                    if route.once { state.routes[index].used = true }
+                    let received = TestRequest(request, parameters: parameters)
+                    state.requests.append(received)
+                    return (received, route.respond, [])
+                }
+            }
+            let received = TestRequest(request, parameters: [:])
             state.requests.append(received)
             state.unmatched.append(received)
+            return (received, nil, state.routes)
         }
+        if let respond { return respond(received).response }
         let nearest = nearest(to: received, in: routes).map { "; nearest route: \($0)" } ?? ""
         return .text("TestServer: no route for \(request.method) \(request.path)\(nearest)", status: 500)
+    }
+
+    /// What is wrong with the requests that match `sequence`'s, if they are not it in order.
+    private static func check(_ sequence: [ExpectedRequest], against requests: [TestRequest]) -> String? {
+        let came = requests.filter { request in sequence.contains { $0.matches(request) } }
+        let firstDifference = zip(sequence, came).enumerated().first { !$0.element.0.matches($0.element.1) }?.offset
+            ?? (came.count == sequence.count ? nil : min(came.count, sequence.count))
+        guard let index = firstDifference else { return nil }
+        let difference: String
+        if index < sequence.count && index < came.count {
+            difference = "request \(index + 1) was \(came[index].method) \(came[index].path), expected \(sequence[index])"
+        } else if index < sequence.count {
+            difference = "request \(index + 1), \(sequence[index]), never came"
+        } else {
+            difference = "request \(index + 1), \(came[index].method) \(came[index].path), came after the last expected"
+        }
+        let cameText = came.isEmpty ? "none of them" : came.map { "\($0.method) \($0.path)" }.joined(separator: ", ")
+        return "expected in order: \(sequence.map(\.description).joined(separator: ", ")); came: \(cameText) (\(difference))"
     }
 
     /// The route whose pattern is closest to `request`'s path (fewest differing segments, the
@@ -231,7 +348,7 @@ public final class TestServer: Sendable {
         let segments = RoutePattern.segments(request.path)
         return routes.min { left, right in
             score(left, request, segments) < score(right, request, segments)
-        }.map { "\($0.method ?? "*") \($0.pattern.text)" }
+        }.map(\.text)
     }
 
     private static func score(_ route: Route, _ request: TestRequest, _ segments: [Substring]) -> Int {

@@ -77,7 +77,7 @@ enum BuiltinRoutes {
     private static func bytes(_ request: HTTPRequest, _ sizeText: String, ranged: Bool) -> HTTPResponse {
         guard let size = decimalNumber(sizeText) else { return badNumber() }
         let delay = request.query["delay"].flatMap(decimalNumber) ?? 0
-        var headers: HTTPHeaders = [
+        let headers: HTTPHeaders = [
             "Content-Type": "application/octet-stream",
             "ETag": ranged ? "\"bytes-\(size)\"" : "\"norange-\(size)\"",
             "Last-Modified": lastModified,
@@ -85,22 +85,9 @@ enum BuiltinRoutes {
         guard ranged else {
             return HTTPResponse.pattern(count: size, headers: headers).delayed(milliseconds: delay)
         }
-        headers.add(name: "Accept-Ranges", value: "bytes")
-        var range = ByteRange.parse(request.headers["Range"], size: size)
-        if let condition = request.headers["If-Range"], condition != "\"bytes-\(size)\"" {
-            range = .whole
-        }
-        let response: HTTPResponse
-        switch range {
-        case .whole:
-            response = .pattern(count: size, headers: headers)
-        case let .part(first, last):
-            headers.add(name: "Content-Range", value: "bytes \(first)-\(last)/\(size)")
-            response = .pattern(count: last - first + 1, offset: first, status: 206, headers: headers)
-        case .unsatisfiable:
-            headers.remove(name: "Content-Type")
-            headers.add(name: "Content-Range", value: "bytes */\(size)")
-            response = HTTPResponse(status: 416, headers: headers)
+        let response = HTTPResponse.ranged(size: size, range: request.headers["Range"], ifRange: request.headers["If-Range"],
+                                           ifRangeValidators: ["\"bytes-\(size)\""], headers: headers) { offset, count in
+            .pattern(offset: offset, count: count)
         }
         return response.delayed(milliseconds: delay)
     }
