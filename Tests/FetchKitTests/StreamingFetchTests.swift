@@ -359,16 +359,17 @@ struct StreamingFetchTests {
 
     /// A resume waits for URLSession's work queue, which other transfers may keep busy (an
     /// endless fast body kept it for seconds): the hold lasts until the reading has gone on
-    /// again, not from the reader's catching up. Here each resume the reader's catching up
-    /// decides is issued 2.5 s late, longer than the idle timeout; the idle clock must not run
-    /// meanwhile. (It ran from the decision: the stream failed with the idle timeout, every
-    /// time. The full suite's slow-reader test failed that way in 1 run of 10.)
+    /// again, not from the reader's catching up. Here the resume the reader's catching up
+    /// decides is issued 3.5 s late, longer than the idle timeout (2 s: a loaded suite's work
+    /// queue can keep the later chunks a second); the idle clock must not run meanwhile. (It
+    /// ran from the decision: the stream failed with the idle timeout, every time. The full
+    /// suite's slow-reader test failed that way in 1 run of 10.)
     @Test func aResumeThatWaitsForABusyWorkQueueStillHolds() async throws {
         let server = try LoopbackServer()
         defer { server.stop() }
         let length = 1 << 20
         let operation = DataStreamOperation(url: server.url("/bytes/\(length)"), bufferSize: 64 << 10)
-        operation.configuration.idleTimeout = 1
+        operation.configuration.idleTimeout = 2
         operation.configuration.retryPolicy = .none
         var body = Data()
         var reads = 0
@@ -377,9 +378,9 @@ struct StreamingFetchTests {
             reads += 1
             switch reads {
             case 1:
-                // Held: the reader is behind for 1.5 s; the next read decides a late resume.
-                operation.channel.gate.resumeDelay = 2.5
-                try await Task.sleep(for: .milliseconds(1_500))
+                // Held: the reader is behind for 2.5 s; the next read decides a late resume.
+                operation.channel.gate.resumeDelay = 3.5
+                try await Task.sleep(for: .milliseconds(2_500))
             case 2:
                 operation.channel.gate.resumeDelay = 0
             default:

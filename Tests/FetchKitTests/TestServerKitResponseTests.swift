@@ -164,9 +164,11 @@ struct TestServerKitResponseTests {
         #expect(limit.expectedLength.map { $0 < cap } ?? true, "the announced (compressed) length is under the limit")
         #expect(largest.current <= cap, "no more than the limit was taken in")
         #expect(operation.responseBody.map { $0.count <= cap } ?? true)
-        // Inflating the whole gigabyte into memory would raise the peak by a gigabyte.
+        // Inflating the whole gigabyte into memory would raise the peak by a gigabyte. The
+        // peak is the process's, and the full suite's other tests raise it meanwhile (by
+        // 270 MiB once): the bound only tells a gigabyte from them.
         let growth = peakResidentBytes() - peakBefore
-        #expect(growth < 256 << 20, "the peak resident set grew by \(growth >> 20) MiB")
+        #expect(growth < 768 << 20, "the peak resident set grew by \(growth >> 20) MiB")
     }
 
     /// RST once the request is read, before any byte of the head: the connection is lost.
