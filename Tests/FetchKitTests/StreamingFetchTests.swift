@@ -298,6 +298,22 @@ struct StreamingFetchTests {
         #endif
     }
 
+    /// A stream asks for its body as it is (`Accept-Encoding: identity`): a compressing
+    /// server holds events back, and libcurl decodes a compressed read whole, past the
+    /// reader's pause. A request that names its codings keeps them.
+    @Test func aStreamAsksForItsBodyUncompressedUnlessTheRequestSaysOtherwise() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        for try await _ in FetchQueue().stream(DataStreamOperation(url: server.url("/bytes/64?plain"))) {}
+        var request = URLRequest(url: server.url("/bytes/64?gzip"))
+        request.setValue("gzip", forHTTPHeaderField: "Accept-Encoding")
+        for try await _ in FetchQueue().stream(DataStreamOperation(request: request)) {}
+        let plain = server.requests(path: "/bytes/64").first { $0.query["plain"] != nil }
+        let gzip = server.requests(path: "/bytes/64").first { $0.query["gzip"] != nil }
+        #expect(plain?.headers["Accept-Encoding"] == "identity")
+        #expect(gzip?.headers["Accept-Encoding"] == "gzip")
+    }
+
     /// A task waiting for the head of a stream that will not start (its queue is paused)
     /// stops waiting when it is cancelled, with `cancelled`; the fetch itself goes on.
     @Test func waitingForTheHeadEndsWithTheWaitersCancel() async throws {

@@ -225,6 +225,17 @@ open class StreamingFetchOperation<Element: Sendable>: AnyFetchOperation, Output
     }
 
     /// A stream is never answered from a validator store's body.
+    /// Asks for the body as it is (`Accept-Encoding: identity`), unless the request names
+    /// codings: a compressing server holds events back until its compressor flushes, and a
+    /// compressed body is decoded a whole network read at a time, past the reader's pause.
+    override func prepareTransferRequest(_ request: URLRequest) throws(FetchError) -> URLRequest {
+        var request = try super.prepareTransferRequest(request)
+        if request.value(forHTTPHeaderField: "Accept-Encoding") == nil {
+            request.setValue("identity", forHTTPHeaderField: "Accept-Encoding")
+        }
+        return request
+    }
+
     override var revalidatesWithoutStoredBody: Bool {
         false
     }
