@@ -17,6 +17,16 @@ nonisolated final class StreamedTokens: StreamingFetchOperation<StreamedToken>, 
     }
 }
 
+/// The lines of a body, each as a string, cut by the operation's framing.
+nonisolated final class LineStream: StreamingFetchOperation<String>, @unchecked Sendable {
+    override var framing: StreamFraming { .lines(maximumLength: 1024) }
+
+    override func parseElement(_ piece: StreamPiece) throws -> String? {
+        guard case .line(let line) = piece else { return nil }
+        return line
+    }
+}
+
 /// Records each fetch's metrics and end, by URL query.
 private final class StreamMetricsLog: FetchEventMonitor, @unchecked Sendable {
     let metrics = Locked([String: FetchMetrics]())
@@ -312,6 +322,84 @@ struct StreamingFetchTests {
         let gzip = server.requests(path: "/bytes/64").first { $0.query["gzip"] != nil }
         #expect(plain?.headers["Accept-Encoding"] == "identity")
         #expect(gzip?.headers["Accept-Encoding"] == "gzip")
+    }
+
+    /// Lines and events cut before a framing error in the same read reach the reader before
+    /// the error (they were dropped with it): one write holds two lines, then one past the
+    /// limit; two events, then one whose data lines pass its limit together.
+    @Test func whatWasCutBeforeAFramingErrorIsReadBeforeIt() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        server.route("/lines") { _ in .text("a\nb\n" + String(repeating: "x", count: 4096) + "\nnever\n") }
+        server.route("/events") { _ in
+            HTTPResponse(status: 200, headers: ["Content-Type": "text/event-stream"],
+                         body: Data(("data: 1\n\ndata: 2\n\n" + String(repeating: "data: " + String(repeating: "y", count: 100) + "\n", count: 20)
+                                     + "\ndata: never\n\n").utf8))
+        }
+        var lines: [String] = []
+        do throws(FetchError) {
+            for try await line in FetchQueue().stream(LineStream(url: server.url("/lines"))) { lines.append(line) }
+            Issue.record("the long line gave no error")
+        } catch {
+            guard case .invalidResponse(let details) = error, case .lineTooLong(1024) = details.reason else {
+                Issue.record("expected lineTooLong, got \(error)")
+                return
+            }
+        }
+        #expect(lines == ["a", "b"])
+
+        var events: [String] = []
+        do throws(FetchError) {
+            for try await event in FetchQueue().events(from: URLRequest(url: server.url("/events")), reconnection: .never, maximumEventSize: 1024) {
+                events.append(event.data)
+            }
+            Issue.record("the large event gave no error")
+        } catch {
+            guard case .invalidResponse(let details) = error, case .eventTooLarge(1024) = details.reason else {
+                Issue.record("expected eventTooLarge, got \(error)")
+                return
+            }
+        }
+        #expect(events == ["1", "2"])
+    }
+
+    /// A reader far behind takes everything that waited in one read; its lines are cut a
+    /// slice at a time (never all of a read's pieces at once), and a slice's edge splits no
+    /// line: here a CRLF and a two-byte character straddle the first edges, and every line
+    /// comes whole, in order.
+    @Test func aLargeReadIsCutIntoLinesASliceAtATimeWithNothingSplit() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let slice = 64 << 10
+        var body = Data()
+        var expected: [String] = []
+        var number = 0
+        while body.count < 3 * slice {
+            // Lines of 1 to 200 bytes; at each slice edge, one whose CRLF or "é" straddles it.
+            let edge = slice * (body.count / slice + 1)
+            var line = "line \(number) " + String(repeating: "z", count: number % 190)
+            if edge - body.count < 300, edge - body.count > line.utf8.count + 2 {
+                let pad = edge - body.count - 1 - (number % 2 == 0 ? 0 : 1)
+                line = String(repeating: "p", count: pad - (number % 2 == 0 ? 0 : 1)) + (number % 2 == 0 ? "" : "é")
+            }
+            expected.append(line)
+            body.append(Data(line.utf8))
+            body.append(Data("\r\n".utf8))
+            number += 1
+        }
+        let whole = body
+        server.route("/many") { _ in HTTPResponse(status: 200, body: whole) }
+        let operation = LineStream(url: server.url("/many"))
+        let arrived = Countdown(1)
+        operation.onProgress(on: .immediate, minimumInterval: 0) { progress in
+            if progress.bytesReceived == Int64(whole.count) { arrived.signal() }
+        }
+        let elements = FetchQueue().stream(operation)
+        #expect(await arrived.wait(), "the body never arrived")
+        var lines: [String] = []
+        for try await line in elements { lines.append(line) }
+        #expect(lines.count == expected.count)
+        #expect(lines == expected)
     }
 
     /// A task waiting for the head of a stream that will not start (its queue is paused)

@@ -22,8 +22,15 @@ struct LineSplitter {
     /// - Throws: ``FetchError/InvalidResponse/Reason/lineTooLong(limit:)`` as soon as a line
     ///   passes ``maximumLength``, ended or not: its bytes are not kept.
     mutating func feed(_ chunk: Data) throws(FetchError) -> [Data] {
-        guard !chunk.isEmpty else { return [] }     // an empty chunk between a CR and its LF
         var ended: [Data] = []
+        try feed(chunk, into: &ended)
+        return ended
+    }
+
+    /// Takes a chunk and appends the lines it ended to `ended`, in order: those before a line
+    /// that is too long are there when it throws.
+    mutating func feed(_ chunk: Data, into ended: inout [Data]) throws(FetchError) {
+        guard !chunk.isEmpty else { return }     // an empty chunk between a CR and its LF
         var start = chunk.startIndex
         if afterCR, start < chunk.endIndex, chunk[start] == 0x0A { start += 1 }
         afterCR = false
@@ -47,7 +54,6 @@ struct LineSplitter {
         }
         try hold(chunk.distance(from: start, to: chunk.endIndex))
         partial.append(chunk[start...])
-        return ended
     }
 
     /// The stream ended: the last line, if bytes came after the last line end.

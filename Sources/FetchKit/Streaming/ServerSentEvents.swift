@@ -88,10 +88,24 @@ public struct ServerSentEventParser: Sendable {
     ///   nothing of it is held. The parser should not be fed after it threw.
     public mutating func feed(_ chunk: Data) throws(FetchError) -> [ServerSentEvent] {
         var events: [ServerSentEvent] = []
-        for line in try splitter.feed(chunk) {
+        try feed(chunk, into: &events)
+        return events
+    }
+
+    /// Takes a chunk and appends the events it completed to `events`: those before a line or
+    /// an event past the limit are there when it throws.
+    mutating func feed(_ chunk: Data, into events: inout [ServerSentEvent]) throws(FetchError) {
+        var lines: [Data] = []
+        var failure: FetchError?
+        do {
+            try splitter.feed(chunk, into: &lines)
+        } catch {
+            failure = error
+        }
+        for line in lines {
             if let event = try take(line) { events.append(event) }
         }
-        return events
+        if let failure { throw failure }
     }
 
     /// The stream ended: an event it had not ended with a blank line is discarded, and the

@@ -277,6 +277,15 @@ final class StreamReader<Element: Sendable> {
     private var taken = 0
     private var ended = false
     private var refusal: FetchError?
+    /// The rest of the last chunk read, not cut yet: lines and events are cut a slice at a
+    /// time, so that the pieces of a large read (a reader far behind takes everything that
+    /// waited) never all exist at once.
+    private var uncut = Data()
+    /// A framing error met in the middle of a slice: thrown once the pieces cut before it
+    /// were read.
+    private var pendingError: FetchError?
+    /// The most bytes cut into lines or events at once.
+    static var sliceSize: Int { 64 << 10 }
 
     private enum Framing {
         case chunks
@@ -307,12 +316,23 @@ final class StreamReader<Element: Sendable> {
                 taken += 1
                 if let element = try parse(piece) { return element }
             }
+            ready.removeAll(keepingCapacity: true)
+            taken = 0
+            if let pendingError {
+                self.pendingError = nil
+                stop()
+                throw pendingError
+            }
+            if !uncut.isEmpty {
+                let slice = uncut.prefix(Self.sliceSize)
+                uncut = uncut.count > slice.count ? uncut.dropFirst(slice.count) : Data()
+                cut(slice)
+                continue
+            }
             if ended {
                 queue = nil
                 return nil
             }
-            ready.removeAll(keepingCapacity: true)
-            taken = 0
             let chunk: Data?
             do {
                 let operation = self.operation
@@ -322,27 +342,33 @@ final class StreamReader<Element: Sendable> {
                 queue = nil
                 throw error
             }
-            do {
-                try cut(chunk)
-            } catch {
-                stop()
-                throw error
+            startFraming()
+            if let chunk, case .chunks? = framing {
+                ready = [.chunk(chunk)]     // a chunk is its own piece, however large
+            } else if let chunk {
+                uncut = chunk
+            } else {
+                cut(nil)
             }
         }
     }
 
-    /// Cuts a chunk (or, for `nil`, the end) into pieces, as the operation's framing says.
-    private func cut(_ chunk: Data?) throws(FetchError) {
-        if framing == nil {
-            switch operation.framing {
-            case .chunks: framing = .chunks
-            case .lines(let maximumLength): framing = .lines(LineSplitter(maximumLength: maximumLength))
-            case .serverSentEvents(let maximumEventSize):
-                let start = operation.eventState.snapshot
-                framing = .events(ServerSentEventParser(maximumEventSize: maximumEventSize, lastEventID: start.lastEventID,
-                                                        reconnectionTime: start.reconnectionTime))
-            }
+    /// Reads the operation's framing, once, when the first chunk (or the end) comes.
+    private func startFraming() {
+        guard framing == nil else { return }
+        switch operation.framing {
+        case .chunks: framing = .chunks
+        case .lines(let maximumLength): framing = .lines(LineSplitter(maximumLength: maximumLength))
+        case .serverSentEvents(let maximumEventSize):
+            let start = operation.eventState.snapshot
+            framing = .events(ServerSentEventParser(maximumEventSize: maximumEventSize, lastEventID: start.lastEventID,
+                                                    reconnectionTime: start.reconnectionTime))
         }
+    }
+
+    /// Cuts a slice of a chunk (or, for `nil`, the end) into pieces, as the operation's
+    /// framing says. A framing error waits in ``pendingError`` behind the pieces cut before it.
+    private func cut(_ chunk: Data?) {
         guard let chunk else {
             ended = true
             switch framing {
@@ -358,10 +384,22 @@ final class StreamReader<Element: Sendable> {
         case .chunks, nil:
             ready = [.chunk(chunk)]
         case .lines(var splitter):
-            ready = try splitter.feed(chunk).map { .line(String(decoding: $0, as: UTF8.self)) }
+            var lines: [Data] = []
+            do {
+                try splitter.feed(chunk, into: &lines)
+            } catch {
+                pendingError = error
+            }
+            ready = lines.map { .line(String(decoding: $0, as: UTF8.self)) }
             framing = .lines(splitter)
         case .events(var parser):
-            ready = try parser.feed(chunk).map(StreamPiece.event)
+            var events: [ServerSentEvent] = []
+            do {
+                try parser.feed(chunk, into: &events)
+            } catch {
+                pendingError = error
+            }
+            ready = events.map(StreamPiece.event)
             framing = .events(parser)
             operation.eventState.withLock { $0 = EventStreamState(parser) }
         }
