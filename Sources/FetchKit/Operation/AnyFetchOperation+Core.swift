@@ -247,6 +247,9 @@ extension AnyFetchOperation {
         /// What its monitors and batch hear of (``ObservedFetch``), if anybody observes it.
         var observed: ObservedFetch?
         var progress: Progress?
+        /// Orders the writes to ``progress`` (corelibs' `Progress` has no lock of its own); made
+        /// with it.
+        var progressWrites: ProgressWrites?
         var progressRelays: [ProgressRelay] = []
         /// Made when the first sequence is: its registry ends the sequences if the operation
         /// is freed unfinished.

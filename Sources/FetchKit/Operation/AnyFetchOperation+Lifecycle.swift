@@ -200,13 +200,15 @@ extension AnyFetchOperation {
                 .change(StateChange(key: .finished, oldValue: false, newValue: true)),
                 .releaseCompletions
             )
-            return (deliver, core.progress, succeeded, streams, relays)
+            return (deliver, core.progress.flatMap { progress in core.progressWrites.map { (progress, $0) } }, succeeded, streams, relays)
         }
         for stream in streams { stream.finish() }
         // The last update waits for no interval, and is handed over before the completions.
         for relay in relays { relay.finish() }
-        if succeeded, let progress, progress.totalUnitCount < 0 {
-            progress.totalUnitCount = progress.completedUnitCount
+        if succeeded, let (progress, writes) = progress {
+            writes.write {
+                if progress.totalUnitCount < 0 { progress.totalUnitCount = progress.completedUnitCount }
+            }
         }
         if deliver { deliverEvents(onGlobal: onGlobal) }
     }

@@ -245,18 +245,20 @@ extension AnyFetchOperation {
     /// reported before, the value without a rate goes to the `Progress` object, the sequences
     /// and the progress handlers (not to the batch: no bytes moved).
     func reportPausedRate() {
-        typealias Update = (value: FetchProgress, progress: Progress?, relays: [ProgressRelay], flush: UInt64?)
+        typealias Update = (value: FetchProgress, progress: (Progress, ProgressWrites, UInt64)?, relays: [ProgressRelay], flush: UInt64?)
         let update = core.withLock { core -> Update? in
             core.rate = RateWindow()
             guard core.progressReported, !core.machine.isFinished else { return nil }
             let value = core.currentProgress
             let flush = core.yieldProgress(value)
             core.updateObserved { $0.progressed(value, self) }
-            return (value, core.progress, core.progressRelays, flush)
+            return (value, core.writableProgress, core.progressRelays, flush)
         }
         guard let update else { return }
         if let flush = update.flush { armProgressFlush(at: flush) }
-        update.progress?.setRate(nil, timeRemaining: nil)
+        if let (progress, writes, number) = update.progress {
+            writes.write(number) { progress.setRate(nil, timeRemaining: nil) }
+        }
         for relay in update.relays {
             relay.post(update.value)
         }
@@ -270,7 +272,7 @@ extension AnyFetchOperation {
     /// The sequences get the value under the lock, so that no older value can overtake the
     /// final one that ``Core/endProgressStreams(succeeded:)`` yields.
     private func reportProgress(toBatch: Bool = false, _ change: (inout Core) -> Int64) {
-        typealias Update = (value: FetchProgress, moved: Int64, progress: Progress?, relays: [ProgressRelay],
+        typealias Update = (value: FetchProgress, moved: Int64, progress: (Progress, ProgressWrites, UInt64)?, relays: [ProgressRelay],
                             batch: (FetchBatch, Int)?, flush: UInt64?)
         let update = core.withLock { core -> Update? in
             guard case .executing(.transferring) = core.machine.state else { return nil }
@@ -278,17 +280,19 @@ extension AnyFetchOperation {
             let value = core.currentProgress
             let flush = core.yieldProgress(value)
             core.updateObserved { $0.progressed(value, self) }
-            return (value, moved, core.progress, core.progressRelays, toBatch ? core.observed?.batch : nil, flush)
+            return (value, moved, core.writableProgress, core.progressRelays, toBatch ? core.observed?.batch : nil, flush)
         }
         guard let update else { return }
         if let flush = update.flush { armProgressFlush(at: flush) }
         if let (batch, index) = update.batch {
             batch.member(index, received: update.value.bytesReceived, expected: update.value.bytesExpected, moved: update.moved)
         }
-        if let progress = update.progress {
-            progress.totalUnitCount = update.value.bytesExpected ?? -1
-            progress.completedUnitCount = update.value.bytesReceived
-            progress.setRate(update.value.bytesPerSecond, timeRemaining: update.value.estimatedTimeRemaining)
+        if let (progress, writes, number) = update.progress {
+            writes.write(number) {
+                progress.totalUnitCount = update.value.bytesExpected ?? -1
+                progress.completedUnitCount = update.value.bytesReceived
+                progress.setRate(update.value.bytesPerSecond, timeRemaining: update.value.estimatedTimeRemaining)
+            }
         }
         for relay in update.relays {
             relay.post(update.value)
@@ -297,6 +301,13 @@ extension AnyFetchOperation {
 }
 
 extension AnyFetchOperation.Core {
+    /// The `Progress` object, if anyone asked for it, with its writes and the number of the
+    /// value taken now (under the lock).
+    var writableProgress: (Progress, ProgressWrites, UInt64)? {
+        guard let progress = self.progress, let writes = self.progressWrites else { return nil }
+        return (progress, writes, writes.take())
+    }
+
     /// The progress now.
     var currentProgress: FetchProgress {
         let received = self.bytesReceived

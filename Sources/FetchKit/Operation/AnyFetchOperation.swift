@@ -110,6 +110,7 @@ open class AnyFetchOperation: Operation, @unchecked Sendable {
             progress.completedUnitCount = core.bytesReceived
             progress.cancellationHandler = { [weak self] in self?.cancel() }
             core.progress = progress
+            core.progressWrites = ProgressWrites()
             return progress
         }
     }

@@ -82,6 +82,36 @@ struct RateWindow: Sendable, Equatable {
     static func now() -> UInt64 { DispatchTime.now().uptimeNanoseconds }
 }
 
+/// Writes to one Foundation `Progress`, one at a time and in the order their values were
+/// taken. corelibs' `Progress` has no lock of its own (its `userInfo` is a plain dictionary:
+/// two threads setting the rate at once crashed `fetchkit` in a dictionary's release), and
+/// values taken under another lock reach their writers in any order.
+final class ProgressWrites: Sendable {
+    private let state = Protected((taken: UInt64(0), written: UInt64(0)))
+
+    /// Numbers a value: call it under the lock where the value is taken.
+    func take() -> UInt64 {
+        state.withLock { state in
+            state.taken += 1
+            return state.taken
+        }
+    }
+
+    /// Runs `body` for the value numbered `number`, unless a later one was written already.
+    func write(_ number: UInt64, _ body: () -> Void) {
+        state.withLock { state in
+            guard number > state.written else { return }
+            state.written = number
+            body()
+        }
+    }
+
+    /// Runs `body` one at a time with the other writes.
+    func write(_ body: () -> Void) {
+        state.withLock { _ in body() }
+    }
+}
+
 extension Progress {
     /// Sets Foundation's throughput and time-remaining entries (`ProgressUserInfoKey.throughputKey`,
     /// in bytes per second, and `.estimatedTimeRemainingKey`, in seconds), or removes them when

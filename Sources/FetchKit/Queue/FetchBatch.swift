@@ -83,6 +83,8 @@ public final class FetchBatch: @unchecked Sendable {
     /// A member's bytes received (from the start of its file), its length if known, and
     /// whether it completed.
     private typealias Member = (received: Int64, expected: Int64?, ended: Bool)
+    /// Orders the writes to ``progress`` and ``byteProgress``.
+    private let progressWrites = ProgressWrites()
     private let relay: CoalescingRelay<Status>?
     private let completion: Callback<Status>?
     /// Where the batch's handlers run: the main queue, or the queue the caller named.
@@ -150,7 +152,7 @@ public final class FetchBatch: @unchecked Sendable {
     /// `moved` of them arrived since its last report (what the rate counts).
     func member(_ index: Int, received: Int64, expected: Int64?, moved: Int64) {
         let now = RateWindow.now()
-        let status = state.withLock { state -> Status in
+        let (status, number) = state.withLock { state -> (Status, UInt64) in
             let before = state.perMember[index]
             state.status.bytesReceived += received - before.received
             // A member's latest length counts: a download that started over (its file changed
@@ -169,9 +171,9 @@ public final class FetchBatch: @unchecked Sendable {
             state.status.bytesPerSecond = state.rate.bytesPerSecond
             state.status.estimatedTimeRemaining = Self.timeRemaining(of: state.perMember, at: state.rate)
             state.streams.yield(state.status)
-            return state.status
+            return (state.status, progressWrites.take())
         }
-        publish(status)
+        publish(status, number)
     }
 
     /// Cancels every member that has not completed: each completes once, as cancelled, and
@@ -199,7 +201,7 @@ public final class FetchBatch: @unchecked Sendable {
     }
 
     func memberFinished(_ index: Int, outcome: MemberOutcome) {
-        let (status, last, streams) = state.withLock { state in
+        let (status, last, streams, number) = state.withLock { state in
             state.status.finished += 1
             switch outcome {
             case .succeeded: break
@@ -212,10 +214,10 @@ public final class FetchBatch: @unchecked Sendable {
             let last = state.status.isFinished && !state.completed
             if last { state.completed = true }
             state.streams.yield(state.status)
-            return (state.status, last, last ? state.streams.finish(with: nil) : [])
+            return (state.status, last, last ? state.streams.finish(with: nil) : [], progressWrites.take())
         }
         for stream in streams { stream.finish() }
-        publish(status)
+        publish(status, number)
         if outcome == .failed, cancelsRestOnFailure, !last { cancel() }
         if last {
             completion?.post(status)
@@ -240,22 +242,25 @@ public final class FetchBatch: @unchecked Sendable {
     }
 
     private func memberFinishedEmpty() {
-        let (status, streams) = state.withLock { state in
+        let (status, streams, number) = state.withLock { state in
             state.completed = true
-            return (state.status, state.streams.finish(with: state.status))
+            return (state.status, state.streams.finish(with: state.status), progressWrites.take())
         }
         for stream in streams { stream.finish() }
-        publish(status)
+        publish(status, number)
         completion?.post(status)
     }
 
-    private func publish(_ status: Status) {
-        progress.completedUnitCount = Int64(status.finished)
-        if status.membersWithUnknownLength < status.total {
-            byteProgress.totalUnitCount = status.bytesExpected
+    /// Hands `status` (the value numbered `number`) to the `Progress` objects and the handler.
+    private func publish(_ status: Status, _ number: UInt64) {
+        progressWrites.write(number) {
+            progress.completedUnitCount = Int64(status.finished)
+            if status.membersWithUnknownLength < status.total {
+                byteProgress.totalUnitCount = status.bytesExpected
+            }
+            byteProgress.completedUnitCount = status.bytesReceived
+            byteProgress.setRate(status.bytesPerSecond, timeRemaining: status.estimatedTimeRemaining)
         }
-        byteProgress.completedUnitCount = status.bytesReceived
-        byteProgress.setRate(status.bytesPerSecond, timeRemaining: status.estimatedTimeRemaining)
         relay?.post(status)
     }
 }
