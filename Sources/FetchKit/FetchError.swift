@@ -199,6 +199,9 @@ extension FetchError {
             /// them could ever start (the name, or type, of one operation in the cycle). The
             /// operation was not enqueued.
             case dependencyCycle(String)
+            /// A ``StreamingFetchOperation``'s elements were read a second time (a second loop,
+            /// another task): every chunk goes to one reader, and the first one keeps it.
+            case streamAlreadyRead
             /// The session's ``TrustSettings`` could not be enforced for this request, so it was
             /// not sent (why): on Linux, an operation with ``FetchConfiguration/credentials``
             /// on such a session (see ``FetchSession/init(configuration:monitors:trust:)``).
@@ -246,6 +249,8 @@ extension FetchError {
                 return "Not enqueued\(target): its dependencies form a cycle through \(Prose.clause(dependency)), so none of them could ever start."
             case .trustNotEnforceable(let why):
                 return Prose.sentence("Not sent\(target): the session's trust settings cannot be enforced for it: \(why)")
+            case .streamAlreadyRead:
+                return "Not read\(target): the stream's elements already have a reader; every chunk goes to the first one."
             }
         }
     }

@@ -402,6 +402,53 @@ struct StreamingFetchTests {
         #expect(lines == expected)
     }
 
+    /// A second reader of one stream (another loop, another task) is refused with
+    /// `streamAlreadyRead`, at once, and leaves the first reader's fetch alone: the first gets
+    /// the whole body. (The second took the first's place: one of them waited for ever.)
+    @Test func aSecondReaderIsRefusedAndTheFirstReadsOn() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let length = 1 << 20
+        let gate = ServerGate()
+        server.route("/held") { _ in
+            .script([.write(HTTPResponse.rawHead(status: 200, headers: ["Content-Length": String(length)])),
+                     .writePattern(offset: 0, count: 1024), .wait(gate), .writePattern(offset: 1024, count: length - 1024)])
+        }
+        let operation = DataStreamOperation(url: server.url("/held"))
+        let elements = FetchQueue().stream(operation)
+        var iterator = elements.makeAsyncIterator()
+        var body = try await iterator.next() ?? Data()
+        do throws(FetchError) {
+            for try await chunk in operation.elements { Issue.record("the second reader read \(chunk.count) bytes") }
+            Issue.record("the second reader was not refused")
+        } catch {
+            guard case .invalidRequest(let details) = error, details.reason == .streamAlreadyRead else {
+                Issue.record("expected streamAlreadyRead, got \(error)")
+                return
+            }
+        }
+        gate.open()
+        while let chunk = try await iterator.next() { body.append(chunk) }
+        #expect(body == BytePattern.data(offset: 0, count: length))
+        #expect(operation.error == nil)
+    }
+
+    /// A stream has no size limit by default (its memory is bounded by its buffer; a
+    /// long-lived event stream passes any size); one set still ends it.
+    @Test func aStreamHasNoSizeLimitUnlessOneIsSet() async throws {
+        #expect(DataStreamOperation(url: URL(filePath: "/")).configuration.maximumResponseSize == .max)
+        #expect(DataStreamOperation(request: nil).configuration.maximumResponseSize == .max)
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let operation = DataStreamOperation(url: server.url("/bytes/\(1 << 20)"))
+        operation.configuration.maximumResponseSize = 64 << 10
+        operation.configuration.retryPolicy = .none
+        await #expect(throws: FetchError.self) {
+            for try await _ in FetchQueue().stream(operation) {}
+        }
+        #expect(operation.error?.code == .responseTooLarge)
+    }
+
     /// A task waiting for the head of a stream that will not start (its queue is paused)
     /// stops waiting when it is cancelled, with `cancelled`; the fetch itself goes on.
     @Test func waitingForTheHeadEndsWithTheWaitersCancel() async throws {
@@ -464,34 +511,43 @@ struct StreamingFetchTests {
     /// A resume waits for URLSession's work queue, which other transfers may keep busy (an
     /// endless fast body kept it for seconds): the hold lasts until the reading has gone on
     /// again, not from the reader's catching up. Here the resume the reader's catching up
-    /// decides is issued 3.5 s late, longer than the idle timeout (2 s: a loaded suite's work
-    /// queue can keep the later chunks a second); the idle clock must not run meanwhile. (It
-    /// ran from the decision: the stream failed with the idle timeout, every time. The full
-    /// suite's slow-reader test failed that way in 1 run of 10.)
+    /// decides is issued 5 s late, longer than the idle timeout (3 s); the idle clock must not
+    /// run meanwhile, and the reading goes on after it. (It ran from the decision: the stream
+    /// failed with the idle timeout, every time. The full suite's slow-reader test failed that
+    /// way in 1 run of 10.) The reader stops two reads after the late resume: the pauses and
+    /// resumes of the rest of the body, each behind the suite's busy work queue, are the
+    /// slow-reader test's.
     @Test func aResumeThatWaitsForABusyWorkQueueStillHolds() async throws {
         let server = try LoopbackServer()
         defer { server.stop() }
-        let length = 1 << 20
+        let length = 4 << 20
         let operation = DataStreamOperation(url: server.url("/bytes/\(length)"), bufferSize: 64 << 10)
-        operation.configuration.idleTimeout = 2
+        operation.configuration.idleTimeout = 3
         operation.configuration.retryPolicy = .none
+        let started = ContinuousClock.now
+        var timeline: [String] = []
         var body = Data()
         var reads = 0
-        for try await chunk in FetchQueue().stream(operation) {
-            body.append(chunk)
-            reads += 1
-            switch reads {
-            case 1:
-                // Held: the reader is behind for 2.5 s; the next read decides a late resume.
-                operation.channel.gate.resumeDelay = 3.5
-                try await Task.sleep(for: .milliseconds(2_500))
-            case 2:
-                operation.channel.gate.resumeDelay = 0
-            default:
-                break
+        do throws(FetchError) {
+            for try await chunk in FetchQueue().stream(operation) {
+                body.append(chunk)
+                reads += 1
+                timeline.append("read \(reads) at \(ContinuousClock.now - started)")
+                if reads == 1 {
+                    // Held: the reader is behind for 3.5 s; its next read decides a late resume.
+                    operation.channel.gate.resumeDelay = 5
+                    try? await Task.sleep(for: .milliseconds(3_500))
+                } else if reads == 2 {
+                    operation.channel.gate.resumeDelay = 0
+                } else if reads == 4 {
+                    break
+                }
             }
+        } catch {
+            Issue.record("\(error) — \(timeline.joined(separator: ", "))")
         }
-        #expect(body == BytePattern.data(offset: 0, count: length))
+        #expect(reads == 4, "\(timeline)")
+        #expect(body == BytePattern.data(offset: 0, count: body.count))
         #expect(operation.channel.gate.pauses > 1, "the reading was not held twice")
     }
 

@@ -30,6 +30,8 @@ final class StreamChannel: Sendable {
         var delivered = false
         /// The reader's task was cancelled.
         var readerCancelled = false
+        /// A reader claimed the stream (``claimReader()``).
+        var claimed = false
         /// Numbers the backlog's readings, for the gate (``BacklogGate/noteBacklog(_:sequence:)``).
         var readings: UInt64 = 0
     }
@@ -91,6 +93,14 @@ final class StreamChannel: Sendable {
         if reading != 0 { gate.noteBacklog(Int64(backlog), sequence: reading) }
         reader?.resume()
         return kept
+    }
+
+    /// Makes the caller the stream's one reader: `false` if another reader claimed it first.
+    func claimReader() -> Bool {
+        state.withLock { state in
+            defer { state.claimed = true }
+            return !state.claimed
+        }
     }
 
     /// Whether any chunk of the body arrived (so the fetch must not be repeated). Any thread.

@@ -94,9 +94,14 @@ open class StreamingFetchOperation<Element: Sendable>: AnyFetchOperation, Output
     ///     before sending by overriding ``AnyFetchOperation/makeRequest()``.
     ///   - bufferSize: The most bytes held between the network and the reader before the
     ///     reading waits (at least 64 KiB). Default 1 MiB.
+    ///
+    /// A stream's ``FetchConfiguration/maximumResponseSize`` is `.max` (no limit): what it holds
+    /// is bounded by `bufferSize`, and a long-lived stream may pass any size. Set one to end a
+    /// stream that grows past it.
     public init(request: URLRequest? = nil, bufferSize: Int = 1 << 20) {
         channel = StreamChannel(limit: max(64 << 10, bufferSize))
         super.init(request: request)
+        configuration.maximumResponseSize = .max
     }
 
     /// Creates an operation that GETs `url`.
@@ -111,6 +116,7 @@ open class StreamingFetchOperation<Element: Sendable>: AnyFetchOperation, Output
     public init(url: URL, bufferSize: Int = 1 << 20) {
         channel = StreamChannel(limit: max(64 << 10, bufferSize))
         super.init(request: URLRequest(url: url))
+        configuration.maximumResponseSize = .max
     }
 
     /// An operation whose accepted responses must have `mediaType` (an event stream's
@@ -118,6 +124,7 @@ open class StreamingFetchOperation<Element: Sendable>: AnyFetchOperation, Output
     init(request: URLRequest, bufferSize: Int = 1 << 20, requiredMediaType: String) {
         channel = StreamChannel(limit: max(64 << 10, bufferSize), requiredMediaType: requiredMediaType)
         super.init(request: request)
+        configuration.maximumResponseSize = .max
     }
 
     /// How the body is cut into the pieces ``parseElement(_:)`` gets. Default ``StreamFraming/chunks``.
@@ -277,6 +284,8 @@ final class StreamReader<Element: Sendable> {
     private var taken = 0
     private var ended = false
     private var refusal: FetchError?
+    /// Whether this reader is the stream's one reader (claimed at its first read).
+    private var claimed = false
     /// The rest of the last chunk read, not cut yet: lines and events are cut a slice at a
     /// time, so that the pieces of a large read (a reader far behind takes everything that
     /// waited) never all exist at once.
@@ -309,6 +318,15 @@ final class StreamReader<Element: Sendable> {
         if let refusal {
             self.refusal = nil
             throw refusal
+        }
+        if !claimed {
+            // One reader: a second one (another iteration, another task) is refused, and
+            // leaves the first one's fetch alone.
+            guard operation.channel.claimReader() else {
+                ended = true
+                throw .invalidRequest(.init(reason: .streamAlreadyRead, url: operation.request?.url))
+            }
+            claimed = true
         }
         while true {
             while taken < ready.count {
