@@ -83,6 +83,7 @@ final class BacklogGate: Sendable {
                     state.releasing -= 1
                     state.releasedAt = DispatchTime.now().uptimeNanoseconds
                 }
+                self.releaseObserver.snapshot?()
             }
         }
         if delay > 0 {
@@ -120,6 +121,13 @@ final class BacklogGate: Sendable {
         set { delays.withLock { $0 = newValue } }
     }
     private let delays = Protected(TimeInterval(0))
+
+    /// Runs once each hold has ended (the reading went on), for a test that waits for it.
+    var onRelease: (@Sendable () -> Void)? {
+        get { releaseObserver.snapshot }
+        set { releaseObserver.withLock { $0 = newValue } }
+    }
+    private let releaseObserver = Protected<(@Sendable () -> Void)?>(nil)
 
     /// How many times the gate held the reading.
     var pauses: Int {

@@ -100,7 +100,7 @@ final class Transfer: TransferHandle, @unchecked Sendable {
         // router's answer, FoundationNetworking ends the task, and the answer then traps in it
         // ("Received callback for HTTP redirection, but we're not waiting for it"). One second
         // of slack was reached on a loaded machine, whose router queue ran seconds behind.
-        request.timeoutInterval = (limits.idleTimeout.rounded(.up) + 30).clamped(to: 1...(7 * 24 * 3600))
+        request.timeoutInterval = Self.backstop(idleTimeout: limits.idleTimeout, consumerMayHold: sink.backlogGate != nil)
         self.request = request
         machine = TransferStateMachine(request: request, limits: limits)
         self.session = session
@@ -380,6 +380,16 @@ final class Transfer: TransferHandle, @unchecked Sendable {
     }
 
     // MARK: Helpers
+
+    /// URLSession's own timeout for a transfer (a backstop: FetchKit enforces the real one):
+    /// the idle timeout and 30 s, in whole seconds; a week for a transfer whose consumer may
+    /// hold its reading (a stream's reader, a download's disk), since URLSession's timer, reset
+    /// only by data, would otherwise end a hold longer than the idle timeout and 30 s — a
+    /// reader that waits a minute — while FetchKit's idle clock rightly waits for it.
+    static func backstop(idleTimeout: TimeInterval, consumerMayHold: Bool) -> TimeInterval {
+        let week: TimeInterval = 7 * 24 * 3600
+        return consumerMayHold ? week : (idleTimeout.rounded(.up) + 30).clamped(to: 1...week)
+    }
 
     static func now() -> UInt64 {
         DispatchTime.now().uptimeNanoseconds
