@@ -70,10 +70,14 @@ package enum ReceivePause {
     /// `BacklogGate`). Same rules as ``pauseReceiving(_:)``.
     ///
     /// - Returns: The resume, or `nil` if libcurl's handle could not be reached (the reading
-    ///   goes on). Its argument runs on the work queue once the reading goes on again (or the
-    ///   task has ended): the queue may be busy with other transfers, and the consumer's hold
-    ///   lasts until then.
-    package static func pauseUntilResumed(_ task: URLSessionTask) -> (@Sendable (_ resumed: @escaping @Sendable () -> Void) -> Void)? {
+    ///   goes on). Its argument runs on the work queue once the reading has gone on again —
+    ///   after the unpause, and after libcurl's read that it asks for (queued on the work
+    ///   queue) — or the task has ended: the queue may be busy with other transfers, and the
+    ///   consumer's hold lasts until then.
+    package static func pauseUntilResumed(
+        _ task: URLSessionTask,
+        stall: TimeInterval = 0
+    ) -> (@Sendable (_ resumed: @escaping @Sendable () -> Void) -> Void)? {
         #if canImport(FoundationNetworking) && os(Linux) && (canImport(Glibc) || canImport(Musl))
         guard let handle = easyHandle(of: task), let workQueue = FoundationNetworkingLayout.workQueue(of: task),
               Curl.pause(handle, receiving: false) else { return nil }
@@ -82,10 +86,38 @@ package enum ReceivePause {
                 // The task may have ended meanwhile: its handle is looked up again, on this queue.
                 if let handle = easyHandle(of: task) { _ = Curl.pause(handle, receiving: true) }
                 resumed()
+                guard stall > 0, let handle = easyHandle(of: task), Curl.pause(handle, receiving: false) else { return }
+                workQueue.asyncAfter(deadline: .now() + stall) {
+                    if let handle = easyHandle(of: task) { _ = Curl.pause(handle, receiving: true) }
+                }
             }
         }
         #else
         return nil
+        #endif
+    }
+
+    /// The socket of `task`'s connection, if it is an HTTP/1 one (which carries this transfer
+    /// alone) and the shims know it (the `socket-wakeups` workaround records what libcurl
+    /// watches): for a look at what waits in the kernel unread (``unreadBytes(onSocket:)``).
+    /// Same rules as ``pauseReceiving(_:)``.
+    package static func http1Socket(of task: URLSessionTask) -> Int32? {
+        #if canImport(FoundationNetworking) && os(Linux) && (canImport(Glibc) || canImport(Musl))
+        guard let handle = easyHandle(of: task), let version = Curl.long(handle, .httpVersion),
+              version == Curl.HTTPVersion.http1_0 || version == Curl.HTTPVersion.http1_1 else { return nil }
+        return CurlSocketCallback.socket(of: handle)
+        #else
+        return nil
+        #endif
+    }
+
+    /// The bytes that wait unread in `socket`'s receive queue (`FIONREAD`); `nil` if the kernel
+    /// does not say (a closed socket). Any thread: it reads the kernel's count, nothing of libcurl's.
+    package static func unreadBytes(onSocket socket: Int32) -> Int? {
+        #if os(Linux) && (canImport(Glibc) || canImport(Musl))
+        Sockets.unreadBytes(socket)
+        #else
+        nil
         #endif
     }
 

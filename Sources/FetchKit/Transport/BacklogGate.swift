@@ -122,6 +122,24 @@ final class BacklogGate: Sendable {
     }
     private let delays = Protected(TimeInterval(0))
 
+    /// Seconds for which the reading stays paused just after each resume: 0, except in a test
+    /// that stands for a work queue that gets to libcurl's next read late
+    /// (``ReceivePause/pauseUntilResumed(_:stall:)``).
+    var readingStall: TimeInterval {
+        get { stalls.snapshot }
+        set { stalls.withLock { $0 = newValue } }
+    }
+    private let stalls = Protected(TimeInterval(0))
+
+    /// The slack of URLSession's own timer beyond the idle timeout for a transfer without a
+    /// consumer that may hold it (``Transfer/backstop(idleTimeout:consumerMayHold:slack:)``):
+    /// 30 s, except in a test that shows what the timer would do to a long hold, quickly.
+    var backstopSlack: TimeInterval {
+        get { slacks.snapshot }
+        set { slacks.withLock { $0 = newValue } }
+    }
+    private let slacks = Protected(TimeInterval(30))
+
     /// Runs once each hold has ended (the reading went on), for a test that waits for it.
     var onRelease: (@Sendable () -> Void)? {
         get { releaseObserver.snapshot }

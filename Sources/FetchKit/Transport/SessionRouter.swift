@@ -234,7 +234,12 @@ extension SessionRouter: URLSessionDataDelegate {
         completionHandler: @escaping @Sendable (URLSession.ResponseDisposition) -> Void
     ) {
         // In order with the chunks: the body that follows is counted from here.
-        transfer(for: dataTask)?.inbox.headArrived()
+        if let transfer = transfer(for: dataTask) {
+            transfer.inbox.headArrived()
+            // Where the body will come from, for the idle deadline's look at what the kernel
+            // holds unread (on the work queue, where the shims may look up the handle).
+            if !isCurrent { transfer.noteConnectionSocket(ReceivePause.http1Socket(of: dataTask)) }
+        }
         handle { [self] in
             if let http = response as? HTTPURLResponse { cookies.store(from: http, of: dataTask) }
             // The disposition is ignored on Linux (libcurl cannot pause), so always allow and let
@@ -270,7 +275,7 @@ extension SessionRouter: URLSessionDataDelegate {
         }
         // A consumer that is behind (a download's disk, a stream's reader): the reading waits (``BacklogGate``).
         if let gate = transfer.backlogGate {
-            gate.holdIfBehind(waiting: { transfer.inbox.waiting }) { ReceivePause.pauseUntilResumed(dataTask) }
+            gate.holdIfBehind(waiting: { transfer.inbox.waiting }) { ReceivePause.pauseUntilResumed(dataTask, stall: gate.readingStall) }
         }
         if wake {
             queue.async { transfer.takeArrivals() }

@@ -82,6 +82,15 @@ final class Transfer: TransferHandle, @unchecked Sendable {
         }
     }
 
+    /// The socket of the connection its response comes on, as libcurl watched it when the
+    /// head arrived (`nil`: not known), for the idle deadline's look at the kernel.
+    private let connectionSocket = Protected<Int32?>(nil)
+
+    /// A response's head arrived on `socket` (URLSession's work queue).
+    func noteConnectionSocket(_ socket: Int32?) {
+        connectionSocket.withLock { $0 = socket }
+    }
+
     /// The header fields its queue's ``FetchAuthenticator`` put on the request (beside
     /// `Authorization`): a redirect to another origin drops them with it.
     let credentialFields: [String]
@@ -100,7 +109,8 @@ final class Transfer: TransferHandle, @unchecked Sendable {
         // router's answer, FoundationNetworking ends the task, and the answer then traps in it
         // ("Received callback for HTTP redirection, but we're not waiting for it"). One second
         // of slack was reached on a loaded machine, whose router queue ran seconds behind.
-        request.timeoutInterval = Self.backstop(idleTimeout: limits.idleTimeout, consumerMayHold: sink.backlogGate != nil)
+        request.timeoutInterval = Self.backstop(idleTimeout: limits.idleTimeout, consumerMayHold: sink.backlogGate != nil,
+                                                slack: sink.backlogGate?.backstopSlack ?? 30)
         self.request = request
         machine = TransferStateMachine(request: request, limits: limits)
         self.session = session
@@ -358,11 +368,17 @@ final class Transfer: TransferHandle, @unchecked Sendable {
         perform(machine.deadlineReached(now: nowUnlessConsumerHolds()))
     }
 
-    /// Now; and where the sink's consumer held the reading (``BacklogGate``), the silence was
-    /// not the server's: the idle clock runs from the hold's end.
+    /// Now; and where the silence was not the server's, the idle clock runs from its end:
+    /// where the sink's consumer held the reading (``BacklogGate``), from the hold's end; where
+    /// the kernel holds bytes of the response's connection unread, from now — the server sent
+    /// them, and libcurl waits for URLSession's work queue, which every session of the process
+    /// shares, to read them (a busy queue, or a reading just resumed).
     private func nowUnlessConsumerHolds() -> UInt64 {
         let now = Self.now()
         if let gate = backlogGate { machine.consumerHeld(until: gate.heldUntil(now: now)) }
+        if let socket = connectionSocket.snapshot, let unread = ReceivePause.unreadBytes(onSocket: socket), unread > 0 {
+            machine.consumerHeld(until: now)
+        }
         return now
     }
 
@@ -382,13 +398,13 @@ final class Transfer: TransferHandle, @unchecked Sendable {
     // MARK: Helpers
 
     /// URLSession's own timeout for a transfer (a backstop: FetchKit enforces the real one):
-    /// the idle timeout and 30 s, in whole seconds; a week for a transfer whose consumer may
+    /// the idle timeout and `slack` (30 s), in whole seconds; a week for a transfer whose consumer may
     /// hold its reading (a stream's reader, a download's disk), since URLSession's timer, reset
     /// only by data, would otherwise end a hold longer than the idle timeout and 30 s — a
     /// reader that waits a minute — while FetchKit's idle clock rightly waits for it.
-    static func backstop(idleTimeout: TimeInterval, consumerMayHold: Bool) -> TimeInterval {
+    static func backstop(idleTimeout: TimeInterval, consumerMayHold: Bool, slack: TimeInterval = 30) -> TimeInterval {
         let week: TimeInterval = 7 * 24 * 3600
-        return consumerMayHold ? week : (idleTimeout.rounded(.up) + 30).clamped(to: 1...week)
+        return consumerMayHold ? week : (idleTimeout.rounded(.up) + slack).clamped(to: 1...week)
     }
 
     static func now() -> UInt64 {
