@@ -144,7 +144,8 @@ extension FetchSession {
             .init(id: "redirects-in-new-tasks", summary: "each redirect is followed in a task of its own, with its body and its host's pins",
                   upstream: "FoundationNetworking drops a redirected body; 6.3 traps on a redirect over a shared HTTP/2 connection",
                   dependsOn: [], status: .active),
-            .init(id: "timeouts", summary: "idle and total timeouts at sub-second precision, the total one over every attempt",
+            .init(id: "timeouts", summary: "idle and total timeouts at sub-second precision, the total one over every attempt; "
+                      + "no idle timeout while an HTTP/1 response's bytes wait unread in the kernel (with socket-wakeups)",
                   upstream: "FoundationNetworking truncates timeouts to whole seconds and ignores the resource timeout",
                   dependsOn: [], status: .active),
             .init(id: "cookies-sent", summary: "each request (and each redirected one) carries the stored cookies RFC 6265 §5.4 says",
