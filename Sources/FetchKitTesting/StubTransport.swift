@@ -65,7 +65,8 @@ public final class StubTransport: Sendable {
 
     /// Answers requests whose method is `method` (any, for `nil`) and whose path matches
     /// `pattern`, as ``TestServer/route(_:_:_:)`` reads it. Only canned answers (status,
-    /// headers, body) make sense here.
+    /// headers, body) make sense here. A `HEAD` request that no `HEAD` route matches gets the
+    /// `GET` route's status and headers, without the body.
     public func route(_ method: String? = nil, _ pattern: String, _ respond: @escaping @Sendable (TestRequest) -> TestResponse) {
         let route = Route(method: method?.uppercased(), pattern: RoutePattern(pattern), respond: respond)
         state.withLock { $0.routes.append(route) }
@@ -94,9 +95,15 @@ public final class StubTransport: Sendable {
         }
         let fields = (request.allHTTPHeaderFields ?? [:]).sorted { $0.key < $1.key }
         let routes = state.withLock { $0.routes }
-        let matched = routes.reversed().lazy.compactMap { route -> (Route, [String: String])? in
-            guard route.method == nil || route.method == method.uppercased(), let parameters = route.pattern.match(path) else { return nil }
-            return (route, parameters)
+        // A HEAD that no HEAD route matches falls to the GET route, as on a TestServer: its
+        // head, without the body.
+        let isHead = method.uppercased() == "HEAD"
+        let methods = isHead ? ["HEAD", "GET"] : [method.uppercased()]
+        let matched = methods.lazy.compactMap { wanted in
+            routes.reversed().lazy.compactMap { route -> (Route, [String: String])? in
+                guard route.method == nil || route.method == wanted, let parameters = route.pattern.match(path) else { return nil }
+                return (route, parameters)
+            }.first
         }.first
         let received = TestRequest(method: method, path: path, query: query, headerFields: fields.map { ($0.key, $0.value) },
                                    body: request.httpBody ?? Data(), connectionID: 0, time: Date(), parameters: matched?.1 ?? [:])
@@ -107,6 +114,7 @@ public final class StubTransport: Sendable {
         let response = route.respond(received).response
         var headers: [String: String] = [:]
         for field in response.headers { headers[field.name] = field.value }
+        if isHead { return (response.status, headers, Data()) }
         switch response.body {
         case .data(let data):
             return (response.status, headers, data)

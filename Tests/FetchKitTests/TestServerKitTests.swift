@@ -463,6 +463,22 @@ struct StubTransportTests {
         #expect(failure.statusCode == 500)
     }
 
+    /// A `HEAD` that no `HEAD` route matches gets the `GET` route's head, without its body, as
+    /// on a `TestServer`. (It got the unmatched 500.)
+    @Test func aHeadFallsToTheGetRouteWithoutTheBody() async throws {
+        let stub = StubTransport()
+        stub.route("GET", "/report") { _ in .text("the whole report") }
+        var request = URLRequest(url: stub.url("/report"))
+        request.httpMethod = "HEAD"
+        let operation = DataFetchOperation(request: request)
+        operation.configuration.session = stub.makeSession()
+        operation.configuration.retryPolicy = .none
+        let body = try await FetchQueue().fetch(operation)
+        #expect(body.isEmpty)
+        #expect(operation.response?.statusCode == 200)
+        #expect(stub.requests.map(\.method) == ["HEAD"])
+    }
+
     @Test func twoStubsAnswerTheirOwnSessions() async throws {
         let first = StubTransport(), second = StubTransport()
         first.route(nil, "/who") { _ in .text("first") }
