@@ -62,7 +62,7 @@ private final class ChangingFile: Sendable {
 /// changes meanwhile, pauses racing completions, a journal restored after the user touched
 /// the partial files, and a journal edited by hand.
 @Suite("Download manager: adversarial use", .timeLimit(.minutes(3)))
-struct DownloadManagerReviewTests {
+struct DownloadManagerAdversarialUseTests {
     private func contents(_ url: URL) -> Data? { FileManager.default.contents(atPath: url.path) }
     private func exists(_ url: URL) -> Bool { FileManager.default.fileExists(atPath: url.path) }
 

@@ -10,8 +10,8 @@ import Testing
 /// `HTTPCookie` parses a `Set-Cookie` line): a rewrite must not change another cookie's
 /// meaning, let the URL or a server smuggle a cookie or attribute, or keep a cookie that a
 /// response deleted.
-@Suite("Cookies stored: review", .timeLimit(.minutes(3)))
-struct CookieStoringReviewTests {
+@Suite("Cookies stored: no rewrite changes a cookie's meaning or smuggles one", .timeLimit(.minutes(3)))
+struct CookieStoringAttackTests {
     @Test func aCommaInTheDefaultPathDoesNotSmuggleACookie() async throws {
         // The default path comes from the URL, which a link can make up: `,sid=evil` in it,
         // appended as `; Path=/a,sid=evil`, was read by `HTTPCookie` as a second cookie.
@@ -30,7 +30,7 @@ struct CookieStoringReviewTests {
         // `/shop;v=1/cart`: the default path `/shop;v=1` cannot be written after a `;`; written
         // escaped (`/shop%3Bv=1`) the cookie matched no request at all.
         let url = try #require(URL(string: "http://www.example.com/shop;v=1/cart"))
-        let kept = try CookieReviewTests.stored(from: url, setting: "basket=1")
+        let kept = try CookieSendingAttackTests.stored(from: url, setting: "basket=1")
         let next = try #require(URL(string: "http://www.example.com/shop;v=1/pay"))
         #expect(CookieJar.matching(kept, for: next, now: Date()).map(\.name) == ["basket"])
     }
@@ -53,7 +53,7 @@ struct CookieStoringReviewTests {
     @Test func aTopLevelDomainWithATrailingDotIsRefused() throws {
         // `Domain=com.` from `evil.com.` was stored as `.com.`, and sent to `bank.com.`.
         let url = try #require(URL(string: "http://evil.com./"))
-        let kept = try CookieReviewTests.stored(from: url, setting: "tld=1; Domain=com.; Path=/, own=1; Path=/")
+        let kept = try CookieSendingAttackTests.stored(from: url, setting: "tld=1; Domain=com.; Path=/, own=1; Path=/")
         #expect(kept.map(\.name) == ["own"])
         let bank = try #require(URL(string: "http://bank.com./"))
         #expect(CookieJar.matching(kept, for: bank, now: Date()).isEmpty)
@@ -63,13 +63,13 @@ struct CookieStoringReviewTests {
         // `HTTPCookie` lowercases the domain; `URL.host` keeps `FE80::1` as written, and the
         // IP-address rule compared the two as they were, dropping every such cookie.
         let url = try #require(URL(string: "http://[FE80::1]/"))
-        let kept = try CookieReviewTests.stored(from: url, setting: "sid=1; Path=/")
+        let kept = try CookieSendingAttackTests.stored(from: url, setting: "sid=1; Path=/")
         #expect(kept.map(\.name) == ["sid"])
         #expect(CookieJar.matching(kept, for: url, now: Date()).map(\.name) == ["sid"])
     }
 }
 
-extension CookieStoringReviewTests {
+extension CookieStoringAttackTests {
     @Test(arguments: ["http://localhost/", "http://intranet/", "http://intranet./"])
     func aSingleLabelHostNamingItselfAsDomainSetsAHostOnlyCookie(_ address: String) throws {
         // RFC 6265 §5.3 step 5: a `Domain` that is a public suffix (every single label is one)
@@ -77,7 +77,7 @@ extension CookieStoringReviewTests {
         // `evil.localhost` too.
         let url = try #require(URL(string: address))
         let host = try #require(url.host)
-        let kept = try CookieReviewTests.stored(from: url, setting: "sid=1; Domain=\(host); Path=/")
+        let kept = try CookieSendingAttackTests.stored(from: url, setting: "sid=1; Domain=\(host); Path=/")
         #expect(kept.map(\.name) == ["sid"])
         #expect(CookieJar.matching(kept, for: url, now: Date()).map(\.name) == ["sid"])
         let sub = try #require(URL(string: "http://evil.\(host)/"))
@@ -87,19 +87,19 @@ extension CookieStoringReviewTests {
     @Test func anExpiresWithATwoDigitYearIsReadAsRFC6265Says() throws {
         // RFC 6265 §5.1.1: a year of 70-99 is 19xx, one of 0-69 is 20xx.
         let url = try #require(URL(string: "http://www.example.com/"))
-        let kept = try CookieReviewTests.stored(from: url, setting: "sid=1; Expires=Wed, 21-Oct-37 07:28:00 GMT; Path=/")
+        let kept = try CookieSendingAttackTests.stored(from: url, setting: "sid=1; Expires=Wed, 21-Oct-37 07:28:00 GMT; Path=/")
         let expires = try #require(kept.first?.expiresDate)
         #expect(Calendar(identifier: .gregorian).dateComponents(in: TimeZone(identifier: "GMT")!, from: expires).year == 2037)
     }
 
     @Test func anExpiresWithoutAWeekdayIsRead() throws {
         let url = try #require(URL(string: "http://www.example.com/"))
-        let kept = try CookieReviewTests.stored(from: url, setting: "sid=1; Expires=21 Oct 2037 07:28:00 GMT; Path=/")
+        let kept = try CookieSendingAttackTests.stored(from: url, setting: "sid=1; Expires=21 Oct 2037 07:28:00 GMT; Path=/")
         #expect(kept.first?.expiresDate != nil)
     }
 }
 
-extension CookieStoringReviewTests {
+extension CookieStoringAttackTests {
     @Test func cookieDatesAreReadAsRFC6265Says() throws {
         let expected = Date(timeIntervalSince1970: 784_111_777) // Sun, 06 Nov 1994 08:49:37 GMT
         for value in ["Sun, 06 Nov 1994 08:49:37 GMT", "Sunday, 06-Nov-94 08:49:37 GMT", "Sun Nov  6 08:49:37 1994",
@@ -133,7 +133,7 @@ extension CookieStoringReviewTests {
     }
 }
 
-extension CookieStoringReviewTests {
+extension CookieStoringAttackTests {
     @Test func anExpiresValueIsWhatADateFormatterWritesAndReadsBack() throws {
         let formatter = DateFormatter()
         formatter.locale = Locale(identifier: "en_US_POSIX")
@@ -155,14 +155,14 @@ extension CookieStoringReviewTests {
     }
 }
 
-extension CookieStoringReviewTests {
+extension CookieStoringAttackTests {
     @Test func anEmptyDomainIsIgnored() throws {
         // RFC 6265 §5.2.3: an empty `Domain` is ignored entirely. `HTTPCookie` made it `.`,
         // which no host matches, and the cookie was thrown away.
         let url = try #require(URL(string: "http://www.example.com/"))
-        let kept = try CookieReviewTests.stored(from: url, setting: "own=1; Domain=; Path=/")
+        let kept = try CookieSendingAttackTests.stored(from: url, setting: "own=1; Domain=; Path=/")
         #expect(kept.map(\.domain) == ["www.example.com"], "host-only")
-        let earlier = try CookieReviewTests.stored(from: url, setting: "site=1; Domain=example.com; Domain=; Path=/")
+        let earlier = try CookieSendingAttackTests.stored(from: url, setting: "site=1; Domain=example.com; Domain=; Path=/")
         #expect(earlier.map(\.domain) == [".example.com"], "the Domain before it counts")
     }
 }

@@ -9,19 +9,19 @@ struct Fault: Sendable, CustomStringConvertible {
     let path: String
     var idleTimeout: TimeInterval = 10
     var totalTimeout: TimeInterval?
-    /// The retries ``FaultSuiteTests/policy`` allows for this fault.
-    var maximumRetries = FaultSuiteTests.policy.maximumRetries
+    /// The retries ``ServerFaultOutcomeTests/policy`` allows for this fault.
+    var maximumRetries = ServerFaultOutcomeTests.policy.maximumRetries
     /// Whether the fetch should succeed (possibly after retries).
     let succeeds: Bool
-    /// The attempts expected (with ``FaultSuiteTests/policy(for:)``).
+    /// The attempts expected (with ``ServerFaultOutcomeTests/policy(for:)``).
     let attempts: ClosedRange<Int>
     /// Checks the error of a failing fetch.
     var check: @Sendable (FetchError) -> Bool = { _ in true }
     var description: String { name }
 }
 
-@Suite("Fault suite", .timeLimit(.minutes(3)))
-struct FaultSuiteTests {
+@Suite("Each server fault ends as documented", .timeLimit(.minutes(3)))
+struct ServerFaultOutcomeTests {
     /// Short waits, the default decisions: up to two retries.
     static let policy = RetryPolicy(maximumRetries: 2, baseDelay: 0.05, maximumDelay: 0.2)
 

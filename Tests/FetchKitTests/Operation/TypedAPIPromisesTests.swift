@@ -23,9 +23,9 @@ final class GetLateSample: JSONFetchOperation<Sample>, @unchecked Sendable {
     }
 }
 
-/// Defects found reviewing the typed API (issue 10), each staged for real.
-@Suite("API review", .timeLimit(.minutes(3)))
-struct APIReviewTests {
+/// The typed API's promises where a review found them broken, each staged for real.
+@Suite("The typed API keeps its promises at the edges", .timeLimit(.minutes(3)))
+struct TypedAPIPromisesTests {
     // MARK: JSONFetchOperation sends Accept whatever way its request was made
 
     /// "It sends `Accept: application/json` unless the request sets another `Accept`": also
@@ -93,8 +93,8 @@ final class MaybeNumber: FetchOperation<Int?>, @unchecked Sendable {
     }
 }
 
-@Suite("API review: optional outputs", .timeLimit(.minutes(3)))
-struct APIReviewOptionalOutputTests {
+@Suite("An optional output: nil is a success", .timeLimit(.minutes(3)))
+struct OptionalOutputTests {
     /// An output that is itself `nil` is a success with `nil`, not a "missing parser" failure.
     @Test func aNilOutputIsASuccess() async throws {
         let server = try LoopbackServer()
@@ -152,8 +152,8 @@ final class WeakOutputBox: @unchecked Sendable {
     weak var value: TrackedOutput?
 }
 
-@Suite("API review: outputs of cancelled parses", .timeLimit(.minutes(3)))
-struct APIReviewCancelledParseTests {
+@Suite("A cancelled parse keeps no output", .timeLimit(.minutes(3)))
+struct CancelledParseOutputTests {
     /// A cancel that arrives while the parse runs finishes the operation as cancelled: the
     /// output that parse made is nobody's, and is released rather than kept by the finished
     /// operation for as long as it lives.

@@ -9,8 +9,8 @@ import Testing
 /// Attacks on the session's cookie sending (`CookieJar.sending`, the redirect path, shared
 /// flights): a cookie must reach exactly the requests RFC 6265 §5.4 and URLSession on Apple
 /// platforms send it with, and a caller's own `Cookie` header only its own origin.
-@Suite("Cookies sent: review", .timeLimit(.minutes(3)))
-struct CookieReviewTests {
+@Suite("Cookies sent: each reaches exactly the requests RFC 6265 sends it with", .timeLimit(.minutes(3)))
+struct CookieSendingAttackTests {
     /// Signals `begun` as each fetch starts (once it has a transfer, its own or a shared one).
     private struct StartSignal: FetchEventMonitor {
         let begun: Countdown
@@ -162,7 +162,7 @@ struct CookieReviewTests {
     }
 }
 
-extension CookieReviewTests {
+extension CookieSendingAttackTests {
     @Test func aCookieDeletedByMaxAgeIsNotSentAgain() async throws {
         // A logout deletes its cookie with `Max-Age=0` (Django sends `expires` in 1970 too).
         // `HTTPCookie` on Linux reads `Max-Age` only for version-1 cookies and then ignores
@@ -187,7 +187,7 @@ extension CookieReviewTests {
     }
 }
 
-extension CookieReviewTests {
+extension CookieSendingAttackTests {
     @Test func maxAgeIsReadAsRFC6265Says() {
         let now = Date(timeIntervalSince1970: 1_000_000_000)
         #expect(CookieJar.expiringByMaxAge("a=1; Path=/", now: now) == "a=1; Path=/")
@@ -200,7 +200,7 @@ extension CookieReviewTests {
     }
 }
 
-extension CookieReviewTests {
+extension CookieSendingAttackTests {
     /// What the jar stores from a response of `url` that sets `field`, in a storage of its own.
     /// No loopback server: the hosts are names. The task is never resumed.
     static func stored(from url: URL, setting field: String) throws -> [HTTPCookie] {
