@@ -83,9 +83,8 @@ public struct ServerSentEventParser: Sendable {
     /// Takes the next chunk of the stream and returns the events it completed, in order.
     ///
     /// - Throws: ``FetchError/InvalidResponse/Reason/eventTooLarge(limit:)`` when an event's
-    ///   data passes ``maximumEventSize``, or
-    ///   ``FetchError/InvalidResponse/Reason/lineTooLong(limit:)`` for a line longer than it;
-    ///   nothing of it is held. The parser should not be fed after it threw.
+    ///   data, or any one line of the stream, passes ``maximumEventSize``; nothing of it is
+    ///   held. The parser should not be fed after it threw.
     public mutating func feed(_ chunk: Data) throws(FetchError) -> [ServerSentEvent] {
         var events: [ServerSentEvent] = []
         try feed(chunk, into: &events)
@@ -100,7 +99,13 @@ public struct ServerSentEventParser: Sendable {
         do {
             try splitter.feed(chunk, into: &lines)
         } catch {
-            failure = error
+            // A line longer than any event may be (one `data:` line, or any other field): the
+            // event is too large, whatever the line held.
+            if case .invalidResponse(let details) = error, case .lineTooLong = details.reason {
+                failure = .invalidResponse(.init(reason: .eventTooLarge(limit: maximumEventSize), url: nil))
+            } else {
+                failure = error
+            }
         }
         for line in lines {
             if let event = try take(line) { events.append(event) }
@@ -145,9 +150,11 @@ public struct ServerSentEventParser: Sendable {
         case "id":
             if !value.contains(0) { idBuffer = String(decoding: value, as: UTF8.self) }
         case "retry":
-            if !value.isEmpty, value.allSatisfy({ (0x30...0x39).contains($0) }),
-               let milliseconds = Int(String(decoding: value, as: UTF8.self)) {
-                reconnectionTime = TimeInterval(milliseconds) / 1000
+            // Digits only, however many: a value past any integer is a very long time (the
+            // reconnection caps it), not an invalid one.
+            if !value.isEmpty, value.allSatisfy({ (0x30...0x39).contains($0) }) {
+                let milliseconds = Int(String(decoding: value, as: UTF8.self)).map(TimeInterval.init) ?? .greatestFiniteMagnitude
+                reconnectionTime = milliseconds / 1000
             }
         default:
             break
@@ -209,11 +216,21 @@ public struct ServerSentEvents<Base: AsyncSequence>: AsyncSequence where Base.El
 
         /// The next event, or `nil` after the last.
         ///
-        /// - Throws: The base sequence's error,
-        ///   ``FetchError/InvalidResponse/Reason/eventTooLarge(limit:)`` or
-        ///   ``FetchError/InvalidResponse/Reason/lineTooLong(limit:)``.
+        /// - Throws: The base sequence's error, or
+        ///   ``FetchError/InvalidResponse/Reason/eventTooLarge(limit:)`` for an event, or a
+        ///   line, past the limit.
         public mutating func next() async throws -> ServerSentEvent? {
             while true {
+                if Task.isCancelled, !(ended && taken >= ready.count) {
+                    // A cancelled reader gets no more, even what waits: the base reads once
+                    // more (a FetchKit stream cancels its fetch, and throws), then this throws.
+                    let baseEnded = ended
+                    ready.removeAll()
+                    taken = 0
+                    ended = true
+                    if !baseEnded { _ = try await base.next() }
+                    throw FetchError.cancelled(.init(url: nil))
+                }
                 if let event = nextReady() { return event }
                 if ended { return nil }
                 try take(try await base.next())
@@ -226,6 +243,16 @@ public struct ServerSentEvents<Base: AsyncSequence>: AsyncSequence where Base.El
         @available(macOS 15.0, iOS 18.0, tvOS 18.0, watchOS 11.0, visionOS 2.0, *)
         public mutating func next(isolation actor: isolated (any Actor)?) async throws -> ServerSentEvent? {
             while true {
+                if Task.isCancelled, !(ended && taken >= ready.count) {
+                    // A cancelled reader gets no more, even what waits: the base reads once
+                    // more (a FetchKit stream cancels its fetch, and throws), then this throws.
+                    let baseEnded = ended
+                    ready.removeAll()
+                    taken = 0
+                    ended = true
+                    if !baseEnded { _ = try await base.next(isolation: actor) }
+                    throw FetchError.cancelled(.init(url: nil))
+                }
                 if let event = nextReady() { return event }
                 if ended { return nil }
                 try take(try await base.next(isolation: actor))

@@ -65,7 +65,8 @@ public enum StreamPiece: Sendable, Equatable {
 /// window closes, so the server waits), and it reads on when the reader has caught up. Memory
 /// grows neither with the body nor with the reader's delay. While the reading waits for the
 /// reader, the idle timeout does not run: a stream nobody reads waits, holding its slot, until
-/// it is read, cancelled, or its ``FetchConfiguration/totalTimeout`` passes. Where the session cannot pause the reading (its
+/// it is read, cancelled, or its ``FetchConfiguration/totalTimeout`` passes (the sequence that
+/// ``FetchQueue/stream(_:)`` returns cancels the fetch if it goes away unread). Where the session cannot pause the reading (its
 /// ``FetchSessionReport`` says so, entry `reader-pace`), a reader more than twice `bufferSize`
 /// and 1 MiB behind ends the fetch with ``FetchError/streamOverflow(_:)`` rather than grow.
 ///
@@ -185,6 +186,16 @@ open class StreamingFetchOperation<Element: Sendable>: AnyFetchOperation, Output
         let queue: FetchQueue?
         /// Why the queue refused the operation, if it did: the sequence throws it.
         let refusal: FetchError?
+        /// For the sequence ``FetchQueue/stream(_:)`` returned: cancels the fetch when its last
+        /// copy goes away with no iterator made from it (`nil` for ``elements``).
+        let unread: UnreadStream?
+
+        init(operation: StreamingFetchOperation<Element>, queue: FetchQueue?, refusal: FetchError?, cancelsUnread: Bool = false) {
+            self.operation = operation
+            self.queue = queue
+            self.refusal = refusal
+            unread = cancelsUnread && refusal == nil ? UnreadStream(cancel: { [operation] in operation.cancel() }) : nil
+        }
 
         /// Reads the elements. Leaving the loop (this iterator's end) before the sequence
         /// ended cancels the fetch.
@@ -209,7 +220,8 @@ open class StreamingFetchOperation<Element: Sendable>: AnyFetchOperation, Output
 
         /// Starts reading.
         public func makeAsyncIterator() -> AsyncIterator {
-            AsyncIterator(reader: StreamReader(operation: operation, queue: queue, refusal: refusal))
+            unread?.read()
+            return AsyncIterator(reader: StreamReader(operation: operation, queue: queue, refusal: refusal))
         }
     }
 
@@ -327,6 +339,18 @@ final class StreamReader<Element: Sendable> {
                 throw .invalidRequest(.init(reason: .streamAlreadyRead, url: operation.request?.url))
             }
             claimed = true
+        }
+        // A cancelled reader gets no more elements, even those already cut and waiting (a
+        // loop that never waits would otherwise run through them all).
+        if Task.isCancelled, !(ended && ready.count == taken && uncut.isEmpty && pendingError == nil) {
+            ready.removeAll()
+            taken = 0
+            uncut = Data()
+            pendingError = nil
+            ended = true
+            queue = nil
+            operation.cancel()
+            throw .cancelled(.init(url: operation.request?.url))
         }
         while true {
             while taken < ready.count {
@@ -468,10 +492,35 @@ extension FetchQueue {
     /// stays alive while the elements are read. An operation the queue refuses (see ``enqueue(_:completion:)``) gives a sequence that
     /// throws why.
     ///
+    /// The sequence is the stream's reader: one that goes away unread — its last copy dropped
+    /// before any loop over it began — cancels the fetch, which frees its slot. (To enqueue now
+    /// and read later, keep the sequence, or enqueue the operation with ``enqueue(_:completion:)``
+    /// and read its ``StreamingFetchOperation/elements``.)
+    ///
     /// - Parameter operation: The operation to run.
     /// - Returns: Its ``StreamingFetchOperation/elements``.
     public func stream<Element>(_ operation: StreamingFetchOperation<Element>) -> StreamingFetchOperation<Element>.Elements {
         let (_, refusal) = register(operation, completion: nil)
-        return StreamingFetchOperation<Element>.Elements(operation: operation, queue: self, refusal: refusal)
+        return StreamingFetchOperation<Element>.Elements(operation: operation, queue: self, refusal: refusal, cancelsUnread: true)
+    }
+}
+
+/// Cancels a streamed fetch whose sequence went away unread (see ``FetchQueue/stream(_:)``):
+/// shared by the copies of one sequence, it goes away with the last of them.
+final class UnreadStream: Sendable {
+    private let cancel: @Sendable () -> Void
+    private let iterated = Protected(false)
+
+    init(cancel: @escaping @Sendable () -> Void) {
+        self.cancel = cancel
+    }
+
+    /// An iterator was made: its reader ends the fetch if it stops early.
+    func read() {
+        iterated.withLock { $0 = true }
+    }
+
+    deinit {
+        if !iterated.snapshot { cancel() }
     }
 }

@@ -87,6 +87,16 @@ struct RawLines<Base: AsyncSequence> where Base.Element == Data {
 
         mutating func next() async throws -> Data? {
             while true {
+                if Task.isCancelled, !(ended && taken >= ready.count) {
+                    // A cancelled reader gets no more, even what waits: the base reads once
+                    // more (a FetchKit stream cancels its fetch, and throws), then this throws.
+                    let baseEnded = ended
+                    ready.removeAll()
+                    taken = 0
+                    ended = true
+                    if !baseEnded { _ = try await base.next() }
+                    throw FetchError.cancelled(.init(url: nil))
+                }
                 if let line = nextReady() { return line }
                 if ended { return nil }
                 try take(try await base.next())
@@ -96,6 +106,16 @@ struct RawLines<Base: AsyncSequence> where Base.Element == Data {
         @available(macOS 15.0, iOS 18.0, tvOS 18.0, watchOS 11.0, visionOS 2.0, *)
         mutating func next(isolation actor: isolated (any Actor)?) async throws -> Data? {
             while true {
+                if Task.isCancelled, !(ended && taken >= ready.count) {
+                    // A cancelled reader gets no more, even what waits: the base reads once
+                    // more (a FetchKit stream cancels its fetch, and throws), then this throws.
+                    let baseEnded = ended
+                    ready.removeAll()
+                    taken = 0
+                    ended = true
+                    if !baseEnded { _ = try await base.next(isolation: actor) }
+                    throw FetchError.cancelled(.init(url: nil))
+                }
                 if let line = nextReady() { return line }
                 if ended { return nil }
                 try take(try await base.next(isolation: actor))

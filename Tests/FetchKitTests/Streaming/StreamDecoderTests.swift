@@ -173,6 +173,12 @@ struct StreamDecoderTests {
         #expect(parser.reconnectionTime == 1.5)
         let events = try parser.feed(Data("retry: 15x\nretry: -1\nretry:\ndata: a\n\n".utf8))
         #expect(events == [ServerSentEvent(data: "a", reconnectionTime: 1.5)])
+        // More digits than any integer holds: a very long time, which the reconnection caps
+        // (it was ignored, and the policy's shorter delay used).
+        _ = try parser.feed(Data("retry: 99999999999999999999999\n".utf8))
+        let huge = try #require(parser.reconnectionTime)
+        #expect(huge > 1e15)
+        #expect(EventStreamReconnection(maximumReconnects: 1, delay: 0.5, maximumDelay: 2).wait(requested: huge) == 2)
     }
 
     @Test func anIDWithNoDataChangesTheLastEventIDWithoutAnEvent() throws {
@@ -213,9 +219,18 @@ struct StreamDecoderTests {
 
     @Test func anEventLargerThanTheLimitIsRefusedBeforeItIsHeld() throws {
         let refused = FetchError.invalidResponse(.init(reason: .eventTooLarge(limit: 10), url: nil))
+        let refused100 = FetchError.invalidResponse(.init(reason: .eventTooLarge(limit: 100), url: nil))
         #expect(try Self.events([Data("data: 12345\ndata: 6789\n\n".utf8)], maximumEventSize: 10).map(\.data) == ["12345\n6789"],
                 "10 bytes with the line feed between: held")
         #expect(throws: refused) { _ = try Self.events([Data("data: 12345\ndata: 67890\n\n".utf8)], maximumEventSize: 10) }
+        // One data line longer than the limit, never ended: the event is too large (it was
+        // lineTooLong, with the line's own limit).
+        var long = ServerSentEventParser(maximumEventSize: 100)
+        #expect(throws: refused100) {
+            for _ in 0..<10 { _ = try long.feed(Data("data: ".utf8) + Data(repeating: 0x61, count: 50)) }
+        }
+        var longComment = ServerSentEventParser(maximumEventSize: 100)
+        #expect(throws: refused100) { _ = try longComment.feed(Data(": ".utf8) + Data(repeating: 0x61, count: 500)) }
         // Many small data lines that never end the event: refused at the limit.
         var parser = ServerSentEventParser(maximumEventSize: 1_000)
         #expect(throws: FetchError.invalidResponse(.init(reason: .eventTooLarge(limit: 1_000), url: nil))) {

@@ -172,6 +172,41 @@ struct StreamingFetchTests {
         #expect(completions.withLock { $0 } == 1)
     }
 
+    /// A sequence from `stream(_:)` that goes away unread cancels its fetch: its slot goes to
+    /// the next fetch, its connection closes. Here an endless trickle's sequence is dropped on
+    /// a queue of one. (The fetch streamed on, unread, and the next fetch never started.)
+    @Test func aStreamDroppedUnreadIsCancelledAndFreesItsSlot() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let queue = FetchQueue(maximumConcurrentTransfers: 1)
+        let operation = DataStreamOperation(url: server.url("/trickle/999999999999/64/20"))
+        _ = queue.stream(operation)
+        let error = await outcome(of: operation)
+        #expect(error?.isCancellation == true, "\(String(describing: error))")
+        #expect(await server.waitUntil(timeout: 5) { $0.connectionsOpen == 0 }, "\(server.counters)")
+        let next = try await queue.fetch(DataFetchOperation(url: server.url("/bytes/10")))
+        #expect(next.count == 10)
+    }
+
+    /// A sequence kept, and iterated from another task, is not cancelled when the copy that
+    /// was made first goes away.
+    @Test func aStreamKeptAndReadElsewhereIsNotCancelled() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let operation = DataStreamOperation(url: server.url("/bytes/\(256 << 10)"))
+        let reading: Task<Int, any Error>
+        do {
+            let elements = FetchQueue().stream(operation)
+            reading = Task {
+                var count = 0
+                for try await chunk in elements { count += chunk.count }
+                return count
+            }
+        }
+        #expect(try await reading.value == 256 << 10)
+        #expect(operation.error == nil)
+    }
+
     /// Cancelling the reading task cancels the fetch: the loop throws `cancelled`.
     @Test func cancellingTheReadingTaskCancelsTheFetch() async throws {
         let server = try LoopbackServer()
@@ -506,6 +541,66 @@ struct StreamingFetchTests {
         #expect(error?.code == .cancelled, "\(String(describing: error))")
         _ = try? await operation.value
         #expect(operation.isFinished)
+    }
+
+    /// How a reader reads a stream, for the tests that must hold for every way.
+    enum Reading: String, CaseIterable, Sendable {
+        case subclassLines, subclassEvents, linesAdapter, eventsAdapter, jsonLinesAdapter, eventSource
+    }
+
+    /// A cancelled reader gets no more elements, even those already cut from the chunk in hand
+    /// and waiting: here one chunk holds 2000 events (and 4000 lines), the reader takes one,
+    /// cancels its task, and its next read throws `cancelled` — however it reads. (The framed
+    /// readers handed out what they had cut: 60 to 255 more elements after the cancel.)
+    @Test(arguments: Reading.allCases)
+    func aCancelledReaderGetsNoMoreOfTheElementsCutAlready(_ reading: Reading) async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let events = (0..<2000).map { #"data: {"text":"\#($0)"}"# + "\n\n" }.joined()
+        server.route("/events") { _ in
+            .script([.write(HTTPResponse.rawHead(status: 200, headers: ["Content-Type": "text/event-stream"])),
+                      .write(Data(events.utf8)), .stall])
+        }
+        let lines = (0..<2000).map { #"{"text":"\#($0)"}"# + "\n" }.joined()
+        server.route("/ndjson") { _ in
+            .script([.write(HTTPResponse.rawHead(status: 200, headers: ["Content-Type": "application/x-ndjson"])),
+                      .write(Data(lines.utf8)), .stall])
+        }
+        let url = server.url("/events")
+        let reader = Task { () -> (after: Int, error: (any Error)?) in
+            var after = 0
+            var cancelled = false
+            func took() {
+                if cancelled { after += 1 } else {
+                    cancelled = true
+                    withUnsafeCurrentTask { $0?.cancel() }
+                }
+            }
+            do {
+                switch reading {
+                case .subclassLines:
+                    for try await _ in FetchQueue().stream(LineStream(url: url)) { took() }
+                case .subclassEvents:
+                    for try await _ in FetchQueue().stream(StreamedTokens(url: url)) { took() }
+                case .linesAdapter:
+                    for try await _ in FetchQueue().stream(DataStreamOperation(url: url)).lines() { took() }
+                case .eventsAdapter:
+                    for try await _ in FetchQueue().stream(DataStreamOperation(url: url)).serverSentEvents() { took() }
+                case .jsonLinesAdapter:
+                    for try await _ in FetchQueue().stream(DataStreamOperation(url: server.url("/ndjson"))).jsonLines(of: StreamedToken.self) {
+                        took()
+                    }
+                case .eventSource:
+                    for try await _ in FetchQueue().events(from: URLRequest(url: url)) { took() }
+                }
+                return (after, nil)
+            } catch {
+                return (after, error)
+            }
+        }
+        let (after, error) = await reader.value
+        #expect(after == 0, "a cancelled reader got \(after) more elements")
+        #expect((error as? FetchError)?.code == .cancelled, "\(String(describing: error))")
     }
 
     /// A resume waits for URLSession's work queue, which other transfers may keep busy (an
