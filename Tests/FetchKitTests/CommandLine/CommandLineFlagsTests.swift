@@ -64,7 +64,8 @@ struct CommandLineFlagsTests {
         #expect(result.status == 0, "\(result)")
         #expect(result.stderr.isEmpty, "\(result.stderr)")
         let objects = try jsonLines(result.stdout)
-        #expect(objects.map { $0["result"] as? String }.sorted { ($0 ?? "") < ($1 ?? "") } == ["downloaded", "kept"], "\(result.stdout)")
+        let results: [String] = objects.map { ($0["result"] as? String) ?? "" }.sorted()
+        #expect(results == ["downloaded", "kept"], "\(result.stdout)")
         #expect(objects.first { $0["result"] as? String == "kept" }?["bytes"] as? Int == 4)
     }
 

@@ -625,8 +625,10 @@ struct CredentialRefreshTests {
         #expect(await heard.wait(timeout: 60))
         logger.queue.sync {}
         let log = lines.withLock { $0 }
-        let id = try #require(log.first { $0.hasSuffix("enqueued GET \(api.url("/api/item/0").absoluteString)") }?
-            .split(separator: " ").first.map(String.init))
+        let enqueued = "enqueued GET " + api.url("/api/item/0").absoluteString
+        let line: String? = log.first { $0.hasSuffix(enqueued) }
+        let firstWord: Substring? = line?.split(separator: " ").first
+        let id: String = try #require(firstWord.map { String($0) })
         // Then the log says each step, and the fetch started once
         #expect(log.filter { $0.hasPrefix("\(id) started") }.count == 1, "\(log)")
         #expect(log.contains("\(id) credential 1 refused (HTTP 401): it is sent again with the refreshed credential"), "\(log)")
