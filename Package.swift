@@ -35,7 +35,10 @@ let package = Package(
         // run against. A target, not a product: it is not part of FetchKit's public surface.
         .target(name: "LoopbackServer"),
         .target(name: "FetchKitTesting", dependencies: ["FetchKit", "LoopbackServer"]),
-        .testTarget(name: "FetchKitTests", dependencies: ["FetchKit", "FoundationNetworkingShims", "LoopbackServer", "RunLoopProbe", "DependencyProbe", "TLSProbe", "FramingProbe", "SubclassProbe", "ExitCleanupProbe", "fetchkit", "fetchkit-bench", "CZlib", "FetchKitTesting"]),
+        .testTarget(name: "FetchKitTests", dependencies: ["FetchKit", "FoundationNetworkingShims", "LoopbackServer", "RunLoopProbe", "DependencyProbe", "TLSProbe", "FramingProbe", "SubclassProbe", "ExitCleanupProbe", "fetchkit-bench", "CZlib", "FetchKitTesting"]),
+        // The `fetchkit` command's tests: the command runs as its users run it, in a process of
+        // its own. `Support` is the library tests' folder (a link), compiled into each target.
+        .testTarget(name: "FetchKitCommandLineTests", dependencies: ["FetchKit", "FoundationNetworkingShims", "LoopbackServer", "fetchkit", "CZlib"]),
         // zlib, for the tests only: they compress real gzip streams (a bomb, a truncated body).
         // FetchKit itself needs no zlib: libcurl decodes content codings under URLSession.
         .systemLibrary(name: "CZlib", path: "Tests/CZlib", pkgConfig: "zlib", providers: [.apt(["zlib1g-dev"])]),

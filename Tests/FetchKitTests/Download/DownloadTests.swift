@@ -3,47 +3,6 @@ import LoopbackServer
 import Testing
 @testable import FetchKit
 
-/// A fresh directory for one test, removed afterwards.
-struct TemporaryDirectory {
-    let url: URL
-
-    init() throws {
-        url = FileManager.default.temporaryDirectory.appendingPathComponent("fetchkit-tests-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
-    }
-
-    func file(_ name: String) -> URL { url.appendingPathComponent(name) }
-
-    func remove() { try? FileManager.default.removeItem(at: url) }
-}
-
-extension LoopbackServer {
-    /// Serves `length` pattern bytes at `path` with `ETag: "<etag>"`, honouring `Range` and
-    /// `If-Range`. While `cutFull` holds, a full (non-range) response stops after half the body
-    /// and closes. With `ignoresRanges`, ranges are ignored (always 200).
-    func resumableRoute(_ path: String, length: Int, etag: Locked<String>, cutFull: Locked<Bool>, ignoresRanges: Bool = false) {
-        route(path) { request in
-            let tag = "\"\(etag.current)\""
-            let headers: HTTPHeaders = ["ETag": tag, "Accept-Ranges": ignoresRanges ? "none" : "bytes"]
-            if !ignoresRanges, let range = request.headers["Range"], request.headers["If-Range"] == nil || request.headers["If-Range"] == tag,
-               range.hasPrefix("bytes="), let start = Int(range.dropFirst(6).prefix { $0 != "-" }) {
-                guard start < length else {
-                    return HTTPResponse(status: 416, headers: ["Content-Range": "bytes */\(length)"])
-                }
-                var partial = headers
-                partial["Content-Range"] = "bytes \(start)-\(length - 1)/\(length)"
-                return HTTPResponse(status: 206, headers: partial, body: .pattern(offset: start, count: length - start))
-            }
-            if cutFull.current {
-                var head = headers
-                head["Content-Length"] = String(length)
-                return .script([.write(HTTPResponse.rawHead(status: 200, headers: head)),
-                                .writePattern(offset: 0, count: length / 2), .close])
-            }
-            return HTTPResponse(status: 200, headers: headers, body: .pattern(offset: 0, count: length))
-        }
-    }
-}
 
 @Suite("Downloads to disk", .timeLimit(.minutes(3)))
 struct DownloadTests {

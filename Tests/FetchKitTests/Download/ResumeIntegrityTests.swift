@@ -11,54 +11,12 @@ import Testing
 
 @Suite("Resumed downloads never splice two files", .timeLimit(.minutes(3)))
 struct ResumeIntegrityTests {
-    /// The object's bytes in version `version`: the pattern from another offset each time.
+    /// The object's bytes in version `version` (``ResumeFixtures/content(version:length:)``).
     static func content(version: Int, length: Int) -> Data {
-        BytePattern.data(offset: version * 7_919, count: length)
+        ResumeFixtures.content(version: version, length: length)
     }
 
-    /// A server that ignores `If-Range`: it answers any `Range` with `206` and the current
-    /// version's bytes and validators. The first full answer stops after half the body.
-    final class LyingServer: Sendable {
-        let server: LoopbackServer
-        let version = Locked(1)
-        /// The current version's length (a new version may be longer).
-        let length = Locked(200_000)
-        let cutFirstFull = Locked(true)
-        /// Which validators the server sends: an ETag, a Last-Modified, or both.
-        let sendsETag: Bool
-        let sendsLastModified: Bool
-        /// An ETag that stays the same whatever the version (a broken origin).
-        let fixedETag: Bool
-
-        init(sendsETag: Bool = true, sendsLastModified: Bool = false, fixedETag: Bool = false) throws {
-            server = try LoopbackServer()
-            self.sendsETag = sendsETag
-            self.sendsLastModified = sendsLastModified
-            self.fixedETag = fixedETag
-            server.route("/object") { [self] request in
-                let version = self.version.current
-                let length = self.length.current
-                var headers: HTTPHeaders = ["Accept-Ranges": "bytes"]
-                if sendsETag { headers["ETag"] = fixedETag ? "\"v1\"" : "\"v\(version)\"" }
-                if sendsLastModified { headers["Last-Modified"] = "Mon, 0\(version) Jun 2026 10:00:00 GMT" }
-                let body = ResumeIntegrityTests.content(version: version, length: length)
-                if let range = request.headers["Range"], range.hasPrefix("bytes="),
-                   let start = Int(range.dropFirst(6).prefix { $0 != "-" }), start < length {
-                    headers["Content-Range"] = "bytes \(start)-\(length - 1)/\(length)"
-                    return HTTPResponse(status: 206, headers: headers, body: body.subdata(in: start..<length))
-                }
-                if self.cutFirstFull.withLock({ cut -> Bool in
-                    defer { cut = false }
-                    return cut
-                }) {
-                    headers["Content-Length"] = String(length)
-                    return .script([.write(HTTPResponse.rawHead(status: 200, headers: headers)),
-                                    .write(body.prefix(length / 2)), .close])
-                }
-                return HTTPResponse(status: 200, headers: headers, body: body)
-            }
-        }
-    }
+    typealias LyingServer = ResumeFixtures.LyingServer
 
     /// Leaves half of version 1 on disk, then replaces the object.
     static func leaveHalfOfVersion1(_ lying: LyingServer, at destination: URL, newLength: Int? = nil) async throws {

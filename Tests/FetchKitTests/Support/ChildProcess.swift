@@ -297,3 +297,29 @@ final class ChildProcess: Sendable {
 private func socketSend(_ socket: Int32, _ bytes: UnsafeRawPointer?, _ count: Int, _ flags: Int32) -> Int {
     send(socket, bytes, count, flags)
 }
+
+/// Runs an executable built beside the test bundle and collects its output.
+func runTool(_ name: String, _ arguments: [String]) async throws -> (status: Int32, stdout: String, stderr: String) {
+    let child = try ChildProcess(name, arguments)
+    let (ending, stdout, stderr) = try await child.finish()
+    guard case .exit(let status) = ending else {
+        throw ParseTestError(reason: "\(name) ended by \(ending)\n\(stdout)\(stderr)")
+    }
+    return (status, stdout, stderr)
+}
+
+/// Runs fetchkit with `input` on its standard input.
+func runTool(_ name: String, _ arguments: [String], input: Data) async throws -> (status: Int32, stdout: String, stderr: String) {
+    let child = try ChildProcess(name, arguments, input: input)
+    let (ending, stdout, stderr) = try await child.finish()
+    guard case .exit(let status) = ending else {
+        throw ParseTestError(reason: "\(name) ended by \(ending)\n\(stdout)\(stderr)")
+    }
+    return (status, stdout, stderr)
+}
+
+/// The SHA-256 of `data` in hex, from `sha256sum` (an implementation that is not FetchKit's).
+func sha256sum(_ data: Data) async throws -> String {
+    let result = try await runTool("/usr/bin/sha256sum", ["-"], input: data)
+    return String(result.stdout.prefix { $0 != " " })
+}

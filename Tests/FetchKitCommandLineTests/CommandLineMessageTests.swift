@@ -95,3 +95,78 @@ struct CommandLineRealUseMessageTests {
         #expect(Format.size((1 << 20) + 1) == "1.0 MiB")
     }
 }
+
+/// The command's messages: a reason is a clause inside its line, never a sentence with its own
+/// full stop, and a status code shows only a registered reason phrase.
+@Suite("The fetchkit command's messages", .timeLimit(.minutes(3)))
+struct CommandLineMessageTests {
+    @Test func linesDoNotDoubleTheirPunctuation() async throws {
+        let server = try LoopbackServer()
+        let directory = try TemporaryDirectory()
+        defer { server.stop(); directory.remove() }
+        // Announces 100 bytes, sends 10, closes: a length mismatch, which is retried.
+        server.route("/short") { _ in
+            .script([.write(HTTPResponse.rawHead(status: 200, headers: ["Content-Length": "100"])), .writePattern(offset: 0, count: 10), .close])
+        }
+        server.route("/teapot") { _ in .text("short and stout", status: 418) }
+        let urls = [server.url("/short"), server.url("/teapot")].map(\.absoluteString)
+        let result = try await runTool("fetchkit", urls + ["-d", directory.url.path, "--retry", "1"])
+        #expect(result.status == 11, "ExitStatus.someFailed: failed for different reasons")
+        let output = result.stdout
+        #expect(output.contains("HTTP 418"), "\(output)")
+        #expect(!output.contains("Client Error"), "\(output)")
+        #expect(output.contains("; retrying"), "\(output)")
+        for doubled in ["..", ".;", ". .", ". ("] {
+            #expect(!output.contains(doubled), "'\(doubled)' in:\n\(output)")
+        }
+    }
+}
+
+@Suite("Matching a real server's errors", .timeLimit(.minutes(3)))
+struct MatchingServerErrorsTests {
+    /// The README's comparison of a status: by its code, against a server that sends headers
+    /// and a body (a status failure built from a code alone equals none of them).
+    @Test func aStatusMatchesByItsCode() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let url = server.url("/status/404")
+        let operation = FetchOperation<Data>(url: url)
+        operation.configuration.retryPolicy = .none
+        let error = await #expect(throws: FetchError.self) { try await FetchQueue().fetch(operation) }
+        #expect(error?.statusCode == 404)
+        #expect(error != .unacceptableStatus(.init(statusCode: 404, url: url)),
+                "== compares the server's headers too: this is why the README compares the code")
+        var matched: [String] = []
+        switch error {
+        case .unacceptableStatus(404)?: matched.append("404")
+        default: break
+        }
+        if case .unacceptableStatus(400..<500)? = error { matched.append("4xx") }
+        if case .unacceptableStatus(500...)? = error { matched.append("5xx") }
+        if case .unacceptableStatus(403)? = error { matched.append("403") }
+        #expect(matched == ["404", "4xx"])
+        #expect(operation.result.map { if case .failure(.unacceptableStatus(404)) = $0 { true } else { false } } == true)
+    }
+
+    @Test func aFailedDependencysOwnErrorIsTyped() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let login = FetchOperation<Data>(url: server.url("/status/401"))
+        login.configuration.retryPolicy = .none
+        login.name = "login"
+        let getUser = FetchOperation<Data>(url: server.url("/json"))
+        getUser.addDependency(login)
+        let error = await #expect(throws: FetchError.self) { try await FetchQueue().fetch(getUser) }
+        guard case .dependencyFailed(let failure)? = error else {
+            Issue.record("expected dependencyFailed, got \(String(describing: error))")
+            return
+        }
+        #expect(failure.dependencyFetchError?.statusCode == 401)
+        #expect(failure.dependencyFetchError == login.error)
+        #expect(!failure.dependencyWasCancelled)
+        #expect(server.requestCount(path: "/json") == 0)
+
+        let cancelled = FetchError.DependencyFailure(dependency: "'other'", dependencyError: nil)
+        #expect(cancelled.dependencyFetchError == nil)
+    }
+}

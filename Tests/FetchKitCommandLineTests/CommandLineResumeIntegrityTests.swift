@@ -9,7 +9,7 @@ import Testing
        .disabled(if: runsUnderSanitizer, "under a sanitizer: the command runs in a process of its own; CI's time"))
 struct CommandLineResumeIntegrityTests {
     @Test func aRunResumedAgainstAChangedFileEndsWithTheNewFileWhole() async throws {
-        let lying = try ResumeIntegrityTests.LyingServer()
+        let lying = try ResumeFixtures.LyingServer()
         let directory = try TemporaryDirectory()
         defer { lying.server.stop(); directory.remove() }
         let url = lying.server.url("/object").absoluteString
@@ -21,7 +21,7 @@ struct CommandLineResumeIntegrityTests {
         #expect(second.status == 0, "\(second)")
         #expect((second.stdout + second.stderr).contains("the file changed on the server"), "it says why it started over: \(second)")
         #expect(FileManager.default.contents(atPath: directory.file("object").path)
-                    == ResumeIntegrityTests.content(version: 2, length: 200_000), "version 2, whole")
+                    == ResumeFixtures.content(version: 2, length: 200_000), "version 2, whole")
         let requests = lying.server.requests(path: "/object").filter { $0.method == "GET" }
         #expect(requests.contains { $0.headers["If-Range"] == "\"v1\"" }, "it resumed with the old validator")
         #expect(requests.last?.headers["Range"] == nil, "then started over")

@@ -4,22 +4,6 @@ import LoopbackServer
 import Testing
 @testable import fetchkit
 
-/// Runs fetchkit with `input` on its standard input.
-func runTool(_ name: String, _ arguments: [String], input: Data) async throws -> (status: Int32, stdout: String, stderr: String) {
-    let child = try ChildProcess(name, arguments, input: input)
-    let (ending, stdout, stderr) = try await child.finish()
-    guard case .exit(let status) = ending else {
-        throw ParseTestError(reason: "\(name) ended by \(ending)\n\(stdout)\(stderr)")
-    }
-    return (status, stdout, stderr)
-}
-
-/// The SHA-256 of `data` in hex, from `sha256sum` (an implementation that is not FetchKit's).
-func sha256sum(_ data: Data) async throws -> String {
-    let result = try await runTool("/usr/bin/sha256sum", ["-"], input: data)
-    return String(result.stdout.prefix { $0 != " " })
-}
-
 /// `fetchkit -i FILE` and `-i -`: lists of URLs, with comments, blank lines and digests, and
 /// the hostile lines a list can hold.
 @Suite("The fetchkit command: -i lists", .timeLimit(.minutes(3)),

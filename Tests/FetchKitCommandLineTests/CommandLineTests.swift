@@ -3,16 +3,6 @@ import LoopbackServer
 import Testing
 @testable import FetchKit
 
-/// Runs an executable built beside the test bundle and collects its output.
-func runTool(_ name: String, _ arguments: [String]) async throws -> (status: Int32, stdout: String, stderr: String) {
-    let child = try ChildProcess(name, arguments)
-    let (ending, stdout, stderr) = try await child.finish()
-    guard case .exit(let status) = ending else {
-        throw ParseTestError(reason: "\(name) ended by \(ending)\n\(stdout)\(stderr)")
-    }
-    return (status, stdout, stderr)
-}
-
 @Suite("The fetchkit command", .timeLimit(.minutes(3)),
        .disabled(if: runsUnderSanitizer, "under a sanitizer: the command runs in a process of its own, whose sanitizer reports the test does not read; CI's time"))
 struct CommandLineTests {
