@@ -57,6 +57,11 @@ import FoundationNetworking
 /// in one piece both succeed, each renaming a whole file into place.) For a name taken from a
 /// URL, use ``SafeFileName/name(for:)``.
 ///
+/// **Content codings.** A download asks for the file as it is stored (`Accept-Encoding:
+/// identity`) unless its request names codings: a compressed body cut short is decoded by
+/// libcurl without an error, and could not be told from a whole file. A server that compresses
+/// anyway is decoded.
+///
 /// **Size cap.** ``FetchConfiguration/maximumResponseSize`` bounds the file on disk: the decoded
 /// bytes (a small gzip body can inflate a thousandfold), resumed bytes included. It defaults to
 /// ``defaultMaximumDownloadSize`` (16 GiB) for a download; set `.max` for no limit. A download
@@ -328,6 +333,14 @@ open class DownloadOperation: AnyFetchOperation, OutputProducing, @unchecked Sen
             ActiveDownloads.release(destination)
         } }
 
+        // The file as it is stored, unless the request names its codings (as curl, wget and
+        // aria2 ask): libcurl decodes a compressed body cut short under a truthful
+        // `Content-Length` without a word, which would put a truncated file in place as a
+        // success, and a resume's range would count compressed bytes.
+        var request = request
+        if request.value(forHTTPHeaderField: "Accept-Encoding") == nil {
+            request.setValue("identity", forHTTPHeaderField: "Accept-Encoding")
+        }
         return request
     }
 

@@ -279,6 +279,39 @@ struct SafeFilesTests {
         #expect(contents(destination) == BytePattern.data(offset: 0, count: 1000))
     }
 
+    // MARK: Content codings
+
+    /// A file is fetched as it is stored (`Accept-Encoding: identity`, as curl, wget and aria2
+    /// ask): libcurl decodes a compressed body that was cut short, with a truthful
+    /// `Content-Length`, without a word, and a resume's range would count compressed bytes.
+    /// Here a server that compresses when asked cuts its gzip body in half: the download is
+    /// whole. (It asked for gzip, and put an empty file in place, reported as a success.)
+    @Test func aDownloadAsksForTheFileAsStoredSoACutCompressedBodyCannotPassForIt() async throws {
+        let server = try LoopbackServer()
+        let directory = try TemporaryDirectory()
+        defer { server.stop(); directory.remove() }
+        let file = Data(String(repeating: "hostile input is the normal case. ", count: 2_000).utf8)
+        let cut = Gzip.compress(file).prefix(Gzip.compress(file).count / 2)
+        server.route("/report.txt") { request in
+            if let accepted = request.headers["Accept-Encoding"], accepted.contains("gzip") {
+                return HTTPResponse(status: 200, headers: ["Content-Encoding": "gzip"], body: Data(cut))
+            }
+            return HTTPResponse(status: 200, headers: [:], body: file)
+        }
+        let destination = directory.file("report.txt")
+        let download = DownloadOperation(url: server.url("/report.txt"), destination: destination)
+        download.configuration.retryPolicy = .none
+        try await download.run()
+        #expect(contents(destination) == file)
+        #expect(server.requests(path: "/report.txt").map { $0.headers["Accept-Encoding"] } == ["identity"])
+
+        // A request that names its codings keeps them.
+        var request = URLRequest(url: server.url("/report.txt"))
+        request.setValue("br", forHTTPHeaderField: "Accept-Encoding")
+        try await DownloadOperation(request: request, destination: directory.file("again.txt")).run()
+        #expect(server.requests(path: "/report.txt").last?.headers["Accept-Encoding"] == "br")
+    }
+
     // MARK: The size cap
 
     @Test func aGzipBombStopsAtTheCap() async throws {
