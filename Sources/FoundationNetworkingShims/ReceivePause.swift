@@ -97,13 +97,13 @@ package enum ReceivePause {
         #endif
     }
 
-    /// The socket of `task`'s connection, if it is an HTTP/1 one (which carries this transfer
-    /// alone) and the shims know it (the `socket-wakeups` workaround records what libcurl
+    /// The socket of the connection of `handle` (a task's libcurl handle), if it is an HTTP/1
+    /// one (which carries this transfer alone) and the shims know it (the `socket-wakeups` workaround records what libcurl
     /// watches): for a look at what waits in the kernel unread (``unreadBytes(onSocket:)``).
     /// Same rules as ``pauseReceiving(_:)``.
-    package static func http1Socket(of task: URLSessionTask) -> Int32? {
+    package static func http1Socket(ofHandle handle: UnsafeMutableRawPointer) -> Int32? {
         #if canImport(FoundationNetworking) && os(Linux) && (canImport(Glibc) || canImport(Musl))
-        guard let handle = easyHandle(of: task), let version = Curl.long(handle, .httpVersion),
+        guard let version = Curl.long(handle, .httpVersion),
               version == Curl.HTTPVersion.http1_0 || version == Curl.HTTPVersion.http1_1 else { return nil }
         return CurlSocketCallback.socket(of: handle)
         #else

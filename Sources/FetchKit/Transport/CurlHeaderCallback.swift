@@ -88,6 +88,14 @@ enum CurlHeaderCallback {
         }
     }
 
+    /// The libcurl handle of `task`, if the filter is on it and the task has not completed: a
+    /// lookup in the filter's table, no reflection. Use it on URLSession's work queue only.
+    static func easyHandle(of task: URLSessionTask) -> UnsafeMutableRawPointer? {
+        table.withLock { table in
+            table.dataByTask[ObjectIdentifier(task)].flatMap { table.entries[$0]?.easy }
+        }
+    }
+
     /// How many handles `owner` put a filter on whose tasks have not completed (for tests: none
     /// once they all did).
     static func count(of owner: ObjectIdentifier) -> Int {

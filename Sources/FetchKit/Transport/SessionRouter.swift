@@ -238,7 +238,11 @@ extension SessionRouter: URLSessionDataDelegate {
             transfer.inbox.headArrived()
             // Where the body will come from, for the idle deadline's look at what the kernel
             // holds unread (on the work queue, where the shims may look up the handle).
-            if !isCurrent { transfer.noteConnectionSocket(ReceivePause.http1Socket(of: dataTask)) }
+            #if canImport(FoundationNetworking) && os(Linux) && (canImport(Glibc) || canImport(Musl))
+            if !isCurrent, let handle = CurlHeaderCallback.easyHandle(of: dataTask) {
+                transfer.noteConnectionSocket(ReceivePause.http1Socket(ofHandle: handle))
+            }
+            #endif
         }
         handle { [self] in
             if let http = response as? HTTPURLResponse { cookies.store(from: http, of: dataTask) }
