@@ -73,7 +73,10 @@ extension FetchQueue {
     /// and ends the sequence.
     ///
     /// - Parameters:
-    ///   - request: The request of each connection (`Accept` and `Last-Event-ID` are set).
+    ///   - request: The request of each connection (`Accept` and `Last-Event-ID` are set). Its
+    ///     own `Last-Event-ID`, if any (a stream resumed from a stored id), is where the stream
+    ///     starts: events carry it until the server sends another `id`, and an empty `id`
+    ///     clears it, after which reconnections send none.
     ///   - reconnection: When to reconnect. Default ``EventStreamReconnection/default``.
     ///   - maximumEventSize: The most bytes of data one event may hold. Default 1 MiB.
     ///   - configuration: Each connection's configuration (timeouts, session…). Default:
@@ -148,6 +151,8 @@ final class EventSourceReader {
 
     init(_ source: ServerSentEventSource) {
         self.source = source
+        // A request's own Last-Event-ID (a stream resumed from a stored id) is where it starts.
+        state.lastEventID = source.request.value(forHTTPHeaderField: "Last-Event-ID") ?? ""
     }
 
     func next(isolation actor: isolated (any Actor)? = #isolation) async throws(FetchError) -> ServerSentEvent? {
@@ -196,7 +201,8 @@ final class EventSourceReader {
         var request = source.request
         request.setValue("text/event-stream", forHTTPHeaderField: "Accept")
         request.setValue("no-cache", forHTTPHeaderField: "Cache-Control")
-        if !state.lastEventID.isEmpty { request.setValue(state.lastEventID, forHTTPHeaderField: "Last-Event-ID") }
+        // None once an empty `id` reset it (the WHATWG rule), whatever the request had.
+        request.setValue(state.lastEventID.isEmpty ? nil : state.lastEventID, forHTTPHeaderField: "Last-Event-ID")
         let operation = EventStreamOperation(request: request, maximumEventSize: source.maximumEventSize)
         if let configuration = source.configuration { operation.configuration = configuration }
         let start = state

@@ -879,6 +879,40 @@ struct EventSourceTests {
         #expect(requests.allSatisfy { $0.headers["Accept"] == "text/event-stream" })
     }
 
+    /// A request's own `Last-Event-ID` (a stream resumed from a stored id) is where the stream
+    /// starts: its events carry it until the server sends another, and an empty `id` resets it,
+    /// after which a reconnect sends none (the WHATWG rule). Here: caller's `7`, then the
+    /// server's `8`, then an empty `id`. (The caller's `7` was sent again after the reset, and
+    /// the first events carried no id.)
+    @Test func aRequestsLastEventIDStartsTheStreamAndAnEmptyIDClearsIt() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let connections = Locked(0)
+        server.route("/events") { _ in
+            let number = connections.withLock { count -> Int in
+                count += 1
+                return count
+            }
+            switch number {
+            case 1: return StreamingFetchTests.timedEvents(["retry: 1\ndata: a\n\n"], intervalMilliseconds: 5)
+            case 2: return StreamingFetchTests.timedEvents(["id: 8\ndata: b\n\n"], intervalMilliseconds: 5)
+            case 3: return StreamingFetchTests.timedEvents(["id\ndata: c\n\n"], intervalMilliseconds: 5)
+            case 4: return StreamingFetchTests.timedEvents(["data: d\n\n"], intervalMilliseconds: 5)
+            default: return HTTPResponse(status: 204)
+            }
+        }
+        var request = URLRequest(url: server.url("/events"))
+        request.setValue("7", forHTTPHeaderField: "Last-Event-ID")
+        var events: [ServerSentEvent] = []
+        for try await event in FetchQueue().events(from: request, reconnection: EventStreamReconnection(delay: 0.01)) {
+            events.append(event)
+        }
+        #expect(events.map(\.data) == ["a", "b", "c", "d"])
+        #expect(events.map(\.lastEventID) == ["7", "8", "", ""])
+        let sent = server.requests(path: "/events").map { $0.headers["Last-Event-ID"] }
+        #expect(sent == ["7", "7", "8", nil, nil], "\(sent)")
+    }
+
     /// A server that answers and closes with no event: the sequence ends after the policy's
     /// reconnections in a row; a status the fetch does not accept ends it with that error, at
     /// once.
