@@ -35,7 +35,7 @@ let package = Package(
         // run against. A target, not a product: it is not part of FetchKit's public surface.
         .target(name: "LoopbackServer"),
         .target(name: "FetchKitTesting", dependencies: ["FetchKit", "LoopbackServer"]),
-        .testTarget(name: "FetchKitTests", dependencies: ["FetchKit", "FoundationNetworkingShims", "LoopbackServer", "RunLoopProbe", "DependencyProbe", "TLSProbe", "FramingProbe", "SubclassProbe", "ExitCleanupProbe", "fetchkit-bench", "CZlib", "FetchKitTesting"]),
+        .testTarget(name: "FetchKitTests", dependencies: ["FetchKit", "FoundationNetworkingShims", "LoopbackServer", "RunLoopProbe", "DependencyProbe", "TLSProbe", "FramingProbe", "SubclassProbe", "ExitCleanupProbe", "MeasurementProbe", "CZlib", "FetchKitTesting"]),
         // The `fetchkit` command's tests: the command runs as its users run it, in a process of
         // its own. `Support` is the library tests' folder (a link), compiled into each target.
         .testTarget(name: "FetchKitCommandLineTests", dependencies: ["FetchKit", "FoundationNetworkingShims", "LoopbackServer", "fetchkit", "CZlib"]),
@@ -67,7 +67,12 @@ let package = Package(
         // The command-line downloader, and the offline demo it runs with no URL: `swift run fetchkit`.
         .executableTarget(name: "fetchkit", dependencies: ["FetchKit", "LoopbackServer"]),
         // Benchmarks against raw URLSession: `swift run -c release fetchkit-bench`.
-        .executableTarget(name: "fetchkit-bench", dependencies: ["FetchKit", "LoopbackServer"]),
+        .executableTarget(name: "fetchkit-bench", dependencies: ["FetchKit", "LoopbackServer", "Measurements"]),
+        // The measurements that run in a process of their own (memory, CPU, a stream's pace),
+        // for fetchkit-bench's rows and, through MeasurementProbe, for the tests that bound them.
+        .target(name: "Measurements", dependencies: ["FetchKit", "LoopbackServer"]),
+        // Runs one of those measurements in a fresh process, for FetchKitTests.
+        .executableTarget(name: "MeasurementProbe", dependencies: ["Measurements"], path: "Tests/MeasurementProbe"),
     ],
     swiftLanguageModes: [.v6]
 )

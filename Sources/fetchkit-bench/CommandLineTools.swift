@@ -1,4 +1,5 @@
 import Foundation
+import Measurements
 import LoopbackServer
 #if canImport(Glibc)
 import Glibc

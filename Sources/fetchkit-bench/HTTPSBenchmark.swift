@@ -1,4 +1,5 @@
 import Foundation
+import Measurements
 import LoopbackServer
 #if canImport(Glibc)
 import Glibc
@@ -79,7 +80,7 @@ enum HTTPSBenchmark {
         #endif
         print("loopback server, \(build), \(runs) interleaved runs, medians; every client × workload × run")
         print("in a fresh process (in a private mount namespace that trusts the CA)\n")
-        var samples: [String: [String: [(Measurement, Int)]]] = [:]
+        var samples: [String: [String: [(RunMeasurement, Int)]]] = [:]
         for run in 0..<runs {
             for row in rows {
                 for client in run.isMultiple(of: 2) ? ThroughputBenchmark.clients : ThroughputBenchmark.clients.reversed() {
@@ -88,7 +89,7 @@ enum HTTPSBenchmark {
                     let result = try command(unshare, inNamespace(shell: shell, bundle: bundle,
                                                                   [self_, "throughput-child", client, row.scenario.name, base,
                                                                    String(row.scenario.count)]))
-                    guard result.status == 0, let measurement = Measurement(parsing: result.output) else {
+                    guard result.status == 0, let measurement = RunMeasurement(parsing: result.output) else {
                         throw BenchError("no measurement from \(client) \(row.title): \(result.output)")
                     }
                     // A line of the previous run's last request may come late: only this row's protocol counts.
@@ -106,13 +107,13 @@ enum HTTPSBenchmark {
         print(zip(header, columns).map { pad($0, $1) }.joined())
         for row in rows {
             guard let raw = samples[row.title]?["raw"], let fetchKit = samples[row.title]?["fetchkit"] else { continue }
-            func rate(_ sample: (Measurement, Int)) -> Double {
+            func rate(_ sample: (RunMeasurement, Int)) -> Double {
                 let m = sample.0
                 return row.scenario.reportsRequests ? Double(m.requests) / m.seconds : Double(m.bytes) / m.seconds / 1e6
             }
             let unit = row.scenario.reportsRequests ? "req/s" : "MB/s"
             let (rawRate, fkRate) = (median(raw.map(rate)), median(fetchKit.map(rate)))
-            func connections(_ samples: [(Measurement, Int)]) -> String { "\(median(samples.map(\.1))) (\(samples.map(\.1).max() ?? 0))" }
+            func connections(_ samples: [(RunMeasurement, Int)]) -> String { "\(median(samples.map(\.1))) (\(samples.map(\.1).max() ?? 0))" }
             let errors = (raw + fetchKit).map(\.0.errors).reduce(0, +)
             let cells = [row.title, String(format: "%.0f %@", rawRate, unit), String(format: "%.0f %@", fkRate, unit),
                          String(format: "%.2f×", fkRate / rawRate), Memory.format(bytes: median(raw.map(\.0.peakRSS))),

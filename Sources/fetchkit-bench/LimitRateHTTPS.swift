@@ -1,5 +1,6 @@
 import FetchKit
 import Foundation
+import Measurements
 import LoopbackServer
 #if canImport(Glibc)
 import Glibc

@@ -1,6 +1,7 @@
 import Dispatch
 import FetchKit
 import Foundation
+import Measurements
 import LoopbackServer
 
 /// `fetchkit-bench queue-memory`: memory per queued operation, for 100,000 queued operations.
@@ -173,6 +174,3 @@ final class Counter: @unchecked Sendable {
     }
 }
 
-func pad(_ text: String, _ width: Int) -> String {
-    text.count >= width ? text + " " : text + String(repeating: " ", count: width - text.count)
-}

@@ -1,4 +1,5 @@
 import Foundation
+import Measurements
 import LoopbackServer
 
 /// `fetchkit-bench report`: the three measurements issue 11 asks for, in one run — the
@@ -55,26 +56,26 @@ enum ReportBenchmark {
     /// `BlockOperation` floor and the floor of the requests alone: `runs` of each, each in a
     /// fresh process, against a loopback server that counts the connections.
     private static func queuedBaselines(_ scenario: Scenario, runs: Int) throws
-        -> ([ThroughputBenchmark.Sample], [Measurement], [Measurement], [Measurement]) {
+        -> ([ThroughputBenchmark.Sample], [RunMeasurement], [RunMeasurement], [RunMeasurement]) {
         let server = try LoopbackServer(recordRequests: false)
         defer { server.stop() }
         var allAtOnce: [ThroughputBenchmark.Sample] = []
-        var floor: [Measurement] = []
-        var requestsFloor: [Measurement] = []
-        var heldFloor: [Measurement] = []
+        var floor: [RunMeasurement] = []
+        var requestsFloor: [RunMeasurement] = []
+        var heldFloor: [RunMeasurement] = []
         for _ in 0..<max(1, runs) {
             server.resetCounters()
             let output = try runSelf(["throughput-child", "raw-all", scenario.name, server.baseURL.absoluteString, String(scenario.count)])
-            guard let measurement = Measurement(parsing: output) else { throw BenchError("no measurement from raw-all: \(output)") }
+            guard let measurement = RunMeasurement(parsing: output) else { throw BenchError("no measurement from raw-all: \(output)") }
             allAtOnce.append(.init(measurement: measurement, connections: server.connectionsAccepted))
             let floorOutput = try runSelf(["throughput-child", "operations-floor", scenario.name, server.baseURL.absoluteString, String(scenario.count)])
-            guard let floorMeasurement = Measurement(parsing: floorOutput) else { throw BenchError("no measurement from the floor: \(floorOutput)") }
+            guard let floorMeasurement = RunMeasurement(parsing: floorOutput) else { throw BenchError("no measurement from the floor: \(floorOutput)") }
             floor.append(floorMeasurement)
             let requestsOutput = try runSelf(["throughput-child", "requests-floor", scenario.name, server.baseURL.absoluteString, String(scenario.count)])
-            guard let requestsMeasurement = Measurement(parsing: requestsOutput) else { throw BenchError("no measurement from the requests floor: \(requestsOutput)") }
+            guard let requestsMeasurement = RunMeasurement(parsing: requestsOutput) else { throw BenchError("no measurement from the requests floor: \(requestsOutput)") }
             requestsFloor.append(requestsMeasurement)
             let heldOutput = try runSelf(["throughput-child", "held-operations-floor", scenario.name, server.baseURL.absoluteString, String(scenario.count)])
-            guard let heldMeasurement = Measurement(parsing: heldOutput) else { throw BenchError("no measurement from the held floor: \(heldOutput)") }
+            guard let heldMeasurement = RunMeasurement(parsing: heldOutput) else { throw BenchError("no measurement from the held floor: \(heldOutput)") }
             heldFloor.append(heldMeasurement)
         }
         return (allAtOnce, floor, requestsFloor, heldFloor)

@@ -1,5 +1,6 @@
 import FetchKit
 import Foundation
+import Measurements
 import LoopbackServer
 
 /// `fetchkit-bench throughput`: FetchKit against raw URLSession on the same server.
@@ -15,7 +16,7 @@ enum ThroughputBenchmark {
     static let digestClients = ["fetchkit-sha256", "fetchkit-sha256-swift"]
 
     struct Sample {
-        let measurement: Measurement
+        let measurement: RunMeasurement
         let connections: Int?
     }
 
@@ -47,7 +48,7 @@ enum ThroughputBenchmark {
                     }
                     server?.resetCounters()
                     let output = try runSelf(["throughput-child", client, scenario.name, base.absoluteString, String(scenario.count)])
-                    guard let measurement = Measurement(parsing: output) else {
+                    guard let measurement = RunMeasurement(parsing: output) else {
                         throw BenchError("no measurement from \(client) \(scenario.name): \(output)")
                     }
                     samples[scenario.name, default: [:]][client, default: []].append(
@@ -191,7 +192,7 @@ enum ThroughputBenchmark {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("fetchkit-bench-\(ProcessInfo.processInfo.processIdentifier)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: directory) }
-        var measurement: Measurement
+        var measurement: RunMeasurement
         switch client {
         case "raw": measurement = RawClient(scenario: scenario, base: base, directory: directory).run()
         case "raw-all": measurement = RawClient(scenario: scenario, base: base, directory: directory, allAtOnce: true).run()

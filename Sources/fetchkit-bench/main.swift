@@ -16,6 +16,7 @@
 //       [--rounds R] [--mechanisms ...] [--baseline-client BIN]   (as root: nginx, openssl, unshare, ss)
 import FetchKit
 import Foundation
+import Measurements
 import LoopbackServer
 
 let usage = """

@@ -322,8 +322,8 @@ struct BackpressureTests {
 
 @Suite("Backpressure: the whole process, end to end", .timeLimit(.minutes(3)))
 struct DiskMemoryTests {
-    /// A 256 MiB body to disk in a fresh process (the benchmark's child, `fetchkit-bench
-    /// disk-memory-child`): its peak resident set may grow by less than 64 MiB over what it
+    /// A 256 MiB body to disk in a fresh process (`MeasurementProbe disk-memory-child`, the
+    /// measurement the benchmark's row runs): its peak resident set may grow by less than 64 MiB over what it
     /// was before the download (a debug build; the release target, 32 MiB for 1 GiB, is the
     /// benchmark's).
     ///
@@ -342,7 +342,7 @@ struct DiskMemoryTests {
         let size = 256 << 20
         var growths: [Int] = []
         for _ in 0..<3 {
-            let (status, output, errors) = try await runTool("fetchkit-bench", [
+            let (status, output, errors) = try await runTool("MeasurementProbe", [
                 "disk-memory-child", "fetchkit", String(size), server.baseURL.absoluteString, "bytes",
             ])
             #expect(status == 0, "\(errors)")

@@ -4,7 +4,7 @@ import Testing
 
 /// Issue 20, point 2: a fetch of an endless body in tiny chunks stays near its limit.
 ///
-/// Each measurement runs in a process of its own (`fetchkit-bench endless-body-child`, which
+/// Each measurement runs in a process of its own (`MeasurementProbe endless-body-child`, which
 /// serves the body from a loopback server in that process), so that its peak resident set is
 /// the fetch's alone; the child prints the growth of the peak over its resident set just
 /// before the fetch. The server writes 256-byte chunks as fast as the socket takes them. One
@@ -12,7 +12,7 @@ import Testing
 @Suite("An endless body in tiny chunks stays near its limit", .serialized, .timeLimit(.minutes(3)))
 struct EndlessBodyMemoryTests {
     private func growth(_ scenario: String, limitMiB: Int, chunk: Int) async throws -> Int {
-        let (status, output, errors) = try await runTool("fetchkit-bench", [
+        let (status, output, errors) = try await runTool("MeasurementProbe", [
             "endless-body-child", scenario, String(limitMiB), String(chunk),
         ])
         #expect(status == 0, "\(errors)")

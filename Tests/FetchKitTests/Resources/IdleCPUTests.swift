@@ -31,7 +31,7 @@ struct IdleCPUTests {
     }
 
     /// Eight transfers wait three seconds on a server that never answers, in a process of
-    /// their own (`fetchkit-bench idle-cpu-child`, with its own loopback server), so that the
+    /// their own (`MeasurementProbe idle-cpu-child`, with its own loopback server), so that the
     /// process's CPU time — `getrusage` — is theirs and not the parallel suite's. With the fix
     /// they use under a tenth of one core; with it turned off (`ComparisonSwitches.quietsWaitingSockets = false`)
     /// the same process burns several times more, which shows that the measurement sees the fault.
@@ -258,7 +258,7 @@ struct IdleCPUTests {
 
     /// The CPU seconds a child process used while eight transfers waited `seconds`.
     private func cpuWhileWaiting(client: String, wait: String, seconds: Int) async throws -> Double {
-        let (status, output, errors) = try await runTool("fetchkit-bench", ["idle-cpu-child", client, wait, "8", String(seconds)])
+        let (status, output, errors) = try await runTool("MeasurementProbe", ["idle-cpu-child", client, wait, "8", String(seconds)])
         try #require(status == 0, "\(client) \(wait): \(errors)")
         for pair in output.split(whereSeparator: \.isWhitespace) {
             let parts = pair.split(separator: "=", maxSplits: 1)

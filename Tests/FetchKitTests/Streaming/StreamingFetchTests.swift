@@ -806,7 +806,7 @@ struct StreamingFetchTests {
 }
 
 /// Issue 34, backpressure: a reader that waits 50 ms after each read takes a 256 MiB body.
-/// Each run is a process of its own (`fetchkit-bench stream-child`, serving the body from a
+/// Each run is a process of its own (`MeasurementProbe stream-child`, serving the body from a
 /// loopback server in that process), so that its peak resident set is the stream's alone.
 @Suite("Streaming: a slow reader's memory stays bounded", .serialized, .timeLimit(.minutes(3)))
 struct StreamingMemoryTests {
@@ -816,7 +816,7 @@ struct StreamingMemoryTests {
     /// holds what its reader has not read: most of the body.
     @Test(.enabled(if: !runsUnderSanitizer, "a sanitizer's shadow memory is counted too"))
     func aSlowReaderOfA256MiBBodyGrowsTheProcessByLessThan16MiB() async throws {
-        let (status, output, errors) = try await runTool("fetchkit-bench", ["stream-child", "fetchkit", "256", "50"])
+        let (status, output, errors) = try await runTool("MeasurementProbe", ["stream-child", "fetchkit", "256", "50"])
         #expect(status == 0, "\(errors)")
         let fields = EndlessFields(output)
         #expect(fields["error"] == "none", "\(output)")

@@ -16,10 +16,10 @@ import LoopbackServer
 /// run: raw URLSession (a delegate that appends each chunk to a `Data` and cancels the task
 /// once the limit is passed), and appending the same bytes to a plain `Data` up to the limit:
 /// what growing by doubling costs.
-enum EndlessBodyBenchmark {
-    static let scenarios = ["fetchkit", "download", "raw", "data-append"]
+package enum EndlessBodyBenchmark {
+    package static let scenarios = ["fetchkit", "download", "raw", "data-append"]
 
-    static func label(_ scenario: String) -> String {
+    package static func label(_ scenario: String) -> String {
         switch scenario {
         case "fetchkit": return "FetchKit into memory"
         case "download": return "FetchKit to a file (no body held)"
@@ -33,7 +33,7 @@ enum EndlessBodyBenchmark {
     ///   - chunkSizes: The chunk sizes to measure, in bytes.
     ///   - runs: Runs per (scenario, chunk size); the table shows the median and the largest.
     ///   - raw: Whether to measure raw URLSession too (it may grow by gigabytes).
-    static func run(limitMiB: Int, chunkSizes: [Int], runs: Int, raw: Bool) throws {
+    package static func run(limitMiB: Int, chunkSizes: [Int], runs: Int, raw: Bool) throws {
         #if DEBUG
         let build = "debug"
         #else
@@ -68,7 +68,7 @@ enum EndlessBodyBenchmark {
         print("\nTarget (issue 20): FetchKit into memory grows by less than twice the limit with 256-byte chunks.")
     }
 
-    static func keyValues(_ output: String) -> [String: String] {
+    package static func keyValues(_ output: String) -> [String: String] {
         Dictionary(output.split(whereSeparator: \.isWhitespace).compactMap { pair -> (String, String)? in
             let parts = pair.split(separator: "=", maxSplits: 1)
             return parts.count == 2 ? (String(parts[0]), String(parts[1])) : nil
@@ -78,7 +78,7 @@ enum EndlessBodyBenchmark {
     /// The response: a chunked head, then `total` bytes in chunks of `chunkSize`, written a
     /// block of about 1 MiB at a time, then the last chunk. "Endless" for a client with a
     /// limit far below `total`.
-    static func route(chunkSize: Int, total: Int) -> HTTPResponse {
+    package static func route(chunkSize: Int, total: Int) -> HTTPResponse {
         let chunkSize = max(1, chunkSize)
         let perBlock = max(1, (1 << 20) / chunkSize)
         var block = Data()
@@ -99,7 +99,7 @@ enum EndlessBodyBenchmark {
 
     /// One scenario in this (child) process: prints `growth=… seconds=…`, the growth of the
     /// peak RSS in bytes.
-    static func child(scenario: String, limitMiB: Int, chunkSize: Int) throws {
+    package static func child(scenario: String, limitMiB: Int, chunkSize: Int) throws {
         let limit = limitMiB << 20
         let server = try LoopbackServer(recordRequests: false)
         defer { server.stop() }
@@ -164,13 +164,13 @@ private final class RawEndlessClient: NSObject, URLSessionDataDelegate, @uncheck
     private var received = 0
     private var cancelled = false
 
-    init(limit: Int) {
+    package init(limit: Int) {
         self.limit = limit
         super.init()
         delegateQueue.maxConcurrentOperationCount = 1
     }
 
-    func run(_ url: URL, timeout: TimeInterval) -> Bool {
+    package func run(_ url: URL, timeout: TimeInterval) -> Bool {
         let configuration = URLSessionConfiguration.default
         configuration.urlCache = nil
         let session = URLSession(configuration: configuration, delegate: self, delegateQueue: delegateQueue)
@@ -179,7 +179,7 @@ private final class RawEndlessClient: NSObject, URLSessionDataDelegate, @uncheck
         return done.wait(timeout: .now() + timeout) == .success
     }
 
-    func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive data: Data) {
+    package func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive data: Data) {
         received += data.count
         guard !cancelled else { return }
         guard received <= limit else {
@@ -191,7 +191,7 @@ private final class RawEndlessClient: NSObject, URLSessionDataDelegate, @uncheck
         body.append(data)
     }
 
-    func urlSession(_ session: URLSession, task: URLSessionTask, didCompleteWithError error: (any Error)?) {
+    package func urlSession(_ session: URLSession, task: URLSessionTask, didCompleteWithError error: (any Error)?) {
         done.signal()
     }
 }

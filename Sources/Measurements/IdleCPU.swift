@@ -20,11 +20,11 @@ import Darwin
 /// until the server has every request (silent: the server never answers) or the first bytes
 /// of every body (trickle: 4 KiB every 40 ms, about 100 KB/s each), then reads `getrusage`
 /// before and after `seconds`.
-enum IdleCPUBenchmark {
-    static let clients = ["fetchkit", "raw", "fetchkit-unfixed"]
-    static let waits = ["silent", "trickle"]
+package enum IdleCPUBenchmark {
+    package static let clients = ["fetchkit", "raw", "fetchkit-unfixed"]
+    package static let waits = ["silent", "trickle"]
 
-    static func run(transfers: Int, seconds: Int, runs: Int) throws {
+    package static func run(transfers: Int, seconds: Int, runs: Int) throws {
         print("CPU used while \(transfers) transfers wait, \(seconds) s, \(runs) interleaved runs, medians;")
         print("each a fresh process with its own loopback server (silent: never answers; trickle: ~100 KB/s each)\n")
         var samples: [String: [Double]] = [:]
@@ -52,7 +52,7 @@ enum IdleCPUBenchmark {
     }
 
     /// One client waiting, in this (child) process: prints `cpu=<seconds> transfers=<N>`.
-    static func child(client: String, wait: String, transfers: Int, seconds: Int) throws {
+    package static func child(client: String, wait: String, transfers: Int, seconds: Int) throws {
         if client == "fetchkit-unfixed" {
             // Read when each FetchSession is made: before the first.
             ComparisonSwitches.quietsWaitingSockets = false
@@ -117,7 +117,7 @@ private final class FirstTime: @unchecked Sendable {
     private let lock = NSLock()
     private var done = false
 
-    func take() -> Bool {
+    package func take() -> Bool {
         lock.lock()
         defer { lock.unlock() }
         defer { done = true }
@@ -129,21 +129,21 @@ private final class RawStreamDelegate: NSObject, URLSessionDataDelegate, @unchec
     private let received: ArrivalCount
     private var seen: Set<Int> = []
 
-    init(_ received: ArrivalCount) { self.received = received }
+    package init(_ received: ArrivalCount) { self.received = received }
 
-    func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive data: Data) {
+    package func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive data: Data) {
         if seen.insert(dataTask.taskIdentifier).inserted { received.arrive() }
     }
 }
 
 /// Counts arrivals from any thread; a waiter wakes when all have arrived.
-final class ArrivalCount: @unchecked Sendable {
+package final class ArrivalCount: @unchecked Sendable {
     private let condition = NSCondition()
     private var remaining: Int
 
-    init(_ count: Int) { remaining = count }
+    package init(_ count: Int) { remaining = count }
 
-    func arrive() {
+    package func arrive() {
         condition.lock()
         remaining -= 1
         if remaining <= 0 { condition.broadcast() }
@@ -151,7 +151,7 @@ final class ArrivalCount: @unchecked Sendable {
     }
 
     /// Whether all arrived within `timeout` seconds.
-    func wait(timeout: TimeInterval) -> Bool {
+    package func wait(timeout: TimeInterval) -> Bool {
         let deadline = Date(timeIntervalSinceNow: timeout)
         condition.lock()
         defer { condition.unlock() }

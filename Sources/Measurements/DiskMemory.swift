@@ -11,26 +11,26 @@ import LoopbackServer
 /// queues every chunk for the delegate, so whatever the consumer does not keep up with waits in
 /// memory. Each (client, run) is a fresh child process: it warms up with a small download,
 /// reads its resident set size, downloads the body, and reports its peak minus that baseline.
-enum DiskMemoryBenchmark {
-    static let clients = ["raw", "fetchkit"]
+package enum DiskMemoryBenchmark {
+    package static let clients = ["raw", "fetchkit"]
 
     #if DEBUG
-    static let build = "debug"
-    static let target = 64 << 20
+    package static let build = "debug"
+    package static let target = 64 << 20
     #else
-    static let build = "release"
-    static let target = 32 << 20
+    package static let build = "release"
+    package static let target = 32 << 20
     #endif
 
-    struct Sample {
-        var growth = 0
-        var seconds = 0.0
-        var bytes: Int64 = 0
-        var errors = 0
-        var continuations = 0
+    package struct Sample {
+        package var growth = 0
+        package var seconds = 0.0
+        package var bytes: Int64 = 0
+        package var errors = 0
+        package var continuations = 0
     }
 
-    static func run(size: Int, runs: Int, ranges: Bool) throws {
+    package static func run(size: Int, runs: Int, ranges: Bool) throws {
         let server = try LoopbackServer(recordRequests: false)
         defer { server.stop() }
         print("Peak RSS growth while \(Memory.format(bytes: size)) streams to disk — loopback server\(ranges ? "" : " without ranges"),")
@@ -60,7 +60,7 @@ enum DiskMemoryBenchmark {
         }
     }
 
-    static func parse(_ output: String) throws -> Sample {
+    package static func parse(_ output: String) throws -> Sample {
         let fields = Dictionary(output.split(whereSeparator: { $0 == " " || $0 == "\n" }).compactMap { pair -> (String, String)? in
             let parts = pair.split(separator: "=", maxSplits: 1)
             return parts.count == 2 ? (String(parts[0]), String(parts[1])) : nil
@@ -75,7 +75,7 @@ enum DiskMemoryBenchmark {
 
     /// One client, one download, in this (child) process: prints `growth=… seconds=… bytes=…
     /// errors=… continuations=…`.
-    static func child(client: String, size: Int, base: String, path: String) throws {
+    package static func child(client: String, size: Int, base: String, path: String) throws {
         guard let base = URL(string: base) else { throw BenchError("bad child arguments") }
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("fetchkit-bench-\(ProcessInfo.processInfo.processIdentifier)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)

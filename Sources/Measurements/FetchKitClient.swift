@@ -4,21 +4,21 @@ import Foundation
 
 /// FetchKit as its users would use it: every request enqueued at once on a FetchQueue bounded
 /// to C transfers, each a FetchOperation (a DownloadOperation for the disk case).
-final class FetchKitClient: @unchecked Sendable {
+package final class FetchKitClient: @unchecked Sendable {
     private let scenario: Scenario
     private let base: URL
     private let directory: URL
     /// What each download's file must hash to (to disk only).
     private let digest: FileDigest?
 
-    init(scenario: Scenario, base: URL, directory: URL, digest: FileDigest? = nil) {
+    package init(scenario: Scenario, base: URL, directory: URL, digest: FileDigest? = nil) {
         self.scenario = scenario
         self.base = base
         self.directory = directory
         self.digest = digest
     }
 
-    func run() -> Measurement {
+    package func run() -> RunMeasurement {
         let queue = FetchQueue(name: "bench", maximumConcurrentTransfers: scenario.concurrency,
                                maximumTransfersPerHost: scenario.concurrency,
                                coalescesIdenticalRequests: false)
@@ -56,12 +56,12 @@ final class FetchKitClient: @unchecked Sendable {
 private final class Tally: @unchecked Sendable {
     private let lock = NSLock()
     private let count: Int
-    private(set) var measurement = Measurement()
+    private(set) var measurement = RunMeasurement()
 
-    init(count: Int) { self.count = count }
+    package init(count: Int) { self.count = count }
 
     /// - Returns: whether this was the last one.
-    func add(bytes: Int, ok: Bool) -> Bool {
+    package func add(bytes: Int, ok: Bool) -> Bool {
         lock.lock()
         defer { lock.unlock() }
         measurement.bytes += Int64(bytes)
@@ -72,7 +72,7 @@ private final class Tally: @unchecked Sendable {
 }
 
 extension DownloadOperation {
-    static func size(of url: URL) -> Int? {
+    package static func size(of url: URL) -> Int? {
         (try? FileManager.default.attributesOfItem(atPath: url.path)[.size] as? NSNumber)?.intValue
     }
 }

@@ -6,9 +6,9 @@ import Darwin
 #endif
 
 /// Process memory readings.
-enum Memory {
+package enum Memory {
     /// Resident set size now, in bytes (Linux: /proc/self/statm; elsewhere: peak from getrusage).
-    static func residentBytes() -> Int {
+    package static func residentBytes() -> Int {
         #if os(Linux)
         if let text = try? String(contentsOfFile: "/proc/self/statm", encoding: .utf8) {
             let fields = text.split(separator: " ")
@@ -27,7 +27,7 @@ enum Memory {
     /// suite starts this benchmark's children) inherits from its parent: until `exec` the
     /// child shares the parent's address space, whose peak the kernel carries over — a child
     /// of a 250 MiB test process reported a peak of 250 MiB whatever it did.
-    static func peakResidentBytes() -> Int {
+    package static func peakResidentBytes() -> Int {
         var usage = rusage()
         #if os(Linux)
         if let text = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8),
@@ -44,7 +44,7 @@ enum Memory {
     }
 
     /// The CPU time (user and system) this process has used, in seconds.
-    static func cpuSeconds() -> Double {
+    package static func cpuSeconds() -> Double {
         var usage = rusage()
         #if os(Linux)
         getrusage(__rusage_who_t(RUSAGE_SELF.rawValue), &usage)
@@ -57,7 +57,7 @@ enum Memory {
 
     /// Returns freed memory to the system where the C library allows it, so that RSS readings
     /// reflect what is live.
-    static func trim() {
+    package static func trim() {
         #if os(Linux)
         // glibc's malloc_trim, looked up at run time (the Glibc module does not export it).
         typealias MallocTrim = @convention(c) (Int) -> Int32
@@ -67,7 +67,7 @@ enum Memory {
         #endif
     }
 
-    static func format(bytes: Int) -> String {
+    package static func format(bytes: Int) -> String {
         let value = Double(bytes)
         if value.magnitude >= Double(1 << 30) { return String(format: "%.2f GiB", value / Double(1 << 30)) }
         if value.magnitude >= Double(1 << 20) { return String(format: "%.1f MiB", value / Double(1 << 20)) }
@@ -77,7 +77,7 @@ enum Memory {
 }
 
 /// Runs this executable again with other arguments and returns its standard output.
-func runSelf(_ arguments: [String]) throws -> String {
+package func runSelf(_ arguments: [String]) throws -> String {
     let process = Process()
     process.executableURL = URL(fileURLWithPath: CommandLine.arguments[0]).standardizedFileURL.resolvingSymlinksInPath()
     if !FileManager.default.isExecutableFile(atPath: process.executableURL!.path) {
@@ -95,12 +95,17 @@ func runSelf(_ arguments: [String]) throws -> String {
     return String(decoding: data, as: UTF8.self)
 }
 
-struct BenchError: Error, CustomStringConvertible {
-    let description: String
-    init(_ description: String) { self.description = description }
+package struct BenchError: Error, CustomStringConvertible {
+    package let description: String
+    package init(_ description: String) { self.description = description }
 }
 
-func median<T: Comparable>(_ values: [T]) -> T {
+package func median<T: Comparable>(_ values: [T]) -> T {
     let sorted = values.sorted()
     return sorted[sorted.count / 2]
+}
+
+/// `text` padded with spaces to `width` (and one space past it when longer), for tables.
+package func pad(_ text: String, _ width: Int) -> String {
+    text.count >= width ? text + " " : text + String(repeating: " ", count: width - text.count)
 }

@@ -16,7 +16,7 @@ import Darwin
 /// With `allAtOnce`, every task is created and resumed at the start instead — the raw analogue
 /// of enqueueing every fetch at once; the session's `httpMaximumConnectionsPerHost` (C) bounds
 /// how many run.
-final class RawClient: NSObject, URLSessionDataDelegate, @unchecked Sendable {
+package final class RawClient: NSObject, URLSessionDataDelegate, @unchecked Sendable {
     private let scenario: Scenario
     private let allAtOnce: Bool
     private let base: URL
@@ -30,9 +30,9 @@ final class RawClient: NSObject, URLSessionDataDelegate, @unchecked Sendable {
     private var completed = 0
     private var buffers: [Int: Data] = [:]
     private var files: [Int: Int32] = [:]
-    private var measurement = Measurement()
+    private var measurement = RunMeasurement()
 
-    init(scenario: Scenario, base: URL, directory: URL, allAtOnce: Bool = false) {
+    package init(scenario: Scenario, base: URL, directory: URL, allAtOnce: Bool = false) {
         self.scenario = scenario
         self.allAtOnce = allAtOnce
         self.base = base
@@ -45,7 +45,7 @@ final class RawClient: NSObject, URLSessionDataDelegate, @unchecked Sendable {
         session = URLSession(configuration: configuration, delegate: self, delegateQueue: delegateQueue)
     }
 
-    func run() -> Measurement {
+    package func run() -> RunMeasurement {
         let started = Date()
         delegateQueue.addOperation { [self] in
             for _ in 0..<(allAtOnce ? scenario.count : min(scenario.concurrency, scenario.count)) { startNext() }
@@ -63,7 +63,7 @@ final class RawClient: NSObject, URLSessionDataDelegate, @unchecked Sendable {
         session.dataTask(with: scenario.url(base: base, index: index)).resume()
     }
 
-    func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive response: URLResponse,
+    package func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive response: URLResponse,
                     completionHandler: @escaping @Sendable (URLSession.ResponseDisposition) -> Void) {
         let id = dataTask.taskIdentifier
         if scenario.destination == .disk {
@@ -77,7 +77,7 @@ final class RawClient: NSObject, URLSessionDataDelegate, @unchecked Sendable {
         completionHandler(.allow)
     }
 
-    func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive data: Data) {
+    package func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive data: Data) {
         let id = dataTask.taskIdentifier
         if let fd = files[id] {
             data.withUnsafeBytes { buffer in
@@ -93,7 +93,7 @@ final class RawClient: NSObject, URLSessionDataDelegate, @unchecked Sendable {
         }
     }
 
-    func urlSession(_ session: URLSession, task: URLSessionTask, didCompleteWithError error: (any Error)?) {
+    package func urlSession(_ session: URLSession, task: URLSessionTask, didCompleteWithError error: (any Error)?) {
         let id = task.taskIdentifier
         var length = 0
         if let fd = files.removeValue(forKey: id) {
@@ -122,8 +122,8 @@ final class RawClient: NSObject, URLSessionDataDelegate, @unchecked Sendable {
 /// holding its `URLRequest`, in a suspended `OperationQueue`. Nothing is sent; the measurement
 /// is the process's peak RSS with all of them queued (and a URLSession made, so that the same
 /// libraries are loaded as in the clients).
-enum OperationsFloor {
-    static func run(scenario: Scenario, base: URL) -> Measurement {
+package enum OperationsFloor {
+    package static func run(scenario: Scenario, base: URL) -> RunMeasurement {
         let started = Date()
         let session = URLSession(configuration: .default)
         defer { session.finishTasksAndInvalidate() }
@@ -137,7 +137,7 @@ enum OperationsFloor {
         }
         queue.addOperations(operations, waitUntilFinished: false)
         operations = []
-        var measurement = Measurement()
+        var measurement = RunMeasurement()
         measurement.peakRSS = Memory.peakResidentBytes()
         queue.cancelAllOperations()
         queue.isSuspended = false
@@ -150,7 +150,7 @@ enum OperationsFloor {
     /// URLSession made, as above): the requests alone, one `URLRequest` each — what any queue
     /// of fetches holds — or, `asOperations`, each in an `Operation` of its own — what a queue
     /// whose fetches are operations holds at least.
-    static func held(scenario: Scenario, base: URL, asOperations: Bool) -> Measurement {
+    package static func held(scenario: Scenario, base: URL, asOperations: Bool) -> RunMeasurement {
         let started = Date()
         let session = URLSession(configuration: .default)
         defer { session.finishTasksAndInvalidate() }
@@ -161,7 +161,7 @@ enum OperationsFloor {
             let request = URLRequest(url: scenario.url(base: base, index: index))
             if asOperations { operations.append(HeldRequest(request)) } else { requests.append(request) }
         }
-        var measurement = Measurement()
+        var measurement = RunMeasurement()
         measurement.peakRSS = Memory.peakResidentBytes()
         withExtendedLifetime((requests, operations)) {}
         measurement.seconds = Date().timeIntervalSince(started)
@@ -169,8 +169,8 @@ enum OperationsFloor {
     }
 
     /// An operation that only holds its request.
-    final class HeldRequest: Operation, @unchecked Sendable {
-        let request: URLRequest
-        init(_ request: URLRequest) { self.request = request }
+    package final class HeldRequest: Operation, @unchecked Sendable {
+        package let request: URLRequest
+        package init(_ request: URLRequest) { self.request = request }
     }
 }

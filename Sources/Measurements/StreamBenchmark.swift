@@ -16,8 +16,8 @@ import FoundationNetworking
 ///   RSS, and the most the server's acknowledged bytes (`TCP_INFO`) ran ahead of the reader.
 ///   Raw URLSession hands the delegate every chunk as it arrives, so its reader's queue holds
 ///   what it has not read: that is the body, less what was read.
-enum StreamBenchmark {
-    static func run(runs: Int, fastMiB: Int, slowMiB: Int, delayMilliseconds: Int) throws {
+package enum StreamBenchmark {
+    package static func run(runs: Int, fastMiB: Int, slowMiB: Int, delayMilliseconds: Int) throws {
         print("Streaming a body (issue 34): \(runs) interleaved runs, medians (max in brackets)\n")
         print("Fast reader: a \(fastMiB) MiB chunked body read as it arrives")
         let columns = [32, 18, 16, 18]
@@ -73,15 +73,15 @@ enum StreamBenchmark {
 }
 
 /// One run of ``StreamBenchmark`` in this (child) process.
-enum StreamChild {
-    static func keyValues(_ output: String) -> [String: String] {
+package enum StreamChild {
+    package static func keyValues(_ output: String) -> [String: String] {
         EndlessBodyBenchmark.keyValues(output)
     }
 
     /// Reads `mebibytes` of a chunked body with `client` (`fetchkit`, `fetchkit-nopause`: the
     /// pause turned off, or `raw`), waiting `delay` ms after each read; prints
     /// `growth= ahead= reads= seconds= cpu= bytes= error=`.
-    static func run(client: String, mebibytes: Int, delayMilliseconds: Int) throws {
+    package static func run(client: String, mebibytes: Int, delayMilliseconds: Int) throws {
         let server = try LoopbackServer(recordRequests: false)
         defer { server.stop() }
         let length = mebibytes << 20
@@ -137,11 +137,11 @@ enum StreamChild {
 
 /// The reader's side of a run: counts what it read, waits after each read, and samples how
 /// far the server's acknowledged bytes are ahead of it.
-final class SlowReader: @unchecked Sendable {
+package final class SlowReader: @unchecked Sendable {
     private struct Counts {
-        var reads = 0
-        var bytes = 0
-        var ahead = 0
+        package var reads = 0
+        package var bytes = 0
+        package var ahead = 0
     }
 
     private let server: LoopbackServer
@@ -149,12 +149,12 @@ final class SlowReader: @unchecked Sendable {
     private let lock = NSLock()
     private var _counts = Counts()   // guarded by `lock`
 
-    init(server: LoopbackServer, delayMilliseconds: Int) {
+    package init(server: LoopbackServer, delayMilliseconds: Int) {
         self.server = server
         delay = delayMilliseconds
     }
 
-    func read(_ count: Int) {
+    package func read(_ count: Int) {
         let acknowledged = delay > 0 ? server.bytesAcknowledged ?? 0 : 0
         lock.withLock {
             _counts.reads += 1
@@ -164,9 +164,9 @@ final class SlowReader: @unchecked Sendable {
         if delay > 0 { usleep(useconds_t(delay * 1000)) }
     }
 
-    var reads: Int { lock.withLock { _counts.reads } }
-    var bytes: Int { lock.withLock { _counts.bytes } }
-    var ahead: Int { lock.withLock { _counts.ahead } }
+    package var reads: Int { lock.withLock { _counts.reads } }
+    package var bytes: Int { lock.withLock { _counts.bytes } }
+    package var ahead: Int { lock.withLock { _counts.ahead } }
 }
 
 /// The first error a run met, in words.
@@ -174,11 +174,11 @@ private final class FailureNote: @unchecked Sendable {
     private let lock = NSLock()
     private var _text: String?   // guarded by `lock`
 
-    func set(_ text: String) {
+    package func set(_ text: String) {
         lock.withLock { if _text == nil { _text = text } }
     }
 
-    var text: String? { lock.withLock { _text } }
+    package var text: String? { lock.withLock { _text } }
 }
 
 /// Raw URLSession streaming as its documentation has it: a delegate that hands each chunk to a
@@ -194,13 +194,13 @@ private final class RawStreamClient: NSObject, URLSessionDataDelegate, @unchecke
     private var session: URLSession?
     private var completion: ((String?) -> Void)?
 
-    init(reader: SlowReader) {
+    package init(reader: SlowReader) {
         self.reader = reader
         super.init()
         delegateQueue.maxConcurrentOperationCount = 1
     }
 
-    func start(_ url: URL, completion: @escaping (String?) -> Void) {
+    package func start(_ url: URL, completion: @escaping (String?) -> Void) {
         self.completion = completion
         let configuration = URLSessionConfiguration.default
         configuration.urlCache = nil
@@ -209,7 +209,7 @@ private final class RawStreamClient: NSObject, URLSessionDataDelegate, @unchecke
         session.dataTask(with: url).resume()
     }
 
-    func readUntilEnd() {
+    package func readUntilEnd() {
         while true {
             waiting.lock()
             while chunks.isEmpty && !ended { waiting.wait() }
@@ -225,14 +225,14 @@ private final class RawStreamClient: NSObject, URLSessionDataDelegate, @unchecke
         session?.finishTasksAndInvalidate()
     }
 
-    func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive data: Data) {
+    package func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive data: Data) {
         waiting.lock()
         chunks.append(data)
         waiting.signal()
         waiting.unlock()
     }
 
-    func urlSession(_ session: URLSession, task: URLSessionTask, didCompleteWithError error: (any Error)?) {
+    package func urlSession(_ session: URLSession, task: URLSessionTask, didCompleteWithError error: (any Error)?) {
         completion?(error.map { "\($0)" })
         waiting.lock()
         ended = true

@@ -1,26 +1,26 @@
 import Foundation
 
 /// The throughput workloads.
-struct Scenario: Sendable {
-    enum Destination: String, Sendable { case memory, disk }
+package struct Scenario: Sendable {
+    package enum Destination: String, Sendable { case memory, disk }
 
-    let name: String
-    let bodySize: Int
-    var count: Int
-    let concurrency: Int
-    let destination: Destination
+    package let name: String
+    package let bodySize: Int
+    package var count: Int
+    package let concurrency: Int
+    package let destination: Destination
     /// The server's route: `bytes` (with ranges and an `ETag`) or `bytes-norange`.
-    var path = "bytes"
+    package var path = "bytes"
 
     /// How the row is reported: requests per second for small bodies, bytes per second else.
-    var reportsRequests: Bool { bodySize <= 64 << 10 }
+    package var reportsRequests: Bool { bodySize <= 64 << 10 }
 
-    var title: String {
+    package var title: String {
         let size = bodySize >= 1 << 20 ? "\(bodySize >> 20) MiB" : "\(bodySize >> 10) KiB"
         return "\(size) × \(count), C=\(concurrency)\(destination == .disk ? ", to disk" : "")"
     }
 
-    static let all: [Scenario] = [
+    package static let all: [Scenario] = [
         Scenario(name: "1k-serial", bodySize: 1 << 10, count: 5_000, concurrency: 1, destination: .memory),
         Scenario(name: "1k", bodySize: 1 << 10, count: 20_000, concurrency: 16, destination: .memory),
         Scenario(name: "64k", bodySize: 64 << 10, count: 5_000, concurrency: 8, destination: .memory),
@@ -30,7 +30,7 @@ struct Scenario: Sendable {
     ]
 
     /// A smaller set for a quick look (`--quick`).
-    static let quick: [Scenario] = [
+    package static let quick: [Scenario] = [
         Scenario(name: "1k-serial", bodySize: 1 << 10, count: 1_000, concurrency: 1, destination: .memory),
         Scenario(name: "1k", bodySize: 1 << 10, count: 4_000, concurrency: 16, destination: .memory),
         Scenario(name: "64k", bodySize: 64 << 10, count: 1_000, concurrency: 8, destination: .memory),
@@ -39,31 +39,31 @@ struct Scenario: Sendable {
         Scenario(name: "256m-disk", bodySize: 256 << 20, count: 1, concurrency: 1, destination: .disk),
     ]
 
-    static func named(_ name: String) -> Scenario? {
+    package static func named(_ name: String) -> Scenario? {
         (all + quick).first { $0.name == name }
     }
 
     /// The URL of request `index`: distinct per request, so that nothing can be shared.
-    func url(base: URL, index: Int) -> URL {
+    package func url(base: URL, index: Int) -> URL {
         URL(string: "\(base.absoluteString)/\(path)/\(bodySize)?n=\(index)")!
     }
 }
 
 /// What one child measured.
-struct Measurement: Sendable {
-    var seconds: Double = 0
-    var bytes: Int64 = 0
-    var requests = 0
-    var errors = 0
-    var peakRSS = 0
+package struct RunMeasurement: Sendable {
+    package var seconds: Double = 0
+    package var bytes: Int64 = 0
+    package var requests = 0
+    package var errors = 0
+    package var peakRSS = 0
 
-    var line: String {
+    package var line: String {
         "seconds=\(seconds) bytes=\(bytes) requests=\(requests) errors=\(errors) peak_rss=\(peakRSS)"
     }
 
-    init() {}
+    package init() {}
 
-    init?(parsing output: String) {
+    package init?(parsing output: String) {
         var fields: [String: String] = [:]
         for pair in output.split(whereSeparator: { $0 == " " || $0 == "\n" }) {
             let parts = pair.split(separator: "=", maxSplits: 1)
