@@ -210,9 +210,7 @@ public struct ServerSentEvents<Base: AsyncSequence>: AsyncSequence where Base.El
     public struct AsyncIterator: AsyncIteratorProtocol {
         var base: Base.AsyncIterator
         var parser: ServerSentEventParser
-        var ready: [ServerSentEvent] = []
-        var taken = 0
-        var ended = false
+        var ready = ReadyElements<ServerSentEvent>()
 
         /// The next event, or `nil` after the last.
         ///
@@ -221,18 +219,12 @@ public struct ServerSentEvents<Base: AsyncSequence>: AsyncSequence where Base.El
         ///   line, past the limit.
         public mutating func next() async throws -> ServerSentEvent? {
             while true {
-                if Task.isCancelled, !(ended && taken >= ready.count) {
-                    // A cancelled reader gets no more, even what waits: the base reads once
-                    // more (a FetchKit stream cancels its fetch, and throws), then this throws.
-                    let baseEnded = ended
-                    ready.removeAll()
-                    taken = 0
-                    ended = true
-                    if !baseEnded { _ = try await base.next() }
+                if let baseReadsOnce = ready.endIfCancelled() {
+                    if baseReadsOnce { _ = try await base.next() }
                     throw FetchError.cancelled(.init(url: nil))
                 }
-                if let event = nextReady() { return event }
-                if ended { return nil }
+                if let event = ready.next() { return event }
+                if ready.baseEnded { return nil }
                 try take(try await base.next())
             }
         }
@@ -243,37 +235,24 @@ public struct ServerSentEvents<Base: AsyncSequence>: AsyncSequence where Base.El
         @available(macOS 15.0, iOS 18.0, tvOS 18.0, watchOS 11.0, visionOS 2.0, *)
         public mutating func next(isolation actor: isolated (any Actor)?) async throws -> ServerSentEvent? {
             while true {
-                if Task.isCancelled, !(ended && taken >= ready.count) {
-                    // A cancelled reader gets no more, even what waits: the base reads once
-                    // more (a FetchKit stream cancels its fetch, and throws), then this throws.
-                    let baseEnded = ended
-                    ready.removeAll()
-                    taken = 0
-                    ended = true
-                    if !baseEnded { _ = try await base.next(isolation: actor) }
+                if let baseReadsOnce = ready.endIfCancelled() {
+                    if baseReadsOnce { _ = try await base.next(isolation: actor) }
                     throw FetchError.cancelled(.init(url: nil))
                 }
-                if let event = nextReady() { return event }
-                if ended { return nil }
+                if let event = ready.next() { return event }
+                if ready.baseEnded { return nil }
                 try take(try await base.next(isolation: actor))
             }
         }
 
-        private mutating func nextReady() -> ServerSentEvent? {
-            guard taken < ready.count else { return nil }
-            defer { taken += 1 }
-            return ready[taken]
-        }
-
         private mutating func take(_ chunk: Data?) throws(FetchError) {
-            taken = 0
-            ready = []
+            ready.refill([])
             guard let chunk else {
                 parser.finish()
-                ended = true
+                ready.refill([], ended: true)
                 return
             }
-            ready = try parser.feed(chunk)
+            ready.refill(try parser.feed(chunk))
         }
     }
 

@@ -61,44 +61,26 @@ struct RawLines<Base: AsyncSequence> where Base.Element == Data {
     struct Iterator {
         var base: Base.AsyncIterator
         var splitter: LineSplitter
-        var ready: [Data] = []
-        var taken = 0
-        var ended = false
-
-        /// The next line, once it has been read; `nil` when one must be read first
-        /// (``take(_:)``) or, once ``ended``, when there are no more.
-        mutating func nextReady() -> Data? {
-            guard taken < ready.count else { return nil }
-            defer { taken += 1 }
-            return ready[taken]
-        }
+        var ready = ReadyElements<Data>()
 
         /// Takes what the base gave: a chunk, or its end (`nil`).
         mutating func take(_ chunk: Data?) throws(FetchError) {
-            ready.removeAll(keepingCapacity: true)
-            taken = 0
+            ready.refill([])
             if let chunk {
-                ready = try splitter.feed(chunk)
+                ready.refill(try splitter.feed(chunk))
             } else {
-                ended = true
-                if let last = splitter.finish() { ready = [last] }
+                ready.refill(splitter.finish().map { [$0] } ?? [], ended: true)
             }
         }
 
         mutating func next() async throws -> Data? {
             while true {
-                if Task.isCancelled, !(ended && taken >= ready.count) {
-                    // A cancelled reader gets no more, even what waits: the base reads once
-                    // more (a FetchKit stream cancels its fetch, and throws), then this throws.
-                    let baseEnded = ended
-                    ready.removeAll()
-                    taken = 0
-                    ended = true
-                    if !baseEnded { _ = try await base.next() }
+                if let baseReadsOnce = ready.endIfCancelled() {
+                    if baseReadsOnce { _ = try await base.next() }
                     throw FetchError.cancelled(.init(url: nil))
                 }
-                if let line = nextReady() { return line }
-                if ended { return nil }
+                if let line = ready.next() { return line }
+                if ready.baseEnded { return nil }
                 try take(try await base.next())
             }
         }
@@ -106,18 +88,12 @@ struct RawLines<Base: AsyncSequence> where Base.Element == Data {
         @available(macOS 15.0, iOS 18.0, tvOS 18.0, watchOS 11.0, visionOS 2.0, *)
         mutating func next(isolation actor: isolated (any Actor)?) async throws -> Data? {
             while true {
-                if Task.isCancelled, !(ended && taken >= ready.count) {
-                    // A cancelled reader gets no more, even what waits: the base reads once
-                    // more (a FetchKit stream cancels its fetch, and throws), then this throws.
-                    let baseEnded = ended
-                    ready.removeAll()
-                    taken = 0
-                    ended = true
-                    if !baseEnded { _ = try await base.next(isolation: actor) }
+                if let baseReadsOnce = ready.endIfCancelled() {
+                    if baseReadsOnce { _ = try await base.next(isolation: actor) }
                     throw FetchError.cancelled(.init(url: nil))
                 }
-                if let line = nextReady() { return line }
-                if ended { return nil }
+                if let line = ready.next() { return line }
+                if ready.baseEnded { return nil }
                 try take(try await base.next(isolation: actor))
             }
         }
