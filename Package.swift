@@ -35,7 +35,9 @@ let package = Package(
         // run against. A target, not a product: it is not part of FetchKit's public surface.
         .target(name: "LoopbackServer"),
         .target(name: "FetchKitTesting", dependencies: ["FetchKit", "LoopbackServer"]),
-        .testTarget(name: "FetchKitTests", dependencies: ["FetchKit", "FoundationNetworkingShims", "LoopbackServer", "RunLoopProbe", "DependencyProbe", "TLSProbe", "FramingProbe", "SubclassProbe", "ExitCleanupProbe", "MeasurementProbe", "CZlib", "FetchKitTesting"]),
+        .testTarget(name: "FetchKitTests", dependencies: ["FetchKit", "FoundationNetworkingShims", "LoopbackServer", "RunLoopProbe", "DependencyProbe", "TLSProbe", "FramingProbe", "SubclassProbe", "ExitCleanupProbe", "MeasurementProbe", "CZlib", "FetchKitTesting",
+                                                       // A second process holding a partial file's lock (PartialFileLockTests).
+                                                       "fetchkit"]),
         // The `fetchkit` command's tests: the command runs as its users run it, in a process of
         // its own. `Support` is the library tests' folder (a link), compiled into each target.
         .testTarget(name: "FetchKitCommandLineTests", dependencies: ["FetchKit", "FoundationNetworkingShims", "LoopbackServer", "fetchkit", "CZlib"]),
