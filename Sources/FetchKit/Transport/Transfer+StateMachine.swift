@@ -358,9 +358,10 @@ struct TransferStateMachine {
         }
     }
 
-    /// The consumer of the body held the reading (``BacklogGate``) until `moment`: no idle
-    /// time passed before it.
-    mutating func consumerHeld(until moment: UInt64) {
+    /// The silence until `moment` was not the server's — the body's consumer held the reading
+    /// (``BacklogGate``), or the server's bytes waited unread in the kernel: no idle time
+    /// passed before it.
+    mutating func silenceWasNotTheServers(until moment: UInt64) {
         if canTimeOut, moment > lastActivity { lastActivity = moment }
     }
 

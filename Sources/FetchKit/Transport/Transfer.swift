@@ -365,7 +365,7 @@ final class Transfer: TransferHandle, @unchecked Sendable {
     /// Called by the session's ``Deadlines`` when ``TransferStateMachine/nextDeadline`` (as it
     /// was) has come.
     func deadlineReached() {
-        perform(machine.deadlineReached(now: nowUnlessConsumerHolds()))
+        perform(machine.deadlineReached(now: nowCountingOnlyTheServersSilence()))
     }
 
     /// Now; and where the silence was not the server's, the idle clock runs from its end:
@@ -373,11 +373,11 @@ final class Transfer: TransferHandle, @unchecked Sendable {
     /// the kernel holds bytes of the response's connection unread, from now — the server sent
     /// them, and libcurl waits for URLSession's work queue, which every session of the process
     /// shares, to read them (a busy queue, or a reading just resumed).
-    private func nowUnlessConsumerHolds() -> UInt64 {
+    private func nowCountingOnlyTheServersSilence() -> UInt64 {
         let now = Self.now()
-        if let gate = backlogGate { machine.consumerHeld(until: gate.heldUntil(now: now)) }
+        if let gate = backlogGate { machine.silenceWasNotTheServers(until: gate.heldUntil(now: now)) }
         if let socket = connectionSocket.snapshot, let unread = ReceivePause.unreadBytes(onSocket: socket), unread > 0 {
-            machine.consumerHeld(until: now)
+            machine.silenceWasNotTheServers(until: now)
         }
         return now
     }
@@ -389,7 +389,7 @@ final class Transfer: TransferHandle, @unchecked Sendable {
         case .fail(let error):
             end(.failure(error, machine.response))
         case .confirmIdle:
-            queue.async { self.perform(self.machine.confirmIdleTimeout(now: self.nowUnlessConsumerHolds())) }
+            queue.async { self.perform(self.machine.confirmIdleTimeout(now: self.nowCountingOnlyTheServersSilence())) }
         case .reschedule(let deadline):
             session.router.deadlines.schedule(self, at: deadline)
         }
