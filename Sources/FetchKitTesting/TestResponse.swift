@@ -117,12 +117,46 @@ public struct TestResponse: Sendable {
         return formatter.string(from: date)
     }
 
+    /// `200` (or `status`) with `count` bytes of the kit's byte pattern
+    /// (``patternBytes(count:)``) as an `application/octet-stream` body, made as it is sent:
+    /// a large body (hundreds of megabytes) costs the server no memory. The bytes sent of such
+    /// bodies are counted (``TestServer/Counters/patternBytesSent``).
+    ///
+    /// - Parameters:
+    ///   - count: How many bytes.
+    ///   - status: The status. Default `200`.
+    ///   - headers: More header fields (a `Content-Length` given here is sent as it is, true
+    ///     or not).
+    public static func pattern(count: Int, status: Int = 200, headers: [String: String] = [:]) -> TestResponse {
+        var fields: HTTPHeaders = ["Content-Type": "application/octet-stream"]
+        for (name, value) in headers.sorted(by: { $0.key < $1.key }) { fields.replaceOrAdd(name: name, value: value) }
+        return TestResponse(.pattern(count: max(0, count), status: status, headers: fields))
+    }
+
+    /// A copy of this answer with the header field `name` set to `value` (replacing any of
+    /// that name). A hand-written answer (``steps(_:)``) is sent as written: this does nothing
+    /// to it.
+    public func with(header name: String, _ value: String) -> TestResponse {
+        TestResponse(response.with(header: name, value))
+    }
+
     // MARK: Faults
 
     /// The head after `milliseconds` (interruptibly: the wait ends when the client goes away
     /// or the server shuts down).
     public func delayed(milliseconds: Int) -> TestResponse {
         TestResponse(response.delayed(milliseconds: milliseconds))
+    }
+
+    /// This answer, sent only once `gate` opens (after any ``delayed(milliseconds:)``): the
+    /// request counts as in flight (``TestServer/Counters/requestsInFlight``) while it waits,
+    /// so a test can wait for that, act (cancel, pause, read progress), then open the gate. The
+    /// wait ends, and the connection closes, when the client goes away or the server shuts
+    /// down.
+    public func held(by gate: TestGate) -> TestResponse {
+        var copy = response
+        copy.holdGate = gate.gate
+        return TestResponse(copy)
     }
 
     /// No answer at all: the connection stays open and silent until the client gives up or the
@@ -182,6 +216,80 @@ public struct TestResponse: Sendable {
     /// A status line that is not one (`HTTP/1.1 abc`), then the connection closes: FetchKit
     /// reports ``FetchKit/FetchError/invalidResponse(_:)``.
     public static let malformedStatusLine = TestResponse(.script([.write(Data("HTTP/1.1 abc not-a-status\r\n\r\n".utf8)), .close]))
+
+    /// An answer written exactly as `steps` say, byte for byte — nothing added, no
+    /// `Content-Length` unless a step writes it: for the answers no server should
+    /// send (duplicate or contradictory lengths, a head cut in two, a body after a `304`, a
+    /// head that never ends), which a parser and FetchKit must survive.
+    ///
+    /// ```swift
+    /// server.route("GET", "/two-lengths") { _ in
+    ///     .steps([.head(status: 200, headers: ["Content-Length": "4", "Content-Length": "5"]),
+    ///             .write("abcd"), .close])
+    /// }
+    /// ```
+    ///
+    /// After the last step the connection is kept for the next request unless a step ended it
+    /// (``Step/close``, ``Step/reset``, ``Step/stall``).
+    public static func steps(_ steps: [Step]) -> TestResponse {
+        TestResponse(.script(steps.map(\.action)))
+    }
+
+    /// One step of a hand-written answer (``TestResponse/steps(_:)``).
+    public struct Step: Sendable {
+        let action: ScriptAction
+
+        /// Writes `data`.
+        public static func write(_ data: Data) -> Step {
+            Step(action: .write(data))
+        }
+
+        /// Writes `text` as UTF-8 (write `\r\n` line ends yourself).
+        public static func write(_ text: String) -> Step {
+            Step(action: .write(Data(text.utf8)))
+        }
+
+        /// Writes a response head: `HTTP/1.1 <status> <reason>`, then `headers` in their order
+        /// (duplicates kept), a `Date` unless they give one, then the blank line — nothing
+        /// else: no `Content-Length` or `Connection` the headers do not give.
+        ///
+        /// - Parameters:
+        ///   - status: The status code.
+        ///   - headers: The header fields, in order.
+        ///   - reason: The reason phrase. Default the status's usual one.
+        public static func head(status: Int, headers: KeyValuePairs<String, String> = [:], reason: String? = nil) -> Step {
+            Step(action: .write(HTTPResponse.rawHead(status: status, headers: HTTPHeaders(headers.map { ($0.key, $0.value) }),
+                                                     reason: reason)))
+        }
+
+        /// Writes `count` bytes of the kit's byte pattern, from `offset` into it
+        /// (``TestResponse/patternBytes(count:)`` shows them from offset 0).
+        public static func patternBytes(offset: Int = 0, count: Int) -> Step {
+            Step(action: .writePattern(offset: offset, count: count))
+        }
+
+        /// Waits `milliseconds` (ended early, with the connection, if the client goes away or
+        /// the server shuts down).
+        public static func pause(milliseconds: Int) -> Step {
+            Step(action: .sleep(milliseconds: milliseconds))
+        }
+
+        /// Waits until `gate` opens (ended early, with the connection, if the client goes away
+        /// or the server shuts down).
+        public static func wait(for gate: TestGate) -> Step {
+            Step(action: .wait(gate.gate))
+        }
+
+        /// Closes the connection (`FIN`).
+        public static let close = Step(action: .close)
+
+        /// Resets the connection (`RST`).
+        public static let reset = Step(action: .reset)
+
+        /// Says nothing more, the connection open, until the client goes away or the server
+        /// shuts down.
+        public static let stall = Step(action: .stall)
+    }
 
     /// The bytes `count` of which a fault's body is made (``closeMidBody(count:)``,
     /// ``slowBody(count:chunkSize:intervalMilliseconds:)``…): compare what arrived with it.

@@ -160,9 +160,18 @@ public final class TestServer: Sendable {
     /// Starts a server on 127.0.0.1 and an ephemeral port; it answers at once.
     ///
     /// - Throws: If the listening socket cannot be made.
-    public init() throws {
+    public convenience init() throws {
+        try self.init(sendBufferSize: nil)
+    }
+
+    /// Starts a server whose sockets' send buffer is `sendBufferSize` bytes, so that what it
+    /// has sent (``Counters/patternBytesSent``) stays within that much of what the client
+    /// read: for tests of a client's backpressure and read rate. `nil` for the system's.
+    ///
+    /// - Throws: If the listening socket cannot be made.
+    public init(sendBufferSize: Int?) throws {
         let state = self.state
-        server = try LoopbackServer(recordRequests: false) { request in
+        server = try LoopbackServer(recordRequests: false, sendBufferSize: sendBufferSize) { request in
             Self.answer(request, state: state)
         }
     }
@@ -195,6 +204,12 @@ public final class TestServer: Sendable {
     /// without the body (faults are written as they are, `HEAD` or not).
     public func route(_ method: String? = nil, _ pattern: String, _ respond: @escaping @Sendable (TestRequest) -> TestResponse) {
         route(method, pattern, once: false, respond)
+    }
+
+    /// Answers requests of any method whose path matches `pattern` (as
+    /// ``route(_:_:_:)`` with `nil` for the method).
+    public func route(_ pattern: String, _ respond: @escaping @Sendable (TestRequest) -> TestResponse) {
+        route(nil, pattern, once: false, respond)
     }
 
     /// Answers as ``route(_:_:_:)`` does, but with `once: true` only the first matching request:
@@ -242,6 +257,113 @@ public final class TestServer: Sendable {
     /// Every request received, in the order their heads were read.
     public var requests: [TestRequest] {
         state.withLock { $0.requests }
+    }
+
+    /// The requests received whose path matches `pattern` as a route's does (`/users/:id`,
+    /// `/files/*`), whatever their method, in the order they came.
+    public func requests(_ pattern: String) -> [TestRequest] {
+        let pattern = RoutePattern(pattern)
+        return requests.filter { pattern.match($0.path) != nil }
+    }
+
+    /// The requests received whose method is `method` and whose path matches `pattern`, in the
+    /// order they came.
+    public func requests(_ method: String, _ pattern: String) -> [TestRequest] {
+        let method = method.uppercased()
+        return requests(pattern).filter { $0.method == method }
+    }
+
+    // MARK: Counters
+
+    /// What the server counted, read together (see ``counters``).
+    public struct Counters: Sendable, Equatable, CustomStringConvertible {
+        /// TCP connections accepted (since the start or the last ``TestServer/resetCounters()``).
+        public let connectionsAccepted: Int
+        /// Connections open now.
+        public let connectionsOpen: Int
+        /// Requests whose head was read and whose answer is not all sent yet — held
+        /// (``TestResponse/held(by:)``), delayed, stalled or being written. The count drops
+        /// just before an answer's last bytes go out, so a client that has a whole answer sees
+        /// it already lower.
+        public let requestsInFlight: Int
+        /// The most requests in flight at once (since the start or the last reset, which sets
+        /// it to the current ``requestsInFlight``): what a concurrency limit allowed.
+        public let peakRequestsInFlight: Int
+        /// Request heads read (unmatched ones too).
+        public let requestsReceived: Int
+        /// Bytes of pattern bodies (``TestResponse/pattern(count:status:headers:)``,
+        /// ``TestResponse/Step/patternBytes(offset:count:)``, the faults' bodies) handed to the
+        /// server's kernel: what a client was sent of them, to within the socket's buffer.
+        public let patternBytesSent: Int
+
+        init(_ counters: ServerCounters) {
+            connectionsAccepted = counters.connectionsAccepted
+            connectionsOpen = counters.connectionsOpen
+            requestsInFlight = counters.requestsInFlight
+            peakRequestsInFlight = counters.peakRequestsInFlight
+            requestsReceived = counters.requestsReceived
+            patternBytesSent = counters.patternBytesSent
+        }
+
+        /// The counters on one line.
+        public var description: String {
+            "connectionsAccepted=\(connectionsAccepted) connectionsOpen=\(connectionsOpen) "
+                + "requestsInFlight=\(requestsInFlight) peakRequestsInFlight=\(peakRequestsInFlight) "
+                + "requestsReceived=\(requestsReceived) patternBytesSent=\(patternBytesSent)"
+        }
+    }
+
+    /// The counters now.
+    public var counters: Counters { Counters(server.counters) }
+
+    /// The bytes the clients' TCP acknowledged over all connections (response heads included),
+    /// since the start or the last reset: what reached the client's kernel, whatever the
+    /// buffers — a client's read rate as the server sees it. `nil` where the kernel does not
+    /// report it (not Linux). Each read asks the kernel once per open connection: sample it.
+    public var bytesAcknowledged: Int? { server.bytesAcknowledged }
+
+    /// ``bytesAcknowledged`` per connection, by ``TestRequest/connectionID``. `nil` where the
+    /// kernel does not report it.
+    public var bytesAcknowledgedByConnection: [Int: Int]? { server.bytesAcknowledgedByConnection }
+
+    /// Sets the counters back to zero (``Counters/requestsInFlight`` and
+    /// ``Counters/connectionsOpen`` keep counting what is open). The request log is kept.
+    public func resetCounters() {
+        server.resetCounters()
+    }
+
+    /// Suspends until `condition` holds for the counters, or `timeout` seconds pass: wait
+    /// for an event — a request in flight, a connection closed — rather than for a time.
+    ///
+    /// ```swift
+    /// #expect(await server.waitUntil { $0.requestsInFlight == 1 })
+    /// ```
+    ///
+    /// The condition is evaluated whenever the counters change (and on
+    /// ``wakeWaiters()``), under the server's lock: keep it quick, and do not call the server
+    /// from it. The wait blocks a thread of its own, not one of Swift concurrency's.
+    ///
+    /// - Returns: Whether `condition` held (`false`: the time ran out).
+    @discardableResult
+    public func waitUntil(timeout: TimeInterval = 60, _ condition: @escaping @Sendable (Counters) -> Bool) async -> Bool {
+        await server.waitUntil(timeout: timeout) { condition(Counters($0)) }
+    }
+
+    /// Blocks the calling thread until `condition` holds for the counters, or `timeout`
+    /// seconds pass (as ``waitUntil(timeout:_:)`` does, for code that is not `async`: a
+    /// route's responder, a helper thread).
+    ///
+    /// - Returns: Whether `condition` held.
+    @discardableResult
+    public func blockingWait(timeout: TimeInterval = 60, until condition: (Counters) -> Bool) -> Bool {
+        server.blockingWait(timeout: timeout) { condition(Counters($0)) }
+    }
+
+    /// Evaluates every waiting ``waitUntil(timeout:_:)`` condition again: call it after
+    /// changing state of your own that a condition reads (the server wakes waiters only when
+    /// its counters change).
+    public func wakeWaiters() {
+        server.wakeWaiters()
     }
 
     /// Checks the expectations against the requests so far, and that every request matched a

@@ -115,6 +115,9 @@ final class Connection {
         if response.delayMilliseconds > 0, !pause(milliseconds: response.delayMilliseconds) {
             return .end(.close)
         }
+        if let gate = response.holdGate, !await(gate) {
+            return .end(.close)
+        }
         if case let .script(actions) = response.body {
             return run(actions, token: token)
         }

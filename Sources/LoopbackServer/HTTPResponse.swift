@@ -19,6 +19,8 @@ public struct HTTPResponse: Sendable {
     /// How long the server waits, interruptibly, before writing anything (milliseconds).
     /// The wait ends early if the server is stopped or the client goes away.
     public var delayMilliseconds: Int
+    /// A gate the server waits on (after the delay) before it writes a byte; `nil` for none.
+    public var holdGate: ServerGate?
 
     /// The content of a response.
     public enum Body: Sendable {
@@ -49,6 +51,7 @@ public struct HTTPResponse: Sendable {
         self.headers = headers
         self.body = body
         delayMilliseconds = 0
+        holdGate = nil
     }
 
     /// A copy of this response that the server sends only after waiting `milliseconds`
