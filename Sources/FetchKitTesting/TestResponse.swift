@@ -89,6 +89,25 @@ public struct TestResponse: Sendable {
     ///   - contentType: Its `Content-Type`. Default `application/octet-stream`.
     public static func ranged(_ data: Data, for request: TestRequest, etag: String? = nil, lastModified: Date? = nil,
                               contentType: String = "application/octet-stream") -> TestResponse {
+        ranged(count: data.count, for: request, etag: etag, lastModified: lastModified, contentType: contentType) { offset, count in
+            .data(data.subdata(in: offset..<(offset + count)))
+        }
+    }
+
+    /// The answer to `request` for a representation of `count` bytes of the kit's byte pattern
+    /// (``patternBytes(count:)``), honouring a byte range as
+    /// ``ranged(_:for:etag:lastModified:contentType:)`` does — made as it is sent, so a
+    /// download's test can serve gigabytes without holding them. Its bytes sent are counted
+    /// (``TestServer/Counters/patternBytesSent``).
+    public static func ranged(patternCount count: Int, for request: TestRequest, etag: String? = nil, lastModified: Date? = nil,
+                              contentType: String = "application/octet-stream") -> TestResponse {
+        ranged(count: max(0, count), for: request, etag: etag, lastModified: lastModified, contentType: contentType) { offset, count in
+            .pattern(offset: offset, count: count)
+        }
+    }
+
+    private static func ranged(count: Int, for request: TestRequest, etag: String?, lastModified: Date?, contentType: String,
+                               body: @escaping @Sendable (Int, Int) -> HTTPResponse.Body) -> TestResponse {
         var headers: HTTPHeaders = ["Content-Type": contentType]
         var validators: [String] = []
         if let etag {
@@ -101,11 +120,9 @@ public struct TestResponse: Sendable {
             validators.append(date)
         }
         let isGET = request.method == "GET"
-        return TestResponse(.ranged(size: data.count, range: isGET ? request.header("Range") : nil,
+        return TestResponse(.ranged(size: count, range: isGET ? request.header("Range") : nil,
                                     ifRange: isGET ? request.header("If-Range") : nil,
-                                    ifRangeValidators: validators, headers: headers) { offset, count in
-            .data(data.subdata(in: offset..<(offset + count)))
-        })
+                                    ifRangeValidators: validators, headers: headers, body: body))
     }
 
     /// `date` as an HTTP date (`Wed, 21 Oct 2026 07:28:00 GMT`).

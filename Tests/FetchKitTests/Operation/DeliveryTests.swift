@@ -1,6 +1,6 @@
 import Dispatch
 import Foundation
-import LoopbackServer
+import FetchKitTesting
 import Testing
 @testable import FetchKit
 
@@ -9,8 +9,8 @@ struct DeliveryTests {
     private static let key = DispatchSpecificKey<String>()
 
     @Test func everyHandlerRunsOnTheCallbackQueueGivenOnce() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let callbacks = DispatchQueue(label: "delivery-tests")
         callbacks.setSpecific(key: Self.key, value: "delivery-tests")
         let queue = FetchQueue(name: #function).delivering(on: .dispatch(callbacks))
