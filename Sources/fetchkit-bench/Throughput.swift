@@ -201,7 +201,7 @@ enum ThroughputBenchmark {
             guard let hex = ProcessInfo.processInfo.environment["FETCHKIT_BENCH_SHA256"],
                   let digest = FileDigest(.sha256, hex: hex) else { throw BenchError("FETCHKIT_BENCH_SHA256 is not a SHA-256") }
             // Read when each hasher is made.
-            if client == "fetchkit-sha256-swift" { ComparisonSwitches.usesSystemSHA256 = false }
+            if client == "fetchkit-sha256-swift" { ComparisonSwitches.usesSystemDigests = false }
             measurement = FetchKitClient(scenario: scenario, base: base, directory: directory, digest: digest).run()
         case "fetchkit-unfixed":
             // Read when each FetchSession is made: before the first.

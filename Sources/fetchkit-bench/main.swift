@@ -32,7 +32,7 @@ benchmarks:
       FetchKit with its fix for FoundationNetworking's socket wake-ups off, side by side;
       --digest adds, to the rows to disk, FetchKit checking the file's SHA-256
       (DownloadOperation.expectedDigest, taken from sha256sum beforehand) with libcrypto's and
-      with its own Swift SHA-256 (ComparisonSwitches.usesSystemSHA256 off), and a table of both
+      with its own Swift SHA-256 (ComparisonSwitches.usesSystemDigests off), and a table of both
       against FetchKit without a digest
   report [--runs R] [--quick] [--count N]
       in one run: the throughput table (default R = 3), peak RSS with 20000 fetches queued

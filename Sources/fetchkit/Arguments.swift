@@ -50,8 +50,19 @@ struct Options: Equatable {
     var showVersion = false
     /// Replace files that are already there (otherwise they are kept, as wget --no-clobber does).
     var force = false
-    /// The SHA-256 the one download must have (`--sha256`); also in ``entries``.
-    var sha256: FileDigest?
+    /// The digest the one download must have (`--sha256`, `--checksum`); also in ``entries``.
+    var digest: FileDigest?
+    /// The option that gave ``digest``, for messages.
+    var digestOption = "--checksum"
+
+    /// Takes `given` from `option`; a second, different digest is a usage error.
+    mutating func setDigest(_ given: FileDigest, option: String) throws(UsageError) {
+        if let digest, digest != given {
+            throw UsageError(description: "\(digestOption) and \(option) give the download two different digests")
+        }
+        digest = given
+        digestOption = option
+    }
     /// One JSON object per file on standard output (`--json`); human output goes to standard error.
     var json = false
     var verbosity = Verbosity.normal
@@ -109,7 +120,8 @@ struct Options: Equatable {
 
     what to download:
       -i, --input-file FILE  read URLs from FILE ('-' for standard input): one a line,
-                           optionally followed by 'sha256:' and the file's 64 hex digits;
+                           optionally followed by the file's digest: 'sha256:' and its 64
+                           hex digits (or sha512:, sha1:, md5: and theirs);
                            blank lines and lines starting with '#' are skipped. A bad line
                            stops the run before anything is downloaded (exit 2)
       -d, --directory DIR  directory to save into (default: the current directory;
@@ -175,6 +187,10 @@ struct Options: Equatable {
                            A file already there is checked instead: kept if it matches,
                            a failure (exit 9, the file kept) if not, unless --force;
                            with --content-disposition, one under the server's name too
+      --checksum TYPE=HEX  the same for another digest, in aria2's names: sha-256,
+                           sha-512, sha-1 or md5 (--checksum=md5=d41d8cd9...). SHA-1 and
+                           MD5 are broken for collisions: they show the file arrived
+                           intact, not that it is the one its publisher meant
       -H, --header 'Name: value'  send this request header (repeatable; a later one of
                            the same name replaces an earlier one). Names are HTTP tokens;
                            values may not hold control characters
@@ -320,7 +336,7 @@ struct Options: Equatable {
                     // Echoed for the user, who may be reading a CI log: redacted and escaped.
                     throw UsageError(description: "not an http or https URL: '\(Terminal.sanitized(Redaction.redacted(argument)))'")
                 }
-                options.entries.append(InputList.Entry(url: url, sha256: nil))
+                options.entries.append(InputList.Entry(url: url, digest: nil))
             case "--":
                 onlyURLs = true
             case "-i", "--input-file":
@@ -387,7 +403,9 @@ struct Options: Equatable {
                 guard let digest = FileDigest(.sha256, hex: text) else {
                     throw UsageError(description: "--sha256 needs 64 hexadecimal digits, not '\(shown(text))'")
                 }
-                options.sha256 = digest
+                try options.setDigest(digest, option: "--sha256")
+            case "--checksum":
+                try options.setDigest(try Self.checksum(try value(for: argument)), option: "--checksum")
             case "-H", "--header":
                 options.headers.append(try header(try value(for: argument)))
             case "-A", "--user-agent":
@@ -476,22 +494,41 @@ struct Options: Equatable {
                 throw UsageError(description: "-N (--no-buffer) writes one URL's body to standard output as it arrives: give exactly one URL, not \(options.entries.count)")
             }
             let conflicting = [(options.outputName != nil, "-o"), (options.json, "--json"), (options.continues, "-c"),
-                               (options.sha256 != nil || options.entries[0].sha256 != nil, "--sha256"), (options.contentDisposition, "--content-disposition")]
+                               (options.digest != nil || options.entries[0].digest != nil, "--sha256 or --checksum"), (options.contentDisposition, "--content-disposition")]
                 .filter(\.0).map(\.1)
             if let first = conflicting.first {
                 throw UsageError(description: "-N (--no-buffer) writes to standard output and saves no file: it does not go with \(first)")
             }
         }
-        if let digest = options.sha256 {
+        if let digest = options.digest {
+            let option = options.digestOption
             guard options.entries.count == 1 else {
-                throw UsageError(description: "--sha256 checks one download: give exactly one URL, not \(options.entries.count) (an -i list takes a sha256: on each line)")
+                throw UsageError(description: "\(option) checks one download: give exactly one URL, not \(options.entries.count) (an -i list takes a sha256: on each line)")
             }
-            if let listed = options.entries[0].sha256, listed != digest {
-                throw UsageError(description: "--sha256 and the list give the download two different digests")
+            if let listed = options.entries[0].digest, listed != digest {
+                throw UsageError(description: "\(option) and the list give the download two different digests")
             }
-            options.entries[0] = InputList.Entry(url: options.entries[0].url, sha256: digest)
+            options.entries[0] = InputList.Entry(url: options.entries[0].url, digest: digest)
         }
         return options
+    }
+
+    /// The digest of `--checksum TYPE=HEX`, in aria2's names: `sha-256`, `sha-512`, `sha-1`,
+    /// `md5` (any case, the hyphen optional).
+    static func checksum(_ text: String) throws(UsageError) -> FileDigest {
+        let names = "sha-256, sha-512, sha-1 or md5"
+        guard let equals = text.firstIndex(of: "=") else {
+            throw UsageError(description: "--checksum needs TYPE=HEX (TYPE \(names)), not '\(shown(text))'")
+        }
+        let name = String(text[..<equals])
+        guard let algorithm = FileDigest.Algorithm(named: name) else {
+            throw UsageError(description: "--checksum: '\(shown(name))' is not a digest FetchKit checks (\(names))")
+        }
+        let hex = String(text[text.index(after: equals)...])
+        guard let digest = FileDigest(algorithm, hex: hex) else {
+            throw UsageError(description: "--checksum \(name)= needs \(algorithm.byteCount * 2) hexadecimal digits, not '\(shown(hex))'")
+        }
+        return digest
     }
 
     /// The credentials of `-u user:password`. Neither part is ever echoed: a message names
@@ -532,7 +569,7 @@ struct Options: Equatable {
     static let longOptions = [
         "--input-file", "--output", "--directory", "--directory-prefix", "--dir", "--remote-name", "--content-disposition",
         "--continue", "--continue-at", "--force", "--parallel", "--max-concurrent-downloads", "--per-host", "--retry",
-        "--timeout", "--read-timeout", "--max-time", "--connect-timeout", "--max-size", "--limit-rate", "--limit-rate-total", "--max-overall-download-limit", "--max-download-limit", "--sha256", "--header",
+        "--timeout", "--read-timeout", "--max-time", "--connect-timeout", "--max-size", "--limit-rate", "--limit-rate-total", "--max-overall-download-limit", "--max-download-limit", "--sha256", "--checksum", "--header",
         "--user-agent", "--user", "--netrc", "--netrc-file", "--netrc-optional", "--cacert", "--pinnedpubkey", "--location", "--fail", "--show-error", "--json", "--quiet",
         "--silent", "--verbose", "--summary-interval", "--version", "--help", "--no-buffer",
     ]

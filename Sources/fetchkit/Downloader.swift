@@ -41,8 +41,8 @@ final class Downloader: @unchecked Sendable {
         /// Where the file goes: named from its URL, then (``Options/contentDisposition``) as
         /// the server says once it is complete.
         var destination: URL
-        /// The SHA-256 it must have (`--sha256`, or its line in an `-i` list).
-        var sha256: FileDigest? = nil
+        /// The digest it must have (`--sha256`, `--checksum`, or its line in an `-i` list).
+        var digest: FileDigest? = nil
         var name: String { destination.lastPathComponent }
         var state = State.waiting
         /// The bytes received, and those this run moved (for its rate).
@@ -61,7 +61,7 @@ final class Downloader: @unchecked Sendable {
         var verdict: ExistingFile.Verdict?
         /// The status of the last response.
         var status: Int?
-        /// The SHA-256 the finished file was checked against.
+        /// The digest the finished file was checked against.
         var verifiedDigest: FileDigest?
         /// A file already there does not have the SHA-256 given (it is kept, not downloaded),
         /// or could not be read to check it (``unreadable``).
@@ -78,8 +78,8 @@ final class Downloader: @unchecked Sendable {
         func failureReason(_ error: FetchError) -> String {
             if existingFileDiffers, case .digestMismatch(let mismatch) = error {
                 return unreadable
-                    ? "already there, and could not be read to check its SHA-256; kept (--force downloads it again)"
-                    : "already there, but its SHA-256 is \(mismatch.actual.hex), not the expected \(mismatch.expected.hex); "
+                    ? "already there, and could not be read to check its \(mismatch.expected.algorithm.shownName); kept (--force downloads it again)"
+                    : "already there, but its \(mismatch.expected.algorithm.shownName) is \(mismatch.actual.hex), not the expected \(mismatch.expected.hex); "
                         + "kept (--force downloads it again)"
             }
             guard let otherProcess else { return Downloader.reason(error) }
@@ -150,7 +150,7 @@ final class Downloader: @unchecked Sendable {
         var names = Self.fileNames(for: options.urls)
         // `-o FILE`: the one download's name, as given.
         if let name = options.outputName, names.count == 1 { names = [name] }
-        items = zip(options.entries, names).map { Item(url: $0.url, destination: directory.appendingPathComponent($1, isDirectory: false), sha256: $0.sha256) }
+        items = zip(options.entries, names).map { Item(url: $0.url, destination: directory.appendingPathComponent($1, isDirectory: false), digest: $0.digest) }
         guard let restored = openJournal(in: directory) else { return ExitStatus.fileSystem.rawValue }
         items += restored
         if items.isEmpty {
@@ -284,7 +284,7 @@ final class Downloader: @unchecked Sendable {
     /// that does not is kept for --force to replace, and fails the run, rather than pass as
     /// "already there". Returns `false`, settling nothing, when no digest was given.
     private func settleByDigest(_ index: Int, size: Int64) -> Bool {
-        guard let expected = items[index].sha256 else { return false }
+        guard let expected = items[index].digest else { return false }
         let actual = FileDigest(expected.algorithm, of: items[index].destination)
         if actual == expected {
             items[index].state = .skipped
@@ -443,7 +443,7 @@ final class Downloader: @unchecked Sendable {
         download.configuration.connectTimeout = options.connectTimeout
         download.configuration.maximumResponseSize = options.maximumSize
         download.configuration.bandwidthLimit = options.limitRate
-        download.expectedDigest = items[index].sha256
+        download.expectedDigest = items[index].digest
         // FetchKit retries transient failures itself, with backoff (and Retry-After); a retry
         // resumes the partial file.
         download.configuration.retryPolicy = RetryPolicy(maximumRetries: options.retries)
@@ -536,7 +536,7 @@ final class Downloader: @unchecked Sendable {
                     + "its URL or headers hold a secret the journal does not keep; give it again")
                 continue
             }
-            restored.append(Item(url: url, destination: entry.destination.standardizedFileURL, sha256: entry.digest))
+            restored.append(Item(url: url, destination: entry.destination.standardizedFileURL, digest: entry.digest))
         }
         return restored
     }
@@ -632,7 +632,7 @@ final class Downloader: @unchecked Sendable {
         case .cancelled:
             return "cancelled"
         case .digestMismatch(let mismatch):
-            return "SHA-256 mismatch: expected \(mismatch.expected.hex), got \(mismatch.actual.hex); the file was not saved"
+            return "\(mismatch.expected.algorithm.shownName) mismatch: expected \(mismatch.expected.hex), got \(mismatch.actual.hex); the file was not saved"
         case .tls(let failure):
             // The same sentence without the URL, which the summary prints beside it.
             return clause(FetchError.TLSFailure(reason: failure.reason, message: failure.message, url: nil).description)

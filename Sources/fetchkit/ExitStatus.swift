@@ -22,7 +22,7 @@ enum ExitStatus: Int32, CaseIterable {
     case `protocol` = 7
     /// The server answered with an error status (4xx, 5xx) after the retries.
     case httpStatus = 8
-    /// The file's SHA-256 is not the one given (`--sha256`, or a digest in an `-i` list).
+    /// The file's digest is not the one given (`--sha256`, `--checksum`, or a digest in an `-i` list).
     case checksum = 9
     /// The file is larger than `--max-size`.
     case sizeLimit = 10
@@ -84,7 +84,7 @@ enum ExitStatus: Int32, CaseIterable {
       5   TLS: the server's certificate was refused
       7   protocol: a garbled response, a redirect loop or downgrade
       8   HTTP: the server answered with an error status (after retries)
-      9   checksum: the file's SHA-256 is not the one expected
+      9   checksum: the file's digest (--sha256, --checksum) is not the one expected
       10  size: the file is larger than --max-size
       11  several: downloads failed for different reasons, or some
           succeeded and some failed (each file's line, or --json, says which)
@@ -95,4 +95,16 @@ enum ExitStatus: Int32, CaseIterable {
 /// The command's version, printed by `--version` and sent in the default `User-Agent`.
 enum Version {
     static let current = "0.1.0-dev"
+}
+
+extension FileDigest.Algorithm {
+    /// The name as people write it: SHA-256, SHA-512, SHA-1, MD5.
+    var shownName: String {
+        switch self {
+        case .sha512: return "SHA-512"
+        case .sha1: return "SHA-1"
+        case .md5: return "MD5"
+        default: return "SHA-256"
+        }
+    }
 }

@@ -13,10 +13,12 @@ import Darwin
 /// # a comment, and blank lines, are skipped
 /// https://example.com/a.iso
 /// https://example.com/b.iso sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08
+/// https://example.com/c.tar.gz md5:d41d8cd98f00b204e9800998ecf8427e
 /// ```
 ///
-/// A line is a URL, then optionally, after spaces or a tab, the SHA-256 the file must have
-/// (`sha256:` and 64 hex digits). A list is hostile input like any other: a line that is not
+/// A line is a URL, then optionally, after spaces or a tab, the digest the file must have:
+/// `sha256:`, `sha512:`, `sha1:` or `md5:` (`sha-256:` and the rest too, any case) and its hex
+/// digits. A list is hostile input like any other: a line that is not
 /// one of these, longer than ``maximumLineBytes``, not UTF-8 or holding a NUL stops the run
 /// before anything is downloaded, with one line naming the list and the line number and the
 /// URL redacted; so does a list of more than ``maximumEntries`` downloads or ``maximumBytes``
@@ -32,7 +34,7 @@ enum InputList {
     /// One download of the list.
     struct Entry: Equatable {
         let url: URL
-        let sha256: FileDigest?
+        let digest: FileDigest?
     }
 
     /// Reads the list at `path` (`-` for standard input), of at most `maximumEntries` downloads
@@ -128,15 +130,19 @@ enum InputList {
         }
         var digest: FileDigest?
         for field in fields.dropFirst() {
-            guard field.lowercased().hasPrefix("sha256:"), digest == nil else {
-                throw .line("\(at): after the URL, only 'sha256:' and 64 hex digits, not '\(Terminal.sanitized(String(field.prefix(80))))'")
+            guard let colon = field.firstIndex(of: ":"), let algorithm = FileDigest.Algorithm(named: String(field[..<colon])),
+                  digest == nil else {
+                throw .line("\(at): after the URL, only 'sha256:' and 64 hex digits (or sha512:, sha1:, md5: and theirs), "
+                    + "not '\(Terminal.sanitized(String(field.prefix(80))))'")
             }
-            guard let parsed = FileDigest(.sha256, hex: String(field.dropFirst("sha256:".count))) else {
-                throw .line("\(at): sha256: needs 64 hexadecimal digits, not '\(Terminal.sanitized(String(field.dropFirst(7).prefix(80))))'")
+            let hex = field[field.index(after: colon)...]
+            guard let parsed = FileDigest(algorithm, hex: String(hex)) else {
+                throw .line("\(at): \(algorithm.name): needs \(algorithm.byteCount * 2) hexadecimal digits, "
+                    + "not '\(Terminal.sanitized(String(hex.prefix(80))))'")
             }
             digest = parsed
         }
-        return Entry(url: url, sha256: digest)
+        return Entry(url: url, digest: digest)
     }
 }
 

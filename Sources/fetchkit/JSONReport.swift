@@ -6,7 +6,7 @@ import Foundation
 /// is escaped, never able to break a line or the object; URLs are redacted as everywhere.
 ///
 /// ```
-/// {"bytes":5000,"error":null,"message":null,"path":"/tmp/d/5000","result":"downloaded","seconds":0.012,"sha256":null,"status":200,"url":"http://127.0.0.1:8080/bytes/5000"}
+/// {"bytes":5000,"checksum":null,"error":null,"message":null,"path":"/tmp/d/5000","result":"downloaded","seconds":0.012,"sha256":null,"status":200,"url":"http://127.0.0.1:8080/bytes/5000"}
 /// ```
 struct JSONReport: Encodable {
     /// The URL, its secrets redacted.
@@ -17,8 +17,12 @@ struct JSONReport: Encodable {
     let bytes: Int64
     /// The HTTP status of the last response, if there was one.
     let status: Int?
-    /// The file's SHA-256, in lowercase hex, when it was checked (`--sha256` or a list's).
+    /// The file's SHA-256, in lowercase hex, when it was checked against one (`--sha256` or a
+    /// list's).
     let sha256: String?
+    /// The digest the file was checked against, as `algorithm:hex` (`md5:d41d8c…`), whichever
+    /// the algorithm, or `null`.
+    let checksum: String?
     /// Seconds from the download's start to its end.
     let seconds: Double
     /// `downloaded`, `kept` (already there), `failed` or `stopped` (by a signal).
@@ -31,7 +35,7 @@ struct JSONReport: Encodable {
 
     /// Encodes every field, `null`s included (written with their keys sorted, as above).
     enum CodingKeys: String, CodingKey {
-        case url, path, bytes, status, sha256, seconds, result, error, message
+        case url, path, bytes, status, sha256, checksum, seconds, result, error, message
     }
 
     func encode(to encoder: any Encoder) throws {
@@ -41,6 +45,7 @@ struct JSONReport: Encodable {
         try container.encode(bytes, forKey: .bytes)
         try container.encode(status, forKey: .status)
         try container.encode(sha256, forKey: .sha256)
+        try container.encode(checksum, forKey: .checksum)
         try container.encode((seconds * 1000).rounded() / 1000, forKey: .seconds)
         try container.encode(result, forKey: .result)
         try container.encode(error, forKey: .error)
@@ -71,7 +76,8 @@ struct JSONReport: Encodable {
         }
         let report = JSONReport(
             url: Redaction.redacted(item.url), path: item.destination.path, bytes: bytes, status: item.status,
-            sha256: item.verifiedDigest?.hex, seconds: max(0, seconds), result: result, error: error, message: message)
+            sha256: item.verifiedDigest.flatMap { $0.algorithm == .sha256 ? $0.hex : nil },
+            checksum: item.verifiedDigest?.description, seconds: max(0, seconds), result: result, error: error, message: message)
         let encoder = JSONEncoder()
         // Sorted: corelibs' JSONEncoder otherwise writes the keys in a dictionary's order,
         // which changes from run to run, and lines from two runs would not compare as text.

@@ -193,7 +193,7 @@ struct ProgressDisplay {
             case .differs?:
                 return "  = \(item.shownName)  already there, kept; the server's copy differs (--force replaces it)"
             case .unknown?, nil:
-                if item.verifiedDigest != nil { return "  = \(item.shownName)  already there, SHA-256 matches" }
+                if let digest = item.verifiedDigest { return "  = \(item.shownName)  already there, \(digest.algorithm.shownName) matches" }
                 return "  = \(item.shownName)  already there, kept (--force downloads it again)"
             }
         case .stopped:

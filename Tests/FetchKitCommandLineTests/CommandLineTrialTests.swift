@@ -262,7 +262,7 @@ struct InputListBlockTests {
         let hex = String(repeating: "0123456789abcdef", count: 4)
         let urls = ["http://127.0.0.1:9/a", "https://127.0.0.1:9/b?token=t", "http://127.0.0.1:9/é%20x", "HTTP://127.0.0.1:9/c#frag"]
         let separators = [" ", "\t", "\r", "  \t"]
-        let text = ["x", "é", "\u{FEFF}", "#", " ", "\t", "\r", "日本", "sha256:", "http://127.0.0.1:9/d"]
+        let text = ["x", "é", "\u{FEFF}", "#", " ", "\t", "\r", "日本", "sha256:", "md5:", "SHA-1:", "http://127.0.0.1:9/d"]
         // Rare: each makes the list fail at its line.
         let hostile: [[UInt8]] = [[0], [0xFF], [0xC3], Array("ftp://h/x".utf8), Array(" sha256:abc".utf8), Array(" extra".utf8),
                                   Array("\u{301}".utf8), Array(" sha256:\(hex) sha256:\(hex)".utf8)]
@@ -373,14 +373,18 @@ private enum ByteAtATimeList {
         }
         var digest: FileDigest?
         for field in fields.dropFirst() {
-            guard field.lowercased().hasPrefix("sha256:"), digest == nil else {
-                throw .line("\(at): after the URL, only 'sha256:' and 64 hex digits, not '\(Terminal.sanitized(String(field.prefix(80))))'")
+            guard let colon = field.firstIndex(of: ":"), let algorithm = FileDigest.Algorithm(named: String(field[..<colon])),
+                  digest == nil else {
+                throw .line("\(at): after the URL, only 'sha256:' and 64 hex digits (or sha512:, sha1:, md5: and theirs), "
+                    + "not '\(Terminal.sanitized(String(field.prefix(80))))'")
             }
-            guard let parsed = FileDigest(.sha256, hex: String(field.dropFirst("sha256:".count))) else {
-                throw .line("\(at): sha256: needs 64 hexadecimal digits, not '\(Terminal.sanitized(String(field.dropFirst(7).prefix(80))))'")
+            let hex = field[field.index(after: colon)...]
+            guard let parsed = FileDigest(algorithm, hex: String(hex)) else {
+                throw .line("\(at): \(algorithm.name): needs \(algorithm.byteCount * 2) hexadecimal digits, "
+                    + "not '\(Terminal.sanitized(String(hex.prefix(80))))'")
             }
             digest = parsed
         }
-        return InputList.Entry(url: url, sha256: digest)
+        return InputList.Entry(url: url, digest: digest)
     }
 }

@@ -20,9 +20,9 @@ package enum ComparisonSwitches {
         set { receiveWindow.withLock { $0 = newValue } }
     }
 
-    /// Whether new hashers use the system's SHA-256 (libcrypto) where it is loaded; `false`
-    /// makes them use FetchKit's own Swift implementation, for comparison.
-    package static var usesSystemSHA256: Bool {
+    /// Whether new hashers use the system's digests (libcrypto) where they are loaded; `false`
+    /// makes them use FetchKit's own Swift implementations, for comparison.
+    package static var usesSystemDigests: Bool {
         get { systemDigest.snapshot }
         set { systemDigest.withLock { $0 = newValue } }
     }

@@ -142,7 +142,7 @@ struct SHA256Tests {
         #expect(FileDigest(.sha256, hex: "") == nil)
         #expect(FileDigest(.sha256, bytes: [1, 2, 3]) == nil)
         #expect(FileDigest.Algorithm(named: "SHA-256") == .sha256)
-        #expect(FileDigest.Algorithm(named: "md5") == nil)
+        #expect(FileDigest.Algorithm(named: "sha-384") == nil)
     }
 }
 

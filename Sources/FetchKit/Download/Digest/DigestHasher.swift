@@ -2,19 +2,20 @@ import Foundation
 import FoundationNetworkingShims
 
 /// An incremental hash of one ``FileDigest/Algorithm``: the system's implementation when the
-/// process has one loaded, else FetchKit's own in Swift.
+/// process has one loaded, else FetchKit's own in Swift (``PortableSHA256`` and the
+/// ``PortableDigest`` ones).
 ///
-/// The system's (``SystemSHA256``) links nothing new: on Linux it is libcrypto's
-/// `SHA256_Init`/`_Update`/`_Final`, looked up at run time in the shims (libcurl, under
+/// The system's (``SystemDigest``) links nothing new: on Linux it is libcrypto's
+/// `SHA256_Init`/`_Update`/`_Final` (and `SHA512_`, `SHA1_`, `MD5_`), looked up at run time in the shims (libcurl, under
 /// FoundationNetworking, has already loaded libcrypto into the process; it is used only if it
-/// is loaded); on Apple platforms CommonCrypto's `CC_SHA256_*` (part of libSystem). libcrypto uses the CPU's SHA
+/// is loaded); on Apple platforms CommonCrypto's `CC_SHA256_*` and the rest (part of libSystem). libcrypto uses the CPU's SHA
 /// instructions where there are any. Measured on two shared cores (KVM, x86-64 with SHA-NI):
 /// libcrypto 1.8 GB/s (`openssl speed -evp sha256 -bytes 1048576`), the Swift one about
 /// 0.2 GB/s of CPU time (`swiftc -O -wmo`, 1 MiB pieces) — below what a download writes to disk,
 /// so that with it a download to disk is bound by the hash; with libcrypto it is not
 /// (`fetchkit-bench throughput --only 256m-disk --digest`, the Benchmarks article).
 ///
-/// ``ComparisonSwitches/usesSystemSHA256`` off forces the Swift one (the benchmark).
+/// ``ComparisonSwitches/usesSystemDigests`` off forces the Swift ones (the benchmark and the tests).
 ///
 /// Not thread-safe: one owner at a time — a download's file writer, on its queue — and handed
 /// from one to the next only after the first is drained (``DigestCarrier``).
@@ -31,8 +32,8 @@ final class DigestHasher: @unchecked Sendable {
     private var checkpointLength: Int64 = 0
 
     private enum Backend {
-        case system(SystemSHA256, context: UnsafeMutableRawPointer)
-        case portable(PortableSHA256)
+        case system(SystemDigest, context: UnsafeMutableRawPointer)
+        case portable(any PortableDigest)
     }
 
     /// Which implementation hashes (diagnostics, tests and benchmarks).
@@ -43,17 +44,17 @@ final class DigestHasher: @unchecked Sendable {
 
     init(_ algorithm: FileDigest.Algorithm) {
         self.algorithm = algorithm
-        if ComparisonSwitches.usesSystemSHA256, let system = SystemSHA256.loaded {
-            let context = UnsafeMutableRawPointer.allocate(byteCount: SystemSHA256.contextSize, alignment: 16)
-            context.initializeMemory(as: UInt8.self, repeating: 0, count: SystemSHA256.contextSize)
+        if ComparisonSwitches.usesSystemDigests, let system = SystemDigest.loaded(algorithm.systemFunction) {
+            let context = UnsafeMutableRawPointer.allocate(byteCount: SystemDigest.contextSize, alignment: 16)
+            context.initializeMemory(as: UInt8.self, repeating: 0, count: SystemDigest.contextSize)
             _ = system.initialize(context)
             backend = .system(system, context: context)
-            let saved = UnsafeMutableRawPointer.allocate(byteCount: SystemSHA256.contextSize, alignment: 16)
-            saved.copyMemory(from: context, byteCount: SystemSHA256.contextSize)
+            let saved = UnsafeMutableRawPointer.allocate(byteCount: SystemDigest.contextSize, alignment: 16)
+            saved.copyMemory(from: context, byteCount: SystemDigest.contextSize)
             checkpoint = .system(system, context: saved)
         } else {
-            backend = .portable(PortableSHA256())
-            checkpoint = .portable(PortableSHA256())
+            backend = .portable(algorithm.makePortable())
+            checkpoint = .portable(algorithm.makePortable())
         }
     }
 
@@ -73,7 +74,7 @@ final class DigestHasher: @unchecked Sendable {
     private static func copy(_ from: Backend, to: Backend) {
         switch (from, to) {
         case (.system(_, let source), .system(_, let target)):
-            target.copyMemory(from: source, byteCount: SystemSHA256.contextSize)
+            target.copyMemory(from: source, byteCount: SystemDigest.contextSize)
         case (.portable(let source), .portable(let target)):
             target.assign(from: source)
         default:
@@ -106,7 +107,7 @@ final class DigestHasher: @unchecked Sendable {
         length = 0
         switch backend {
         case .system(let system, let context):
-            context.initializeMemory(as: UInt8.self, repeating: 0, count: SystemSHA256.contextSize)
+            context.initializeMemory(as: UInt8.self, repeating: 0, count: SystemDigest.contextSize)
             _ = system.initialize(context)
         case .portable(let portable):
             portable.reset()
@@ -163,7 +164,7 @@ final class DigestHasher: @unchecked Sendable {
     func finish() -> FileDigest {
         switch backend {
         case .system(let system, let context):
-            var out = [UInt8](repeating: 0, count: 32)
+            var out = [UInt8](repeating: 0, count: algorithm.byteCount)
             out.withUnsafeMutableBytes { _ = system.finish($0.baseAddress.unsafelyUnwrapped, context) }
             return FileDigest(uncheckedAlgorithm: algorithm, bytes: out)
         case .portable(let portable):

@@ -1,4 +1,5 @@
 import Foundation
+import FoundationNetworkingShims
 
 /// A digest of a file's bytes: what a ``DownloadOperation`` checks its file against before
 /// moving it into place (``DownloadOperation/expectedDigest``).
@@ -14,27 +15,66 @@ import Foundation
 public struct FileDigest: Sendable, Hashable, CustomStringConvertible {
     /// A hash algorithm FetchKit can compute while it writes a download.
     public struct Algorithm: Sendable, Hashable, CustomStringConvertible {
-        /// The algorithm's usual name, lowercase: `sha256`.
+        /// The algorithm's usual name, lowercase: `sha256`, `sha512`, `sha1`, `md5`.
         public let name: String
         /// The length of its digests in bytes.
         public let byteCount: Int
+        /// Whether no one can make two files with the same digest: `true` for SHA-256 and
+        /// SHA-512. SHA-1 and MD5 are broken for collisions — whoever makes a file can make a
+        /// second with its digest — so a match with one of them shows a file arrived intact, not
+        /// that it is the file its publisher meant: an integrity check, not a security one.
+        public let isCollisionResistant: Bool
 
         /// SHA-256 (FIPS 180-4): 32 bytes.
-        public static let sha256 = Algorithm(name: "sha256", byteCount: 32)
+        public static let sha256 = Algorithm(name: "sha256", byteCount: 32, isCollisionResistant: true)
+
+        /// SHA-512 (FIPS 180-4): 64 bytes.
+        public static let sha512 = Algorithm(name: "sha512", byteCount: 64, isCollisionResistant: true)
+
+        /// SHA-1 (FIPS 180-4): 20 bytes. For the checksums mirrors and package repositories still
+        /// publish: an integrity check only (``isCollisionResistant`` is `false`).
+        public static let sha1 = Algorithm(name: "sha1", byteCount: 20, isCollisionResistant: false)
+
+        /// MD5 (RFC 1321): 16 bytes. For the checksums mirrors and package repositories still
+        /// publish: an integrity check only (``isCollisionResistant`` is `false`).
+        public static let md5 = Algorithm(name: "md5", byteCount: 16, isCollisionResistant: false)
 
         /// The algorithms FetchKit supports.
-        public static let all: [Algorithm] = [.sha256]
+        public static let all: [Algorithm] = [.sha256, .sha512, .sha1, .md5]
 
-        /// The algorithm named `name` (case-insensitive: `sha256`, `SHA-256`), if FetchKit supports it.
+        /// The algorithm named `name`, if FetchKit supports it: case-insensitive, with or
+        /// without a hyphen (`sha256`, `SHA-256`, `sha-512`, `SHA1`, `md5`, as aria2 and the
+        /// `*sum` tools write them).
         public init?(named name: String) {
             let key = name.lowercased().filter { $0 != "-" && $0 != "_" }
             guard let found = Self.all.first(where: { $0.name == key }) else { return nil }
             self = found
         }
 
-        private init(name: String, byteCount: Int) {
+        private init(name: String, byteCount: Int, isCollisionResistant: Bool) {
             self.name = name
             self.byteCount = byteCount
+            self.isCollisionResistant = isCollisionResistant
+        }
+
+        /// The system's implementation of it (``SystemDigest``).
+        var systemFunction: SystemDigest.Function {
+            switch name {
+            case "sha512": return .sha512
+            case "sha1": return .sha1
+            case "md5": return .md5
+            default: return .sha256
+            }
+        }
+
+        /// FetchKit's own implementation of it, in Swift.
+        func makePortable() -> any PortableDigest {
+            switch name {
+            case "sha512": return PortableSHA512()
+            case "sha1": return PortableSHA1()
+            case "md5": return PortableMD5()
+            default: return PortableSHA256()
+            }
         }
 
         /// The name, as in `sha256`.
@@ -54,7 +94,7 @@ public struct FileDigest: Sendable, Hashable, CustomStringConvertible {
         self.bytes = bytes
     }
 
-    /// A digest of `algorithm` written in hexadecimal, as `sha256sum` prints it (either case;
+    /// A digest of `algorithm` written in hexadecimal, as `sha256sum` (`sha512sum`, `sha1sum`, `md5sum`) prints it (either case;
     /// surrounding spaces allowed). `nil` unless it is exactly ``Algorithm/byteCount`` bytes of hex.
     public init?(_ algorithm: Algorithm, hex: String) {
         let digits = Array(hex.trimmingCharacters(in: .whitespaces).utf8)
@@ -114,7 +154,7 @@ extension FileDigest {
     /// ```
     ///
     /// - Parameters:
-    ///   - algorithm: The algorithm (``Algorithm/sha256``).
+    ///   - algorithm: The algorithm (``Algorithm/sha256``, ``Algorithm/sha512``, ``Algorithm/sha1``, ``Algorithm/md5``).
     ///   - fileURL: A regular file; a symbolic link is not followed.
     /// - Returns: `nil` if the file is not a regular file or cannot be read to its end.
     public init?(_ algorithm: Algorithm, of fileURL: URL) {
