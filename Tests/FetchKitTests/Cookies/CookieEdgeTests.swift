@@ -2,7 +2,7 @@ import Foundation
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
-import LoopbackServer
+import FetchKitTesting
 import Testing
 @testable import FetchKit
 
@@ -28,10 +28,10 @@ struct CookieEdgeTests {
         // FoundationNetworking delivers neither didReceive response nor a redirect for a
         // 301/302/303/305–308 it does not follow (no Location): the jar stores its cookies when
         // the task ends, as FoundationNetworking's own path stored them from the header lines.
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer()
+        defer { server.shutDown() }
         server.route("/nowhere") { _ in
-            HTTPResponse(status: 302, headers: ["Set-Cookie": "sid=nl; Path=/"], body: Data("moved".utf8))
+            TestResponse(status: 302, headers: ["Set-Cookie": "sid=nl; Path=/"], body: Data("moved".utf8))
         }
         let (session, storage) = CookieTests.session()
         let operation = server.operation("/nowhere")
@@ -48,10 +48,10 @@ struct CookieEdgeTests {
         // Set-Cookie; a jar would see the cached response in didReceive response and store its
         // cookies again, rolling back a cookie the server has since replaced. A session with a
         // URL cache keeps FoundationNetworking's path.
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer()
+        defer { server.shutDown() }
         server.route("/rotate") { _ in
-            HTTPResponse(status: 200, headers: ["Set-Cookie": "sid=new; Path=/"], body: Data("ok".utf8))
+            TestResponse(status: 200, headers: ["Set-Cookie": "sid=new; Path=/"], body: Data("ok".utf8))
         }
         let cache = URLCache(memoryCapacity: 1 << 20, diskCapacity: 0, diskPath: nil)
         let page = URLRequest(url: server.url("/page"))
@@ -68,7 +68,7 @@ struct CookieEdgeTests {
         let session = FetchSession(configuration: configuration)
         try await CookieTests.fetch("/rotate", on: server, with: session)
         try await CookieTests.fetch("/page", on: server, with: session)
-        #expect(server.requests(path: "/page").isEmpty, "/page came from the cache")
+        #expect(server.requests("/page").isEmpty, "/page came from the cache")
         #expect(storage.cookies?.map(\.value) == ["new"])
     }
 
@@ -77,15 +77,15 @@ struct CookieEdgeTests {
         // before `token=`. A name such as PHP's `prefs[lang]` is no token: unsplit, that line
         // would become attributes of the line before, and `prefs[lang]` would be lost. The jar
         // splits the lines again itself.
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         CookieTests.route("/php", on: server, setting: ["sid=abc; Path=/", "prefs[lang]=en; Path=/"])
         let (session, storage) = CookieTests.session()
         try await CookieTests.fetch("/php", on: server, with: session)
         let stored = (storage.cookies ?? []).map { "\($0.name)=\($0.value) path \($0.path)" }.sorted()
         #expect(stored == ["prefs[lang]=en path /", "sid=abc path /"])
         try await CookieTests.fetch("/headers", on: server, with: session)
-        let cookie = server.requests(path: "/headers").first?.headers["Cookie"] ?? ""
+        let cookie = server.requests("/headers").first?.header("Cookie") ?? ""
         #expect(cookie.contains("sid=abc"), "sent: \(cookie)")
     }
 
@@ -94,8 +94,8 @@ struct CookieEdgeTests {
         // `Domain=0.0.1` ".0.0.1", and HTTPCookieStorage's check (a suffix match) would let it in
         // from 127.0.0.1 and hand it out for 10.0.0.1, 192.168.0.1 and so on, as
         // FoundationNetworking's own path did. The jar keeps it for 127.0.0.1 only.
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer()
+        defer { server.shutDown() }
         CookieTests.route("/plant", on: server, setting: ["planted=1; Domain=0.0.1; Path=/", "wide=1; Domain=1; Path=/"])
         let (session, storage) = CookieTests.session()
         try await CookieTests.fetch("/plant", on: server, with: session)
@@ -129,5 +129,12 @@ struct CookieEdgeTests {
         mine.httpCookieAcceptPolicy = .never
         _ = session.configuration
         #expect(mine.httpCookieAcceptPolicy == .never, "a read elsewhere rewrote it")
+    }
+}
+
+private extension TestServer {
+    /// A GET operation for a path on this server.
+    func operation(_ path: String) -> RecordingOperation {
+        RecordingOperation(request: URLRequest(url: url(path)))
     }
 }

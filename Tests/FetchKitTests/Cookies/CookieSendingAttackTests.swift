@@ -2,7 +2,7 @@ import Foundation
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
-import LoopbackServer
+import FetchKitTesting
 import Testing
 @testable import FetchKit
 
@@ -20,13 +20,13 @@ struct CookieSendingAttackTests {
     @Test func aCallersCookieHeaderDoesNotComeBackAfterACrossOriginRedirect() async throws {
         // A → B → B: the caller's `Cookie` for A is dropped when the chain leaves A, and must
         // stay dropped on B's own redirect (a second port is a second origin).
-        let a = try LoopbackServer()
-        defer { a.stop() }
-        let b = try LoopbackServer()
-        defer { b.stop() }
+        let a = try TestServer.standard()
+        defer { a.shutDown() }
+        let b = try TestServer.standard()
+        defer { b.shutDown() }
         let hop = b.url("/hop").absoluteString
-        a.route("/start") { _ in HTTPResponse(status: 302, headers: ["Location": hop]) }
-        b.route("/hop") { _ in HTTPResponse(status: 302, headers: ["Location": "/headers"]) }
+        a.route("/start") { _ in TestResponse(status: 302, headers: ["Location": hop]) }
+        b.route("/hop") { _ in TestResponse(status: 302, headers: ["Location": "/headers"]) }
         let (session, _) = CookieTests.session()
         var request = URLRequest(url: a.url("/start"))
         request.setValue("token=for-a-only", forHTTPHeaderField: "Cookie")
@@ -39,12 +39,12 @@ struct CookieSendingAttackTests {
     @Test func aRequestThatDoesNotHandleCookiesDoesNotShareAFlightWithOneThatDoes() async throws {
         // Two otherwise identical GETs: one carries the stored session cookie, the other asked
         // for none. Sharing one transfer would hand the second a signed-in response.
-        let server = try LoopbackServer()
-        defer { server.stop() }
-        let gate = ServerGate()
+        let server = try TestServer()
+        defer { server.shutDown() }
+        let gate = TestGate()
         server.route("/me") { request in
             gate.wait(timeout: 120)
-            return .text(request.headers["Cookie"] == nil ? "anonymous" : "signed in")
+            return .text(request.header("Cookie") == nil ? "anonymous" : "signed in")
         }
         let (session, storage) = CookieTests.session()
         storage.setCookie(CookieSendingTests.cookie("sid", "s3cret"))
@@ -68,8 +68,8 @@ struct CookieSendingAttackTests {
     }
 
     @Test func aCookieWhosePathEndsInASlashGoesToThatDirectory() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer()
+        defer { server.shutDown() }
         server.route("/docs/") { _ in .text("ok") }
         let (session, storage) = CookieTests.session()
         storage.setCookie(CookieSendingTests.cookie("docs", "1", path: "/docs/"))
@@ -78,10 +78,10 @@ struct CookieSendingAttackTests {
     }
 
     @Test func aRedirectOfARequestThatDoesNotHandleCookiesNeitherSendsNorStoresThem() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         server.route("/sign-in") { _ in
-            HTTPResponse(status: 302, headers: ["Location": "/headers", "Set-Cookie": "sid=xyz; Path=/"])
+            TestResponse(status: 302, headers: ["Location": "/headers", "Set-Cookie": "sid=xyz; Path=/"])
         }
         let (session, storage) = CookieTests.session()
         storage.setCookie(CookieSendingTests.cookie("theme", "dark"))
@@ -96,10 +96,10 @@ struct CookieSendingAttackTests {
     @Test func aRedirectThatKeepsItsBodyCarriesTheCookiesItsResponseSet() async throws {
         // A 307 keeps the POST body, so the next request goes out in a new task
         // (`Transfer.resend`): it must carry the cookie the 307 set, as a followed one does.
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer()
+        defer { server.shutDown() }
         server.route("/post-login") { _ in
-            HTTPResponse(status: 307, headers: ["Location": "/landing", "Set-Cookie": "sid=xyz; Path=/"])
+            TestResponse(status: 307, headers: ["Location": "/landing", "Set-Cookie": "sid=xyz; Path=/"])
         }
         server.route("/landing") { request in .text(String(decoding: request.body, as: UTF8.self)) }
         let (session, _) = CookieTests.session()
@@ -114,8 +114,8 @@ struct CookieSendingAttackTests {
     }
 
     @Test func aRetriedAttemptCarriesTheCookiesTheFailedOneSet() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer()
+        defer { server.shutDown() }
         let attempts = Locked(0)
         server.route("/flaky") { _ in
             let attempt = attempts.withLock { count -> Int in
@@ -123,7 +123,7 @@ struct CookieSendingAttackTests {
                 return count
             }
             return attempt == 1
-                ? HTTPResponse(status: 503, headers: ["Set-Cookie": "sid=xyz; Path=/"], body: Data("busy".utf8))
+                ? TestResponse(status: 503, headers: ["Set-Cookie": "sid=xyz; Path=/"], body: Data("busy".utf8))
                 : .text("ok")
         }
         let (session, _) = CookieTests.session()
@@ -146,8 +146,8 @@ struct CookieSendingAttackTests {
     @Test func aCookieSetWithoutAPathGoesOnlyToTheDirectoryOfItsResponse() async throws {
         // RFC 6265 §5.2.4 and §5.1.4: without a `Path`, a cookie's path is the directory of the
         // URL that set it (as on Apple platforms); `HTTPCookie` on Linux makes it `/`.
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         CookieTests.route("/admin/login", on: server, setting: ["admin=1; Expires=Wed, 21 Oct 2037 07:28:00 GMT; HttpOnly; Secure", "odd=1; Path=relative", "plain=1"])
         server.route("/admin/panel") { _ in .text("ok") }
         let (session, storage) = CookieTests.session()
@@ -167,8 +167,8 @@ extension CookieSendingAttackTests {
         // A logout deletes its cookie with `Max-Age=0` (Django sends `expires` in 1970 too).
         // `HTTPCookie` on Linux reads `Max-Age` only for version-1 cookies and then ignores
         // `Expires`: the cookie lived on, with no expiry at all.
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         CookieTests.route("/login", on: server, setting: ["sid=abc; Path=/", "csrf=xyz; Path=/", "keep=1; Path=/"])
         CookieTests.route("/logout", on: server, setting: [
             "sid=abc; Max-Age=0; Path=/",
@@ -240,5 +240,12 @@ extension CookieSendingAttackTests {
         jar.store(from: response, of: task)
         let other = try #require(URL(string: "http://bank.co.uk/"))
         #expect(CookieJar.matching(storage.cookies ?? [], for: other, now: Date()).isEmpty)
+    }
+}
+
+private extension TestServer {
+    /// A GET operation for a path on this server.
+    func operation(_ path: String) -> RecordingOperation {
+        RecordingOperation(request: URLRequest(url: url(path)))
     }
 }

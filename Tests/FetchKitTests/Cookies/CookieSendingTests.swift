@@ -2,7 +2,7 @@ import Foundation
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
-import LoopbackServer
+import FetchKitTesting
 import Testing
 @testable import FetchKit
 
@@ -25,15 +25,15 @@ struct CookieSendingTests {
     }
 
     /// The `Cookie` header of each request the server received at `path`.
-    static func sent(_ path: String, on server: LoopbackServer) -> [String?] {
-        server.requests(path: path).map { $0.headers["Cookie"] }
+    static func sent(_ path: String, on server: TestServer) -> [String?] {
+        server.requests(path).map { $0.header("Cookie") }
     }
 
     @Test func aSecureCookieIsNotSentOverPlainHTTP() async throws {
         // A session token the storage holds from an HTTPS login; a plain-HTTP URL of the same
         // host (a link, a redirect) must not carry it in the clear.
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let (session, storage) = CookieTests.session()
         storage.setCookie(Self.cookie("token", "s3cret", secure: true))
         storage.setCookie(Self.cookie("theme", "dark"))
@@ -42,10 +42,10 @@ struct CookieSendingTests {
     }
 
     @Test func aCookieGoesOnlyToItsPath() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
-        server.route("/admin/panel") { _ in HTTPResponse(status: 200, body: Data("ok".utf8)) }
-        server.route("/administrator") { _ in HTTPResponse(status: 200, body: Data("ok".utf8)) }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
+        server.route("/admin/panel") { _ in TestResponse(status: 200, body: Data("ok".utf8)) }
+        server.route("/administrator") { _ in TestResponse(status: 200, body: Data("ok".utf8)) }
         let (session, storage) = CookieTests.session()
         storage.setCookie(Self.cookie("admin", "1", path: "/admin"))
         storage.setCookie(Self.cookie("all", "1"))
@@ -60,10 +60,10 @@ struct CookieSendingTests {
     @Test func aRedirectedRequestCarriesTheCookiesItsResponseSet() async throws {
         // Log in, be redirected, and arrive signed in: the 302's cookie goes with the request
         // that follows it, as on Apple platforms.
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         server.route("/sign-in") { _ in
-            HTTPResponse(status: 302, headers: ["Location": "/headers", "Set-Cookie": "sid=xyz; Path=/"])
+            TestResponse(status: 302, headers: ["Location": "/headers", "Set-Cookie": "sid=xyz; Path=/"])
         }
         let (session, _) = CookieTests.session()
         try await CookieTests.fetch("/sign-in", on: server, with: session)
@@ -71,9 +71,9 @@ struct CookieSendingTests {
     }
 
     @Test func aRedirectWithinTheOriginDoesNotCarryCookiesOfThePathItLeft() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
-        server.route("/admin/leave") { _ in HTTPResponse(status: 302, headers: ["Location": "/headers"]) }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
+        server.route("/admin/leave") { _ in TestResponse(status: 302, headers: ["Location": "/headers"]) }
         let (session, storage) = CookieTests.session()
         storage.setCookie(Self.cookie("admin", "1", path: "/admin"))
         try await CookieTests.fetch("/admin/leave", on: server, with: session)
@@ -82,8 +82,8 @@ struct CookieSendingTests {
     }
 
     @Test func aRequestThatDoesNotHandleCookiesNeitherSendsNorStoresThem() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         CookieTests.login(on: server)
         let (session, storage) = CookieTests.session()
         storage.setCookie(Self.cookie("theme", "dark"))
@@ -95,8 +95,8 @@ struct CookieSendingTests {
     }
 
     @Test func aCookieHeaderOfTheRequestStaysWhenNoStoredCookieApplies() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let (session, _) = CookieTests.session()
         var request = URLRequest(url: server.url("/headers"))
         request.setValue("mine=1", forHTTPHeaderField: "Cookie")

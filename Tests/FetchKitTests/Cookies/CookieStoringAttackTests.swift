@@ -2,7 +2,7 @@ import Foundation
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
-import LoopbackServer
+import FetchKitTesting
 import Testing
 @testable import FetchKit
 
@@ -15,8 +15,8 @@ struct CookieStoringAttackTests {
     @Test func aCommaInTheDefaultPathDoesNotSmuggleACookie() async throws {
         // The default path comes from the URL, which a link can make up: `,sid=evil` in it,
         // appended as `; Path=/a,sid=evil`, was read by `HTTPCookie` as a second cookie.
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer()
+        defer { server.shutDown() }
         CookieTests.route("/a,sid=evil/page", on: server, setting: ["visitor=1"])
         server.route("/a,sid=evil/other") { _ in .text("ok") }
         let (session, storage) = CookieTests.session()
@@ -39,8 +39,8 @@ struct CookieStoringAttackTests {
         // A server that folds its cookies into one field, with a space before a name's `=`:
         // the jar did not split there but `HTTPCookie` did, so `a`'s `Max-Age=0` became the
         // `Expires` of `b` — `a` stayed (emptied, forever) and `b` was never stored.
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         CookieTests.route("/login", on: server, setting: ["a=1; Path=/"])
         CookieTests.route("/logout", on: server, setting: ["a=; Max-Age=0; Path=/, b =2; Path=/"])
         let (session, storage) = CookieTests.session()
@@ -117,8 +117,8 @@ extension CookieStoringAttackTests {
 
     @Test func aCookieDeletedByAPastExpiresIsNotSentAgain() async throws {
         // Express's `clearCookie`, PHP's `setcookie(name, "", 1)`: a date in the past, no Max-Age.
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         CookieTests.route("/login", on: server, setting: ["sid=abc; Path=/", "php=1; Path=/", "keep=1; Path=/"])
         CookieTests.route("/logout", on: server, setting: [
             "sid=; Path=/; Expires=Thu, 01 Jan 1970 00:00:00 GMT",

@@ -2,7 +2,7 @@ import Foundation
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
-import LoopbackServer
+import FetchKitTesting
 import Testing
 @testable import FetchKit
 
@@ -21,17 +21,18 @@ struct CookieTests {
     }
 
     /// A route at `path` whose response has one `Set-Cookie` line per cookie.
-    static func route(_ path: String, on server: LoopbackServer, setting cookies: [String]) {
-        server.route(path) { _ in
-            HTTPResponse(status: 200, headers: HTTPHeaders(cookies.map { ("Set-Cookie", $0) }), body: Data("ok".utf8))
-        }
+    static func route(_ path: String, on server: TestServer, setting cookies: [String]) {
+        // A TestResponse's header fields are a dictionary: the repeated `Set-Cookie` lines are
+        // a hand-written answer.
+        let head = "HTTP/1.1 200 OK\r\n" + cookies.map { "Set-Cookie: \($0)\r\n" }.joined() + "Content-Length: 2\r\n\r\n"
+        server.route(path) { _ in .steps([.write(head + "ok")]) }
     }
 
-    static func login(on server: LoopbackServer) {
+    static func login(on server: TestServer) {
         route("/login", on: server, setting: ["sid=abc; Path=/", "theme=dark; Expires=Wed, 21 Oct 2037 07:28:00 GMT; Path=/"])
     }
 
-    static func fetch(_ path: String, on server: LoopbackServer, with session: FetchSession) async throws {
+    static func fetch(_ path: String, on server: TestServer, with session: FetchSession) async throws {
         try await fetch(URLRequest(url: server.url(path)), with: session)
     }
 
@@ -42,51 +43,51 @@ struct CookieTests {
     }
 
     @Test func aResponsesCookiesAreStoredAndSentWithTheNextRequest() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         Self.login(on: server)
         let (session, storage) = Self.session()
         try await Self.fetch("/login", on: server, with: session)
         #expect(Set((storage.cookies ?? []).map(\.name)) == ["sid", "theme"], "both cookies, the one whose date has a comma too")
         try await Self.fetch("/headers", on: server, with: session)
-        let cookie = server.requests(path: "/headers").first?.headers["Cookie"] ?? ""
+        let cookie = server.requests("/headers").first?.header("Cookie") ?? ""
         #expect(cookie.contains("sid=abc") && cookie.contains("theme=dark"), "sent: \(cookie)")
     }
 
     @Test func aRedirectsCookiesAreStoredBeforeItIsFollowed() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         server.route("/sign-in") { _ in
-            HTTPResponse(status: 302, headers: ["Location": "/headers", "Set-Cookie": "sid=xyz; Path=/"])
+            TestResponse(status: 302, headers: ["Location": "/headers", "Set-Cookie": "sid=xyz; Path=/"])
         }
         let (session, storage) = Self.session()
         try await Self.fetch("/sign-in", on: server, with: session)
         #expect(storage.cookies?.map(\.name) == ["sid"], "stored from the redirect's response")
         try await Self.fetch("/headers", on: server, with: session)
         // The redirected request carries it (`CookieSendingTests`), and so does the next task.
-        #expect(server.requests(path: "/headers").map { $0.headers["Cookie"] } == ["sid=xyz", "sid=xyz"])
+        #expect(server.requests("/headers").map { $0.header("Cookie") } == ["sid=xyz", "sid=xyz"])
     }
 
     @Test func aSetCookieFieldNamedInLowerCaseCounts() async throws {
         // Field names are case-insensitive (RFC 9110 §5.1); FoundationNetworking's own path
         // looked for "Set-Cookie" exactly.
-        let server = try LoopbackServer()
-        defer { server.stop() }
-        server.route("/lower") { _ in HTTPResponse(status: 200, headers: ["set-cookie": "lc=1; Path=/"], body: Data("ok".utf8)) }
+        let server = try TestServer()
+        defer { server.shutDown() }
+        server.route("/lower") { _ in TestResponse(status: 200, headers: ["set-cookie": "lc=1; Path=/"], body: Data("ok".utf8)) }
         let (session, storage) = Self.session()
         try await Self.fetch("/lower", on: server, with: session)
         #expect(storage.cookies?.map(\.name) == ["lc"])
     }
 
     @Test func aSessionThatRefusesCookiesStoresNoneAndSaysSo() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         Self.login(on: server)
         let (session, storage) = Self.session(accepting: .never)
         try await Self.fetch("/login", on: server, with: session)
         try await Self.fetch("/headers", on: server, with: session)
         #expect(storage.cookies?.isEmpty ?? true)
-        #expect(server.requests(path: "/headers").first?.headers["Cookie"] == nil)
+        #expect(server.requests("/headers").first?.header("Cookie") == nil)
         #expect(session.configuration.httpCookieAcceptPolicy == .never)
     }
 

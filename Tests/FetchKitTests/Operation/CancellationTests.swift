@@ -1,14 +1,14 @@
 import Dispatch
 import Foundation
-import LoopbackServer
+import FetchKitTesting
 import Testing
 @testable import FetchKit
 
 @Suite("Cancellation at every point of the lifecycle", .timeLimit(.minutes(3)))
 struct CancellationTests {
     @Test func cancelBeforeStartOnlyMarksTheOperation() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let operation = server.operation("/json")
         operation.cancel()
         #expect(operation.isCancelled)
@@ -19,13 +19,13 @@ struct CancellationTests {
         #expect(operation.isFinished, "start() finishes a cancelled operation at once")
         #expect(operation.error?.isCancellation == true)
         #expect(await operation.awaitCompletion())
-        #expect(server.requestsReceived == 0)
+        #expect(server.counters.requestsReceived == 0)
         #expect(operation.parses.current.isEmpty)
     }
 
     @Test func cancelWhileQueuedFinishesWithoutSending() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let queue = makeQueue(1)
         let blocker = server.operation("/delay/300")
         let waiting = server.operation("/json")
@@ -34,13 +34,13 @@ struct CancellationTests {
         try await blocker.finished()
         await #expect(throws: FetchError.self) { try await waiting.finished() }
         #expect(waiting.error?.isCancellation == true)
-        #expect(server.requestCount(path: "/json") == 0)
+        #expect(server.requests("/json").count == 0)
         #expect(await queueDrains(queue))
     }
 
     @Test func cancelDuringTransferStopsItAndFinishesCancelled() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let operation = server.operation("/stall-mid-body/200000")
         let session = FetchSession()
         defer { session.invalidate() }
@@ -57,8 +57,8 @@ struct CancellationTests {
     }
 
     @Test func cancelDuringParseLetsItReturnThenFinishesCancelled() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let operation = server.operation("/json")
         let parsing = Countdown(1)
         let release = DispatchSemaphore(value: 0)
@@ -79,8 +79,8 @@ struct CancellationTests {
     }
 
     @Test func cancelAfterFinishChangesNothing() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let operation = server.operation("/json")
         try await operation.run()
         operation.cancel()
@@ -90,8 +90,8 @@ struct CancellationTests {
     }
 
     @Test func cancellingTheSwiftTaskCancelsTheOperation() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let operation = server.operation("/stall-head")
         makeQueue(1).addOperation(operation)
         let task = Task { try await operation.finished() }
@@ -103,8 +103,8 @@ struct CancellationTests {
     }
 
     @Test func progressCancelCancelsTheOperation() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let operation = server.operation("/stall-head")
         makeQueue(1).addOperation(operation)
         operation.progress.cancel()
@@ -138,8 +138,8 @@ struct SuspendedQueueCancellationTests {
     /// completion handler answer at once, and the handler runs once only, even after the queue
     /// resumes and Foundation finishes the operation.
     @Test func awaitingCallerAndHandlerHearOfTheCancelWhileTheQueueStaysSuspended() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let queue = makeFetchQueue()
         queue.isSuspended = true
         let operation = FetchOperation<Data>(url: server.url("/json"))
@@ -182,12 +182,12 @@ struct SuspendedQueueCancellationTests {
         #expect(await allSettle([operation]))
         #expect(handlerRuns.withLock { $0 } == 1)
         #expect(handled.overSignals == 0, "the handler ran exactly once")
-        #expect(server.requestsReceived == 0)
+        #expect(server.counters.requestsReceived == 0)
     }
 
     @Test func cancellingThroughTheQueueAnswersAFetchAwaitedOnIt() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let recorder = EventRecorder()
         let queue = makeFetchQueue(monitors: [recorder])
         queue.isSuspended = true
@@ -216,7 +216,7 @@ struct SuspendedQueueCancellationTests {
         #expect(await recorder.waitUntil(timeout: 60) { $0.contains { $0.kind == .finish } }, "the monitor heard the end")
         #expect(await eventsDrain(queue))
         #expect(recorder.events.current.filter { $0.kind == .finish }.count == 1, "the monitor heard the end once")
-        #expect(server.requestsReceived == 0)
+        #expect(server.counters.requestsReceived == 0)
     }
 }
 
@@ -232,4 +232,11 @@ func allSettle(_ operations: [AnyFetchOperation], timeout: TimeInterval = 30) as
     }.start()
     _ = await settled.wait(timeout: timeout + 10)
     return result.current
+}
+
+private extension TestServer {
+    /// A GET operation for a path on this server.
+    func operation(_ path: String) -> RecordingOperation {
+        RecordingOperation(request: URLRequest(url: url(path)))
+    }
 }

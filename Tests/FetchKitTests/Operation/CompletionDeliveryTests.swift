@@ -1,5 +1,5 @@
 import Foundation
-import LoopbackServer
+import FetchKitTesting
 import Testing
 @testable import FetchKit
 
@@ -9,8 +9,8 @@ struct CompletionDeliveryTests {
     /// Two handlers for the global queue after a parse there (one may run on the parse's own
     /// thread): each runs once, after the output is set.
     @Test func globalHandlersAfterAGlobalParseRunOnceEach() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let operation = server.operation("/bytes/100")
         let outputs = Locked<[Int]>([])
         let done = Countdown(2)
@@ -28,8 +28,8 @@ struct CompletionDeliveryTests {
 
     /// A handler for another queue is still handed to that queue.
     @Test func aHandlerForAnotherQueueRunsThere() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let operation = server.operation("/bytes/100")
         let queue = DispatchQueue(label: "mine")
         let key = DispatchSpecificKey<Bool>()
@@ -43,5 +43,12 @@ struct CompletionDeliveryTests {
         OperationQueue().addOperation(operation)
         #expect(await done.wait())
         #expect(onMine.current == true)
+    }
+}
+
+private extension TestServer {
+    /// A GET operation for a path on this server.
+    func operation(_ path: String) -> RecordingOperation {
+        RecordingOperation(request: URLRequest(url: url(path)))
     }
 }

@@ -1,12 +1,12 @@
 import Foundation
-import LoopbackServer
+import FetchKitTesting
 import Testing
 @testable import FetchKit
 
 // The login → user pair is the README's Quick Start (QuickStartTests.swift): `LogIn` and
 // `GetUser`, named here for the dependency-failure messages.
 
-private func loginPair(_ server: LoopbackServer, password: String) -> (LogIn, GetUser) {
+private func loginPair(_ server: TestServer, password: String) -> (LogIn, GetUser) {
     let login = LogIn(api: server.baseURL, user: "alice", password: password)
     login.name = "login"
     let getUser = GetUser(api: server.baseURL, after: login)
@@ -17,18 +17,18 @@ private func loginPair(_ server: LoopbackServer, password: String) -> (LogIn, Ge
 @Suite("Dependencies", .timeLimit(.minutes(3)))
 struct DependencyTests {
     @Test func loginThenGetUserUsesTheToken() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let (login, getUser) = loginPair(server, password: "secret")
         makeQueue(4).enqueue([getUser, login])
         let user = try await getUser.value
         #expect(user.name == "alice")
-        #expect(server.requests(path: "/user").first?.headers["Authorization"] == "Bearer token-alice")
+        #expect(server.requests("/user").first?.header("Authorization") == "Bearer token-alice")
     }
 
     @Test func aFailedDependencyStopsItsDependentBeforeAnyRequest() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let (login, getUser) = loginPair(server, password: "wrong")
         makeQueue(4).enqueue([login, getUser])
         _ = try? await getUser.finished()
@@ -39,13 +39,13 @@ struct DependencyTests {
         #expect(failure.dependency == "'login'")
         #expect((failure.dependencyError?.error as? FetchError)?.statusCode == 403)
         #expect(!failure.dependencyWasCancelled)
-        #expect(server.requestCount(path: "/user") == 0)
+        #expect(server.requests("/user").count == 0)
         #expect(getUser.description.contains("get-user"))
     }
 
     @Test func aCancelledDependencyStopsItsDependent() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let (login, getUser) = loginPair(server, password: "secret")
         login.cancel()
         makeQueue(4).enqueue([login, getUser])
@@ -55,12 +55,12 @@ struct DependencyTests {
             return
         }
         #expect(failure.dependencyWasCancelled)
-        #expect(server.requestsReceived == 0)
+        #expect(server.counters.requestsReceived == 0)
     }
 
     @Test func failurePropagatesDownAChain() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let first = server.operation("/status/500")
         let second = server.operation("/json")
         let third = server.operation("/json")
@@ -74,12 +74,12 @@ struct DependencyTests {
             return
         }
         #expect(failure.dependency == "RecordingOperation")
-        #expect(server.requestCount(path: "/json") == 0)
+        #expect(server.requests("/json").count == 0)
     }
 
     @Test func optingOutRunsDespiteAFailedDependency() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let failing = server.operation("/status/500")
         let dependent = server.operation("/json")
         dependent.configuration.requiresSuccessfulDependencies = false
@@ -91,8 +91,8 @@ struct DependencyTests {
     }
 
     @Test func plainOperationDependenciesAreRespected() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let order = Locked<[String]>([])
         let setup = BlockOperation { order.withLock { $0.append("setup") } }
         let fetch = server.operation("/json")
@@ -104,8 +104,8 @@ struct DependencyTests {
     }
 
     @Test func startingByHandBeforeDependenciesFinishFailsCleanly() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let blocker = BlockOperation {}
         let operation = server.operation("/json")
         operation.addDependency(blocker)
@@ -114,7 +114,7 @@ struct DependencyTests {
             Issue.record("expected startedBeforeReady, got \(String(describing: operation.error))")
             return
         }
-        #expect(server.requestsReceived == 0)
+        #expect(server.counters.requestsReceived == 0)
     }
 
     @Test func aWaitingDependentIsKeptAliveUntilItsDependencyFinishes() async {
@@ -150,5 +150,12 @@ struct DependencyTests {
         #expect(await freed.wait(), "a cancelled dependent is freed while its dependencies wait")
         first.start()
         second.start()
+    }
+}
+
+private extension TestServer {
+    /// A GET operation for a path on this server.
+    func operation(_ path: String) -> RecordingOperation {
+        RecordingOperation(request: URLRequest(url: url(path)))
     }
 }

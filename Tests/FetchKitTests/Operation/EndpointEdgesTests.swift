@@ -1,6 +1,6 @@
 import Dispatch
 import Foundation
-import LoopbackServer
+import FetchKitTesting
 import Testing
 @testable import FetchKit
 
@@ -32,8 +32,8 @@ struct MonitorProgressTests {
     /// A body that trickles in 60 chunks, 5 ms apart: the monitor hears its progress between
     /// the response and the metrics, in order, at most once per 100 ms (and the first report).
     @Test func progressIsHeardInOrderAndThrottled() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let log = ProgressLog()
         let queue = makeFetchQueue(monitors: [log])
         let began = DispatchTime.now().uptimeNanoseconds
@@ -56,8 +56,8 @@ struct MonitorProgressTests {
 
     /// The report that completes a body of known length always reaches the monitor.
     @Test func theReportCompletingAKnownLengthIsHeard() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let log = ProgressLog()
         let queue = makeFetchQueue(monitors: [log])
         let body = try await queue.fetch(FetchOperation<Data>(url: server.url("/bytes/300000")))
@@ -71,9 +71,9 @@ struct MonitorProgressTests {
     /// A fetch cancelled while it waits for a transfer slot: its log is whole — enqueued,
     /// metrics (0 attempts), cancelled — and nothing more arrives once its queue drained.
     @Test func aFetchCancelledBeforeItsSlotHasAWholeLog() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
-        let gate = ServerGate()
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
+        let gate = TestGate()
         defer { gate.open() }
         server.gatedRoute("/gate", gate)
         let log = ProgressLog()
@@ -98,8 +98,8 @@ struct MonitorProgressTests {
     /// A fetch cancelled in a suspended queue, which then resumes and starts it (Foundation
     /// finishes it only then): the same whole log, heard once, at the cancel.
     @Test func aFetchCancelledInASuspendedQueueHasAWholeLogOnce() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let recorder = EventRecorder()
         let queue = makeFetchQueue(monitors: [recorder])
         queue.isSuspended = true
@@ -112,7 +112,7 @@ struct MonitorProgressTests {
         #expect(operation.isFinished)
         #expect(await eventsDrain(queue))
         #expect(recorder.kinds(for: id) == [.enqueue, .metrics, .finish])
-        #expect(server.requestsReceived == 0)
+        #expect(server.counters.requestsReceived == 0)
     }
 }
 
@@ -121,13 +121,13 @@ struct SharedQueueTests {
     /// Eight requests that hang at two servers (four each) hold slots of the shared queue: a
     /// one-liner to a third server, and one more to each slow server, still go out at once.
     @Test func slowRequestsHoldUpNoOtherCaller() async throws {
-        let slow = [try LoopbackServer(), try LoopbackServer()]
-        let fast = try LoopbackServer()
-        let gate = ServerGate()
+        let slow = [try TestServer(), try TestServer()]
+        let fast = try TestServer.standard()
+        let gate = TestGate()
         defer {
             gate.open()
-            for server in slow { server.stop() }
-            fast.stop()
+            for server in slow { server.shutDown() }
+            fast.shutDown()
         }
         for server in slow { server.gatedRoute("/slow", gate) }
         let shared = FetchQueue.shared
@@ -169,8 +169,8 @@ struct SharedQueueTests {
 struct HandlerOperationTests {
     /// One handler for many operations: each call gets the operation it is for, with its result.
     @Test func enqueueHandsTheOperationToItsHandler() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let queue = makeFetchQueue()
         let operations = (0..<4).map { FetchOperation<Data>(url: server.url("/bytes/\($0 + 1)")) }
         let heard = Locked<[(ObjectIdentifier, Int)]>([])
@@ -190,8 +190,8 @@ struct HandlerOperationTests {
     /// `onCompletion` with two parameters, on the main actor and on a queue; a refused
     /// operation's handler gets it too.
     @Test func onCompletionAndARefusalHandTheOperation() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let queue = makeFetchQueue()
         let operation = FetchOperation<Data>(url: server.url("/json"))
         let onQueue = Countdown(1)
@@ -214,5 +214,21 @@ struct HandlerOperationTests {
         }
         #expect(await refused.wait(timeout: 60))
         #expect(same.current == [true, true])
+    }
+}
+
+private extension TestServer {
+    /// A GET operation for a path on this server.
+    func operation(_ path: String) -> RecordingOperation {
+        RecordingOperation(request: URLRequest(url: url(path)))
+    }
+
+    /// Routes `path` to a responder that holds every request until `gate` opens, then answers
+    /// "open". Requests held there count as in flight on the server.
+    func gatedRoute(_ path: String, _ gate: TestGate) {
+        route(path) { _ in
+            gate.wait(timeout: 120)
+            return .text("open")
+        }
     }
 }

@@ -1,5 +1,5 @@
 import Foundation
-import LoopbackServer
+import FetchKitTesting
 import Testing
 // Not `@testable`: every payload below is built with its public initialiser, as an app's
 // tests would build the error they expect.
@@ -200,9 +200,9 @@ struct ErrorValueTests {
     // MARK: Cancellation names its URL
 
     @Test func aCancelledFetchNamesItsURLWithThePasswordRedacted() async throws {
-        let server = try LoopbackServer()
-        let gate = ServerGate()
-        defer { gate.open(); server.stop() }
+        let server = try TestServer()
+        let gate = TestGate()
+        defer { gate.open(); server.shutDown() }
         server.gatedRoute("/held", gate)
         var parts = try #require(URLComponents(url: server.url("/held?sig=s3cr3t-sig"), resolvingAgainstBaseURL: false))
         parts.user = "alice"
@@ -226,9 +226,9 @@ struct ErrorValueTests {
     }
 
     @Test func aTaskCancelledBeforeItAwaitsCancelsTheFetch() async throws {
-        let server = try LoopbackServer()
-        let gate = ServerGate()
-        defer { gate.open(); server.stop() }
+        let server = try TestServer()
+        let gate = TestGate()
+        defer { gate.open(); server.shutDown() }
         server.gatedRoute("/held", gate)
         let url = server.url("/held")
         let operation = FetchOperation<Data>(url: url)
@@ -241,13 +241,13 @@ struct ErrorValueTests {
     }
 
     @Test func aFetchCancelledBeforeItStartsNamesItsURL() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let url = server.url("/json")
         let operation = FetchOperation<Data>(url: url)
         operation.cancel()
         #expect(await outcome(of: operation) == .cancelled(.init(url: url)))
-        #expect(server.requestsReceived == 0)
+        #expect(server.counters.requestsReceived == 0)
     }
 
     // MARK: Messages
@@ -292,8 +292,8 @@ struct ErrorValueTests {
     // MARK: User-Agent
 
     @Test func fetchKitIdentifiesItselfUnlessTheUserSaysOtherwise() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         #expect(await outcome(of: FetchOperation<Data>(url: server.url("/bytes/1?default"))) == nil)
         var request = URLRequest(url: server.url("/bytes/1?request"))
         request.setValue("Reader/2.1", forHTTPHeaderField: "User-Agent")
@@ -306,10 +306,21 @@ struct ErrorValueTests {
         configured.configuration.session = session
         #expect(await outcome(of: configured) == nil)
 
-        let agents = Dictionary(server.requests(path: "/bytes/1").map { ($0.target, $0.headers["User-Agent"]) }) { first, _ in first }
+        let agents = Dictionary(server.requests("/bytes/1").map { ($0.path + "?" + $0.query.keys.sorted().joined(separator: "&"), $0.header("User-Agent")) }) { first, _ in first }
         #expect(agents["/bytes/1?default"] == FetchSession.defaultUserAgent)
         #expect(FetchSession.defaultUserAgent.hasPrefix("FetchKit/"))
         #expect(agents["/bytes/1?request"] == "Reader/2.1", "a request's own User-Agent wins")
         #expect(agents["/bytes/1?configuration"] == "Configured/1.0", "a configuration's User-Agent wins")
+    }
+}
+
+private extension TestServer {
+    /// Routes `path` to a responder that holds every request until `gate` opens, then answers
+    /// "open". Requests held there count as in flight on the server.
+    func gatedRoute(_ path: String, _ gate: TestGate) {
+        route(path) { _ in
+            gate.wait(timeout: 120)
+            return .text("open")
+        }
     }
 }

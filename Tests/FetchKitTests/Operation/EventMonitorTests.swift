@@ -1,6 +1,6 @@
 import Dispatch
 import Foundation
-import LoopbackServer
+import FetchKitTesting
 import Testing
 @testable import FetchKit
 
@@ -38,8 +38,8 @@ struct EventMonitorTests {
     static let quick = RetryPolicy(maximumRetries: 2, baseDelay: 0.05, maximumDelay: 0.2, jitter: 0)
 
     @Test func oneFetchsWholeLifeInOrderWithARedirectAndARetry() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let detail = DetailRecorder()
         let queue = makeFetchQueue(monitors: [EventRecorder(), detail])
         let operation = server.operation("/redirect-to?url=/flaky/life/1/503")
@@ -67,9 +67,9 @@ struct EventMonitorTests {
     }
 
     @Test func metricsCountTheBodyBothWaysAndTheWaitInLine() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
-        let gate = ServerGate()
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
+        let gate = TestGate()
         server.gatedRoute("/gate", gate)
         let detail = DetailRecorder()
         let queue = makeFetchQueue(total: 1, perHost: 1, monitors: [EventRecorder(), detail])
@@ -97,9 +97,9 @@ struct EventMonitorTests {
     }
 
     @Test func aFetchCancelledWhileWaitingNeverStartsAndStillFinishesLast() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
-        let gate = ServerGate()
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
+        let gate = TestGate()
         server.gatedRoute("/gate", gate)
         let recorder = EventRecorder()
         let queue = makeFetchQueue(total: 1, perHost: 1, monitors: [recorder])
@@ -119,8 +119,8 @@ struct EventMonitorTests {
     }
 
     @Test func aBatchMemberRefusedForACycleIsNeverReportedHalfway() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let recorder = EventRecorder()
         let queue = makeFetchQueue(monitors: [recorder])
         let first = server.operation("/json?n=1")
@@ -139,8 +139,8 @@ struct EventMonitorTests {
     }
 
     @Test func eachFetchsEventsStayInOrderUnderConcurrency() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let recorder = EventRecorder()
         let queue = makeFetchQueue(total: 8, perHost: 8, monitors: [recorder])
         let ids = (0..<200).map { index in
@@ -158,12 +158,12 @@ struct EventMonitorTests {
     }
 
     @Test func theLoggerWritesOneRedactedLinePerEvent() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let lines = Locked<[String]>([])
         let logger = FetchEventLogger { line in lines.withLock { $0.append(line) } }
         let queue = makeFetchQueue(monitors: [EventRecorder(), logger])
-        server.route("/hop") { _ in HTTPResponse.text("", status: 302).with(header: "Location", "/bytes/4300?token=secret-42") }
+        server.route("/hop") { _ in TestResponse.text("", status: 302).with(header: "Location", "/bytes/4300?token=secret-42") }
         let operation = server.operation("/hop?token=secret-42")
         let id = queue.enqueue(operation)
         _ = try await operation.value
@@ -184,8 +184,8 @@ struct EventMonitorTests {
     }
 
     @Test func theLoggerSaysWhyAFetchFailed() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let lines = Locked<[String]>([])
         let queue = makeFetchQueue(monitors: [EventRecorder(), FetchEventLogger { line in lines.withLock { $0.append(line) } }])
         let operation = server.operation("/status/404?api_key=hunter2")
@@ -204,4 +204,30 @@ struct EventMonitorTests {
         #expect(FetchEventLogger.format(bytes: 5 * 1024 * 1024) == "5.0 MiB")
         #expect(FetchEventLogger.format(bytes: 3 * 1024 * 1024 * 1024) == "3.0 GiB")
     }
+}
+
+private extension TestServer {
+    /// A GET operation for a path on this server.
+    func operation(_ path: String) -> RecordingOperation {
+        RecordingOperation(request: URLRequest(url: url(path)))
+    }
+
+    /// Routes `path` to a responder that holds every request until `gate` opens, then answers
+    /// "open". Requests held there count as in flight on the server.
+    func gatedRoute(_ path: String, _ gate: TestGate) {
+        route(path) { _ in
+            gate.wait(timeout: 120)
+            return .text("open")
+        }
+    }
+}
+
+/// Lets at least `seconds` pass, measured by an event rather than a sleep: an operation with
+/// that idle timeout against an endpoint that never answers times out.
+private func letTimePass(_ seconds: TimeInterval, on server: TestServer) async -> Bool {
+    let witness = FetchOperation<Data>(url: server.url("/stall-head?witness=\(UUID().uuidString)"))
+    witness.configuration.idleTimeout = seconds
+    _ = try? await witness.run()
+    if case .timedOut? = witness.error { return true }
+    return false
 }

@@ -1,14 +1,14 @@
 import Dispatch
 import Foundation
-import LoopbackServer
+import FetchKitTesting
 import Testing
 @testable import FetchKit
 
 @Suite("FetchOperation against the loopback server", .timeLimit(.minutes(3)))
 struct FetchOperationTests {
     @Test func successfulGETParsesTheBodyOnce() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let operation = server.operation("/json")
         try await operation.run()
         #expect(operation.error == nil)
@@ -21,14 +21,14 @@ struct FetchOperationTests {
     }
 
     @Test func bodyArrivesIntactAndProgressCountsEveryByte() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let length = 1_000_003
         let operation = server.operation("/bytes/\(length)")
         let seen = Locked<[FetchProgress]>([])
         operation.onProgress(on: .immediate) { progress in seen.withLock { $0.append(progress) } }
         try await operation.run()
-        #expect(operation.responseBody == BytePattern.data(offset: 0, count: length))
+        #expect(operation.responseBody == TestResponse.patternBytes(count: length))
         #expect(operation.progress.totalUnitCount == Int64(length))
         #expect(operation.progress.completedUnitCount == Int64(length))
         let values = seen.current
@@ -37,13 +37,13 @@ struct FetchOperationTests {
     }
 
     @Test func progressShowsEveryByteOfAStalledTransfer() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
-        let gate = ServerGate()
+        let server = try TestServer()
+        defer { server.shutDown() }
+        let gate = TestGate()
         // 30,000 bytes (less than one 64 KiB progress step), then nothing until the gate opens.
         server.route("/held") { _ in
-            .script([.write(HTTPResponse.rawHead(status: 200, headers: ["Content-Length": "40000"])),
-                     .writePattern(offset: 0, count: 30_000), .wait(gate), .writePattern(offset: 30_000, count: 10_000)])
+            .steps([.head(status: 200, headers: ["Content-Length": "40000"]),
+                    .patternBytes(offset: 0, count: 30_000), .wait(for: gate), .patternBytes(offset: 30_000, count: 10_000)])
         }
         let operation = server.operation("/held")
         let reached = Countdown(1)
@@ -60,8 +60,8 @@ struct FetchOperationTests {
     }
 
     @Test func parseRunsOffTheDelegateQueueOnTheNamedQueue() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let store = tagged(DispatchQueue(label: "test.store"))
         let operation = server.operation("/json")
         operation.configuration.parseQueue = .dispatch(store)
@@ -71,8 +71,8 @@ struct FetchOperationTests {
     }
 
     @Test func aSerialParseQueueSerialisesEveryParse() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let store = DispatchQueue(label: "test.store.serial")
         let active = Locked((now: 0, peak: 0))
         let queue = makeQueue(8)
@@ -92,8 +92,8 @@ struct FetchOperationTests {
     }
 
     @Test func aThrowingParseBecomesParseFailed() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let operation = server.operation("/json")
         operation.parseError = ParseTestError(reason: "bad shape")
         await #expect(throws: FetchError.self) { try await operation.run() }
@@ -107,8 +107,8 @@ struct FetchOperationTests {
     }
 
     @Test func unacceptableStatusKeepsCodeHeadersAndBodyPrefixAndSkipsParse() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let operation = server.operation("/status/404")
         _ = try? await operation.run()
         guard case .unacceptableStatus(let failure)? = operation.error else {
@@ -123,9 +123,9 @@ struct FetchOperationTests {
     }
 
     @Test func errorBodyPrefixIsBounded() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
-        server.route("/big-error") { _ in HTTPResponse(status: 500, body: BytePattern.data(offset: 0, count: 100_000)) }
+        let server = try TestServer()
+        defer { server.shutDown() }
+        server.route("/big-error") { _ in TestResponse(status: 500, body: TestResponse.patternBytes(count: 100_000)) }
         let operation = server.operation("/big-error")
         _ = try? await operation.run()
         guard case .unacceptableStatus(let failure)? = operation.error else {
@@ -133,12 +133,12 @@ struct FetchOperationTests {
             return
         }
         #expect(failure.statusCode == 500)
-        #expect(failure.bodyPrefix == BytePattern.data(offset: 0, count: FetchError.StatusFailure.bodyPrefixLimit))
+        #expect(failure.bodyPrefix == TestResponse.patternBytes(count: FetchError.StatusFailure.bodyPrefixLimit))
     }
 
     @Test func acceptableStatusCodesAreConfigurable() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let operation = server.operation("/status/404")
         operation.configuration.acceptableStatusCodes = [404]
         try await operation.run()
@@ -147,8 +147,8 @@ struct FetchOperationTests {
     }
 
     @Test func announcedLengthOverTheLimitStopsAtTheHead() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let operation = server.operation("/bytes/100000")
         operation.configuration.maximumResponseSize = 1000
         _ = try? await operation.run()
@@ -159,8 +159,8 @@ struct FetchOperationTests {
     }
 
     @Test func unannouncedBodyOverTheLimitStopsWhenItPassesIt() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let operation = server.operation("/trickle/200000/20000/1")
         operation.configuration.maximumResponseSize = 50_000
         _ = try? await operation.run()
@@ -170,16 +170,16 @@ struct FetchOperationTests {
     }
 
     @Test func chunkedBodyIsReassembled() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let operation = server.operation("/trickle/10000/1000/1")
         try await operation.run()
-        #expect(operation.responseBody == BytePattern.data(offset: 0, count: 10000))
+        #expect(operation.responseBody == TestResponse.patternBytes(count: 10000))
     }
 
     @Test func completionHandlerRunsOnceOnTheChosenQueue() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let queue = tagged(DispatchQueue(label: "test.completions"))
         let operation = server.operation("/json")
         let labels = Locked<[String]>([])
@@ -197,8 +197,8 @@ struct FetchOperationTests {
     }
 
     @Test func aHandlerAddedAfterFinishRunsOnce() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let operation = server.operation("/json")
         try await operation.run()
         let done = Countdown(1)
@@ -208,8 +208,8 @@ struct FetchOperationTests {
     }
 
     @Test func foundationCompletionBlockStillRuns() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let operation = server.operation("/json")
         let done = Countdown(1)
         operation.completionBlock = { done.signal() }
@@ -219,8 +219,8 @@ struct FetchOperationTests {
     }
 
     @Test func startCalledDirectlyWithoutAQueueWorks() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let operation = server.operation("/json")
         operation.start()
         #expect(operation.isExecuting || operation.isFinished)
@@ -230,20 +230,20 @@ struct FetchOperationTests {
     }
 
     @Test func aSecondStartIsIgnored() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let operation = server.operation("/json")
         operation.start()
         operation.start()
         #expect(await operation.awaitCompletion())
         operation.start()
         #expect(operation.parses.current.count == 1)
-        #expect(server.requestCount(path: "/json") == 1)
+        #expect(server.requests("/json").count == 1)
     }
 
     @Test func theConfigurationIsOneValueSetBeforeStart() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let operation = server.operation("/bytes/2000")
         var configuration = FetchConfiguration(maximumResponseSize: 1000, retryPolicy: .none)
         configuration.acceptableStatusCodes = [200]
@@ -294,8 +294,8 @@ struct FetchOperationTests {
     }
 
     @Test func theConfigurationSetBeforeEnqueueIsTheOneUsed() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let queue = FetchQueue()
         queue.isSuspended = true
         let operation = FetchOperation<Data>(url: server.url("/bytes/3000"))
@@ -308,8 +308,8 @@ struct FetchOperationTests {
     }
 
     @Test func redirectsAreFollowed() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let operation = server.operation("/redirect/3")
         try await operation.run()
         #expect(operation.response?.url?.path == "/redirect/0")
@@ -317,9 +317,9 @@ struct FetchOperationTests {
     }
 
     @Test func authorizationIsNotForwardedToAnotherOrigin() async throws {
-        let origin = try LoopbackServer()
-        let other = try LoopbackServer()
-        defer { origin.stop(); other.stop() }
+        let origin = try TestServer.standard()
+        let other = try TestServer.standard()
+        defer { origin.shutDown(); other.shutDown() }
         let target = other.url("/headers").absoluteString
         var request = URLRequest(url: origin.url("/redirect-to?url=\(target)"))
         request.setValue("Bearer secret", forHTTPHeaderField: "Authorization")
@@ -327,7 +327,7 @@ struct FetchOperationTests {
         try await operation.run()
         let headers = try JSONSerialization.jsonObject(with: operation.responseBody ?? Data()) as? [String: String]
         #expect(headers?["authorization"] == nil)
-        #expect(other.requests(path: "/headers").first?.headers["Authorization"] == nil)
+        #expect(other.requests("/headers").first?.header("Authorization") == nil)
     }
 
     @Test func makeRequestBuildsTheRequestJustBeforeSending() async throws {
@@ -340,8 +340,8 @@ struct FetchOperationTests {
                 return request
             }
         }
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let operation = Late(url: server.url("/headers"))
         try await operation.run()
         let headers = try JSONSerialization.jsonObject(with: operation.responseBody ?? Data()) as? [String: String]
@@ -350,8 +350,8 @@ struct FetchOperationTests {
     }
 
     @Test func aFinishedOperationIsReleased() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let released = Countdown(1)
         let queue = makeQueue(2)
         do {
@@ -365,8 +365,8 @@ struct FetchOperationTests {
     }
 
     @Test func aFailedOperationIsReleased() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let released = Countdown(1)
         do {
             let operation = DeinitProbeOperation(request: URLRequest(url: server.url("/stall-mid-body/100000")))
@@ -376,5 +376,12 @@ struct FetchOperationTests {
             #expect(operation.error != nil)
         }
         #expect(await released.wait(), "the operation was not released after failing")
+    }
+}
+
+private extension TestServer {
+    /// A GET operation for a path on this server.
+    func operation(_ path: String) -> RecordingOperation {
+        RecordingOperation(request: URLRequest(url: url(path)))
     }
 }

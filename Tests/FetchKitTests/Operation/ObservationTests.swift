@@ -1,5 +1,5 @@
 import Foundation
-import LoopbackServer
+import FetchKitTesting
 import Testing
 @testable import FetchKit
 
@@ -14,8 +14,8 @@ struct ObservationTests {
     }
 
     @Test func successfulRunSequence() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let operation = server.operation("/json")
         let (changes, token) = record(operation)
         try await operation.run()
@@ -28,8 +28,8 @@ struct ObservationTests {
     }
 
     @Test func cancelBeforeStartSequence() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let operation = server.operation("/json")
         let (changes, token) = record(operation)
         // The observers hear `isFinished` after Foundation does (`waitUntilFinished` can return
@@ -50,8 +50,8 @@ struct ObservationTests {
     }
 
     @Test func cancelDuringTransferSequence() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let operation = server.operation("/stall-head")
         let (changes, token) = record(operation)
         let executing = Countdown(1)
@@ -72,8 +72,8 @@ struct ObservationTests {
     }
 
     @Test func readinessFollowsDependencies() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let dependency = server.operation("/delay/50")
         let operation = server.operation("/json")
         let (changes, token) = record(operation)
@@ -92,8 +92,8 @@ struct ObservationTests {
     }
 
     @Test func anInvalidatedObservationHearsNothing() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let operation = server.operation("/json")
         let (changes, token) = record(operation)
         token.invalidate()
@@ -102,8 +102,8 @@ struct ObservationTests {
     }
 
     @Test func releasingTheTokenStopsObservation() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let operation = server.operation("/json")
         let changes = Locked<[Change]>([])
         _ = operation.observeState { change in changes.withLock { $0.append(change) } }
@@ -112,8 +112,8 @@ struct ObservationTests {
     }
 
     @Test func anObserverMayCancelWithoutDeadlock() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let operation = server.operation("/stall-head")
         let token = operation.observeState { [unowned operation] change in
             if change.key == .executing && change.newValue { operation.cancel() }
@@ -125,8 +125,8 @@ struct ObservationTests {
     }
 
     @Test func everyObserverSeesFinishedExactlyOnceUnderRacingCancels() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let queue = makeQueue(8)
         let operations = (0..<200).map { index in server.operation(index.isMultiple(of: 2) ? "/json" : "/delay/5") }
         let finishes = Locked([ObjectIdentifier: Int]())
@@ -143,5 +143,12 @@ struct ObservationTests {
         #expect(finishes.current.count == operations.count)
         #expect(finishes.current.values.allSatisfy { $0 == 1 })
         withExtendedLifetime(tokens) {}
+    }
+}
+
+private extension TestServer {
+    /// A GET operation for a path on this server.
+    func operation(_ path: String) -> RecordingOperation {
+        RecordingOperation(request: URLRequest(url: url(path)))
     }
 }

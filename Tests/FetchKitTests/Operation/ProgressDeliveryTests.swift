@@ -1,5 +1,5 @@
 import Foundation
-import LoopbackServer
+import FetchKitTesting
 import Testing
 @testable import FetchKit
 
@@ -38,8 +38,8 @@ struct ProgressDeliveryTests {
     /// twice at once, and went backwards.)
     @Test(arguments: [nil, 0] as [TimeInterval?])
     func aSlowHandlerOnTheGlobalQueueRunsOneAtATimeAndNeverGoesBack(minimumInterval: TimeInterval?) async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let length = 16 << 20               // 256 reports or more (one per 64 KiB at most)
         let operation = FetchOperation<Data>(url: server.url("/bytes/\(length)"))
         let record = HandlerRecord()
@@ -67,8 +67,8 @@ struct ProgressDeliveryTests {
     /// is delivered either way.
     @Test(arguments: [nil, 0.25] as [TimeInterval?])
     func aHandlerIsCalledAtMostOncePerInterval(minimumInterval: TimeInterval?) async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer()
+        defer { server.shutDown() }
         // 8 KiB every 10 ms for 1.2 s or more: about 120 reports.
         server.route("/paced") { _ in pacedBody(steps: 120, step: 8192, milliseconds: 10) }
         let operation = FetchOperation<Data>(url: server.url("/paced"))
@@ -108,8 +108,8 @@ struct ProgressDeliveryTests {
     /// The final value waits for no interval: a main-actor handler with a long one still has
     /// the body's length before the operation's main-actor completion handler runs.
     @Test func theFinalValueIsDeliveredBeforeTheCompletionWhateverTheInterval() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let length = 4 << 20
         let operation = FetchOperation<Data>(url: server.url("/bytes/\(length)"))
         let seen = Locked<[Int64]>([])
@@ -129,8 +129,8 @@ struct ProgressDeliveryTests {
 
     /// A progress sequence gives a value at most every interval, and the final one at once.
     @Test func aSequenceYieldsAtMostOncePerIntervalAndTheFinalValue() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer()
+        defer { server.shutDown() }
         server.route("/paced") { _ in pacedBody(steps: 120, step: 8192, milliseconds: 10) }
         let operation = FetchOperation<Data>(url: server.url("/paced"))
         let interval = 0.25
@@ -148,13 +148,13 @@ struct ProgressDeliveryTests {
     /// A value held back for the interval is not lost when the transfer stalls: the sequence
     /// and the handler get it once the interval has passed, before any more bytes come.
     @Test func theNewestValueOfAStalledTransferArrivesAfterTheInterval() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
-        let gate = ServerGate()
+        let server = try TestServer()
+        defer { server.shutDown() }
+        let gate = TestGate()
         // Two reports close together (the head's, then 30,000 bytes), then nothing until the gate opens.
         server.route("/held") { _ in
-            .script([.write(HTTPResponse.rawHead(status: 200, headers: ["Content-Length": "40000"])),
-                     .writePattern(offset: 0, count: 30_000), .wait(gate), .writePattern(offset: 30_000, count: 10_000)])
+            .steps([.head(status: 200, headers: ["Content-Length": "40000"]),
+                    .patternBytes(offset: 0, count: 30_000), .wait(for: gate), .patternBytes(offset: 30_000, count: 10_000)])
         }
         let operation = FetchOperation<Data>(url: server.url("/held"))
         let handled = Countdown(1)
@@ -176,14 +176,14 @@ struct ProgressDeliveryTests {
 }
 
 /// A body of `steps` × `step` bytes with a `Content-Length`, sent one step every `milliseconds`.
-private func pacedBody(steps: Int, step: Int, milliseconds: Int) -> HTTPResponse {
-    var actions: [ScriptAction] = [.write(HTTPResponse.rawHead(status: 200, headers: ["Content-Length": "\(steps * step)"]))]
+private func pacedBody(steps: Int, step: Int, milliseconds: Int) -> TestResponse {
+    var actions: [TestResponse.Step] = [.head(status: 200, headers: ["Content-Length": "\(steps * step)"])]
     for index in 0..<steps {
-        actions.append(.writePattern(offset: index * step, count: step))
-        if index < steps - 1 { actions.append(.sleep(milliseconds: milliseconds)) }
+        actions.append(.patternBytes(offset: index * step, count: step))
+        if index < steps - 1 { actions.append(.pause(milliseconds: milliseconds)) }
     }
     actions.append(.close)
-    return .script(actions)
+    return .steps(actions)
 }
 
 /// corelibs' `Progress` has no lock of its own: its `userInfo` is a plain dictionary, and two

@@ -1,5 +1,5 @@
 import Foundation
-import LoopbackServer
+import FetchKitTesting
 import Testing
 @testable import FetchKit
 
@@ -7,15 +7,15 @@ import Testing
 /// at most `step / milliseconds` bytes per millisecond (a loaded machine only makes it slower).
 /// With `hold`, the steps after the first `hold.steps` wait for `hold.gate` to open.
 private func pacedBody(steps: Int, step: Int, milliseconds: Int, offset: Int = 0,
-                       hold: (steps: Int, gate: ServerGate)? = nil) -> HTTPResponse {
-    var actions: [ScriptAction] = [.write(HTTPResponse.rawHead(status: 200, headers: ["Content-Length": "\(steps * step)"]))]
+                       hold: (steps: Int, gate: TestGate)? = nil) -> TestResponse {
+    var actions: [TestResponse.Step] = [.head(status: 200, headers: ["Content-Length": "\(steps * step)"])]
     for index in 0..<steps {
-        if let hold, index == hold.steps { actions.append(.wait(hold.gate)) }
-        actions.append(.writePattern(offset: offset + index * step, count: step))
-        if index < steps - 1 { actions.append(.sleep(milliseconds: milliseconds)) }
+        if let hold, index == hold.steps { actions.append(.wait(for: hold.gate)) }
+        actions.append(.patternBytes(offset: offset + index * step, count: step))
+        if index < steps - 1 { actions.append(.pause(milliseconds: milliseconds)) }
     }
     actions.append(.close)
-    return .script(actions)
+    return .steps(actions)
 }
 
 private let second: UInt64 = 1_000_000_000
@@ -74,12 +74,12 @@ struct ProgressRateTests {
     // MARK: Against a server that sends at a known pace
 
     @Test func aFetchReportsTheRateTheServerSendsAtAndTheTimeLeft() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer()
+        defer { server.shutDown() }
         // 8 KiB every 50 ms: at most 163,840 B/s, for 3 s. The last 15 steps wait until the
         // test has heard of the first 46: a loaded machine may deliver progress late, and the
         // newest value then is the last (no value before the end would be left to check).
-        let gate = ServerGate()
+        let gate = TestGate()
         server.route("/paced") { _ in pacedBody(steps: 61, step: 8192, milliseconds: 50, hold: (46, gate)) }
         let operation = FetchOperation<Data>(url: server.url("/paced"))
         let progress = operation.progress                 // asked for: it gets the rate too
@@ -120,8 +120,8 @@ struct ProgressRateTests {
     /// A paused fetch receives nothing, so it shows no rate and no time remaining (before,
     /// it kept the last ones, as if it still ran at that rate).
     @Test func aPausedFetchShowsNoRate() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer()
+        defer { server.shutDown() }
         // 8 KiB every 50 ms for 100 s: it is paused long before (then cancelled), however
         // late a loaded machine hands the test its first value with a rate.
         server.route("/paced") { _ in pacedBody(steps: 2000, step: 8192, milliseconds: 50) }
@@ -143,36 +143,32 @@ struct ProgressRateTests {
     }
 
     @Test func aResumedDownloadCountsOnlyTheBytesThatArrive() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer()
+        defer { server.shutDown() }
         let onDisk = 4 << 20        // 4 MiB already there, then 8 KiB every 50 ms
         let steps = 41
         let total = onDisk + steps * 8192
         // Past the first half, the server waits until the client has heard of it: the second
         // half's second of 50 ms steps is then the client's too, however late a loaded machine
         // let it read the first (a client that read everything at once saw no rate at all).
-        let halfway = ServerGate()
+        let halfway = TestGate()
         defer { halfway.open() }
         server.route("/resumable") { request in
-            let head: HTTPHeaders = ["ETag": "\"v1\"", "Accept-Ranges": "bytes"]
-            guard request.headers["Range"] == "bytes=\(onDisk)-" else {
+            guard request.header("Range") == "bytes=\(onDisk)-" else {
                 // The first attempt: cut after what becomes the partial file.
-                var full = head
-                full["Content-Length"] = "\(total)"
-                return .script([.write(HTTPResponse.rawHead(status: 200, headers: full)),
-                                .writePattern(offset: 0, count: onDisk), .close])
+                return .steps([.head(status: 200, headers: ["ETag": "\"v1\"", "Accept-Ranges": "bytes", "Content-Length": "\(total)"]),
+                               .patternBytes(offset: 0, count: onDisk), .close])
             }
-            var partial = head
-            partial["Content-Length"] = "\(total - onDisk)"
-            partial["Content-Range"] = "bytes \(onDisk)-\(total - 1)/\(total)"
-            var actions: [ScriptAction] = [.write(HTTPResponse.rawHead(status: 206, headers: partial))]
+            var actions: [TestResponse.Step] = [.head(status: 206, headers: ["ETag": "\"v1\"", "Accept-Ranges": "bytes",
+                                                                            "Content-Length": "\(total - onDisk)",
+                                                                            "Content-Range": "bytes \(onDisk)-\(total - 1)/\(total)"])]
             for index in 0..<steps {
-                if index == steps / 2 { actions.append(.wait(halfway)) }
-                actions.append(.writePattern(offset: onDisk + index * 8192, count: 8192))
-                actions.append(.sleep(milliseconds: 50))
+                if index == steps / 2 { actions.append(.wait(for: halfway)) }
+                actions.append(.patternBytes(offset: onDisk + index * 8192, count: 8192))
+                actions.append(.pause(milliseconds: 50))
             }
             actions.append(.close)
-            return .script(actions)
+            return .steps(actions)
         }
         let directory = try TemporaryDirectory()
         defer { directory.remove() }
@@ -200,11 +196,11 @@ struct ProgressRateTests {
     }
 
     @Test func aBatchReportsTheRateOfItsMembersTogether() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer()
+        defer { server.shutDown() }
         // Each member's last 15 steps wait until the test has heard of both members' first 46
         // (late progress on a loaded machine would otherwise leave only the final status).
-        let gate = ServerGate()
+        let gate = TestGate()
         server.route("/paced") { _ in pacedBody(steps: 61, step: 8192, milliseconds: 50, hold: (46, gate)) }
         let queue = FetchQueue(maximumConcurrentTransfers: 2)
         let seen = Locked<[FetchBatch.Status]>([])

@@ -1,5 +1,5 @@
 import Foundation
-import LoopbackServer
+import FetchKitTesting
 import Testing
 @testable import FetchKit
 
@@ -17,8 +17,8 @@ private func collect<S: AsyncSequence & Sendable>(_ stream: S) -> Task<[S.Elemen
 @Suite("Progress streams", .timeLimit(.minutes(3)))
 struct ProgressStreamTests {
     @Test func theStreamYieldsIncreasingValuesEndingAtTheBodyLengthThenEnds() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let operation = FetchOperation<Data>(url: server.url("/bytes/1000000"))
         let values = collect(operation.progressUpdates)      // created before start
         operation.start()
@@ -30,8 +30,8 @@ struct ProgressStreamTests {
     }
 
     @Test func aConsumerThatStartsAfterFinishGetsTheFinalValueAndEnds() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let operation = FetchOperation<Data>(url: server.url("/bytes/5000"))
         operation.start()
         _ = try await operation.value
@@ -40,8 +40,8 @@ struct ProgressStreamTests {
     }
 
     @Test func aSlowConsumerGetsTheLatestValueNotABacklog() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         // 2 MiB arrives as many reports (one per 64 KiB at most).
         let operation = FetchOperation<Data>(url: server.url("/bytes/2097152"))
         let stream = operation.progressUpdates
@@ -58,8 +58,8 @@ struct ProgressStreamTests {
     }
 
     @Test func severalConsumersEachGetTheirOwnStream() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let operation = FetchOperation<Data>(url: server.url("/bytes/300000"))
         let a = collect(operation.progressUpdates)
         let b = collect(operation.progressUpdates)
@@ -71,9 +71,9 @@ struct ProgressStreamTests {
     }
 
     @Test func cancellingTheConsumingTaskEndsItsIterationButNotTheFetch() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
-        let gate = ServerGate()
+        let server = try TestServer()
+        defer { server.shutDown() }
+        let gate = TestGate()
         server.gatedRoute("/held", gate)
         let operation = FetchOperation<Data>(url: server.url("/held"))
         let started = Countdown(1)
@@ -93,9 +93,9 @@ struct ProgressStreamTests {
     }
 
     @Test func aStreamOfACancelledOperationEnds() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
-        let gate = ServerGate()
+        let server = try TestServer()
+        defer { server.shutDown() }
+        let gate = TestGate()
         server.gatedRoute("/held", gate)
         defer { gate.open() }
         let operation = FetchOperation<Data>(url: server.url("/held"))
@@ -107,8 +107,8 @@ struct ProgressStreamTests {
     }
 
     @Test func aStreamOfAnOperationCancelledBeforeStartEnds() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let never = FetchOperation<Data>(url: server.url("/bytes/10"))
         never.cancel()
         never.start()
@@ -123,8 +123,8 @@ struct ProgressStreamTests {
     }
 
     @Test func theBatchStreamEndsWithAFinishedStatus() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let queue = makeFetchQueue()
         let operations = (0..<3).map { FetchOperation<Data>(url: server.url("/bytes/\(10_000 * ($0 + 1))")) }
         let batch = queue.enqueue(batch: operations, on: .global)
@@ -148,7 +148,7 @@ struct ProgressStreamTests {
 @Suite("Upload progress", .timeLimit(.minutes(3)))
 struct UploadProgressTests {
     /// A 3 MB POST to a route that reads the whole body and answers with its length.
-    private func post(_ length: Int, to server: LoopbackServer) -> FetchOperation<Data> {
+    private func post(_ length: Int, to server: TestServer) -> FetchOperation<Data> {
         server.route("/upload") { request in .text("\(request.body.count)") }
         var request = URLRequest(url: server.url("/upload"))
         request.httpMethod = "POST"
@@ -157,8 +157,8 @@ struct UploadProgressTests {
     }
 
     @Test func bytesSentNeverExceedTheBodyAndEndExactlyAtIt() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let length: Int64 = 3_000_000
         let upload = post(Int(length), to: server)
         let handled = Locked<[FetchProgress]>([])
@@ -185,8 +185,8 @@ struct UploadProgressTests {
     }
 
     @Test func anUploadThroughAFetchQueueReportsItsBytesSent() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let upload = post(500_000, to: server)
         let values = collect(upload.progressUpdates)
         #expect(try await makeFetchQueue().fetch(upload) == Data("500000".utf8))
@@ -196,8 +196,8 @@ struct UploadProgressTests {
     }
 
     @Test func aRequestWithoutABodyReportsNothingSent() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let operation = FetchOperation<Data>(url: server.url("/bytes/1000"))
         let values = collect(operation.progressUpdates)
         operation.start()
@@ -264,5 +264,16 @@ struct ProgressStreamIntervalTests {
         for continuation in streams.finish(with: 6) { continuation.finish() }
         #expect(await values(slow) == [1, 3, 6], "the newest when due; the final at once")
         #expect(await values(every) == [1, 2, 3, 5, 6])
+    }
+}
+
+private extension TestServer {
+    /// Routes `path` to a responder that holds every request until `gate` opens, then answers
+    /// "open". Requests held there count as in flight on the server.
+    func gatedRoute(_ path: String, _ gate: TestGate) {
+        route(path) { _ in
+            gate.wait(timeout: 120)
+            return .text("open")
+        }
     }
 }

@@ -1,5 +1,5 @@
 import Foundation
-import LoopbackServer
+import FetchKitTesting
 import Testing
 @testable import FetchKit
 
@@ -53,8 +53,8 @@ nonisolated final class GetUser: FetchOperation<User>, @unchecked Sendable {
 @Suite("README Quick Start", .timeLimit(.minutes(3)))
 struct QuickStartTests {
     @Test func loginThenUser() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let api = server.baseURL
 
         let queue = FetchQueue()
@@ -78,8 +78,8 @@ struct QuickStartTests {
     }
 
     @Test func wrongPasswordStopsTheDependent() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let login = LogIn(api: server.baseURL, user: "alice", password: "wrong")
         let getUser = GetUser(api: server.baseURL, after: login)
         let queue = makeQueue(4)
@@ -87,6 +87,6 @@ struct QuickStartTests {
         queue.addOperation(getUser)
         await #expect(throws: FetchError.self) { try await getUser.value }
         #expect(getUser.error?.description.contains("Not sent: dependency LogIn failed") == true)
-        #expect(server.requestCount(path: "/user") == 0)
+        #expect(server.requests("/user").count == 0)
     }
 }

@@ -1,6 +1,6 @@
 import Dispatch
 import Foundation
-import LoopbackServer
+import FetchKitTesting
 import Testing
 @testable import FetchKit
 
@@ -10,7 +10,7 @@ import Testing
 struct SessionMonitorTests {
     /// An operation that uses a new session with `monitors`; the session is invalidated by the
     /// caller.
-    private func operation(_ server: LoopbackServer, _ path: String, session: FetchSession) -> FetchOperation<Data> {
+    private func operation(_ server: TestServer, _ path: String, session: FetchSession) -> FetchOperation<Data> {
         let operation = FetchOperation<Data>(url: server.url(path))
         operation.configuration.session = session
         return operation
@@ -19,8 +19,8 @@ struct SessionMonitorTests {
     @Test func aCancelWhileAnAttemptIsSetUpIsReportedAfterTheSetup() async throws {
         // The attempt's record and its monitors' "started" come before the finish: nothing of
         // the attempt happens after the operation finished.
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let detail = DetailRecorder()
         let session = FetchSession(monitors: [detail])
         defer { session.invalidate() }
@@ -36,12 +36,12 @@ struct SessionMonitorTests {
         // Nothing reached the network: no attempt counts (``AnyFetchOperation/attempts``).
         #expect(attemptsAtFinish.current == 0)
         #expect(fetch.attempts == 0)
-        #expect(server.requestCount(path: "/json") == 0, "nothing was sent")
+        #expect(server.requests("/json").count == 0, "nothing was sent")
     }
 
     @Test func anOperationInAPlainOperationQueueIsObservedInOrder() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let detail = DetailRecorder()
         let session = FetchSession(monitors: [detail])
         defer { session.invalidate() }
@@ -70,8 +70,8 @@ struct SessionMonitorTests {
     }
 
     @Test func anOperationCancelledBeforeItsStartIsHeardOfOnceAndNeverStarts() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let detail = DetailRecorder()
         let recorder = EventRecorder()
         let session = FetchSession(monitors: [recorder, detail])
@@ -85,12 +85,12 @@ struct SessionMonitorTests {
         #expect(detail.lines.current.last == "failed 0")
         #expect(detail.metrics.current.first?.attempts == 0)
         #expect(detail.metrics.current.first?.timeToFirstByte == nil)
-        #expect(server.requestCount(path: "/json") == 0)
+        #expect(server.requests("/json").count == 0)
     }
 
     @Test func aFetchWhoseDependencyFailedIsHeardOfWithoutAStart() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let recorder = EventRecorder()
         let session = FetchSession(monitors: [recorder])
         defer { session.invalidate() }
@@ -110,12 +110,12 @@ struct SessionMonitorTests {
             [.enqueue, .start, .metrics, .finish],   // the login: a 401 head is not an accepted one
             [.enqueue, .metrics, .finish],                      // the profile, never sent
         ])
-        #expect(server.requestCount(path: "/json") == 0)
+        #expect(server.requests("/json").count == 0)
     }
 
     @Test func aQueuedFetchIsHeardByItsQueueAndItsSessionAlike() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let sessionRecorder = EventRecorder()
         let session = FetchSession(monitors: [sessionRecorder])
         defer { session.invalidate() }
@@ -135,8 +135,8 @@ struct SessionMonitorTests {
     }
 
     @Test func eachOperationsEventsStayInOrderUnderConcurrency() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let recorder = EventRecorder()
         let session = FetchSession(monitors: [recorder])
         defer { session.invalidate() }
@@ -160,8 +160,8 @@ struct SessionMonitorTests {
     /// A suspended queue that its owner lets go of cancels what it holds without its own
     /// monitors (they go with it); the session's monitors, which do not, still hear the end.
     @Test func aSessionsMonitorsHearTheEndOfAFetchItsDroppedQueueCancelled() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let recorder = EventRecorder()
         let session = FetchSession(monitors: [recorder])
         defer { session.invalidate() }

@@ -1,5 +1,5 @@
 import Foundation
-import LoopbackServer
+import FetchKitTesting
 import Testing
 @testable import FetchKit
 #if canImport(FoundationNetworking)
@@ -32,8 +32,8 @@ struct TypedAPIPromisesTests {
     /// when a subclass builds the request in `makeRequest()`, or the request is set after
     /// init; a request's own `Accept` is kept.
     @Test func aJSONOperationSendsAcceptHowEverItsRequestWasMade() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let late = GetLateSample(url: server.url("/json?late"))
         #expect(try await late.run().result != nil)
         let replaced = JSONFetchOperation<Sample>(url: server.url("/json?placeholder"))
@@ -43,7 +43,7 @@ struct TypedAPIPromisesTests {
         own.setValue("application/vnd.api+json", forHTTPHeaderField: "accept")
         try await JSONFetchOperation<Sample>(request: own).run()
 
-        let accepts = Dictionary(server.requests(path: "/json").map { ($0.target, $0.headers["Accept"]) },
+        let accepts = Dictionary(server.requests("/json").map { ($0.path + "?" + $0.query.keys.sorted().joined(separator: "&"), $0.header("Accept")) },
                                  uniquingKeysWith: { first, _ in first })
         #expect(accepts["/json?late"] == "application/json")
         #expect(accepts["/json?replaced"] == "application/json")
@@ -58,9 +58,9 @@ struct TypedAPIPromisesTests {
     /// counts its real outcome, rather than refusing it as "already enqueued" and counting a
     /// fetch that succeeds as failed.
     @Test func aBatchTakesOverADependencyTheQueueAdopted() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
-        let gate = ServerGate()
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
+        let gate = TestGate()
         server.gatedRoute("/held", gate)
         let queue = makeFetchQueue()
         let login = server.operation("/held?login")
@@ -97,8 +97,8 @@ final class MaybeNumber: FetchOperation<Int?>, @unchecked Sendable {
 struct OptionalOutputTests {
     /// An output that is itself `nil` is a success with `nil`, not a "missing parser" failure.
     @Test func aNilOutputIsASuccess() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer()
+        defer { server.shutDown() }
         server.route("/number") { request in .text(request.query["n"] ?? "") }
         let none = MaybeNumber(url: server.url("/number"))
         let some = MaybeNumber(url: server.url("/number?n=42"))
@@ -132,7 +132,7 @@ final class TrackedOutput: Sendable {
 /// keeping only a weak reference to what it returned.
 final class HeldParse: FetchOperation<TrackedOutput>, @unchecked Sendable {
     let parsing = Countdown(1)
-    let proceed = ServerGate()
+    let proceed = TestGate()
     /// Signalled when the output the parse made is released.
     let released = Countdown(1)
     private let made = Locked<WeakOutputBox>(WeakOutputBox())
@@ -158,8 +158,8 @@ struct CancelledParseOutputTests {
     /// output that parse made is nobody's, and is released rather than kept by the finished
     /// operation for as long as it lives.
     @Test func aCancelledParseKeepsNoOutput() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let operation = HeldParse(url: server.url("/json"))
         operation.start()
         #expect(await operation.parsing.wait(timeout: 60))
@@ -174,5 +174,21 @@ struct CancelledParseOutputTests {
         // released once it returns (a wait on the release, not a look at one moment).
         #expect(await operation.released.wait(timeout: 60), "the finished operation still holds the output of its cancelled parse")
         #expect(!operation.outputAlive)
+    }
+}
+
+private extension TestServer {
+    /// A GET operation for a path on this server.
+    func operation(_ path: String) -> RecordingOperation {
+        RecordingOperation(request: URLRequest(url: url(path)))
+    }
+
+    /// Routes `path` to a responder that holds every request until `gate` opens, then answers
+    /// "open". Requests held there count as in flight on the server.
+    func gatedRoute(_ path: String, _ gate: TestGate) {
+        route(path) { _ in
+            gate.wait(timeout: 120)
+            return .text("open")
+        }
     }
 }

@@ -1,5 +1,5 @@
 import Foundation
-import LoopbackServer
+import FetchKitTesting
 import Testing
 @testable import FetchKit
 
@@ -43,8 +43,8 @@ final class SampleModel {
 @Suite("Typed results", .timeLimit(.minutes(3)))
 struct TypedResultTests {
     @Test func aDataFetchOperationReturnsTheBody() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let operation: FetchOperation<Data> = DataFetchOperation(url: server.url("/bytes/300"))
         let body = try await FetchQueue().fetch(operation)
         #expect(body.count == 300)
@@ -54,9 +54,9 @@ struct TypedResultTests {
     private let expected = Sample(ok: true, items: [1, 2, 3], name: "fetchkit")
 
     @Test func resultIsNilUntilFinishedThenTheParsedModel() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
-        let gate = ServerGate()
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
+        let gate = TestGate()
         server.gatedRoute("/held", gate)
         let held = GetSample(url: server.url("/held"))
         held.start()
@@ -75,8 +75,8 @@ struct TypedResultTests {
     }
 
     @Test func aFailureIsTheResultsErrorAndValueThrowsIt() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let operation = GetSample(url: server.url("/status/404"))
         operation.start()
         await #expect(throws: FetchError.self) { try await operation.value }
@@ -89,8 +89,8 @@ struct TypedResultTests {
     }
 
     @Test func cancellingTheAwaitingTaskCancelsTheFetch() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let operation = GetSample(url: server.url("/stall-mid-body/200000"))
         let receiving = Countdown(1)
         operation.onProgress(on: .global) { progress in if progress.bytesReceived > 0 { receiving.signal() } }
@@ -107,8 +107,8 @@ struct TypedResultTests {
     }
 
     @Test func theQueueReturnsTheTypedOutput() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let queue = makeFetchQueue()
         let sample = try await queue.fetch(GetSample(url: server.url("/json")))
         #expect(sample == expected)
@@ -121,25 +121,25 @@ struct TypedResultTests {
     }
 
     @Test func aJSONGetIsOneLine() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let sample = try await makeFetchQueue().fetch(JSONFetchOperation<Sample>(url: server.url("/json")))
         #expect(sample == expected)
-        #expect(server.requests(path: "/json").last?.headers["Accept"] == "application/json")
+        #expect(server.requests("/json").last?.header("Accept") == "application/json")
     }
 
     @Test func theJSONDecoderIsConfigurableAndItsErrorsAreParseFailures() async throws {
         struct Snake: Decodable, Sendable { let userName: String }
-        let server = try LoopbackServer()
-        defer { server.stop() }
-        server.route("/snake") { _ in .jsonText(#"{"user_name":"ada"}"#) }
+        let server = try TestServer()
+        defer { server.shutDown() }
+        server.route("/snake") { _ in .json(#"{"user_name":"ada"}"#) }
         let decoder = JSONDecoder()
         decoder.keyDecodingStrategy = .convertFromSnakeCase
         var request = URLRequest(url: server.url("/snake"))
         request.setValue("application/vnd.api+json", forHTTPHeaderField: "Accept")
         let queue = makeFetchQueue()
         #expect(try await queue.fetch(JSONFetchOperation<Snake>(request: request, decoder: decoder)).userName == "ada")
-        #expect(server.requests(path: "/snake").last?.headers["Accept"] == "application/vnd.api+json", "the caller's Accept wins")
+        #expect(server.requests("/snake").last?.header("Accept") == "application/vnd.api+json", "the caller's Accept wins")
         let plain = JSONFetchOperation<Snake>(url: server.url("/snake"))
         let error = await outcome(of: plain)
         guard case .parseFailed(let failure)? = error else {
@@ -150,8 +150,8 @@ struct TypedResultTests {
     }
 
     @Test func dataAndVoidNeedNoParserOtherOutputsDo() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         #expect(try await FetchOperation<Data>(url: server.url("/bytes/10")).run().result?.get().count == 10)
         try await FetchOperation<Void>(url: server.url("/bytes/10")).run()
         let unparsed = FetchOperation<Sample>(url: server.url("/json"))
@@ -165,8 +165,8 @@ struct TypedResultTests {
 
     @MainActor
     @Test func mainActorHandlersUpdateAViewModelDirectly() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         _ = tagged(DispatchQueue.main)
         let model = SampleModel()
         let queue = makeFetchQueue()
@@ -197,8 +197,8 @@ struct TypedResultTests {
     }
 
     @Test func aHandlerOnANamedQueueRunsThere() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let queue = tagged(DispatchQueue(label: "test.typed"))
         let labels = Locked<[String]>([])
         let done = Countdown(2)
@@ -218,8 +218,8 @@ struct TypedResultTests {
 
     /// Results are read from many threads while fetches finish: ThreadSanitizer must stay quiet.
     @Test func resultsReadFromManyThreadsWhileFetchesFinish() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let queue = makeFetchQueue(total: 8, perHost: 8)
         let operations = (0..<64).map { index in
             GetSample(url: server.url(index.isMultiple(of: 4) ? "/status/503" : "/json"))
@@ -257,5 +257,16 @@ struct TypedResultTests {
         #expect(operations.allSatisfy { $0.result != nil })
         #expect(operations.filter { (try? $0.result?.get()) != nil }.count == 48)
         #expect(seen.current > 0)
+    }
+}
+
+private extension TestServer {
+    /// Routes `path` to a responder that holds every request until `gate` opens, then answers
+    /// "open". Requests held there count as in flight on the server.
+    func gatedRoute(_ path: String, _ gate: TestGate) {
+        route(path) { _ in
+            gate.wait(timeout: 120)
+            return .text("open")
+        }
     }
 }

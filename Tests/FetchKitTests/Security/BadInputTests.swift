@@ -1,5 +1,5 @@
 import Foundation
-import LoopbackServer
+import FetchKitTesting
 import Testing
 @testable import FetchKit
 
@@ -92,8 +92,8 @@ struct BadInputTests {
 
     @Test(arguments: ["/close-mid-body/100000", "/reset-mid-body/100000", "/lie/5000/100", "/garbage", "/garbage-status"])
     func serverMisbehaves(_ path: String) async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let operation = server.operation(path)
         operation.configuration.idleTimeout = 5
         let error = await outcome(of: operation)
@@ -108,8 +108,8 @@ struct BadInputTests {
     /// A server that never sends its head, and one that stops halfway through the body.
     @Test(arguments: ["/stall-head", "/stall-mid-body/100000"])
     func serverThatStallsTimesOut(path: String) async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let operation = server.operation(path)
         operation.configuration.idleTimeout = 0.3
         let error = await outcome(of: operation)
@@ -122,8 +122,8 @@ struct BadInputTests {
     }
 
     @Test func challengeWithoutCredentialsDoesNotHang() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let operation = server.operation("/basic-auth/alice/secret")
         operation.configuration.idleTimeout = 5
         let error = await outcome(of: operation)
@@ -131,11 +131,11 @@ struct BadInputTests {
     }
 
     @Test func tinyBodyLengthLiesAreCaught() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let operation = server.operation("/lie/10/10")
         try await operation.run()
-        #expect(operation.responseBody == BytePattern.data(offset: 0, count: 10))
+        #expect(operation.responseBody == TestResponse.patternBytes(count: 10))
     }
 }
 
@@ -145,8 +145,8 @@ struct TimeoutTests {
         // URLSession on Linux would turn 0.9 s into about 1 ms: the answer, 200 ms away, would
         // never arrive. On a loaded machine it may arrive later than 0.9 s; then the timeout
         // must have taken the 0.9 s, not 1 ms.
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let operation = server.operation("/delay/200")
         let idle: TimeInterval = runsUnderSanitizer ? 10 : 0.9
         operation.configuration.idleTimeout = idle
@@ -166,8 +166,8 @@ struct TimeoutTests {
     // and the test could not fail; the fault suite's trickles reset the same timer under it.
     @Test(.disabled(if: runsUnderSanitizer, "under a sanitizer: an idle timeout with room for its gaps outlasts the transfer; CI's time"))
     func idleTimeoutResetsWhileDataKeepsComing() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         // 60 chunks, one every 100 ms: 6 s in all, twice the idle timeout (a gap under load
         // can reach a second or two: 1.2 s beside 3.2 s was too little).
         let operation = server.operation("/trickle/60/1/100")
@@ -177,8 +177,8 @@ struct TimeoutTests {
     }
 
     @Test func totalTimeoutBoundsASlowTrickle() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let operation = server.operation("/trickle/100/1/50")  // 5 s in all
         operation.configuration.idleTimeout = 2
         operation.configuration.totalTimeout = 0.4
@@ -191,8 +191,8 @@ struct TimeoutTests {
     }
 
     @Test func requestTimeoutIntervalIsTheDefaultIdleTimeout() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         var request = URLRequest(url: server.url("/stall-head"))
         request.timeoutInterval = 0.3
         let operation = FetchOperation<Data>(request: request)
@@ -205,9 +205,9 @@ struct TimeoutTests {
     }
 
     @Test func clocksDoNotRunWhileQueued() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
-        let gate = ServerGate()
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
+        let gate = TestGate()
         server.gatedRoute("/gate", gate)
         let queue = makeQueue(1)
         let first = server.operation("/gate")
@@ -222,4 +222,30 @@ struct TimeoutTests {
         try await second.finished()
         #expect(second.error == nil)
     }
+}
+
+private extension TestServer {
+    /// A GET operation for a path on this server.
+    func operation(_ path: String) -> RecordingOperation {
+        RecordingOperation(request: URLRequest(url: url(path)))
+    }
+
+    /// Routes `path` to a responder that holds every request until `gate` opens, then answers
+    /// "open". Requests held there count as in flight on the server.
+    func gatedRoute(_ path: String, _ gate: TestGate) {
+        route(path) { _ in
+            gate.wait(timeout: 120)
+            return .text("open")
+        }
+    }
+}
+
+/// Lets at least `seconds` pass, measured by an event rather than a sleep: an operation with
+/// that idle timeout against an endpoint that never answers times out.
+private func letTimePass(_ seconds: TimeInterval, on server: TestServer) async -> Bool {
+    let witness = FetchOperation<Data>(url: server.url("/stall-head?witness=\(UUID().uuidString)"))
+    witness.configuration.idleTimeout = seconds
+    _ = try? await witness.run()
+    if case .timedOut? = witness.error { return true }
+    return false
 }

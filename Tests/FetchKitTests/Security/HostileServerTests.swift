@@ -1,5 +1,5 @@
 import Foundation
-import LoopbackServer
+import FetchKitTesting
 import Testing
 @testable import FetchKit
 
@@ -14,12 +14,12 @@ struct HostileServerTests {
     /// announced length (it trapped inside `Data.reserveCapacity`), only a length error.
     @Test(arguments: [Int64(1) << 40, Int64(64) << 30])
     func lyingHugeContentLengthIsNotPreallocated(_ announced: Int64) async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer()
+        defer { server.shutDown() }
         server.route("/huge") { _ in
-            .script([
-                .write(HTTPResponse.rawHead(status: 200, headers: ["Content-Length": String(announced)])),
-                .writePattern(offset: 0, count: 100),
+            .steps([
+                .head(status: 200, headers: ["Content-Length": String(announced)]),
+                .patternBytes(offset: 0, count: 100),
                 .close,
             ])
         }
@@ -83,7 +83,7 @@ struct HostileServerTests {
         let sink = MemoryBodySink(limit: Int64(limit))
         try sink.open(response: Self.ok, expectedLength: nil)
         var written = 0
-        let chunk = BytePattern.data(offset: 0, count: 16 << 10)
+        let chunk = TestResponse.patternBytes(count: 16 << 10)
         while written + chunk.count <= limit {
             try sink.write(chunk)
             written += chunk.count
@@ -102,10 +102,10 @@ struct HostileServerTests {
     /// which stalled the other tests of a parallel run for 30 s and more. `fetchkit-bench
     /// endless-body` measures the unpaced case in a process of its own.
     @Test func endlessChunkedBodyStopsAtTheLimit() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer()
+        defer { server.shutDown() }
         server.route("/endless") { _ in
-            HTTPResponse(status: 200, body: .chunkedPattern(count: .max, chunkSize: 16 << 10, intervalMilliseconds: 1))
+            .slowBody(count: .max, chunkSize: 16 << 10, intervalMilliseconds: 1)
         }
         let operation = server.operation("/endless")
         operation.configuration.maximumResponseSize = 2 << 20
@@ -129,10 +129,10 @@ struct HostileServerTests {
         ["Content-Length: 10, ten"],
     ])
     func conflictingContentLengthsAreAnError(_ lines: [String]) async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer()
+        defer { server.shutDown() }
         server.route("/conflict") { _ in
-            .script([.write(Self.head(lines)), .writePattern(offset: 0, count: 20), .close])
+            .steps([.write(Self.head(lines)), .patternBytes(offset: 0, count: 20), .close])
         }
         let operation = server.operation("/conflict")
         let error = await outcome(of: operation)
@@ -150,23 +150,23 @@ struct HostileServerTests {
     }
 
     @Test func identicalContentLengthsAreAccepted() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer()
+        defer { server.shutDown() }
         server.route("/same") { _ in
-            .script([.write(Self.head(["Content-Length: 10", "Content-Length: 10"])), .writePattern(offset: 0, count: 10), .close])
+            .steps([.write(Self.head(["Content-Length: 10", "Content-Length: 10"])), .patternBytes(offset: 0, count: 10), .close])
         }
         let operation = server.operation("/same")
         try await operation.run()
-        #expect(operation.responseBody == BytePattern.data(offset: 0, count: 10))
+        #expect(operation.responseBody == TestResponse.patternBytes(count: 10))
     }
 
     /// libcurl itself refuses a `Content-Length` that does not start with a number: FetchKit
     /// says so as the invalid response it is.
     @Test func malformedContentLengthIsAnError() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer()
+        defer { server.shutDown() }
         server.route("/nan") { _ in
-            .script([.write(Self.head(["Content-Length: ten"])), .writePattern(offset: 0, count: 10), .close])
+            .steps([.write(Self.head(["Content-Length: ten"])), .patternBytes(offset: 0, count: 10), .close])
         }
         let error = await outcome(of: server.operation("/nan"))
         guard case .invalidResponse(let failure)? = error, case .invalidContentLength = failure.reason else {
@@ -231,11 +231,11 @@ struct HostileServerTests {
     func closeDelimitedGzipIsAnError(truncated: Bool) async throws {
         let gzip = Gzip.compress(Self.text)
         let sent = truncated ? gzip.prefix(gzip.count / 2) : gzip
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer()
+        defer { server.shutDown() }
         server.route("/gz") { _ in
-            .script([
-                .write(HTTPResponse.rawHead(status: 200, headers: ["Content-Encoding": "gzip", "Connection": "close"])),
+            .steps([
+                .head(status: 200, headers: ["Content-Encoding": "gzip", "Connection": "close"]),
                 .write(Data(sent)),
                 .close,
             ])
@@ -254,10 +254,10 @@ struct HostileServerTests {
 
     @Test func gzipWithContentLengthIsDecoded() async throws {
         let gzip = Gzip.compress(Self.text)
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer()
+        defer { server.shutDown() }
         server.route("/gz") { _ in
-            HTTPResponse(status: 200, headers: ["Content-Encoding": "gzip"], body: gzip)
+            TestResponse(status: 200, headers: ["Content-Encoding": "gzip"], body: gzip)
         }
         let operation = server.operation("/gz")
         try await operation.run()
@@ -267,10 +267,10 @@ struct HostileServerTests {
 
     @Test func chunkedGzipIsDecoded() async throws {
         let gzip = Gzip.compress(Self.text)
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer()
+        defer { server.shutDown() }
         server.route("/gz") { _ in
-            HTTPResponse(status: 200, headers: ["Content-Encoding": "gzip", "Transfer-Encoding": "chunked"], body: gzip)
+            TestResponse(status: 200, headers: ["Content-Encoding": "gzip", "Transfer-Encoding": "chunked"], body: gzip)
         }
         let operation = server.operation("/gz")
         try await operation.run()
@@ -281,14 +281,14 @@ struct HostileServerTests {
     @Test func truncatedChunkedGzipIsAnError() async throws {
         let gzip = Gzip.compress(Self.text)
         let half = gzip.prefix(gzip.count / 2)
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer()
+        defer { server.shutDown() }
         server.route("/gz") { _ in
             var chunk = Data((String(half.count, radix: 16) + "\r\n").utf8)
             chunk.append(half)
             chunk.append(Data("\r\n".utf8))
-            return .script([
-                .write(HTTPResponse.rawHead(status: 200, headers: ["Content-Encoding": "gzip", "Transfer-Encoding": "chunked"])),
+            return .steps([
+                .head(status: 200, headers: ["Content-Encoding": "gzip", "Transfer-Encoding": "chunked"]),
                 .write(chunk),
                 .close,
             ])
@@ -299,19 +299,19 @@ struct HostileServerTests {
 
     /// A close-delimited body without a content coding is what HTTP/1.0 allows: accepted.
     @Test func closeDelimitedIdentityBodyIsAccepted() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         server.route("/plain") { _ in
-            .script([.write(HTTPResponse.rawHead(status: 200, headers: ["Connection": "close"])), .writePattern(offset: 0, count: 1000), .close])
+            .steps([.head(status: 200, headers: ["Connection": "close"]), .patternBytes(offset: 0, count: 1000), .close])
         }
         let operation = server.operation("/plain")
         try await operation.run()
-        #expect(operation.responseBody == BytePattern.data(offset: 0, count: 1000))
+        #expect(operation.responseBody == TestResponse.patternBytes(count: 1000))
     }
 
     // MARK: Redirected bodies
 
-    private func post(_ server: LoopbackServer, status: Int, method: String = "POST", body: Data = Data("name=fetchkit".utf8)) -> RecordingOperation {
+    private func post(_ server: TestServer, status: Int, method: String = "POST", body: Data = Data("name=fetchkit".utf8)) -> RecordingOperation {
         let target = server.url("/echo").absoluteString
         var request = URLRequest(url: server.url("/redirect-to?status=\(status)&url=\(target.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? target)"))
         request.httpMethod = method
@@ -322,56 +322,56 @@ struct HostileServerTests {
 
     @Test(arguments: [307, 308])
     func temporaryAndPermanentRedirectsKeepMethodAndBody(_ status: Int) async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let operation = post(server, status: status)
         try await operation.run()
-        let echoed = server.requests(path: "/echo")
+        let echoed = server.requests("/echo")
         #expect(echoed.count == 1)
         #expect(echoed.first?.method == "POST")
         #expect(echoed.first?.body == Data("name=fetchkit".utf8))
-        #expect(echoed.first?.headers["Content-Type"] == "application/x-www-form-urlencoded")
+        #expect(echoed.first?.header("Content-Type") == "application/x-www-form-urlencoded")
         #expect(operation.responseBody == Data("name=fetchkit".utf8))
         #expect(operation.response?.url?.path == "/echo")
     }
 
     @Test func putKeepsItsBodyThrough302() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let operation = post(server, status: 302, method: "PUT")
         try await operation.run()
-        let echoed = try #require(server.requests(path: "/echo").first)
+        let echoed = try #require(server.requests("/echo").first)
         #expect(echoed.method == "PUT")
         #expect(echoed.body == Data("name=fetchkit".utf8))
     }
 
     @Test(arguments: [301, 302, 303])
     func postBecomesGetWithoutBody(_ status: Int) async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let operation = post(server, status: status)
         try await operation.run()
-        let echoed = try #require(server.requests(path: "/echo").first)
+        let echoed = try #require(server.requests("/echo").first)
         #expect(echoed.method == "GET")
         #expect(echoed.body.isEmpty)
-        #expect(echoed.headers["Content-Type"] == nil)
-        #expect(echoed.headers["Content-Length"] == nil || echoed.headers["Content-Length"] == "0")
+        #expect(echoed.header("Content-Type") == nil)
+        #expect(echoed.header("Content-Length") == nil || echoed.header("Content-Length") == "0")
     }
 
     @Test func headStaysHeadThrough303() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let target = server.url("/json").absoluteString
         var request = URLRequest(url: server.url("/redirect-to?status=303&url=\(target.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? target)"))
         request.httpMethod = "HEAD"
         let operation = RecordingOperation(request: request)
         try await operation.run()
-        #expect(server.requests(path: "/json").first?.method == "HEAD")
+        #expect(server.requests("/json").first?.method == "HEAD")
     }
 
     @Test func streamBodyCannotFollowA307() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let target = server.url("/echo").absoluteString
         var request = URLRequest(url: server.url("/redirect-to?status=307&url=\(target.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? target)"))
         request.httpMethod = "POST"
@@ -384,12 +384,12 @@ struct HostileServerTests {
         }
         #expect(failure.kind == .bodyNotReplayable(307))
         #expect(failure.description.contains("stream"))
-        #expect(server.requests(path: "/echo").isEmpty)
+        #expect(server.requests("/echo").isEmpty)
     }
 
     @Test func askedPolicySeesTheBodyItWillResend() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let operation = post(server, status: 307)
         let proposed = Locked<[URLRequest]>([])
         operation.configuration.redirectPolicy = .ask { context in
@@ -399,12 +399,12 @@ struct HostileServerTests {
         try await operation.run()
         #expect(proposed.current.map(\.httpMethod) == ["POST"])
         #expect(proposed.current.map(\.httpBody) == [Data("name=fetchkit".utf8)])
-        #expect(server.requests(path: "/echo").first?.body == Data("name=fetchkit".utf8))
+        #expect(server.requests("/echo").first?.body == Data("name=fetchkit".utf8))
     }
 
     @Test func redirectChainKeepsTheBodyEachTime() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let echo = server.url("/echo").absoluteString
         let second = server.url("/redirect-to?status=308&url=\(echo.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? echo)").absoluteString
         var request = URLRequest(url: server.url("/redirect-to?status=307&url=\(second.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? second)"))
@@ -412,8 +412,15 @@ struct HostileServerTests {
         request.httpBody = Data("twice".utf8)
         let operation = RecordingOperation(request: request)
         try await operation.run()
-        #expect(server.requests(path: "/redirect-to").map(\.body) == [Data("twice".utf8), Data("twice".utf8)])
-        #expect(server.requests(path: "/echo").first?.body == Data("twice".utf8))
+        #expect(server.requests("/redirect-to").map(\.body) == [Data("twice".utf8), Data("twice".utf8)])
+        #expect(server.requests("/echo").first?.body == Data("twice".utf8))
         #expect(operation.responseBody == Data("twice".utf8))
+    }
+}
+
+private extension TestServer {
+    /// A GET operation for a path on this server.
+    func operation(_ path: String) -> RecordingOperation {
+        RecordingOperation(request: URLRequest(url: url(path)))
     }
 }

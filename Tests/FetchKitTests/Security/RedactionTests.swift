@@ -1,5 +1,5 @@
 import Foundation
-import LoopbackServer
+import FetchKitTesting
 import Testing
 @testable import FetchKit
 
@@ -174,10 +174,10 @@ struct RedactedDescriptionTests {
 
     /// The real thing: a 401 from a server, with the secrets in the URL FetchKit fetched.
     @Test func aFailedFetchOfASecretURLDescribesItWithoutTheSecrets() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         server.route("/private/report") { request in
-            HTTPResponse(status: 401, headers: ["Set-Cookie": "sid=cookiesecret"],
+            TestResponse(status: 401, headers: ["Set-Cookie": "sid=cookiesecret"],
                          body: Data("denied for \(request.path)?\(request.query.map { "\($0.key)=\($0.value)" }.joined(separator: "&"))".utf8))
         }
         var components = try #require(URLComponents(url: server.url("/private/report?page=2&access_token=tok3nsecret"), resolvingAgainstBaseURL: false))

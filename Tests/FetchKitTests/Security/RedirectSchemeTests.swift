@@ -1,5 +1,5 @@
 import Foundation
-import LoopbackServer
+import FetchKitTesting
 import Testing
 @testable import FetchKit
 
@@ -10,9 +10,9 @@ import Testing
 struct RedirectSchemeTests {
     @Test(arguments: ["ftp://127.0.0.1:9/file.bin", "file:///etc/hostname", "gopher://127.0.0.1:9/x", "dict://127.0.0.1:9/x"])
     func aRedirectToAnotherSchemeFailsAndNothingIsRead(_ target: String) async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
-        server.route("/away") { _ in HTTPResponse(status: 302).with(header: "Location", target) }
+        let server = try TestServer()
+        defer { server.shutDown() }
+        server.route("/away") { _ in TestResponse(status: 302).with(header: "Location", target) }
         let fetch = FetchOperation<Data>(url: server.url("/away"))
         fetch.configuration.retryPolicy = .none
         let error = await #expect(throws: FetchError.self) { try await fetch.run() }
@@ -27,9 +27,9 @@ struct RedirectSchemeTests {
     }
 
     @Test func aRedirectToHTTPOnTheSameServerIsStillFollowed() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
-        server.route("/away") { _ in HTTPResponse(status: 302).with(header: "Location", server.url("/bytes/10").absoluteString) }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
+        server.route("/away") { _ in TestResponse(status: 302).with(header: "Location", server.url("/bytes/10").absoluteString) }
         let fetch = FetchOperation<Data>(url: server.url("/away"))
         try await fetch.run()
         #expect(try fetch.result?.get().count == 10)
@@ -42,10 +42,10 @@ struct RedirectSchemeTests {
 @Suite("Partial content nobody asked for", .timeLimit(.minutes(3)))
 struct UnsolicitedPartialContentTests {
     @Test func aPartialAnswerToAPlainGETFails() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer()
+        defer { server.shutDown() }
         server.route("/part") { _ in
-            HTTPResponse(status: 206, headers: ["Content-Range": "bytes 0-99/1000"], body: BytePattern.data(offset: 0, count: 100))
+            TestResponse(status: 206, headers: ["Content-Range": "bytes 0-99/1000"], body: TestResponse.patternBytes(count: 100))
         }
         for fetch in [FetchOperation<Data>(url: server.url("/part")), DataFetchOperation(url: server.url("/part"))] {
             fetch.configuration.retryPolicy = .none
@@ -59,13 +59,13 @@ struct UnsolicitedPartialContentTests {
     }
 
     @Test func aPartialAnswerToARangeTheAppAskedForIsItsResult() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         var request = URLRequest(url: server.url("/bytes/1000"))
         request.setValue("bytes=0-99", forHTTPHeaderField: "Range")
         let fetch = FetchOperation<Data>(request: request)
         try await fetch.run()
-        #expect(try fetch.result?.get() == BytePattern.data(offset: 0, count: 100))
+        #expect(try fetch.result?.get() == TestResponse.patternBytes(count: 100))
         #expect(fetch.response?.statusCode == 206)
     }
 }

@@ -1,5 +1,5 @@
 import Foundation
-import LoopbackServer
+import FetchKitTesting
 import Testing
 @testable import FetchKit
 
@@ -63,7 +63,7 @@ struct ServerFaultOutcomeTests {
         return policy
     }
 
-    private func url(for fault: Fault, on server: LoopbackServer, closed: URL, variant: String) -> URL {
+    private func url(for fault: Fault, on server: TestServer, closed: URL, variant: String) -> URL {
         if fault.path == "REFUSED" { return closed }
         // Stateful endpoints get their own key per variant.
         return server.url(fault.path.replacingOccurrences(of: "/flaky/fault-", with: "/flaky/\(variant)-fault-"))
@@ -71,10 +71,10 @@ struct ServerFaultOutcomeTests {
 
     @Test(arguments: faults)
     func aFetchThroughAQueue(_ fault: Fault) async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer.standard()
         let closed = try ClosedPort()
         let closedURL = closed.url("/json")
-        defer { server.stop(); withExtendedLifetime(closed) {} }
+        defer { server.shutDown(); withExtendedLifetime(closed) {} }
         let queue = makeFetchQueue(total: 4, perHost: 2)
         let completions = Locked(0)
         let released = Countdown(1)
@@ -103,11 +103,11 @@ struct ServerFaultOutcomeTests {
 
     @Test(arguments: faults)
     func aDownloadLeavesTheDestinationWholeOrUntouched(_ fault: Fault) async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer.standard()
         let closed = try ClosedPort()
         let closedURL = closed.url("/json")
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove(); withExtendedLifetime(closed) {} }
+        defer { server.shutDown(); directory.remove(); withExtendedLifetime(closed) {} }
         let destination = directory.file("target")
         try Data("previous contents".utf8).write(to: destination)
         let download = DownloadOperation(url: url(for: fault, on: server, closed: closedURL, variant: "download"), destination: destination)
@@ -129,8 +129,8 @@ struct ServerFaultOutcomeTests {
     @Test func cancellingInTheMiddleOfRedirectChainsNeverTraps() async throws {
         // FoundationNetworking traps when a redirect callback is answered after its task was
         // cancelled; cancels and timeouts here land at every point of redirect chains.
-        let server = try LoopbackServer(recordRequests: false)
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let queue = makeFetchQueue(total: 16, perHost: 16)
         let operations = (0..<400).map { index -> FetchOperation in
             let operation = FetchOperation<Data>(url: server.url("/redirect/\(index % 8)?n=\(index)"))
@@ -148,13 +148,13 @@ struct ServerFaultOutcomeTests {
     }
 
     @Test func oversizedHeadersAreRefusedWithoutHarm() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer()
+        defer { server.shutDown() }
         // A 300 KiB header line: past libcurl's 100 KiB bound on a response's headers.
         let huge = String(repeating: "x", count: 300 << 10)
         server.route("/huge-headers") { _ in
-            .script([.write(HTTPResponse.rawHead(status: 200, headers: ["X-Huge": huge, "Content-Length": "2"])),
-                     .write(Data("ok".utf8)), .close])
+            .steps([.head(status: 200, headers: ["X-Huge": huge, "Content-Length": "2"]),
+                    .write(Data("ok".utf8)), .close])
         }
         let operation = server.operation("/huge-headers")
         operation.configuration.retryPolicy = .none
@@ -165,8 +165,8 @@ struct ServerFaultOutcomeTests {
     }
 
     @Test func aStormOf503sIsRetriedWithinItsBound() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let queue = makeFetchQueue(total: 8, perHost: 8)
         let operations = (0..<30).map { server.operation("/flaky/storm-\($0)/2/503") }
         for operation in operations {
@@ -175,8 +175,15 @@ struct ServerFaultOutcomeTests {
         }
         for operation in operations { try await operation.finished() }
         #expect(operations.allSatisfy { $0.error == nil && $0.attempts == 3 })
-        #expect(server.requestsReceived == 90, "three attempts each, never more")
-        #expect(server.peakRequestsInFlight <= 8)
-        print("fault 503 storm: 30 fetches, all succeeded after 3 attempts; \(server.requestsReceived) requests, at most \(server.peakRequestsInFlight) at once")
+        #expect(server.counters.requestsReceived == 90, "three attempts each, never more")
+        #expect(server.counters.peakRequestsInFlight <= 8)
+        print("fault 503 storm: 30 fetches, all succeeded after 3 attempts; \(server.counters.requestsReceived) requests, at most \(server.counters.peakRequestsInFlight) at once")
+    }
+}
+
+private extension TestServer {
+    /// A GET operation for a path on this server.
+    func operation(_ path: String) -> RecordingOperation {
+        RecordingOperation(request: URLRequest(url: url(path)))
     }
 }

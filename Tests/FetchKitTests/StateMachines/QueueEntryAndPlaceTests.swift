@@ -3,7 +3,7 @@ import Foundation
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
-import LoopbackServer
+import FetchKitTesting
 import Testing
 @testable import FetchKit
 
@@ -115,8 +115,8 @@ struct SharedFlightPlaceTests {
 @Suite("Queue entries on operations", .timeLimit(.minutes(3)))
 struct QueueEntryTests {
     @Test func anOperationRefusedByAnotherQueueKeepsItsEntryInTheFirst() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let first = makeFetchQueue()
         let other = makeFetchQueue()
         first.isSuspended = true
@@ -200,5 +200,12 @@ struct QueueEntryTests {
         await #expect(throws: FetchError.self) { try await operation.finished() }
         #expect(await queueReleased { weakBatch.value == nil }, "the finished batch is not kept alive by its member")
         #expect(operation.core.withLock { $0.observed == nil }, "the finished fetch keeps no record of the freed queue's")
+    }
+}
+
+private extension TestServer {
+    /// A GET operation for a path on this server.
+    func operation(_ path: String) -> RecordingOperation {
+        RecordingOperation(request: URLRequest(url: url(path)))
     }
 }

@@ -1,6 +1,6 @@
 import Dispatch
 import Foundation
-import LoopbackServer
+import FetchKitTesting
 import Testing
 @testable import FetchKit
 
@@ -14,9 +14,9 @@ struct QueueHostileStateTests {
     /// that was waiting may start a transfer — not even one that a cancelled transfer's freed
     /// slot would hand to a fetch the sweep has not reached yet.
     @Test func cancelAllStartsNoTransferForAnythingItCancels() async throws {
-        let server = try LoopbackServer(recordRequests: false)
-        defer { server.stop() }
-        let gate = ServerGate()
+        let server = try TestServer()
+        defer { server.shutDown() }
+        let gate = TestGate()
         server.gatedRoute("/gate", gate)
         defer { gate.open() }
         let limit = 4
@@ -43,15 +43,15 @@ struct QueueHostileStateTests {
         #expect(cancelledResults.current == count)
         #expect(done.overSignals == 0)
         #expect(queue.statistics.transfersStarted == limit, "a cancelled fetch started a transfer")
-        #expect(server.requestsReceived == limit, "a cancelled fetch reached the server")
+        #expect(server.counters.requestsReceived == limit, "a cancelled fetch reached the server")
         #expect(await queueIsEmpty(queue))
     }
 
     /// The same with a predicate: the fetches it selects never start a transfer, the others run.
     @Test func cancelAllWherePredicateStartsNothingItSelected() async throws {
-        let server = try LoopbackServer(recordRequests: false)
-        defer { server.stop() }
-        let gate = ServerGate()
+        let server = try TestServer()
+        defer { server.shutDown() }
+        let gate = TestGate()
         server.gatedRoute("/gate", gate)
         defer { gate.open() }
         let limit = 2
@@ -90,8 +90,8 @@ struct QueueHostileStateTests {
     /// operations are still held, here by the test): the queue is freed, and each operation
     /// finishes as cancelled, its completion once.
     @Test func aSuspendedQueueItsOwnerDropsIsFreedAndItsOperationsEndCancelled() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let count = 20
         let weakQueue = WeakBox()
         let completions = Locked([Int](repeating: 0, count: count))
@@ -121,7 +121,7 @@ struct QueueHostileStateTests {
         // as it goes, starts them.
         #expect(await allSettle(operations))
         #expect(operations.allSatisfy { $0.isFinished && $0.isCancelled })
-        #expect(server.requestsReceived == 0)
+        #expect(server.counters.requestsReceived == 0)
         #expect(done.overSignals == 0)
     }
 
@@ -129,9 +129,9 @@ struct QueueHostileStateTests {
     /// dropped: the transfer in flight keeps the queue until it ends (and succeeds); then the
     /// queue is freed and the waiting ones end cancelled, none reaching the server.
     @Test func aDroppedSuspendedQueueLetsItsTransferFinishThenCancelsWhatWaits() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
-        let gate = ServerGate()
+        let server = try TestServer()
+        defer { server.shutDown() }
+        let gate = TestGate()
         server.gatedRoute("/gate", gate)
         defer { gate.open() }
         let weakQueue = WeakBox()
@@ -154,15 +154,15 @@ struct QueueHostileStateTests {
         // Which one got the slot is a race among the four: exactly one.
         #expect(operations.filter { $0.error == nil }.count == 1)
         #expect(operations.filter { if case .cancelled? = $0.error { true } else { false } }.count == 3)
-        #expect(server.requestsReceived == 1)
+        #expect(server.counters.requestsReceived == 1)
         #expect(done.overSignals == 0)
     }
 
     /// A fetch waiting out a retry delay holds no transfer: suspended and dropped, the queue is
     /// freed at once, and the fetch ends cancelled instead of trying again.
     @Test func aDroppedSuspendedQueueCancelsAFetchWaitingToRetry() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let weakQueue = WeakBox()
         let retrying = Countdown(1)
         let done = Countdown(1)
@@ -179,13 +179,13 @@ struct QueueHostileStateTests {
         #expect(await done.wait(timeout: 60), "the fetch waited out its retry delay")
         #expect(await queueReleased { weakQueue.value == nil }, "the queue was not released")
         #expect(operation.isCancelled)
-        #expect(server.requestsReceived == 1)
+        #expect(server.counters.requestsReceived == 1)
     }
 
     /// An unsuspended queue its owner drops runs what it holds to the end, then is freed.
     @Test func aDroppedRunningQueueFinishesItsWorkThenIsFreed() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let weakQueue = WeakBox()
         let done = Countdown(6)
         let operations = (0..<6).map { server.operation("/json?n=\($0)") }
@@ -207,8 +207,8 @@ struct QueueHostileStateTests {
     /// the queue enqueues the dependency too. Enqueueing it there afterwards takes it over: its
     /// completion runs once, with the result, and the identifier is the one it got.
     @Test func fetchWithADependencyNeverEnqueuedRunsItOnTheSameQueue() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let queue = makeFetchQueue()
         let token = server.operation("/json?token")
         let login = server.operation("/json?login")
@@ -219,7 +219,7 @@ struct QueueHostileStateTests {
         #expect(error == nil)
         #expect(token.error == nil && login.error == nil && user.error == nil)
         #expect(token.isFinished && login.isFinished)
-        #expect(server.requests(path: "/json").count == 3)
+        #expect(server.requests("/json").count == 3)
         // Taken over after it finished: the completion still runs, once, with its result.
         let done = Countdown(1)
         let result = Locked<Result<Data, FetchError>?>(nil)
@@ -236,8 +236,8 @@ struct QueueHostileStateTests {
     /// The non-async `enqueue` and a batch do the same: a dependency nothing runs is enqueued
     /// with its dependent; members of one batch may depend on each other in any order.
     @Test func enqueueAndBatchRunADependencyNothingElseRuns() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let queue = makeFetchQueue()
         let orphanDependency = server.operation("/json?never")
         let first = server.operation("/json?first")
@@ -265,8 +265,8 @@ struct QueueHostileStateTests {
     /// A dependency on an `OperationQueue` that has not started it yet is not "never enqueued":
     /// the fetch waits for it, then runs.
     @Test func aDependencyWaitingOnAPlainOperationQueueIsWaitedFor() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let queue = makeFetchQueue()
         let plain = makeQueue(1)
         plain.isSuspended = true
@@ -286,8 +286,8 @@ struct QueueHostileStateTests {
 
     /// Operations that depend on each other could never start: refused at once, naming one.
     @Test func aDependencyCycleFailsFast() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let queue = makeFetchQueue()
         let operation = server.operation("/json")
         let other = BlockOperation {}
@@ -326,4 +326,20 @@ private func fetchOutcome(_ queue: FetchQueue, _ operation: some OutputProducing
         return nil
     }
     return outcome.current
+}
+
+private extension TestServer {
+    /// A GET operation for a path on this server.
+    func operation(_ path: String) -> RecordingOperation {
+        RecordingOperation(request: URLRequest(url: url(path)))
+    }
+
+    /// Routes `path` to a responder that holds every request until `gate` opens, then answers
+    /// "open". Requests held there count as in flight on the server.
+    func gatedRoute(_ path: String, _ gate: TestGate) {
+        route(path) { _ in
+            gate.wait(timeout: 120)
+            return .text("open")
+        }
+    }
 }

@@ -1,5 +1,6 @@
 import Foundation
 import FetchKit
+// LoopbackServer: withTLSServer/TLSServer (Support/TLSServer.swift) put a LoopbackServer behind nginx; TestServer has no way in (TLSServer would need to take a TestServer or a port)
 import LoopbackServer
 import Testing
 

@@ -1,5 +1,7 @@
 import Foundation
 @testable import FetchKit
+import FetchKitTesting
+// LoopbackServer: withTLSServer/TLSServer (Support/TLSServer.swift) put a LoopbackServer behind nginx; TestServer has no way in (TLSServer would need to take a TestServer or a port)
 import LoopbackServer
 import Testing
 
@@ -89,8 +91,8 @@ struct TrustSettingsInputTests {
     }
 
     @Test func credentialsAreRefusedBeforeAnythingIsSentOnLinux() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         var trust = TrustSettings()
         try trust.pinPublicKeys([Self.digest], forHost: "127.0.0.1")
         let operation = FetchOperation<Data>(url: server.url("/bytes/10"))
