@@ -1,5 +1,5 @@
 import Foundation
-import LoopbackServer
+import FetchKitTesting
 import Testing
 @testable import FetchKit
 #if canImport(Glibc)
@@ -9,30 +9,36 @@ import Glibc
 /// Serves `count` files of `length` pattern bytes at `/file/0`…, each with an `ETag` and
 /// ranges, in 32 KiB pieces 10 ms apart: a download lasts long enough to be killed in the middle.
 /// With a gate in `hold`, a body that starts at 0 waits for it half-way.
-private func serveSlowFiles(_ server: LoopbackServer, count: Int, length: Int, hold: Locked<ServerGate?>? = nil) {
+private func serveSlowFiles(_ server: TestServer, count: Int, length: Int, hold: Locked<TestGate?>? = nil) {
     for index in 0..<count {
         server.route("/file/\(index)") { request in
             var start = 0
-            if let range = request.headers["Range"], range.hasPrefix("bytes="), request.headers["If-Range"] == "\"v\(index)\"",
+            if let range = request.header("Range"), range.hasPrefix("bytes="), request.header("If-Range") == "\"v\(index)\"",
                let first = Int(range.dropFirst(6).prefix { $0 != "-" }), first < length {
                 start = first
             }
-            var head: HTTPHeaders = ["ETag": "\"v\(index)\"", "Accept-Ranges": "bytes", "Content-Length": String(length - start)]
-            if start > 0 { head["Content-Range"] = "bytes \(start)-\(length - 1)/\(length)" }
-            var actions: [ScriptAction] = [.write(HTTPResponse.rawHead(status: start > 0 ? 206 : 200, headers: head))]
+            let contentRange = start > 0 ? "bytes \(start)-\(length - 1)/\(length)" : nil
+            let head: TestResponse.Step
+            if let contentRange {
+                head = .head(status: 206, headers: ["ETag": "\"v\(index)\"", "Accept-Ranges": "bytes", "Content-Length": String(length - start),
+                                                    "Content-Range": contentRange])
+            } else {
+                head = .head(status: 200, headers: ["ETag": "\"v\(index)\"", "Accept-Ranges": "bytes", "Content-Length": String(length - start)])
+            }
+            var steps: [TestResponse.Step] = [head]
             // A HEAD (fetchkit asks whether a file already there changed) gets no body: one would
             // be read as the next response on the connection.
-            guard request.method != "HEAD" else { return .script(actions) }
+            guard request.method != "HEAD" else { return .steps(steps) }
             let gate = start == 0 ? hold?.current : nil
             var offset = start
             while offset < length {
-                if let gate, offset == length / 2 { actions.append(.wait(gate)) }
+                if let gate, offset == length / 2 { steps.append(.wait(for: gate)) }
                 let piece = min(32 << 10, length - offset)
-                actions.append(.writePattern(offset: offset + index, count: piece))
-                actions.append(.sleep(milliseconds: 10))
+                steps.append(.patternBytes(offset: offset + index, count: piece))
+                steps.append(.pause(milliseconds: 10))
                 offset += piece
             }
-            return .script(actions)
+            return .steps(steps)
         }
     }
 }
@@ -44,7 +50,7 @@ struct CommandLineContinueTests {
     private let length = 1 << 20
 
     private func whole(_ directory: TemporaryDirectory, _ index: Int) -> Bool {
-        FileManager.default.contents(atPath: directory.file("\(index)").path) == BytePattern.data(offset: index, count: length)
+        FileManager.default.contents(atPath: directory.file("\(index)").path) == TestResponse.patternBytes(count: index + length).dropFirst(index)
     }
 
     /// The file names the journal lists, read as another program would (nil: no journal).
@@ -59,9 +65,9 @@ struct CommandLineContinueTests {
     }
 
     @Test func aRunKilledAtRandomMomentsIsContinuedWithEveryFileWhole() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
-        let hold = Locked<ServerGate?>(nil)
+        let server = try TestServer()
+        defer { server.shutDown() }
+        let hold = Locked<TestGate?>(nil)
         serveSlowFiles(server, count: count, length: length, hold: hold)
         let urls = (0..<count).map { server.url("/file/\($0)").absoluteString }
         var random = SplitMix64(seed: 24)
@@ -70,11 +76,11 @@ struct CommandLineContinueTests {
             let directory = try TemporaryDirectory()
             defer { directory.remove() }
             let arguments = urls + ["-d", directory.url.path, "--parallel", "4", "--per-host", "4"]
-            let requestsBefore = server.requestsReceived
+            let requestsBefore = server.counters.requestsReceived
             // On odd runs each body waits half-way until the kill: those kills land mid-download
             // however late this test hears of the first request (a loaded machine's cooperative
             // pool resumed it after the downloads had ended).
-            let gate = run % 2 == 1 ? ServerGate() : nil
+            let gate = run % 2 == 1 ? TestGate() : nil
             hold.withLock { $0 = gate }
             let child = try ChildProcess("fetchkit", arguments)
             // A random moment: on even runs, up to the whole run's length (about 0.4 s) from the
@@ -127,9 +133,9 @@ struct CommandLineContinueTests {
     }
 
     @Test func aSecretURLIsNotKeptAndSaysSo() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer.standard()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         // A download that fails for now (503) stays listed; its URL holds a token.
         let url = server.url("/status/503?token=s3cr3tvalue").absoluteString
         let first = try await runTool("fetchkit", [url, "-d", directory.url.path, "--retry", "0"])

@@ -1,5 +1,5 @@
 import Foundation
-import LoopbackServer
+import FetchKitTesting
 import Testing
 @testable import FetchKit
 
@@ -16,21 +16,21 @@ struct CommandLineDigestTests {
     }
 
     @Test func theRightDigestSavesTheFile() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer.standard()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
-        let hex = try await sha256sum(of: BytePattern.data(offset: 0, count: 100_003), in: directory)
+        defer { server.shutDown(); directory.remove() }
+        let hex = try await sha256sum(of: TestResponse.patternBytes(count: 100_003), in: directory)
         let result = try await runTool("fetchkit", [server.url("/bytes/100003").absoluteString, "-d", directory.url.path,
                                                     "--sha256", hex.uppercased()])
         #expect(result.status == 0, "\(result.stdout)\(result.stderr)")
-        #expect(FileManager.default.contents(atPath: directory.file("100003").path) == BytePattern.data(offset: 0, count: 100_003))
+        #expect(FileManager.default.contents(atPath: directory.file("100003").path) == TestResponse.patternBytes(count: 100_003))
     }
 
     @Test func aMismatchIsOneLineANonzeroExitAndNoFile() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer.standard()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
-        let actual = try await sha256sum(of: BytePattern.data(offset: 0, count: 100_003), in: directory)
+        defer { server.shutDown(); directory.remove() }
+        let actual = try await sha256sum(of: TestResponse.patternBytes(count: 100_003), in: directory)
         let wrong = String(repeating: "0", count: 64)
         let result = try await runTool("fetchkit", [server.url("/bytes/100003").absoluteString, "-d", directory.url.path,
                                                     "--sha256", wrong])
@@ -41,7 +41,7 @@ struct CommandLineDigestTests {
         #expect(lines.first?.contains("SHA-256 mismatch: expected \(wrong), got \(actual)") == true, "\(result.stdout)")
         let left = try FileManager.default.contentsOfDirectory(atPath: directory.url.path)
         #expect(left.isEmpty, "neither the file nor its partial file: \(left)")
-        #expect(server.requestCount(path: "/bytes/100003") == 1, "not retried")
+        #expect(server.requests("/bytes/100003").count == 1, "not retried")
     }
 
     @Test(arguments: [

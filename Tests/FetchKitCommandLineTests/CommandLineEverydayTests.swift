@@ -1,6 +1,6 @@
 import FetchKit
 import Foundation
-import LoopbackServer
+import FetchKitTesting
 import Testing
 @testable import fetchkit
 
@@ -28,11 +28,11 @@ struct CommandLineEverydayTests {
     /// `-qJ` and `-oDIR`, `-m30`, as getopt reads them for wget (`-qc`, `-P/tmp`) and curl
     /// (`-sSL`, `-ofile`).
     @Test func shortOptionsBundleAndTakeAnAttachedValue() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         server.route("/download") { _ in
-            HTTPResponse(status: 200, headers: ["Content-Disposition": "attachment; filename=report.csv"], body: Data("a,b\n".utf8))
+            TestResponse(status: 200, headers: ["Content-Disposition": "attachment; filename=report.csv"], body: Data("a,b\n".utf8))
         }
         let result = try await runTool("fetchkit", ["-qJ", "-m30", "-d" + directory.url.path, server.url("/download").absoluteString])
         #expect(result == (0, "", ""), "\(result)")
@@ -70,9 +70,9 @@ struct CommandLineEverydayTests {
     /// Every `--json` line has its keys in one order, sorted as the documented example shows,
     /// so that lines from two runs compare as text (`diff`, `sort | uniq`).
     @Test func jsonLinesHaveTheirKeysInOneSortedOrder() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer.standard()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         let urls = [server.url("/bytes/300").absoluteString, server.url("/status/404").absoluteString]
         let result = try await runTool("fetchkit", urls + ["--json", "-q", "--retry", "0", "-d", directory.url.path])
         #expect(result.status == ExitStatus.someFailed.rawValue, "\(result)")
@@ -90,9 +90,9 @@ struct CommandLineEverydayTests {
     /// allows and says so, rather than fail most of them with "Too many open files" (curl caps
     /// `--parallel-max` at 300 for the same reason).
     @Test func parallelBeyondTheOpenFileLimitRunsWhatFitsAndSaysSo() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer.standard()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         let urls = (1...60).map { server.url("/delay/400?n=\($0)").absoluteString }
         let tool = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("fetchkit").path
         let arguments = ["--parallel", "1000", "--per-host", "1000", "--retry", "0", "-d", directory.url.path] + urls
@@ -111,10 +111,10 @@ struct CommandLineEverydayTests {
     /// that does not is a checksum failure (exit 9), kept as it is for `--force` to replace,
     /// never "already there" with exit 0 while it is not the file asked for.
     @Test func aDigestIsCheckedAgainstAFileAlreadyThere() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer.standard()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
-        let body = BytePattern.data(offset: 0, count: 3000)
+        defer { server.shutDown(); directory.remove() }
+        let body = TestResponse.patternBytes(count: 3000)
         let hex = try await sha256sum(body)
         let url = server.url("/bytes/3000").absoluteString
 
@@ -123,14 +123,14 @@ struct CommandLineEverydayTests {
         #expect(wrong.status == ExitStatus.checksum.rawValue, "\(wrong)")
         #expect(wrong.stdout.contains("already there") && wrong.stdout.contains(hex), "\(wrong.stdout)")
         #expect(FileManager.default.contents(atPath: directory.file("3000").path) == Data("not the file".utf8), "kept as it was")
-        #expect(server.requests(path: "/bytes/3000").isEmpty, "nothing sent for it")
+        #expect(server.requests("/bytes/3000").isEmpty, "nothing sent for it")
 
         try body.write(to: directory.file("3000"))
         let right = try await runTool("fetchkit", [url, "--sha256", hex, "--json", "-d", directory.url.path])
         #expect(right.status == 0, "\(right)")
         #expect(right.stderr.contains("SHA-256 matches"), "\(right.stderr)")
         #expect(right.stdout.contains("\"sha256\":\"\(hex)\""), "\(right.stdout)")
-        #expect(server.requests(path: "/bytes/3000").isEmpty, "nothing sent for it")
+        #expect(server.requests("/bytes/3000").isEmpty, "nothing sent for it")
 
         // --force still downloads it again, checked as it is written.
         try Data("not the file".utf8).write(to: directory.file("3000"))

@@ -1,6 +1,6 @@
 import FetchKit
 import Foundation
-import LoopbackServer
+import FetchKitTesting
 import Testing
 
 /// Files already in the output directory (issue 20, 3.5): kept unless `--force`, as wget's
@@ -8,16 +8,16 @@ import Testing
 /// a conditional `HEAD`, whether its copy changed, and the answer is said.
 
 /// The requests for `path` that would fetch a body (not the `HEAD` that asks about a file).
-private func gets(_ server: LoopbackServer, _ path: String) -> Int {
-    server.requests(path: path).filter { $0.method == "GET" }.count
+private func gets(_ server: TestServer, _ path: String) -> Int {
+    server.requests(path).filter { $0.method == "GET" }.count
 }
 @Suite("fetchkit and files that exist", .timeLimit(.minutes(3)),
        .disabled(if: runsUnderSanitizer, "under a sanitizer: the command runs in a process of its own, whose sanitizer reports the test does not read; CI's time"))
 struct CommandLineExistingFileTests {
     @Test func aFileAlreadyThereIsKeptAndNotRequested() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer.standard()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         server.route("/hello.txt") { _ in .text("from the server") }
         let mine = Data("the user's own hello.txt".utf8)
         try mine.write(to: directory.file("hello.txt"))
@@ -31,13 +31,13 @@ struct CommandLineExistingFileTests {
         #expect(result.stdout.contains("= hello.txt  already there, kept; the server's copy differs (--force replaces it)"), "\(result.stdout)")
         #expect(result.stdout.contains("Downloaded 1 of 2 files"), "\(result.stdout)")
         #expect(result.stdout.contains("1 already there, kept"), "\(result.stdout)")
-        #expect(FileManager.default.contents(atPath: directory.file("100").path) == BytePattern.data(offset: 0, count: 100))
+        #expect(FileManager.default.contents(atPath: directory.file("100").path) == TestResponse.patternBytes(count: 100))
     }
 
     @Test func forceReplacesIt() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         server.route("/hello.txt") { _ in .text("from the server") }
         try Data("old".utf8).write(to: directory.file("hello.txt"))
 
@@ -45,24 +45,24 @@ struct CommandLineExistingFileTests {
 
         #expect(result.status == 0, "\(result.stdout)\(result.stderr)")
         #expect(FileManager.default.contents(atPath: directory.file("hello.txt").path) == Data("from the server".utf8))
-        #expect(server.requestCount(path: "/hello.txt") == 1)
+        #expect(server.requests("/hello.txt").count == 1)
     }
 
     @Test func theSameCommandTwiceDownloadsOnce() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer.standard()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         let arguments = [server.url("/bytes/20000").absoluteString, "-d", directory.url.path]
         let first = try await runTool("fetchkit", arguments)
         let dated = try FileManager.default.attributesOfItem(atPath: directory.file("20000").path)[.modificationDate] as? Date
-        #expect(dated == HTTPDate.parse(LoopbackServer.fixedLastModified), "the file has the server's Last-Modified")
+        #expect(dated == HTTPDate.parse(StandardRoutes.lastModified), "the file has the server's Last-Modified")
         let second = try await runTool("fetchkit", arguments)
         #expect(first.status == 0 && second.status == 0, "\(first.stdout)\(second.stdout)")
         #expect(gets(server, "/bytes/20000") == 1, "a finished file is fetched again")
-        #expect(server.requests(path: "/bytes/20000").last?.headers["If-Modified-Since"] == LoopbackServer.fixedLastModified,
+        #expect(server.requests("/bytes/20000").last?.header("If-Modified-Since") == StandardRoutes.lastModified,
                 "the second run asks about the copy it has, dated with the server's Last-Modified")
         #expect(second.stdout.contains("= 20000  already there, unchanged on the server"), "\(second.stdout)")
-        #expect(FileManager.default.contents(atPath: directory.file("20000").path) == BytePattern.data(offset: 0, count: 20000))
+        #expect(FileManager.default.contents(atPath: directory.file("20000").path) == TestResponse.patternBytes(count: 20000))
     }
 
     @Test func helpNamesTheOption() async throws {
@@ -72,16 +72,16 @@ struct CommandLineExistingFileTests {
     }
 
     @Test func aNotModifiedAnswerSaysUnchangedAndAChangedCopyIsKeptAndNamed() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         let version = Locked("Tue, 20 Oct 2026 10:00:00 GMT")
         server.route("/dated.txt") { request in
             let current = version.current
-            if request.headers["If-Modified-Since"] == current {
-                return HTTPResponse(status: 304, headers: ["Last-Modified": current])
+            if request.header("If-Modified-Since") == current {
+                return TestResponse(status: 304, headers: ["Last-Modified": current])
             }
-            return HTTPResponse.text("version of \(current)").with(header: "Last-Modified", current)
+            return TestResponse.text("version of \(current)").with(header: "Last-Modified", current)
         }
         let arguments = [server.url("/dated.txt").absoluteString, "-d", directory.url.path]
         let first = try await runTool("fetchkit", arguments)

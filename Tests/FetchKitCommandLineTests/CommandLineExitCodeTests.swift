@@ -1,6 +1,6 @@
 import FetchKit
 import Foundation
-import LoopbackServer
+import FetchKitTesting
 import Testing
 @testable import fetchkit
 
@@ -10,10 +10,10 @@ import Testing
 struct CommandLineExitCodeTests {
     /// What fetchkit exits with for `paths` on a loopback server, with `flags`.
     private func status(_ paths: [String], _ flags: [String] = [], closedPort: Bool = false) async throws -> (status: Int32, output: String) {
-        let server = try LoopbackServer()
+        let server = try TestServer.standard()
         let directory = try TemporaryDirectory()
         let port = try ClosedPort()
-        defer { server.stop(); directory.remove(); _ = port }
+        defer { server.shutDown(); directory.remove(); _ = port }
         let urls = paths.map { $0.hasPrefix("closed:") ? "http://127.0.0.1:\(port.port)/\($0.dropFirst(7))" : server.url($0).absoluteString }
         let result = try await runTool("fetchkit", urls + ["-d", directory.url.path, "--retry", "0"] + flags)
         return (result.status, result.stdout + result.stderr)

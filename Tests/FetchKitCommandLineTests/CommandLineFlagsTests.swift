@@ -1,11 +1,18 @@
 import FetchKit
 import Foundation
-import LoopbackServer
+import FetchKitTesting
 import Testing
 @testable import fetchkit
 
 /// The flags wget, curl and aria2c users know: --json, -q, -v, --version, -H, -A,
 /// --content-disposition, --max-time, and the plain progress lines of a CI log.
+/// The request's target as the request line gave it, for the queries these tests send (names
+/// without values, or `name=value`).
+private func target(of request: TestRequest) -> String {
+    guard !request.query.isEmpty else { return request.path }
+    return request.path + "?" + request.query.map { $0.value.isEmpty ? $0.key : "\($0.key)=\($0.value)" }.sorted().joined(separator: "&")
+}
+
 @Suite("The fetchkit command: flags", .timeLimit(.minutes(3)),
        .disabled(if: runsUnderSanitizer, "under a sanitizer: the command runs in a process of its own, whose sanitizer reports the test does not read; CI's time"))
 struct CommandLineFlagsTests {
@@ -18,14 +25,14 @@ struct CommandLineFlagsTests {
     }
 
     @Test func jsonIsOneValidObjectPerFileEvenWithHostileNamesAndURLs() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer.standard()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
-        let hex = try await sha256sum(BytePattern.data(offset: 0, count: 2000))
+        defer { server.shutDown(); directory.remove() }
+        let hex = try await sha256sum(TestResponse.patternBytes(count: 2000))
         // A name with a quote, a backslash, a newline, ESC and a bidi override, and a token in the query.
         let path = "/file%22%5C%0A%1B%5B31m%E2%80%AEgpj.exe"
         let hostile = path + "?token=s3cr3t-value&x=%22%0A"
-        server.route(path) { _ in HTTPResponse(status: 200, body: BytePattern.data(offset: 0, count: 2000)) }
+        server.route(path) { _ in TestResponse(status: 200, body: TestResponse.patternBytes(count: 2000)) }
         let list = """
         \(server.url(hostile).absoluteString) sha256:\(hex)
         \(server.url("/status/404").absoluteString)
@@ -39,7 +46,7 @@ struct CommandLineFlagsTests {
         let saved = try #require(objects.first { $0["result"] as? String == "downloaded" })
         let savedPath = try #require(saved["path"] as? String)
         #expect(URL(fileURLWithPath: savedPath).deletingLastPathComponent().standardizedFileURL.path == directory.url.standardizedFileURL.path)
-        #expect(FileManager.default.contents(atPath: savedPath) == BytePattern.data(offset: 0, count: 2000))
+        #expect(FileManager.default.contents(atPath: savedPath) == TestResponse.patternBytes(count: 2000))
         #expect(saved["bytes"] as? Int == 2000)
         #expect(saved["status"] as? Int == 200)
         #expect(saved["sha256"] as? String == hex)
@@ -55,9 +62,9 @@ struct CommandLineFlagsTests {
     }
 
     @Test func jsonAndQuietPrintOnlyTheJSONAndAFileKeptIsReported() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer.standard()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         try Data("mine".utf8).write(to: directory.file("300"))
         let result = try await runTool("fetchkit", [server.url("/bytes/300").absoluteString, server.url("/bytes/400").absoluteString,
                                                     "--json", "-q", "-d", directory.url.path])
@@ -70,9 +77,9 @@ struct CommandLineFlagsTests {
     }
 
     @Test func quietPrintsNothingButAFailedFileOnStandardError() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer.standard()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         let ok = try await runTool("fetchkit", [server.url("/bytes/100").absoluteString, "-q", "-d", directory.url.path])
         #expect(ok == (0, "", ""), "\(ok)")
         #expect(FileManager.default.fileExists(atPath: directory.file("100").path))
@@ -83,9 +90,9 @@ struct CommandLineFlagsTests {
     }
 
     @Test func verboseShowsTheHeadersSentWithSecretsRedactedAndTheStatus() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer.standard()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         let result = try await runTool("fetchkit", [server.url("/bytes/100").absoluteString, "-v", "-d", directory.url.path,
                                                     "-H", "X-Trace: trace-42", "-H", "Authorization: Bearer hunter2-token"])
         #expect(result.status == 0, "\(result)")
@@ -112,22 +119,22 @@ struct CommandLineFlagsTests {
     }
 
     @Test func headersAndTheUserAgentReachTheServer() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer.standard()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         let result = try await runTool("fetchkit", [server.url("/bytes/10").absoluteString, "-d", directory.url.path,
                                                     "-H", "X-One: 1", "--header", "X-Two:  two words ", "-H", "X-One: replaced",
                                                     "-A", "Agent/9 (test)"])
         #expect(result.status == 0, "\(result)")
-        let request = try #require(server.requests(path: "/bytes/10").first)
-        #expect(request.headers.values(for: "X-One") == ["replaced"])
-        #expect(request.headers["X-Two"] == "two words")
-        #expect(request.headers["User-Agent"] == "Agent/9 (test)")
+        let request = try #require(server.requests("/bytes/10").first)
+        #expect(request.headerFields.filter { $0.name.caseInsensitiveCompare("X-One") == .orderedSame }.map(\.value) == ["replaced"])
+        #expect(request.header("X-Two") == "two words")
+        #expect(request.header("User-Agent") == "Agent/9 (test)")
         let plain = try await runTool("fetchkit", [server.url("/bytes/11").absoluteString, "-d", directory.url.path, "--user-agent=Other/1"])
         #expect(plain.status == 0)
-        #expect(server.requests(path: "/bytes/11").first?.headers["User-Agent"] == "Other/1")
+        #expect(server.requests("/bytes/11").first?.header("User-Agent") == "Other/1")
         _ = try await runTool("fetchkit", [server.url("/bytes/12").absoluteString, "-d", directory.url.path])
-        #expect(server.requests(path: "/bytes/12").first?.headers["User-Agent"] == "fetchkit/\(Version.current)")
+        #expect(server.requests("/bytes/12").first?.header("User-Agent") == "fetchkit/\(Version.current)")
     }
 
     @Test(arguments: [
@@ -160,11 +167,11 @@ struct CommandLineFlagsTests {
         ("attachment; filename=\".hidden\"", ".hidden"),
     ])
     func contentDispositionNamesAreMadeSafe(_ header: String, _ raw: String) async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer()
         let base = try TemporaryDirectory()
-        defer { server.stop(); base.remove() }
+        defer { server.shutDown(); base.remove() }
         let output = base.file("out")
-        server.route("/download") { _ in HTTPResponse(status: 200, headers: ["Content-Disposition": header], body: Data("payload".utf8)) }
+        server.route("/download") { _ in TestResponse(status: 200, headers: ["Content-Disposition": header], body: Data("payload".utf8)) }
         let url = server.url("/download")
         let result = try await runTool("fetchkit", [url.absoluteString, "--content-disposition", "-d", output.path])
         #expect(result.status == 0, "\(result)")
@@ -181,16 +188,16 @@ struct CommandLineFlagsTests {
     /// beside it — a second run of the same command sends no `GET`. Within one run, two
     /// downloads the server names alike get `NAME-1.ext`; `--force` replaces.
     @Test func contentDispositionKeepsAFileAlreadyThereUnlessForced() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         server.route("/get") { request in
-            HTTPResponse(status: 200, headers: ["Content-Disposition": "attachment; filename=report.csv"], body: Data("new \(request.target)".utf8))
+            TestResponse(status: 200, headers: ["Content-Disposition": "attachment; filename=report.csv"], body: Data("new \(target(of: request))".utf8))
         }
         server.route("/other") { request in
-            HTTPResponse(status: 200, headers: ["Content-Disposition": "attachment; filename=data.csv"], body: Data("\(request.target)".utf8))
+            TestResponse(status: 200, headers: ["Content-Disposition": "attachment; filename=data.csv"], body: Data("\(target(of: request))".utf8))
         }
-        let gets = { server.recordedRequests.filter { $0.method == "GET" }.map(\.target) }
+        let gets = { server.requests.filter { $0.method == "GET" }.map(target(of:)) }
         try Data("mine".utf8).write(to: directory.file("report.csv"))
         let kept = try await runTool("fetchkit", [server.url("/get?a").absoluteString, "--content-disposition", "-d", directory.url.path])
         #expect(kept.status == 0, "\(kept)")
@@ -218,14 +225,13 @@ struct CommandLineFlagsTests {
     }
 
     @Test func maxTimeBoundsAWholeDownloadThatKeepsTrickling() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         // A chunk every 100 ms, for ever: never idle, so only --max-time can end it (a run
         // that ignored it would hang until the child's deadline turns it into a failure).
         server.route("/endless") { _ in
-            HTTPResponse(status: 200, headers: ["Content-Type": "application/octet-stream"],
-                         body: .chunkedPattern(count: .max, chunkSize: 100, intervalMilliseconds: 100))
+            .slowBody(count: .max, chunkSize: 100, intervalMilliseconds: 100)
         }
         let result = try await runTool("fetchkit", [server.url("/endless").absoluteString, "-d", directory.url.path,
                                                     "--max-time", "0.5", "--timeout", "30"])
@@ -235,9 +241,9 @@ struct CommandLineFlagsTests {
     }
 
     @Test func outsideATerminalProgressIsAPlainLinePerActiveFileEveryInterval() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer.standard()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         // 20 chunks of 5000 bytes, one each 100 ms: about 2 s.
         let url = server.url("/trickle/100000/5000/100").absoluteString
         let result = try await runTool("fetchkit", [url, "-d", directory.url.path, "--summary-interval", "0.3"])

@@ -1,5 +1,6 @@
 import Foundation
-import LoopbackServer
+import FetchKitTesting
+import LoopbackServer   // LoopbackServer: TLSServer (shared Support/TLSServer.swift) fronts a LoopbackServer backend, whose log is read here
 import Testing
 @testable import FetchKit
 
@@ -30,7 +31,7 @@ struct CommandLineHTTPSTests {
             return (trusted, untrusted, selfSigned)
         }
         #expect(trusted.status == 0, "\(trusted)")
-        #expect(FileManager.default.contents(atPath: directory.file("trusted/\(size)").path) == BytePattern.data(offset: 0, count: size))
+        #expect(FileManager.default.contents(atPath: directory.file("trusted/\(size)").path) == TestResponse.patternBytes(count: size))
         #expect(trusted.stdout.contains("Downloaded 1 of 1 file "), "\(trusted)")
         #expect(log.contains { $0.contains(" HTTP/2.0 200 GET /bytes/\(size) \(size)") }, "over HTTP/2: \(log)")
 
@@ -75,7 +76,7 @@ struct CommandLineHTTPSTests {
         #expect(runs[1].status == 0, "\(runs[1])")
         #expect(runs[2].status == 5, "ExitStatus.tls: \(runs[2])")
         for name in ["cacert", "pinned"] {
-            #expect(FileManager.default.contents(atPath: directory.file("\(name)/100").path) == BytePattern.data(offset: 0, count: 100))
+            #expect(FileManager.default.contents(atPath: directory.file("\(name)/100").path) == TestResponse.patternBytes(count: 100))
         }
         #expect(!FileManager.default.fileExists(atPath: directory.file("mismatch/100").path))
     }

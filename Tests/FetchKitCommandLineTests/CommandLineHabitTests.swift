@@ -1,5 +1,5 @@
 import Foundation
-import LoopbackServer
+import FetchKitTesting
 import Testing
 @testable import fetchkit
 
@@ -13,50 +13,50 @@ struct CommandLineHabitTests {
     // MARK: -o names the file
 
     @Test func dashONamesTheOutputFile() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer.standard()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         let file = directory.file("name.iso")
         let result = try await runTool("fetchkit", [server.url("/bytes/1000").absoluteString, "-o", file.path])
         #expect(result.status == 0, "\(result)")
         var isDirectory: ObjCBool = false
         #expect(FileManager.default.fileExists(atPath: file.path, isDirectory: &isDirectory) && !isDirectory.boolValue,
                 "a file, not a directory: \(result)")
-        #expect(FileManager.default.contents(atPath: file.path) == BytePattern.data(offset: 0, count: 1000))
+        #expect(FileManager.default.contents(atPath: file.path) == TestResponse.patternBytes(count: 1000))
         #expect(try FileManager.default.contentsOfDirectory(atPath: directory.url.path) == ["name.iso"], "nothing else")
     }
 
     /// As aria2c reads `-d DIR -o NAME`: the name is in the directory.
     @Test func aRelativeDashOIsInTheDirectory() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer.standard()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         let result = try await runTool("fetchkit", ["-d", directory.url.path, "-o", "sub.iso", server.url("/bytes/300").absoluteString])
         #expect(result.status == 0, "\(result)")
-        #expect(FileManager.default.contents(atPath: directory.file("sub.iso").path) == BytePattern.data(offset: 0, count: 300))
+        #expect(FileManager.default.contents(atPath: directory.file("sub.iso").path) == TestResponse.patternBytes(count: 300))
     }
 
     @Test func dashOWithSeveralURLsIsAUsageError() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer.standard()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         let result = try await runTool("fetchkit", [server.url("/bytes/10").absoluteString, server.url("/bytes/20").absoluteString,
                                                     "-o", directory.file("one").path])
         #expect(result.status == ExitStatus.usage.rawValue, "\(result)")
         #expect(result.stderr.contains("-o"), "\(result.stderr)")
         #expect(result.stdout.isEmpty)
-        #expect(server.recordedRequests.isEmpty, "nothing downloaded")
+        #expect(server.requests.isEmpty, "nothing downloaded")
         #expect(try FileManager.default.contentsOfDirectory(atPath: directory.url.path).isEmpty)
     }
 
     @Test(arguments: ["-d", "-P", "--directory", "--directory-prefix", "--dir"])
     func theDirectoryFlagsSaveIntoADirectory(_ flag: String) async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer.standard()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         let result = try await runTool("fetchkit", [server.url("/bytes/100").absoluteString, flag, directory.file("into").path])
         #expect(result.status == 0, "\(result)")
-        #expect(FileManager.default.contents(atPath: directory.file("into/100").path) == BytePattern.data(offset: 0, count: 100))
+        #expect(FileManager.default.contents(atPath: directory.file("into/100").path) == TestResponse.patternBytes(count: 100))
     }
 
     // MARK: no argument, and the demo
@@ -75,9 +75,9 @@ struct CommandLineHabitTests {
     /// `curl -fsSL -O URL`: fail on HTTP errors (always), silent, show errors, follow
     /// redirects (always), the remote name (the default).
     @Test func curlsEverydayFlagsAreAccepted() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer.standard()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         let result = try await runTool("fetchkit", ["-fsSL", "-O", server.url("/redirect/2").absoluteString, "-d", directory.url.path])
         #expect(result == (0, "", ""), "\(result)")
         let names = try FileManager.default.contentsOfDirectory(atPath: directory.url.path)
@@ -85,7 +85,7 @@ struct CommandLineHabitTests {
         let long = try await runTool("fetchkit", ["--silent", "--location", "--remote-name", "--fail", "--show-error",
                                                   server.url("/bytes/50").absoluteString, "-d", directory.url.path])
         #expect(long == (0, "", ""), "\(long)")
-        #expect(FileManager.default.contents(atPath: directory.file("50").path) == BytePattern.data(offset: 0, count: 50))
+        #expect(FileManager.default.contents(atPath: directory.file("50").path) == TestResponse.patternBytes(count: 50))
         let failed = try await runTool("fetchkit", ["-s", server.url("/status/404").absoluteString, "-d", directory.url.path])
         #expect(failed.status == ExitStatus.httpStatus.rawValue && failed.stdout.isEmpty && failed.stderr.contains("404"), "\(failed)")
     }
@@ -105,9 +105,9 @@ struct CommandLineHabitTests {
 
     @Test(arguments: [["-j", "1"], ["-j1"], ["--max-concurrent-downloads", "1"]])
     func dashJIsParallel(_ flag: [String]) async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer.standard()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         let urls = ["/bytes/10", "/bytes/20"].map { server.url($0).absoluteString }
         let result = try await runTool("fetchkit", urls + flag + ["-d", directory.url.path])
         #expect(result.status == 0, "\(result)")
@@ -115,20 +115,20 @@ struct CommandLineHabitTests {
     }
 
     /// A route that asks for HTTP Basic credentials and serves only `alice:s3cr3t-pw`.
-    private func protected(_ server: LoopbackServer) {
+    private func protected(_ server: TestServer) {
         let expected = "Basic " + Data("alice:s3cr3t-pw".utf8).base64EncodedString()
         server.route("/private/report.csv") { request in
-            guard request.headers["Authorization"] == expected else {
-                return HTTPResponse(status: 401, headers: ["WWW-Authenticate": #"Basic realm="test""#], body: Data("no".utf8))
+            guard request.header("Authorization") == expected else {
+                return TestResponse(status: 401, headers: ["WWW-Authenticate": #"Basic realm="test""#], body: Data("no".utf8))
             }
-            return HTTPResponse(status: 200, body: Data("a,b\n".utf8))
+            return TestResponse(status: 200, body: Data("a,b\n".utf8))
         }
     }
 
     @Test func dashUGivesTheCredentialsAndNeverPrintsThePassword() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         protected(server)
         let url = server.url("/private/report.csv").absoluteString
         let result = try await runTool("fetchkit", [url, "-u", "alice:s3cr3t-pw", "-v", "-d", directory.url.path])
@@ -201,9 +201,9 @@ struct CommandLineHabitTests {
     /// A pin is checked on HTTPS only (curl's too); over plain HTTP it changes nothing, and a
     /// well-formed list of them is taken.
     @Test func wellFormedPinsAreTaken() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer.standard()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         let pins = "sha256//" + Data(count: 32).base64EncodedString() + ";sha256//" + Data(repeating: 1, count: 32).base64EncodedString()
         let result = try await runTool("fetchkit", [server.url("/bytes/10").absoluteString, "--pinnedpubkey", pins, "-d", directory.url.path])
         #expect(result.status == 0, "\(result)")

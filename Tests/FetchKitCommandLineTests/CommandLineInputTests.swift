@@ -1,6 +1,6 @@
 import FetchKit
 import Foundation
-import LoopbackServer
+import FetchKitTesting
 import Testing
 @testable import fetchkit
 
@@ -10,10 +10,10 @@ import Testing
        .disabled(if: runsUnderSanitizer, "under a sanitizer: the command runs in a process of its own, whose sanitizer reports the test does not read; CI's time"))
 struct CommandLineInputTests {
     @Test func aListFileDownloadsEveryURLSkippingCommentsAndBlankLinesAndChecksDigests() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer.standard()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
-        let hex = try await sha256sum(BytePattern.data(offset: 0, count: 3001))
+        defer { server.shutDown(); directory.remove() }
+        let hex = try await sha256sum(TestResponse.patternBytes(count: 3001))
         let list = """
         \u{FEFF}# downloads for the test
            
@@ -25,7 +25,7 @@ struct CommandLineInputTests {
         let refused = try await runTool("fetchkit", ["-i", directory.file("bad.txt").path, "-d", directory.file("out").path])
         #expect(refused.status == 2, "\(refused)")
         #expect(refused.stderr.contains("bad.txt:4: after the URL, only 'sha256:'"), "\(refused.stderr)")
-        #expect(server.requestsReceived == 0, "nothing is downloaded from a list with a bad line")
+        #expect(server.counters.requestsReceived == 0, "nothing is downloaded from a list with a bad line")
 
         let good = """
         \u{FEFF}# downloads for the test
@@ -39,28 +39,28 @@ struct CommandLineInputTests {
         let result = try await runTool("fetchkit", ["--input-file", directory.file("list.txt").path, "-d", directory.file("out").path])
         #expect(result.status == 0, "\(result)")
         for size in [1000, 2000, 3001] {
-            #expect(FileManager.default.contents(atPath: directory.file("out/\(size)").path) == BytePattern.data(offset: 0, count: size))
+            #expect(FileManager.default.contents(atPath: directory.file("out/\(size)").path) == TestResponse.patternBytes(count: size))
         }
         #expect(result.stdout.contains("Downloaded 3 of 3 files"), "\(result.stdout)")
     }
 
     @Test func standardInputIsAListAndItsDigestsAreChecked() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer.standard()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         let wrong = String(repeating: "ab", count: 32)
         let list = "\(server.url("/bytes/500").absoluteString)\n\(server.url("/bytes/700").absoluteString) sha256:\(wrong)\n"
         let result = try await runTool("fetchkit", ["-i", "-", "-d", directory.url.path], input: Data(list.utf8))
         #expect(result.status == ExitStatus.someFailed.rawValue, "one saved, one mismatch: \(result)")
-        #expect(FileManager.default.contents(atPath: directory.file("500").path) == BytePattern.data(offset: 0, count: 500))
+        #expect(FileManager.default.contents(atPath: directory.file("500").path) == TestResponse.patternBytes(count: 500))
         #expect(!FileManager.default.fileExists(atPath: directory.file("700").path), "a wrong digest leaves no file")
         #expect(result.stdout.contains("✗ 700  SHA-256 mismatch: expected \(wrong)"), "\(result.stdout)")
     }
 
     @Test func aListAndAURLTogetherAndOneWrongDigestIsAChecksumFailure() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer.standard()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         let wrong = String(repeating: "0", count: 64)
         let result = try await runTool("fetchkit", ["-i", "-", "-d", directory.url.path],
                                        input: Data("\(server.url("/bytes/900").absoluteString) SHA256:\(wrong)".utf8))

@@ -1,6 +1,6 @@
 import FetchKit
 import Foundation
-import LoopbackServer
+import FetchKitTesting
 import Testing
 @testable import fetchkit
 #if canImport(Glibc)
@@ -50,20 +50,19 @@ private func fileSize(_ url: URL) -> Int64? {
 /// A resumable file (a strong ETag, `Accept-Ranges`) whose first answer sends `firstPart`
 /// bytes and then holds the connection open: the download is mid-body for as long as the
 /// test needs. A `Range: bytes=N-` request gets the rest, as a 206.
-private func serveResumableFile(_ server: LoopbackServer, path: String, size: Int, firstPart: Int) {
+private func serveResumableFile(_ server: TestServer, path: String, size: Int, firstPart: Int) {
     server.route(path) { request in
-        var headers: HTTPHeaders = ["ETag": "\"v1\"", "Last-Modified": "Wed, 21 Oct 2026 07:28:00 GMT", "Accept-Ranges": "bytes"]
-        if let range = request.headers["Range"], range.hasPrefix("bytes="), range.hasSuffix("-"),
+        let lastModified = "Wed, 21 Oct 2026 07:28:00 GMT"
+        if let range = request.header("Range"), range.hasPrefix("bytes="), range.hasSuffix("-"),
            let start = Int(range.dropFirst("bytes=".count).dropLast()), start < size,
-           request.headers["If-Range"] == "\"v1\"" {
-            headers.add(name: "Content-Range", value: "bytes \(start)-\(size - 1)/\(size)")
-            return .pattern(count: size - start, offset: start, status: 206, headers: headers)
+           request.header("If-Range") == "\"v1\"" {
+            // `bytes=start-` with the right validator: a 206 of the rest.
+            return TestResponse.ranged(patternCount: size, for: request, etag: "\"v1\"").with(header: "Last-Modified", lastModified)
         }
-        headers.add(name: "Content-Type", value: "application/octet-stream")
-        headers.add(name: "Content-Length", value: String(size))
-        return .script([
-            .write(HTTPResponse.rawHead(status: 200, headers: headers)),
-            .writePattern(offset: 0, count: firstPart),
+        return .steps([
+            .head(status: 200, headers: ["ETag": "\"v1\"", "Last-Modified": lastModified, "Accept-Ranges": "bytes",
+                                         "Content-Type": "application/octet-stream", "Content-Length": String(size)]),
+            .patternBytes(offset: 0, count: firstPart),
             .stall,
         ])
     }
@@ -79,9 +78,9 @@ struct CommandLineInterruptTests {
     static let firstPart = 300_000
 
     @Test func ctrlCKeepsThePartialFileAndTheSameCommandResumesIt() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         serveResumableFile(server, path: "/big.bin", size: Self.size, firstPart: Self.firstPart)
         // The server holds the rest: no idle timeout may end the wait, however slow the run.
         let arguments = [server.url("/big.bin").absoluteString, "-d", directory.url.path, "--timeout", "3600"]
@@ -106,19 +105,19 @@ struct CommandLineInterruptTests {
         #expect(kept > 0 && kept <= Int64(Self.firstPart))
         #expect(FileManager.default.fileExists(atPath: record.path))
         let keptBytes = try #require(FileManager.default.contents(atPath: partial.path))
-        #expect(BytePattern.matches(keptBytes, offset: 0), "the partial file holds the body's first bytes")
+        #expect(keptBytes == TestResponse.patternBytes(count: keptBytes.count), "the partial file holds the body's first bytes")
 
         // When the same command runs again
         let second = try await RunningTool(arguments).finish()
 
         // Then it asks for the rest only, and the file is whole
         #expect(second.ending == .exit(0), "\(second.stdout)\(second.stderr)")
-        let requests = server.requests(path: "/big.bin")
+        let requests = server.requests("/big.bin")
         #expect(requests.count == 2)
-        #expect(requests.last?.headers["Range"] == "bytes=\(kept)-")
-        #expect(requests.last?.headers["If-Range"] == "\"v1\"")
+        #expect(requests.last?.header("Range") == "bytes=\(kept)-")
+        #expect(requests.last?.header("If-Range") == "\"v1\"")
         let file = try #require(FileManager.default.contents(atPath: directory.file("big.bin").path))
-        #expect(file.count == Self.size && BytePattern.matches(file, offset: 0))
+        #expect(file.count == Self.size && file == TestResponse.patternBytes(count: file.count))
         #expect(!FileManager.default.fileExists(atPath: partial.path))
         #expect(!FileManager.default.fileExists(atPath: record.path))
         #expect(second.stdout.contains("resumed at \(Format.bytes(kept))"), "\(second.stdout)")
@@ -130,9 +129,9 @@ struct CommandLineInterruptTests {
     /// under a sanitizer, whose slowdown makes each round take ten seconds.
     @Test(arguments: runsUnderSanitizer ? [1] : [1, 2, 3])
     func anEarlyCtrlCKeepsWhatArrived(round: Int) async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer.standard()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         let big = "/bytes/4000000000", small = "/bytes/1000"
         let arguments = [server.url(big).absoluteString, server.url(small).absoluteString,
                          "-d", directory.url.path, "--per-host", "2", "--timeout", "3600"]
@@ -147,7 +146,7 @@ struct CommandLineInterruptTests {
         let ended = try await tool.finish()
 
         #expect(ended.ending == .exit(130), "\(ended.ending)\n\(ended.stdout)\(ended.stderr)")
-        #expect(server.requestCount(path: small) == 1, "the second file was not started beside the first")
+        #expect(server.requests(small).count == 1, "the second file was not started beside the first")
         let kept = fileSize(partial) ?? 0
         #expect(kept >= 32 << 20, "kept \(kept) bytes of the \(server.counters.patternBytesSent) sent\n\(ended.stdout)")
         #expect(FileManager.default.fileExists(atPath: record.path), "no resume record\n\(ended.stdout)")
@@ -155,9 +154,9 @@ struct CommandLineInterruptTests {
     }
 
     @Test func sigtermStopsWith143AndKeepsThePartialFile() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         // Two files, one transfer at once: whichever the queue starts first, the other waits
         // behind it and never starts. (Fetches prepare concurrently: the order is not fixed.)
         for name in ["a.bin", "b.bin"] {
@@ -179,7 +178,7 @@ struct CommandLineInterruptTests {
         let started = partials.filter { FileManager.default.fileExists(atPath: $0.path) }
         #expect(started.count == 1, "one partial file kept, the other download never started")
         #expect(started.allSatisfy { FileManager.default.fileExists(atPath: $0.path + ".json") })
-        #expect(server.requestCount(path: "/a.bin") + server.requestCount(path: "/b.bin") == 1, "the waiting download sent nothing")
+        #expect(server.requests("/a.bin").count + server.requests("/b.bin").count == 1, "the waiting download sent nothing")
     }
 }
 

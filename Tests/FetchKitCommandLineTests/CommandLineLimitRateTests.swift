@@ -1,5 +1,5 @@
 import Foundation
-import LoopbackServer
+import FetchKitTesting
 import Testing
 @testable import FetchKit
 @testable import fetchkit
@@ -9,9 +9,9 @@ import Testing
 struct CommandLineLimitRateTests {
     @Test func theLimitHoldsTheServerToItsRate() async throws {
         // A small send buffer: what the server hands its kernel is close to what went on the wire.
-        let server = try LoopbackServer(sendBufferSize: 32 << 10)
+        let server = try TestServer.standard(sendBufferSize: 32 << 10)
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         let started = Date()
         // 1 MiB at 200 KiB/s: about 5 s (the first burst and socket buffers make it a little less).
         let result = try await runTool("fetchkit", [server.url("/bytes/1048576").absoluteString, "-d", directory.url.path,
@@ -57,8 +57,8 @@ struct CommandLineLimitRatePerDownloadTests {
 struct FetchBandwidthLimitTests {
     @Test(arguments: [false, true])
     func aFetchReadsNoFasterThanItsOwnLimit(inQueue: Bool) async throws {
-        let server = try LoopbackServer(sendBufferSize: 32 << 10)
-        defer { server.stop() }
+        let server = try TestServer.standard(sendBufferSize: 32 << 10)
+        defer { server.shutDown() }
         // 300,000 bytes at 100,000 bytes a second: about 3 s (the first burst makes it a little less).
         let operation = FetchOperation<Data>(url: server.url("/bytes/300000"))
         operation.configuration.bandwidthLimit = 100_000
@@ -74,8 +74,8 @@ struct FetchBandwidthLimitTests {
     }
 
     @Test func twoFetchesWithTheirOwnLimitsAreNotSharedAndEachIsHeld() async throws {
-        let server = try LoopbackServer(sendBufferSize: 32 << 10)
-        defer { server.stop() }
+        let server = try TestServer.standard(sendBufferSize: 32 << 10)
+        defer { server.shutDown() }
         let queue = FetchQueue(maximumConcurrentTransfers: 4, coalescesIdenticalRequests: true)
         let operations = (0..<2).map { _ in FetchOperation<Data>(url: server.url("/bytes/200000")) }
         for operation in operations { operation.configuration.bandwidthLimit = 100_000 }
@@ -86,6 +86,6 @@ struct FetchBandwidthLimitTests {
         }
         let elapsed = ContinuousClock.now - started
         #expect(elapsed > .milliseconds(1300), "each read at most 100,000 B/s: \(elapsed)")
-        #expect(server.requestCount(path: "/bytes/200000") == 2, "a fetch with a limit of its own has its own transfer")
+        #expect(server.requests("/bytes/200000").count == 2, "a fetch with a limit of its own has its own transfer")
     }
 }

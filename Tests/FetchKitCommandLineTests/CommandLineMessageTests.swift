@@ -1,6 +1,6 @@
 import FetchKit
 import Foundation
-import LoopbackServer
+import FetchKitTesting
 import Testing
 @testable import fetchkit
 
@@ -18,12 +18,12 @@ struct CommandLineRealUseMessageTests {
     /// compressed length (below the cap, so beside the point). The URL appears once, in the
     /// summary.
     @Test func aGzipBodyOverTheCapIsReportedInDecodedBytesAndHumanUnits() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         let bomb = Gzip.zeros(count: 32 << 20)
         try #require(bomb.count < 1 << 20)
-        server.route("/logs.tar") { _ in HTTPResponse(status: 200, headers: ["Content-Encoding": "gzip"], body: bomb) }
+        server.route("/logs.tar") { _ in TestResponse(status: 200, headers: ["Content-Encoding": "gzip"], body: bomb) }
         let url = server.url("/logs.tar").absoluteString
 
         let result = try await runTool("fetchkit", [url, "-d", directory.url.path, "--max-size", "1M", "--retry", "0"])
@@ -37,9 +37,9 @@ struct CommandLineRealUseMessageTests {
 
     /// A plain body whose announced length is itself over the cap says so, in human units.
     @Test func anAnnouncedLengthOverTheCapIsQuoted() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer.standard()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         let url = server.url("/bytes/3145728").absoluteString
         let result = try await runTool("fetchkit", [url, "-d", directory.url.path, "--max-size", "2M", "--retry", "0"])
         #expect(result.status == 10, "ExitStatus.sizeLimit")
@@ -49,9 +49,9 @@ struct CommandLineRealUseMessageTests {
 
     /// Every failure's reason leaves the URL to the summary line, which names it once.
     @Test func aFailedDownloadNamesItsURLOnce() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer.standard()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         let urls = [server.url("/lie/5000/100").absoluteString, server.url("/garbage").absoluteString]
         let result = try await runTool("fetchkit", urls + ["-d", directory.url.path, "--retry", "0"])
         #expect(result.status == 4, "ExitStatus.network: a body cut short and garbage are both what a connection delivered")
@@ -75,9 +75,9 @@ struct CommandLineRealUseMessageTests {
     /// The output directory, as given, may hold anything: the header and the summary show it
     /// escaped like every other string.
     @Test func theOutputDirectoryIsPrintedEscaped() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer.standard()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         let output = directory.file("red\u{1B}]0;owned\u{07}\u{1B}[31mdir")
         let result = try await runTool("fetchkit", [server.url("/bytes/100").absoluteString, "-d", output.path])
         #expect(result.status == 0, "\(result.stdout)\(result.stderr)")
@@ -101,12 +101,12 @@ struct CommandLineRealUseMessageTests {
 @Suite("The fetchkit command's messages", .timeLimit(.minutes(3)))
 struct CommandLineMessageTests {
     @Test func linesDoNotDoubleTheirPunctuation() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         // Announces 100 bytes, sends 10, closes: a length mismatch, which is retried.
         server.route("/short") { _ in
-            .script([.write(HTTPResponse.rawHead(status: 200, headers: ["Content-Length": "100"])), .writePattern(offset: 0, count: 10), .close])
+            .steps([.head(status: 200, headers: ["Content-Length": "100"]), .patternBytes(offset: 0, count: 10), .close])
         }
         server.route("/teapot") { _ in .text("short and stout", status: 418) }
         let urls = [server.url("/short"), server.url("/teapot")].map(\.absoluteString)
@@ -127,8 +127,8 @@ struct MatchingServerErrorsTests {
     /// The README's comparison of a status: by its code, against a server that sends headers
     /// and a body (a status failure built from a code alone equals none of them).
     @Test func aStatusMatchesByItsCode() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let url = server.url("/status/404")
         let operation = FetchOperation<Data>(url: url)
         operation.configuration.retryPolicy = .none
@@ -149,8 +149,8 @@ struct MatchingServerErrorsTests {
     }
 
     @Test func aFailedDependencysOwnErrorIsTyped() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let login = FetchOperation<Data>(url: server.url("/status/401"))
         login.configuration.retryPolicy = .none
         login.name = "login"
@@ -164,7 +164,7 @@ struct MatchingServerErrorsTests {
         #expect(failure.dependencyFetchError?.statusCode == 401)
         #expect(failure.dependencyFetchError == login.error)
         #expect(!failure.dependencyWasCancelled)
-        #expect(server.requestCount(path: "/json") == 0)
+        #expect(server.requests("/json").count == 0)
 
         let cancelled = FetchError.DependencyFailure(dependency: "'other'", dependencyError: nil)
         #expect(cancelled.dependencyFetchError == nil)

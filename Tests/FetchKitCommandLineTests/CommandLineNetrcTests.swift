@@ -1,5 +1,5 @@
 import Foundation
-import LoopbackServer
+import FetchKitTesting
 import Testing
 @testable import fetchkit
 
@@ -8,13 +8,13 @@ import Testing
 @Suite("fetchkit --netrc", .timeLimit(.minutes(2)))
 struct CommandLineNetrcTests {
     /// `/private/report.csv` answers 200 to `login:password` in Basic, else a 401 challenge.
-    private func protected(_ server: LoopbackServer, login: String = "alice", password: String = "s3cr3t-pw") {
+    private func protected(_ server: TestServer, login: String = "alice", password: String = "s3cr3t-pw") {
         let expected = "Basic " + Data("\(login):\(password)".utf8).base64EncodedString()
         server.route("/private/report.csv") { request in
-            guard request.headers["Authorization"] == expected else {
-                return HTTPResponse(status: 401, headers: ["WWW-Authenticate": #"Basic realm="test""#], body: Data("no".utf8))
+            guard request.header("Authorization") == expected else {
+                return TestResponse(status: 401, headers: ["WWW-Authenticate": #"Basic realm="test""#], body: Data("no".utf8))
             }
-            return HTTPResponse(status: 200, body: Data("a,b\n".utf8))
+            return TestResponse(status: 200, body: Data("a,b\n".utf8))
         }
     }
 
@@ -23,9 +23,9 @@ struct CommandLineNetrcTests {
     }
 
     @Test func aMachineEntryLogsInAndNothingOfItIsPrinted() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         protected(server)
         let netrc = directory.file("netrc")
         try write("""
@@ -40,13 +40,13 @@ struct CommandLineNetrcTests {
         #expect(good.status == 0, "\(good)")
         #expect(FileManager.default.contents(atPath: directory.file("out/report.csv").path) == Data("a,b\n".utf8))
         #expect(!(good.stdout + good.stderr).contains("s3cr3t") && !(good.stdout + good.stderr).contains("alice"), "\(good)")
-        #expect(server.requests(path: "/private/report.csv").count == 2, "a challenge, then the answer")
+        #expect(server.requests("/private/report.csv").count == 2, "a challenge, then the answer")
     }
 
     @Test func quotedWordsMacrosAndTheDefaultEntry() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         protected(server, login: "carol", password: #"p a"ss\w"#)
         let netrc = directory.file("netrc")
         try write("""
@@ -60,14 +60,14 @@ struct CommandLineNetrcTests {
         let result = try await runTool("fetchkit", [server.url("/private/report.csv").absoluteString, "--netrc-file", netrc.path,
                                                     "-d", directory.url.path])
         #expect(result.status == 0, "\(result)")
-        #expect(server.requests(path: "/private/report.csv").compactMap { $0.headers["Authorization"] }
+        #expect(server.requests("/private/report.csv").compactMap { $0.header("Authorization") }
                 == ["Basic " + Data(#"carol:p a"ss\w"#.utf8).base64EncodedString()])
     }
 
     @Test func dashNReadsTheHomeNetrcAndDashUWinsOverIt() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer()
         let home = try TemporaryDirectory()
-        defer { server.stop(); home.remove() }
+        defer { server.shutDown(); home.remove() }
         protected(server)
         try write("machine 127.0.0.1 login alice password s3cr3t-pw\n", to: home.file(".netrc"))
         let url = server.url("/private/report.csv").absoluteString

@@ -1,6 +1,6 @@
 import FetchKit
 import Foundation
-import LoopbackServer
+import FetchKitTesting
 import Testing
 @testable import fetchkit
 
@@ -14,14 +14,14 @@ struct CommandLineNoBufferTests {
     /// sends on: the command ends quietly with exit 0, not with SIGPIPE or an error, and its
     /// connection closes.
     @Test func aLineArrivesAtOnceAndAReaderThatGoesAwayEndsTheStreamQuietly() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
-        let gate = ServerGate()
-        let response = HTTPResponse.script([
-            .write(HTTPResponse.rawHead(status: 200, headers: ["Content-Type": "text/plain", "Connection": "close"])),
+        let server = try TestServer()
+        defer { server.shutDown() }
+        let gate = TestGate()
+        let response = TestResponse.steps([
+            .head(status: 200, headers: ["Content-Type": "text/plain", "Connection": "close"]),
             .write(Data("first line\n".utf8)),
-            .wait(gate),
-            .writePattern(offset: 0, count: 256 << 20),
+            .wait(for: gate),
+            .patternBytes(offset: 0, count: 256 << 20),
             .close,
         ])
         server.route("/tail") { _ in response }
@@ -38,8 +38,8 @@ struct CommandLineNoBufferTests {
 
     /// The whole body, byte for byte, and a failure's line and exit status as for a download.
     @Test func theWholeBodyAndAFailureAsADownloadsWouldBe() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let text = (1...20_000).map { "line \($0)\n" }.joined()
         server.route("/lines") { _ in .text(text) }
         let body = try await runTool("fetchkit", ["-N", server.url("/lines").absoluteString])

@@ -1,6 +1,6 @@
 import FetchKit
 import Foundation
-import LoopbackServer
+import FetchKitTesting
 import Testing
 @testable import fetchkit
 #if canImport(Glibc)
@@ -18,10 +18,10 @@ struct CommandLinePipeTests {
     /// is the downloads' (0, or 11, ExitStatus.someFailed, when one of them failed) — not death by SIGPIPE (141).
     @Test(arguments: [false, true])
     func aClosedPipeStopsThePrintingNotTheDownloads(withAFailure: Bool) async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
-        let gate = ServerGate()
+        defer { server.shutDown(); directory.remove() }
+        let gate = TestGate()
         for name in ["a.bin", "b.bin"] {
             server.route("/held/\(name)") { _ in
                 gate.wait(timeout: 120)
@@ -50,10 +50,10 @@ struct CommandLinePipeTests {
         #expect(result.ending == .exit(withAFailure ? 11 : 0), "\(result.ending)\n\(result.stdout)\(result.stderr)")
         #expect(result.stdout.hasPrefix("Downloading \(names.count) files"), "\(result.stdout)")
         for name in ["a.bin", "b.bin"] {
-            #expect(FileManager.default.contents(atPath: directory.file(name).path) == BytePattern.data(offset: 0, count: 50_000), "\(name)")
+            #expect(FileManager.default.contents(atPath: directory.file(name).path) == TestResponse.patternBytes(count: 50_000), "\(name)")
         }
         #expect(result.stderr.isEmpty, "\(result.stderr)")
-        #expect(server.requestCount(path: "/held/a.bin") == 1 && server.requestCount(path: "/held/b.bin") == 1)
+        #expect(server.requests("/held/a.bin").count == 1 && server.requests("/held/b.bin").count == 1)
     }
 
     @Test func aStreamThatWentAwayIsClosedForGood() throws {
@@ -88,17 +88,17 @@ struct CommandLineTerminalTests {
     /// pseudo-terminal: every live line the tool draws fits in 59 columns, so a redraw leaves
     /// no stale line behind.
     @Test func aWideNameNeverWrapsALiveLine() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         let name = String(repeating: "漢字", count: 40) + ".bin"
         let path = "/" + (name.addingPercentEncoding(withAllowedCharacters: .urlPathAllowed) ?? name)
-        var script: [ScriptAction] = [.write(HTTPResponse.rawHead(status: 200, headers: ["Content-Length": "40000"]))]
+        var script: [TestResponse.Step] = [.head(status: 200, headers: ["Content-Length": "40000"])]
         for part in 0..<8 {
-            script += [.writePattern(offset: part * 5000, count: 5000), .sleep(milliseconds: 150)]
+            script += [.patternBytes(offset: part * 5000, count: 5000), .pause(milliseconds: 150)]
         }
-        let actions = script
-        server.route(path) { _ in .script(actions) }
+        let steps = script
+        server.route(path) { _ in .steps(steps) }
 
         let child = try ChildProcess("fetchkit", [server.url(path).absoluteString, "-d", directory.url.path],
                                      standardOutput: .terminal(columns: 60), environment: ["TERM": "xterm"])
@@ -106,7 +106,7 @@ struct CommandLineTerminalTests {
         let result = try await child.finish(timeout: 60)
 
         #expect(result.ending == .exit(0), "\(result.ending)\n\(result.stdout)\(result.stderr)")
-        #expect(FileManager.default.contents(atPath: directory.file(name).path) == BytePattern.data(offset: 0, count: 40000))
+        #expect(FileManager.default.contents(atPath: directory.file(name).path) == TestResponse.patternBytes(count: 40000))
         // The live lines: a file's progress ("↓") and the total ("[…]"), between the cursor
         // moves and line ends that redraw them.
         let segments = result.stdout.components(separatedBy: "\u{1B}[J").flatMap { $0.components(separatedBy: "\r\n") }

@@ -1,5 +1,5 @@
 import Foundation
-import LoopbackServer
+import FetchKitTesting
 import Testing
 @testable import FetchKit
 
@@ -10,30 +10,30 @@ import Testing
 struct CommandLineParallelTests {
     /// Serves `/slow/<n>` in 10 pieces 30 ms apart: each request lasts about 0.3 s, so that the
     /// server's peak of requests in flight shows how many ran at once.
-    private static func serveSlowly(_ server: LoopbackServer) {
+    private static func serveSlowly(_ server: TestServer) {
         for index in 0..<8 {
             server.route("/slow/\(index)") { _ in
-                var actions: [ScriptAction] = [.write(HTTPResponse.rawHead(status: 200, headers: ["Content-Length": "1000"]))]
+                var steps: [TestResponse.Step] = [.head(status: 200, headers: ["Content-Length": "1000"])]
                 for piece in 0..<10 {
-                    actions += [.writePattern(offset: piece * 100, count: 100), .sleep(milliseconds: 30)]
+                    steps += [.patternBytes(offset: piece * 100, count: 100), .pause(milliseconds: 30)]
                 }
-                return .script(actions)
+                return .steps(steps)
             }
         }
     }
 
     @Test(arguments: [(["--parallel", "8"], 8), (["--parallel", "8", "--per-host", "3"], 3), ([String](), 4)])
     func oneHostGetsWhatTheLimitsAllow(_ flags: [String], _ expected: Int) async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         Self.serveSlowly(server)
         let urls = (0..<8).map { server.url("/slow/\($0)").absoluteString }
         let result = try await runTool("fetchkit", urls + ["-d", directory.url.path] + flags)
         #expect(result.status == 0, "\(result)")
         #expect(result.stdout.contains("per host)"), "\(result.stdout)")
         #expect(result.stdout.contains("\(expected) per host)"), "\(result.stdout)")
-        let peak = server.peakRequestsInFlight
+        let peak = server.counters.peakRequestsInFlight
         #expect(peak <= expected, "never more than the limit: \(peak)")
         if expected > 2 {
             #expect(peak > 2, "more than the old default of 2 at once: \(peak)")

@@ -1,5 +1,5 @@
 import Foundation
-import LoopbackServer
+import FetchKitTesting
 import Testing
 @testable import fetchkit
 
@@ -26,10 +26,10 @@ struct TerminalSafetyTests {
     }
 
     @Test func aFileNameFromTheURLCanNeitherColourNorBreakLines() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
-        server.route(Self.evilPath) { _ in HTTPResponse(status: 200, body: Data("ok".utf8)) }
+        defer { server.shutDown(); directory.remove() }
+        server.route(Self.evilPath) { _ in TestResponse(status: 200, body: Data("ok".utf8)) }
         let result = try await runTool("fetchkit", [server.url(Self.evilPath).absoluteString, "-d", directory.url.path])
         #expect(result.status == 0, "\(result.stdout)\(result.stderr)")
         expectClean(result.stdout)
@@ -40,24 +40,25 @@ struct TerminalSafetyTests {
     }
 
     @Test func failuresWithEscapesInStatusHeadersBodyAndRedirectsPrintClean() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         let body = Data("\u{1B}[31m\nfake body line\u{1B}]0;pwned\u{7}\r\nfake again".utf8)
         server.route(Self.evilPath) { _ in
-            .script([
-                .write(HTTPResponse.rawHead(status: 503, headers: [
+            .steps([
+                .head(status: 503, headers: [
                     "X-Message": "\u{1B}[2J\u{1B}[H cleared", "Content-Length": "\(body.count)", "Connection": "close",
-                ], reason: "\u{1B}[31mService\u{1B}[0m \u{9B}31m Unavailable")),
+                ], reason: "\u{1B}[31mService\u{1B}[0m \u{9B}31m Unavailable"),
                 .write(body),
                 .close,
             ])
         }
         server.route("/escape-redirect") { _ in
-            HTTPResponse(status: 302, headers: ["Location": "/landing%1B%5B31m%0Afake%20redirect"])
+            TestResponse(status: 302, headers: ["Location": "/landing%1B%5B31m%0Afake%20redirect"])
         }
+        server.route("/landing%1B%5B31m%0Afake%20redirect") { _ in .status(404) }
         server.route("/escape-loop") { _ in
-            HTTPResponse(status: 302, headers: ["Location": "/escape-loop?%1B%5B31m%0Afake=%1B"])
+            TestResponse(status: 302, headers: ["Location": "/escape-loop?%1B%5B31m%0Afake=%1B"])
         }
         let urls = [Self.evilPath, "/escape-redirect", "/escape-loop"].map { server.url($0).absoluteString }
         let result = try await runTool("fetchkit", urls + ["-d", directory.url.path, "--retry", "0"])
@@ -69,14 +70,14 @@ struct TerminalSafetyTests {
     }
 
     @Test func secretsInTheURLsAreNeverPrinted() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer()
         let closed = try ClosedPort()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         server.route("/private/report") { request in
-            HTTPResponse(status: 401, headers: ["Set-Cookie": "sid=tok3nsecret"], body: Data("token tok3nsecret refused".utf8))
+            TestResponse(status: 401, headers: ["Set-Cookie": "sid=tok3nsecret"], body: Data("token tok3nsecret refused".utf8))
         }
-        server.route("/hop") { _ in HTTPResponse(status: 302, headers: ["Location": "/hop?token=tok3nsecret"]) }
+        server.route("/hop") { _ in TestResponse(status: 302, headers: ["Location": "/hop?token=tok3nsecret"]) }
         let port = server.baseURL.port ?? 0
         let urls = [
             "http://user:hunter2secret@127.0.0.1:\(port)/private/report?page=2&token=tok3nsecret",

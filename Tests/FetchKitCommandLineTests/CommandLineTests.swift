@@ -1,5 +1,6 @@
 import Foundation
-import LoopbackServer
+import FetchKitTesting
+import LoopbackServer   // LoopbackServer: resumableRoute (Support/ResumeFixtures.swift) extends it; another change moves it
 import Testing
 @testable import FetchKit
 
@@ -7,14 +8,14 @@ import Testing
        .disabled(if: runsUnderSanitizer, "under a sanitizer: the command runs in a process of its own, whose sanitizer reports the test does not read; CI's time"))
 struct CommandLineTests {
     @Test func downloadsEveryURLAndSummarises() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer.standard()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         let urls = ["/bytes/100000", "/bytes/5000", "/status/404"].map { server.url($0).absoluteString }
         let result = try await runTool("fetchkit", urls + ["-d", directory.url.path, "--parallel", "2"])
         #expect(result.status == 11, "one failed, others succeeded: ExitStatus.someFailed")
-        #expect(FileManager.default.contents(atPath: directory.file("100000").path) == BytePattern.data(offset: 0, count: 100_000))
-        #expect(FileManager.default.contents(atPath: directory.file("5000").path) == BytePattern.data(offset: 0, count: 5000))
+        #expect(FileManager.default.contents(atPath: directory.file("100000").path) == TestResponse.patternBytes(count: 100_000))
+        #expect(FileManager.default.contents(atPath: directory.file("5000").path) == TestResponse.patternBytes(count: 5000))
         #expect(!FileManager.default.fileExists(atPath: directory.file("404").path))
         #expect(result.stdout.contains("✓ 100000"))
         #expect(result.stdout.contains("✗ 404  HTTP 404"))
@@ -24,9 +25,9 @@ struct CommandLineTests {
     }
 
     @Test func succeedsWithStatusZeroAndUniqueNames() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer.standard()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         let urls = ["/bytes/10", "/bytes/10?again=1"].map { server.url($0).absoluteString }
         let result = try await runTool("fetchkit", urls + ["-d", directory.url.path])
         #expect(result.status == 0, "\(result.stdout)\(result.stderr)")
@@ -36,42 +37,42 @@ struct CommandLineTests {
     }
 
     @Test func namesASiteRootIndexHtml() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
-        server.route("/") { _ in HTTPResponse(status: 200, body: Data("home".utf8)) }
+        defer { server.shutDown(); directory.remove() }
+        server.route("/") { _ in TestResponse(status: 200, body: Data("home".utf8)) }
         let result = try await runTool("fetchkit", [server.url("/").absoluteString, "-d", directory.url.path])
         #expect(result.status == 0, "\(result.stdout)\(result.stderr)")
         #expect(FileManager.default.contents(atPath: directory.file("index.html").path) == Data("home".utf8))
     }
 
     @Test func retriesTransientFailures() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer.standard()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         let url = server.url("/flaky/cli/2/503").absoluteString
         let result = try await runTool("fetchkit", [url, "-d", directory.url.path, "--retry", "2"])
         #expect(result.status == 0, "\(result.stdout)\(result.stderr)")
         #expect(result.stdout.contains("HTTP 503"))
         #expect(result.stdout.contains("retrying (attempt 3 of 3)"))
-        #expect(server.requestCount(path: "/flaky/cli/2/503") == 3)
+        #expect(server.requests("/flaky/cli/2/503").count == 3)
         #expect(FileManager.default.contents(atPath: directory.file("503").path) == Data("ok after 2".utf8))
     }
 
     @Test func givesUpAfterItsRetries() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer.standard()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         let url = server.url("/flaky/cli-hard/5/503").absoluteString
         let result = try await runTool("fetchkit", [url, "-d", directory.url.path, "--retry", "1"])
         #expect(result.status == 8, "ExitStatus.httpStatus")
-        #expect(server.requestCount(path: "/flaky/cli-hard/5/503") == 2)
+        #expect(server.requests("/flaky/cli-hard/5/503").count == 2)
     }
 
     @Test func timeoutOptionBoundsASilentServer() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer.standard()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         let url = server.url("/stall-head").absoluteString
         let result = try await runTool("fetchkit", [url, "-d", directory.url.path, "--timeout", "0.3", "--retry", "0"])
         #expect(result.status == 4, "ExitStatus.network")
@@ -120,6 +121,7 @@ struct CommandLineFileTests {
     private let secretBytes = Data("precious bytes outside the output directory".utf8)
 
     @Test func aLinkPlantedAtAPartialFileInTheOutputDirectoryIsRefused() async throws {
+        // LoopbackServer: resumableRoute (Support/ResumeFixtures.swift) is moved by another change
         let server = try LoopbackServer()
         let directory = try TemporaryDirectory()
         let outside = try TemporaryDirectory()
@@ -137,17 +139,17 @@ struct CommandLineFileTests {
 
         #expect(result.status == 0, "\(result.stdout)\(result.stderr)")
         #expect(contents(secret) == secretBytes, "nothing is written through the link")
-        #expect(contents(directory.file("planted")) == BytePattern.data(offset: 0, count: 50_000))
+        #expect(contents(directory.file("planted")) == TestResponse.patternBytes(count: 50_000))
         #expect(server.requests(path: "/planted").last?.headers["Range"] == nil)
         #expect(result.stdout.contains("Ignored the partial download"), "\(result.stdout)")
         #expect(result.stdout.contains("not a regular file"), "\(result.stdout)")
     }
 
     @Test func aDestinationThatIsALinkIsRefused() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer.standard()
         let directory = try TemporaryDirectory()
         let outside = try TemporaryDirectory()
-        defer { server.stop(); directory.remove(); outside.remove() }
+        defer { server.shutDown(); directory.remove(); outside.remove() }
         let secret = outside.file("secret")
         try secretBytes.write(to: secret)
         try FileManager.default.createSymbolicLink(at: directory.file("5000"), withDestinationURL: secret)
@@ -158,31 +160,32 @@ struct CommandLineFileTests {
         #expect(contents(secret) == secretBytes)
         #expect((try? FileManager.default.destinationOfSymbolicLink(atPath: directory.file("5000").path)) == secret.path)
         #expect(result.stdout.contains("symbolic link"), "\(result.stdout)")
-        #expect(server.requestCount(path: "/bytes/5000") == 0)
+        #expect(server.requests("/bytes/5000").count == 0)
     }
 
     @Test func aDestinationThatIsADirectoryFailsClearly() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer.standard()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         try FileManager.default.createDirectory(at: directory.file("5000"), withIntermediateDirectories: false)
         let result = try await runTool("fetchkit", [server.url("/bytes/5000").absoluteString, "-d", directory.url.path])
         #expect(result.status == 3, "ExitStatus.fileSystem")
         #expect(result.stdout.contains("Is a directory"), "\(result.stdout)")
         #expect(try FileManager.default.contentsOfDirectory(atPath: directory.file("5000").path).isEmpty)
-        #expect(server.requestCount(path: "/bytes/5000") == 0)
+        #expect(server.requests("/bytes/5000").count == 0)
     }
 
     /// A real partial file with a record that must not be trusted: a link to a record outside,
     /// a record for another URL, a record whose length is not the file's.
     @Test(arguments: ["linked record", "another URL", "another length"])
     func anUntrustworthyRecordIsIgnoredWithANote(_ attack: String) async throws {
+        // LoopbackServer: resumableRoute (Support/ResumeFixtures.swift) is moved by another change
         let server = try LoopbackServer()
         let directory = try TemporaryDirectory()
         let outside = try TemporaryDirectory()
         defer { server.stop(); directory.remove(); outside.remove() }
         server.resumableRoute("/rec", length: 40_000, etag: Locked("v1"), cutFull: Locked(false))
-        try BytePattern.data(offset: 0, count: 10_000).write(to: directory.file(".rec.fetchkit-partial"))
+        try TestResponse.patternBytes(count: 10_000).write(to: directory.file(".rec.fetchkit-partial"))
         let url = attack == "another URL" ? server.url("/other").absoluteString : server.url("/rec").absoluteString
         let length = attack == "another length" ? 9_999 : 10_000
         let record = Data(#"{"url":"\#(url)","entityTag":"\"v1\"","length":\#(length)}"#.utf8)
@@ -199,7 +202,7 @@ struct CommandLineFileTests {
 
         #expect(result.status == 0, "\(result.stdout)\(result.stderr)")
         #expect(server.requests(path: "/rec").last?.headers["Range"] == nil, "not resumed")
-        #expect(FileManager.default.contents(atPath: directory.file("rec").path) == BytePattern.data(offset: 0, count: 40_000))
+        #expect(FileManager.default.contents(atPath: directory.file("rec").path) == TestResponse.patternBytes(count: 40_000))
         #expect(result.stdout.contains("Ignored the partial download"), "\(result.stdout)")
         if attack == "linked record" {
             #expect(FileManager.default.contents(atPath: forged.path) == record, "the record outside is untouched")
@@ -208,9 +211,9 @@ struct CommandLineFileTests {
     }
 
     @Test func aVeryLongNameIsShortenedToFit() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         let path = "/" + String(repeating: "long", count: 70) + ".tar.gz"      // 287 bytes
         server.route(path) { _ in .pattern(count: 2000) }
         let url = server.url(path)
@@ -223,16 +226,16 @@ struct CommandLineFileTests {
         let name = try #require(names.first)
         #expect(name.utf8.count <= SafeFileName.maximumByteCount)
         #expect(name.hasPrefix("longlong") && name.hasSuffix(".gz"))
-        #expect(contents(directory.file(name)) == BytePattern.data(offset: 0, count: 2000))
+        #expect(contents(directory.file(name)) == TestResponse.patternBytes(count: 2000))
     }
 
     /// Names up to the file system's limit, 255 bytes, are kept as the URL gives them; the
     /// download's own partial files shorten their names to fit beside them.
     @Test(arguments: [250, 255])
     func aLongNameThatFitsIsKeptAsGiven(_ bytes: Int) async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         // Two-byte characters as well: the limit is in bytes, not characters.
         let name = "é" + String(repeating: "x", count: bytes - 2 - ".bin".utf8.count) + ".bin"
         try #require(name.utf8.count == bytes)
@@ -243,13 +246,13 @@ struct CommandLineFileTests {
 
         #expect(result.status == 0, "\(result.stdout)\(result.stderr)")
         #expect(try FileManager.default.contentsOfDirectory(atPath: directory.url.path) == [name])
-        #expect(contents(directory.file(name)) == BytePattern.data(offset: 0, count: 3000))
+        #expect(contents(directory.file(name)) == TestResponse.patternBytes(count: 3000))
     }
 
     @Test func hostileNamesStayInsideTheOutputDirectory() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         let paths = ["/a/..%2F..%2Fescape.txt", "/.bashrc", "/red%1B%5B31m.txt", "/%E2%80%AEgpj.exe", "/-rf", "/nul%00.bin"]
         for path in paths { server.route(path) { _ in .pattern(count: 100) } }
         let urls = paths.map { server.url($0) }
@@ -269,9 +272,9 @@ struct CommandLineFileTests {
     }
 
     @Test func maxSizeStopsALargeDownload() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer.standard()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         let result = try await runTool("fetchkit", [server.url("/bytes/5000").absoluteString, "-d", directory.url.path, "--max-size", "1K"])
         #expect(result.status == 10, "ExitStatus.sizeLimit")
         #expect(result.stdout.contains("larger than the 1 KiB limit"), "\(result.stdout)")
@@ -284,11 +287,11 @@ struct CommandLineFileTests {
     }
 
     @Test func maxSizeStopsAGzipBomb() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         let bomb = Gzip.zeros(count: 32 << 20)
-        server.route("/bomb.bin") { _ in HTTPResponse(status: 200, headers: ["Content-Encoding": "gzip"], body: bomb) }
+        server.route("/bomb.bin") { _ in TestResponse(status: 200, headers: ["Content-Encoding": "gzip"], body: bomb) }
         let result = try await runTool("fetchkit", [server.url("/bomb.bin").absoluteString, "-d", directory.url.path,
                                                     "--max-size", "2M", "--retry", "0"])
         #expect(result.status == 10, "ExitStatus.sizeLimit")

@@ -1,6 +1,6 @@
 import FetchKit
 import Foundation
-import LoopbackServer
+import FetchKitTesting
 import Testing
 @testable import fetchkit
 
@@ -14,9 +14,9 @@ struct CommandLineTrialTests {
     /// `http://host/dir/` is the directory's index, which wget saves as `index.html`; the name
     /// of the directory (`dir`) is not the file's. Two such URLs get distinct names.
     @Test func aURLWhosePathEndsInASlashIsSavedAsIndexHTML() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         server.route("/dir/") { _ in .text("the index of dir") }
         server.route("/other/") { _ in .text("the index of other") }
         let result = try await runTool("fetchkit", [server.url("/dir/").absoluteString, server.url("/other/?page=2").absoluteString,
@@ -49,13 +49,13 @@ struct CommandLineTrialTests {
     /// `-v` shows each redirect: the status and where it leads, then the request that follows,
     /// as `curl -v` shows its hops — the secrets in each URL redacted, as in every other line.
     @Test func verboseShowsEachRedirectWithItsURLRedacted() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
-        server.route("/start") { _ in HTTPResponse(status: 302, headers: ["Location": "/middle?token=hunter2&page=1"]) }
+        defer { server.shutDown(); directory.remove() }
+        server.route("/start") { _ in TestResponse(status: 302, headers: ["Location": "/middle?token=hunter2&page=1"]) }
         let final = server.url("/final.bin?sig=s3cret-sig").absoluteString
-        server.route("/middle") { _ in HTTPResponse(status: 307, headers: ["Location": final]) }
-        server.route("/final.bin") { _ in HTTPResponse(status: 200, body: Data("at last".utf8)) }
+        server.route("/middle") { _ in TestResponse(status: 307, headers: ["Location": final]) }
+        server.route("/final.bin") { _ in TestResponse(status: 200, body: Data("at last".utf8)) }
 
         let result = try await runTool("fetchkit", [server.url("/start").absoluteString, "-v", "-d", directory.url.path])
 
@@ -82,9 +82,9 @@ struct CommandLineTrialTests {
     /// With `-v`, a file's end waits for its redirects to be heard: with many files at once, a
     /// failed one among them, every file still ends once, with its hops, before the summary.
     @Test func verboseWithManyFilesEndsEachOnceWithItsHops() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer.standard()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         let urls = (1...8).map { server.url("/redirect/\($0 % 3)?n=\($0)").absoluteString } + [server.url("/status/404").absoluteString]
         let result = try await runTool("fetchkit", urls + ["-v", "--retry", "0", "--parallel", "8", "--per-host", "8", "-d", directory.url.path])
         #expect(result.status == ExitStatus.someFailed.rawValue, "\(result)")
@@ -100,9 +100,9 @@ struct CommandLineTrialTests {
     /// on standard error, which `--json` gives the human output), rather than nothing at all.
     /// The server answers only once the line was seen (or after 30 s, when the test fails).
     @Test func aSlowAnswerAboutAFileAlreadyThereIsSaidToBeAwaited() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         let seen = Countdown(1)
         server.route("/slow.txt") { request in
             if request.method == "HEAD" { _ = seen.waitBlocking(timeout: 30) }
@@ -127,11 +127,11 @@ struct CommandLineTrialTests {
     /// On a terminal the same question shows a live line from the moment it is asked (before
     /// any answer can come), which goes once the answers are in. With `-q`, nothing.
     @Test func onATerminalTheQuestionIsALiveLineThatGoes() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         server.route("/named") { _ in
-            HTTPResponse(status: 200, headers: ["Content-Disposition": "attachment; filename=\"report.csv\""], body: Data("a,b\n".utf8))
+            TestResponse(status: 200, headers: ["Content-Disposition": "attachment; filename=\"report.csv\""], body: Data("a,b\n".utf8))
         }
         try Data("mine".utf8).write(to: directory.file("kept.txt"))
         server.route("/kept.txt") { _ in .text("from the server") }
@@ -159,12 +159,12 @@ struct CommandLineTrialTests {
     /// directory, pointing outside it: the link is replaced by the download; the file it
     /// pointed to is never written, with or without a digest to check.
     @Test func forceReplacesAPlantedLinkAndNeverWritesThroughIt() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer()
         let directory = try TemporaryDirectory()
         let outside = try TemporaryDirectory()
-        defer { server.stop(); directory.remove(); outside.remove() }
+        defer { server.shutDown(); directory.remove(); outside.remove() }
         server.route("/named") { _ in
-            HTTPResponse(status: 200, headers: ["Content-Disposition": "attachment; filename=\"report.csv\""], body: Data("a,b\n".utf8))
+            TestResponse(status: 200, headers: ["Content-Disposition": "attachment; filename=\"report.csv\""], body: Data("a,b\n".utf8))
         }
         let victim = outside.file("victim.txt")
         try Data("precious".utf8).write(to: victim)
@@ -186,16 +186,16 @@ struct CommandLineTrialTests {
     /// that keeps it, a match keeps it with nothing downloaded — never "already there" without
     /// a look. Without one there, the download is checked and saved under the server's name.
     @Test func aDigestChecksTheFileUnderItsContentDispositionName() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
-        let body = BytePattern.data(offset: 0, count: 5000)
+        defer { server.shutDown(); directory.remove() }
+        let body = TestResponse.patternBytes(count: 5000)
         let hex = try await sha256sum(body)
         server.route("/get") { _ in
-            HTTPResponse(status: 200, headers: ["Content-Disposition": "attachment; filename=\"real.bin\""], body: body)
+            TestResponse(status: 200, headers: ["Content-Disposition": "attachment; filename=\"real.bin\""], body: body)
         }
         let url = server.url("/get?id=7").absoluteString
-        func gets() -> Int { server.requests(path: "/get").filter { $0.method == "GET" }.count }
+        func gets() -> Int { server.requests("/get").filter { $0.method == "GET" }.count }
 
         try Data("another file".utf8).write(to: directory.file("real.bin"))
         let wrong = try await runTool("fetchkit", [url, "-J", "--sha256", hex, "-d", directory.url.path])
@@ -229,10 +229,10 @@ struct CommandLineTrialTests {
     /// debug build; now under half a second), measured as the child's CPU time, which other
     /// work on the machine barely changes.
     @Test func aLargeListIsReadQuickly() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer.standard()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
-        let hex = try await sha256sum(BytePattern.data(offset: 0, count: 700))
+        defer { server.shutDown(); directory.remove() }
+        let hex = try await sha256sum(TestResponse.patternBytes(count: 700))
         var list = Data()
         let chunk = Data((String(repeating: "# a comment that is not a download, of a hundred bytes or so, with CRLF \r\n\r\n", count: 1024)).utf8)
         while list.count < 40 << 20 { list += chunk }
@@ -242,7 +242,7 @@ struct CommandLineTrialTests {
         defer { child.stop() }
         let (ending, stdout, stderr) = try await child.finish()
         #expect(ending == .exit(0), "\(ending) \(stdout) \(stderr)")
-        #expect(FileManager.default.contents(atPath: directory.file("out/700").path) == BytePattern.data(offset: 0, count: 700))
+        #expect(FileManager.default.contents(atPath: directory.file("out/700").path) == TestResponse.patternBytes(count: 700))
         let seconds = try #require(child.cpuSeconds)
         #expect(seconds < 4, "processor time: \(seconds) s")
     }
