@@ -78,7 +78,7 @@ struct CommandLineEverydayTests {
         #expect(result.status == ExitStatus.someFailed.rawValue, "\(result)")
         let lines = result.stdout.split(separator: "\n")
         #expect(lines.count == 2, "\(result.stdout)")
-        let keys = ["bytes", "error", "message", "path", "result", "seconds", "sha256", "status", "url"]
+        let keys = ["bytes", "checksum", "error", "message", "path", "result", "seconds", "sha256", "status", "url"]
         for line in lines {
             let positions = keys.map { key in line.range(of: "\"\(key)\":").map { line.distance(from: line.startIndex, to: $0.lowerBound) } ?? -1 }
             #expect(!positions.contains(-1) && positions == positions.sorted(), "keys in sorted order: \(line)")
