@@ -1,16 +1,16 @@
 import Foundation
-import LoopbackServer
+import FetchKitTesting
 import Testing
 @testable import FetchKit
 
 /// Samples, every 50 ms until `stop()`, the bytes `server`'s clients acknowledged
-/// (``LoopbackServer/bytesAcknowledged``): what crossed the wire.
+/// (``TestServer/bytesAcknowledged``): what crossed the wire.
 private final class WireLog: @unchecked Sendable {
     private let samples = Locked<[(seconds: Double, bytes: Int)]>([])
     private let stopped = Locked(false)
     let start = Date()
 
-    init(_ server: LoopbackServer) {
+    init(_ server: TestServer) {
         let samples = self.samples, stopped = self.stopped, start = self.start
         let sample: @Sendable () -> Void = { samples.withLock { $0.append((Date().timeIntervalSince(start), server.bytesAcknowledged ?? 0)) } }
         sample()
@@ -62,8 +62,8 @@ struct BandwidthLimitChangeTests {
     @Test(.disabled(if: runsUnderSanitizer, "under a sanitizer: an 8-second transfer; the unit tests change the same buckets"))
     func aLoweredLimitHoldsTheRunningTransferFromThen() async throws {
         // A small send buffer: what the server has written is close to what crossed the wire.
-        let server = try LoopbackServer(sendBufferSize: 8192)
-        defer { server.stop() }
+        let server = try TestServer.standard(sendBufferSize: 8192)
+        defer { server.shutDown() }
         let queue = FetchQueue(bandwidthLimit: 200_000)
         let log = WireLog(server)
         let operation = FetchOperation<Data>(url: server.url("/bytes/3000000"))
@@ -89,19 +89,19 @@ struct BandwidthLimitChangeTests {
 
     @Test(.disabled(if: runsUnderSanitizer, "under a sanitizer: an 8-second transfer; the unit tests change the same buckets"))
     func aLimitSetOnAQueueWithoutOneHoldsItsRunningTransfer() async throws {
-        let server = try LoopbackServer(sendBufferSize: 8192)
-        defer { server.stop() }
+        let server = try TestServer(sendBufferSize: 8192)
+        defer { server.shutDown() }
         // 64 MB, of which the server sends 4 MB, then holds the rest until the limit is set:
         // without a limit, the transfer would be over in moments.
-        let gate = ServerGate()
+        let gate = TestGate()
         defer { gate.open() }
         let length = 64_000_000, first = 4_000_000
         server.route("/held") { _ in
-            .script([
+            .steps([
                 .write(Data("HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nContent-Length: \(length)\r\n\r\n".utf8)),
-                .writePattern(offset: 0, count: first),
-                .wait(gate),
-                .writePattern(offset: first, count: length - first),
+                .patternBytes(offset: 0, count: first),
+                .wait(for: gate),
+                .patternBytes(offset: first, count: length - first),
             ])
         }
         let queue = FetchQueue()
@@ -141,8 +141,8 @@ struct BandwidthLimitChangeTests {
     }
 
     @Test func aLiftedLimitLetsTheRunningTransfersGo() async throws {
-        let server = try LoopbackServer(sendBufferSize: 8192)
-        defer { server.stop() }
+        let server = try TestServer.standard(sendBufferSize: 8192)
+        defer { server.shutDown() }
         let queue = FetchQueue(bandwidthLimitPerHost: 20_000)
         // 40 seconds at the limit, each.
         async let first = queue.fetch(FetchOperation<Data>(url: server.url("/bytes/400000?a")))

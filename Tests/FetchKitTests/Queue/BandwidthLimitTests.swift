@@ -1,10 +1,10 @@
 import Foundation
-import LoopbackServer
+import FetchKitTesting
 import Testing
 @testable import FetchKit
 
 /// Samples, every 50 ms until `stop()`, what each of `servers` put on the wire: the bytes its
-/// clients acknowledged (``LoopbackServer/bytesAcknowledged``, `TCP_INFO`). With the kernel's
+/// clients acknowledged (``TestServer/bytesAcknowledged``, `TCP_INFO`). With the kernel's
 /// default socket buffers, what a server hands its kernel (`patternBytesSent`) runs up to
 /// megabytes ahead of that on loopback; the acknowledged bytes are what crossed the wire.
 private final class SendLog: @unchecked Sendable {
@@ -12,7 +12,7 @@ private final class SendLog: @unchecked Sendable {
     private let stopped = Locked(false)
     private let thread: Thread
 
-    init(_ servers: [LoopbackServer]) {
+    init(_ servers: [TestServer]) {
         let samples = self.samples, stopped = self.stopped
         let start = Date()
         let sample: @Sendable () -> Void = { samples.withLock { $0.append((Date().timeIntervalSince(start), servers.map { $0.bytesAcknowledged ?? 0 })) } }
@@ -79,8 +79,8 @@ struct BandwidthLimitTests {
     func aQueueLimitHoldsTheWireToItsRate() async throws {
         // The kernel's default buffers: the server's send buffer grows to megabytes, and only
         // what its client acknowledged tells what crossed the wire.
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let limit = 200_000
         let queue = FetchQueue(bandwidthLimit: limit)
         let log = SendLog([server])
@@ -98,8 +98,8 @@ struct BandwidthLimitTests {
     }
 
     @Test func transfersShareTheQueueLimitAndEachHostHasItsOwn() async throws {
-        let a = try LoopbackServer(), b = try LoopbackServer()
-        defer { a.stop(); b.stop() }
+        let a = try TestServer.standard(), b = try TestServer.standard()
+        defer { a.shutDown(); b.shutDown() }
         // 150 kB/s per host, 200 kB/s overall: two hosts together are held to 200.
         let queue = FetchQueue(bandwidthLimit: 200_000, bandwidthLimitPerHost: 150_000)
         let log = SendLog([a, b])
@@ -124,8 +124,8 @@ struct BandwidthLimitTests {
     /// failing on a loaded machine; `fetchkit-bench limit-rate` gives the figures.
     @Test(.disabled(if: runsUnderSanitizer, "under a sanitizer: a 7-second transfer; the two-host test runs the same buckets under it"))
     func aHostLimitHoldsOneHost() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let queue = FetchQueue(bandwidthLimitPerHost: 150_000)
         let log = SendLog([server])
         async let first = queue.fetch(FetchOperation<Data>(url: server.url("/bytes/500000?a")))
@@ -146,8 +146,8 @@ struct BandwidthLimitTests {
     /// so the bound cannot fail for it. Set `ComparisonSwitches.boundsReceiveWindow = false` to see it fail.
     @Test(.disabled(if: runsUnderSanitizer, "under a sanitizer: a 4-second transfer; the window is set the same way in the two-host test"))
     func aLowLimitHoldsTheServerFromTheFirstPacket() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let limit = 40_000
         let queue = FetchQueue(bandwidthLimit: limit)
         let log = SendLog([server])
@@ -165,18 +165,18 @@ struct BandwidthLimitTests {
     /// limited or not, inherits its window). A transfer whose share needs no window (above
     /// 1 MB/s) uses the pool as any other.
     @Test func aConnectionWithASmallWindowIsItsTransfersAlone() async throws {
-        let before = try LoopbackServer(), after = try LoopbackServer(), fast = try LoopbackServer()
-        defer { before.stop(); after.stop(); fast.stop() }
+        let before = try TestServer.standard(), after = try TestServer.standard(), fast = try TestServer.standard()
+        defer { before.shutDown(); after.shutDown(); fast.shutDown() }
         let unlimited = FetchQueue(), slow = FetchQueue(bandwidthLimit: 100_000), quick = FetchQueue(bandwidthLimit: 2_000_000)
         _ = try await unlimited.fetch(FetchOperation<Data>(url: before.url("/bytes/1000?first")))
         _ = try await slow.fetch(FetchOperation<Data>(url: before.url("/bytes/1000?then-slow")))
-        #expect(before.connectionsAccepted == 2, "the slow transfer did not take the pooled connection")
+        #expect(before.counters.connectionsAccepted == 2, "the slow transfer did not take the pooled connection")
         _ = try await slow.fetch(FetchOperation<Data>(url: after.url("/bytes/1000?slow")))
         _ = try await unlimited.fetch(FetchOperation<Data>(url: after.url("/bytes/1000?then-unlimited")))
-        #expect(after.connectionsAccepted == 2, "the slow transfer's connection was closed after it")
+        #expect(after.counters.connectionsAccepted == 2, "the slow transfer's connection was closed after it")
         _ = try await quick.fetch(FetchOperation<Data>(url: fast.url("/bytes/1000?quick")))
         _ = try await unlimited.fetch(FetchOperation<Data>(url: fast.url("/bytes/1000?then-unlimited")))
-        #expect(fast.connectionsAccepted == 1, "a 2 MB/s share's connection is pooled and reused")
+        #expect(fast.counters.connectionsAccepted == 1, "a 2 MB/s share's connection is pooled and reused")
     }
 
     @Test func theWindowIsATenthOfASecondOfTheShareUpTo1MBPerSecond() {

@@ -1,18 +1,18 @@
 import Foundation
-import LoopbackServer
+import FetchKitTesting
 import Testing
 @testable import FetchKit
 
 /// Samples, every 50 ms until `stop()`, the bytes each connection of `server` put on the wire:
-/// what its client acknowledged (``LoopbackServer/bytesAcknowledgedByConnection``, `TCP_INFO`).
+/// what its client acknowledged (``TestServer/bytesAcknowledgedByConnection``, `TCP_INFO`).
 /// A limited transfer has a connection of its own, so a connection's count is its transfer's.
 final class ConnectionSendLog: @unchecked Sendable {
     typealias Sample = (seconds: Double, bytes: [Int: Int])
     private let samples = Locked<[Sample]>([])
     private let stopped = Locked(false)
-    private let server: LoopbackServer
+    private let server: TestServer
 
-    init(_ server: LoopbackServer) {
+    init(_ server: TestServer) {
         self.server = server
         let samples = self.samples, stopped = self.stopped
         let start = Date()
@@ -32,7 +32,7 @@ final class ConnectionSendLog: @unchecked Sendable {
     /// value of the `n` query item of the request its connection carried.
     func stop() -> [(seconds: Double, bytes: [String: Int])] {
         stopped.withLock { $0 = true }
-        let names = Dictionary(server.recordedRequests.compactMap { request in request.query["n"].map { (request.connectionID, $0) } },
+        let names = Dictionary(server.requests.compactMap { request in request.query["n"].map { (request.connectionID, $0) } },
                                uniquingKeysWith: { first, _ in first })
         return samples.current.map { sample in
             (sample.seconds, sample.bytes.reduce(into: [String: Int]()) { bytes, connection in
@@ -77,8 +77,8 @@ private let evenEnough = 0.6
 struct BandwidthSharesTests {
     @Test(.disabled(if: runsUnderSanitizer, "under a sanitizer: a 9-second transfer; the unit tests run the same shares"))
     func transfersStartedTogetherGetEvenShares() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let queue = FetchQueue(bandwidthLimitPerHost: 100_000)
         let log = ConnectionSendLog(server)
         // Enqueued together (each starts on the queue's threads, not as a test task: a loaded
@@ -101,8 +101,8 @@ struct BandwidthSharesTests {
     @Test(.disabled(if: runsUnderSanitizer, "under a sanitizer: a 14-second transfer; the unit tests run the same shares"))
     func aTransferThatJoinsGetsAnEvenShare() async throws {
         // A small send buffer, so that what the server has written is close to what crossed the wire.
-        let server = try LoopbackServer(sendBufferSize: 8192)
-        defer { server.stop() }
+        let server = try TestServer.standard(sendBufferSize: 8192)
+        defer { server.shutDown() }
         let queue = FetchQueue(bandwidthLimit: 100_000)
         let log = ConnectionSendLog(server)
         // Long enough that the two share more than a 5-second window even if the second starts

@@ -1,5 +1,5 @@
 import Foundation
-import LoopbackServer
+import FetchKitTesting
 import Testing
 @testable import FetchKit
 
@@ -8,14 +8,14 @@ import Testing
 @Suite("Cancelling a batch", .timeLimit(.minutes(2)))
 struct BatchCancellationTests {
     @Test func cancelStopsEveryMemberNotYetCompletedAndCountsThemCancelled() async throws {
-        let server = try LoopbackServer()
-        let gate = ServerGate()
+        let server = try TestServer()
+        let gate = TestGate()
         server.gatedRoute("/held", gate)
         // The member that succeeds is on a server of its own, with a slot of its own: the six
         // held members may ask for their slots before it does (started on other threads), and
         // with one host they could take every slot and hold it.
-        let other = try LoopbackServer()
-        defer { gate.open(); server.stop(); other.stop() }
+        let other = try TestServer.standard()
+        defer { gate.open(); server.shutDown(); other.shutDown() }
         let queue = makeFetchQueue(total: 3, perHost: 2)
         let first = other.operation("/bytes/100")
         let firstDone = Countdown(1)
@@ -39,17 +39,17 @@ struct BatchCancellationTests {
         #expect(operations.dropFirst().allSatisfy { $0.error?.isCancellation == true })
         // The two in flight may or may not have reached the server by the cancel; the four
         // waiting never do.
-        #expect(server.requestCount(path: "/held") <= 2, "the waiting ones were never sent")
+        #expect(server.requests("/held").count <= 2, "the waiting ones were never sent")
         #expect(completions.current == 1)
         batch.cancel()   // after completion: nothing
         #expect(batch.status.cancelled == 6)
     }
 
     @Test func theFirstFailureCancelsTheRestWhenAskedTo() async throws {
-        let server = try LoopbackServer()
-        let gate = ServerGate()
+        let server = try TestServer.standard()
+        let gate = TestGate()
         server.gatedRoute("/held", gate)
-        defer { gate.open(); server.stop() }
+        defer { gate.open(); server.shutDown() }
         let queue = makeFetchQueue(total: 4, perHost: 4)
         let held = (0..<3).map { _ in server.operation("/held") }
         let failing = server.operation("/status/500")
@@ -67,8 +67,8 @@ struct BatchCancellationTests {
     }
 
     @Test func withoutTheOptionAFailureCancelsNothing() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let queue = makeFetchQueue(total: 4, perHost: 4)
         let failing = server.operation("/status/500")
         failing.configuration.retryPolicy = .none
@@ -80,5 +80,18 @@ struct BatchCancellationTests {
         })
         #expect(await completed.wait())
         #expect(final.current?.failed == 1 && final.current?.succeeded == 3 && final.current?.cancelled == 0)
+    }
+}
+
+private extension TestServer {
+    /// A GET operation for a path on this server.
+    func operation(_ path: String) -> RecordingOperation {
+        RecordingOperation(request: URLRequest(url: url(path)))
+    }
+
+    /// Routes `path` to an answer, "open", held until `gate` opens. Requests held there count
+    /// as in flight on the server.
+    func gatedRoute(_ path: String, _ gate: TestGate) {
+        route(path) { _ in .text("open").held(by: gate) }
     }
 }

@@ -1,5 +1,5 @@
 import Foundation
-import LoopbackServer
+import FetchKitTesting
 import Testing
 @testable import FetchKit
 
@@ -10,7 +10,7 @@ import Testing
 struct CoalescingTests {
     /// Routes `path` to a handler that numbers each request as it arrives, holds it until
     /// `gate` opens, then answers with its number: a fresh body per request, like `/uuid`.
-    private func freshRoute(_ server: LoopbackServer, _ path: String, _ gate: ServerGate) {
+    private func freshRoute(_ server: TestServer, _ path: String, _ gate: TestGate) {
         let counter = Locked(0)
         server.route(path) { _ in
             let number = counter.withLock { count -> Int in
@@ -42,9 +42,9 @@ struct CoalescingTests {
     }
 
     @Test func byDefaultTwoCallersOfAFreshResourceGetTwoResponses() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
-        let gate = ServerGate()
+        let server = try TestServer()
+        defer { server.shutDown() }
+        let gate = TestGate()
         freshRoute(server, "/uuid", gate)
         let begun = Countdown(2)
         let queue = FetchQueue(name: #function, monitors: [StartSignal(begun: begun)])
@@ -55,16 +55,16 @@ struct CoalescingTests {
         #expect(await server.waitUntil(timeout: 60) { $0.requestsInFlight == 2 }, "each caller sent its own request")
         gate.open()
         #expect(await completed.wait())
-        #expect(server.requestCount(path: "/uuid") == 2)
+        #expect(server.requests("/uuid").count == 2)
         let bodies = Set(operations.flatMap(\.parses.current))
         #expect(bodies == [Data("response 1".utf8), Data("response 2".utf8)], "each caller got its own response")
         #expect(queue.statistics.requestsCoalesced == 0)
     }
 
     @Test func whenAskedForTwoCallersShareOneResponse() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
-        let gate = ServerGate()
+        let server = try TestServer()
+        defer { server.shutDown() }
+        let gate = TestGate()
         freshRoute(server, "/uuid", gate)
         let (queue, begun) = queueCountingStarts(2, coalesces: true)
         let operations = [server.operation("/uuid"), server.operation("/uuid")]
@@ -73,18 +73,18 @@ struct CoalescingTests {
         #expect(await server.waitUntil(timeout: 60) { $0.requestsInFlight == 1 })
         gate.open()
         #expect(await completed.wait())
-        #expect(server.requestCount(path: "/uuid") == 1)
+        #expect(server.requests("/uuid").count == 1)
         #expect(operations.allSatisfy { $0.parses.current == [Data("response 1".utf8)] })
         #expect(queue.statistics.requestsCoalesced == 1)
     }
 
     @Test func aCallerThatJoinsAfterTheHeadArrivedHearsOfItOnceInOrder() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
-        let gate = ServerGate()
+        let server = try TestServer()
+        defer { server.shutDown() }
+        let gate = TestGate()
         server.route("/held") { _ in
-            .script([.write(HTTPResponse.rawHead(status: 200, headers: ["Content-Length": "2"])),
-                     .wait(gate), .write(Data("ok".utf8))])
+            .steps([.head(status: 200, headers: ["Content-Length": "2"]),
+                     .wait(for: gate), .write(Data("ok".utf8))])
         }
         let queue = makeFetchQueue(coalesces: true)
         let recorder = try #require(queue.recorder)
@@ -103,14 +103,14 @@ struct CoalescingTests {
         #expect(recorder.kinds(for: firstID) == [.enqueue, .start, .response, .metrics, .finish])
         #expect(recorder.kinds(for: lateID) == [.enqueue, .join, .start, .response, .metrics, .finish])
         #expect(late.responseBody == Data("ok".utf8))
-        #expect(server.requestCount(path: "/held") == 1)
+        #expect(server.requests("/held").count == 1)
         #expect(queue.statistics.requestsCoalesced == 1)
     }
 
     @Test func monitorsHearThatAFetchJoinedAWaitingTransferBeforeItStarts() async throws {
-        let server = try LoopbackServer()
-        let gate = ServerGate()
-        defer { gate.open(); server.stop() }
+        let server = try TestServer.standard()
+        let gate = TestGate()
+        defer { gate.open(); server.shutDown() }
         server.gatedRoute("/held", gate)
         let lines = Locked<[String]>([])
         let logger = FetchEventLogger { line in lines.withLock { $0.append(line) } }
@@ -146,7 +146,7 @@ struct CoalescingTests {
         #expect(await recorder.waitUntil { events in [firstID, joinerID].allSatisfy { id in events.contains { $0 == (.finish, id) } } })
         #expect(recorder.kinds(for: firstID) == [.enqueue, .start, .response, .metrics, .finish], "it made the transfer")
         #expect(recorder.kinds(for: joinerID) == [.enqueue, .join, .start, .response, .metrics, .finish])
-        #expect(server.requestCount(path: "/json") == 1)
+        #expect(server.requests("/json").count == 1)
     }
 
     /// Requests that say they want a fresh answer, in each of the ways HTTP and Foundation let
@@ -163,9 +163,9 @@ struct CoalescingTests {
     @Test(arguments: 0..<freshnessDemands.count)
     func aRequestThatAsksForAFreshAnswerIsNeverShared(_ index: Int) async throws {
         let demand = Self.freshnessDemands[index]
-        let server = try LoopbackServer()
-        defer { server.stop() }
-        let gate = ServerGate()
+        let server = try TestServer()
+        defer { server.shutDown() }
+        let gate = TestGate()
         freshRoute(server, "/uuid", gate)
         let queue = makeFetchQueue(coalesces: true)
         let operations = (0..<2).map { _ in
@@ -177,15 +177,15 @@ struct CoalescingTests {
         #expect(await server.waitUntil(timeout: 60) { $0.requestsInFlight == 2 }, "\(demand.name): each caller sent its own request")
         gate.open()
         #expect(await completed.wait())
-        #expect(server.requestCount(path: "/uuid") == 2, "\(demand.name)")
+        #expect(server.requests("/uuid").count == 2, "\(demand.name)")
         #expect(Set(operations.flatMap(\.parses.current)).count == 2, "\(demand.name)")
         #expect(queue.statistics.requestsCoalesced == 0, "\(demand.name)")
     }
 
     @Test func differentCredentialsInHeadersAreNeverShared() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
-        let gate = ServerGate()
+        let server = try TestServer()
+        defer { server.shutDown() }
+        let gate = TestGate()
         freshRoute(server, "/me", gate)
         let queue = makeFetchQueue(coalesces: true)
         let operations = [("Authorization", "Bearer alice"), ("Authorization", "Bearer bob"), ("Cookie", "session=carol")].map { name, value in
@@ -197,7 +197,7 @@ struct CoalescingTests {
         #expect(await server.waitUntil(timeout: 60) { $0.requestsInFlight == 3 })
         gate.open()
         #expect(await completed.wait())
-        #expect(server.requestCount(path: "/me") == 3)
+        #expect(server.requests("/me").count == 3)
         #expect(queue.statistics.requestsCoalesced == 0)
     }
 
@@ -216,5 +216,18 @@ struct CoalescingTests {
             #expect(!FlightKey.asksForAFreshAnswer(try request(shareable)), "\(shareable)")
         }
         #expect(!FlightKey.asksForAFreshAnswer(try request([:], cachePolicy: .returnCacheDataElseLoad)))
+    }
+}
+
+private extension TestServer {
+    /// A GET operation for a path on this server.
+    func operation(_ path: String) -> RecordingOperation {
+        RecordingOperation(request: URLRequest(url: url(path)))
+    }
+
+    /// Routes `path` to an answer, "open", held until `gate` opens. Requests held there count
+    /// as in flight on the server.
+    func gatedRoute(_ path: String, _ gate: TestGate) {
+        route(path) { _ in .text("open").held(by: gate) }
     }
 }

@@ -1,21 +1,21 @@
 import Foundation
-import LoopbackServer
+import FetchKitTesting
 import Testing
 @testable import FetchKit
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
 
-/// An API on the loopback server that accepts one token at a time, counts `/refresh` and
+/// An API on a TestServer that accepts one token at a time, counts `/refresh` and
 /// records each request's `Authorization` (the server records every request's headers).
 private final class TokenAPI: @unchecked Sendable {
-    let server: LoopbackServer
+    let server: TestServer
     /// The token `/api/...` accepts (nil: none).
     let valid: Locked<String?>
     /// What `/refresh` answers: the new token, or a status.
     let refreshAnswer: Locked<Result<String, HTTPStatusAnswer>>
     /// Held until open, if set: `/refresh` waits for it before answering.
-    let refreshGate: Locked<ServerGate?> = Locked(nil)
+    let refreshGate: Locked<TestGate?> = Locked(nil)
     /// Counts the refused requests, so that a refresh can wait for all of them.
     let refusals: Locked<Int> = Locked(0)
     /// Counts the refresh requests as they arrive (before they are answered).
@@ -26,17 +26,17 @@ private final class TokenAPI: @unchecked Sendable {
     /// a test was sent before the first `401` starts the refresh. (A fetch whose attempt begins
     /// while a refresh runs waits for it unsent, as it should; on a loaded machine one could
     /// otherwise begin after the first answer, and never be refused.)
-    let refusalsHeldUntil: Locked<(count: Int, gate: ServerGate)?> = Locked(nil)
+    let refusalsHeldUntil: Locked<(count: Int, gate: TestGate)?> = Locked(nil)
 
     struct HTTPStatusAnswer: Error { let status: Int }
 
     init(valid: String?, refreshTo newToken: String) throws {
-        server = try LoopbackServer()
+        server = try TestServer()
         self.valid = Locked(valid)
         refreshAnswer = Locked(.success(newToken))
         let api = self
         for path in (0..<60).map({ "/api/item/\($0)" }) + ["/api/upload", "/api/slow", "/api/redirect"] {
-            server.route(path) { request in api.answer(request) }
+            server.route(path) { request in api.answer(request).response }
         }
         server.route("/public") { _ in .text("public") }
         server.route("/refresh") { request in
@@ -50,12 +50,13 @@ private final class TokenAPI: @unchecked Sendable {
         }
     }
 
-    func answer(_ request: HTTPRequest) -> HTTPResponse {
+    /// The answer to a request of `/api/...`, and its status.
+    func answer(_ request: TestRequest) -> (status: Int, response: TestResponse) {
         let expected = valid.withLock { $0 }.map { "Bearer \($0)" }
-        if let expected, request.headers["Authorization"] == expected {
-            return .text("ok \(request.path)")
+        if let expected, request.header("Authorization") == expected {
+            return (200, .text("ok \(request.path)"))
         }
-        if request.headers["Authorization"] == "Bearer old", refreshArrivals.withLock({ $0 }) > 0 {
+        if request.header("Authorization") == "Bearer old", refreshArrivals.withLock({ $0 }) > 0 {
             oldTokenAfterRefresh.withLock { $0 += 1 }
         }
         let refused = refusals.withLock { count -> Int in
@@ -67,13 +68,13 @@ private final class TokenAPI: @unchecked Sendable {
             if refused >= held.count { held.gate.open() } else { held.gate.wait(timeout: 60) }
         }
         // A challenge, as real APIs send: on Linux it must not hang the fetch.
-        return HTTPResponse.text("unauthorised", status: 401).with(header: "WWW-Authenticate", "Bearer realm=\"api\"")
+        return (401, TestResponse.text("unauthorised", status: 401).with(header: "WWW-Authenticate", "Bearer realm=\"api\""))
     }
 
-    var refreshCount: Int { server.requestCount(path: "/refresh") }
+    var refreshCount: Int { server.requests("/refresh").count }
 
     func authorizations(_ path: String) -> [String?] {
-        server.requests(path: path).map { $0.headers["Authorization"] }
+        server.requests(path).map { $0.header("Authorization") }
     }
 
     func url(_ path: String) -> URL { server.url(path) }
@@ -156,13 +157,13 @@ struct CredentialRefreshTests {
     private func setUpAllRefused(_ count: Int = 10, valid: String? = "new",
                                  name: String = #function) throws -> (TokenAPI, FetchAuthentication, FetchQueue, RefreshEvents) {
         let setup = try setUp(valid: valid, perHost: count + 2, total: count + 4, name: name)
-        setup.0.refusalsHeldUntil.withLock { $0 = (count, ServerGate()) }
+        setup.0.refusalsHeldUntil.withLock { $0 = (count, TestGate()) }
         return setup
     }
 
     /// Holds `/refresh` until `count` requests were refused, so that every fetch is a waiter.
-    private func holdRefreshUntilRefused(_ count: Int, _ api: TokenAPI) -> ServerGate {
-        let gate = ServerGate()
+    private func holdRefreshUntilRefused(_ count: Int, _ api: TokenAPI) -> TestGate {
+        let gate = TestGate()
         api.refreshGate.withLock { $0 = gate }
         // Opened from a thread of its own as the count is reached: a task resumed after the wait
         // could come after the refresh's timeout on a loaded machine.
@@ -194,12 +195,12 @@ struct CredentialRefreshTests {
 
     @Test func aLate401ForTheOldTokenIsSentAgainWithoutASecondRefresh() async throws {
         let (api, _, queue, _) = try setUp()
-        let straggle = ServerGate()
+        let straggle = TestGate()
         api.server.route("/api/slow") { request in
             let refused = api.answer(request)
-            guard refused.status == 401 else { return refused }
+            guard refused.status == 401 else { return refused.response }
             straggle.wait(timeout: 60)
-            return refused.delayed(milliseconds: 300)
+            return refused.response.delayed(milliseconds: 300)
         }
         let slow = FetchOperation<Data>(url: api.url("/api/slow"))
         let slowDone = Countdown(1)
@@ -245,7 +246,7 @@ struct CredentialRefreshTests {
             Issue.record("\(String(describing: later.error))")
             return
         }
-        #expect(api.server.requestCount(path: "/api/item/20") == 0)
+        #expect(api.server.requests("/api/item/20").count == 0)
         #expect(api.refreshCount == 1)
         #expect(await events.ended.wait())
         #expect(events.events.withLock { $0 }.count == 2)
@@ -299,24 +300,24 @@ struct CredentialRefreshTests {
 
     @Test func aRedirectToAnotherOriginDropsTheCredential() async throws {
         let (api, _, queue, _) = try setUp(credential: FetchCredential(token: "new"))
-        let other = try LoopbackServer()
-        defer { other.stop() }
+        let other = try TestServer()
+        defer { other.shutDown() }
         other.route("/landing") { _ in .text("landed") }
         api.server.route("/api/redirect") { _ in
-            HTTPResponse(status: 302).with(header: "Location", other.url("/landing").absoluteString)
+            .redirect(to: other.url("/landing").absoluteString, status: 302)
         }
         let redirected = FetchOperation<Data>(url: api.url("/api/redirect"))
         #expect(await outcome(of: queue, redirected) == nil)
         #expect(api.authorizations("/api/redirect") == ["Bearer new"])
-        #expect(other.requests(path: "/landing").map { $0.headers["Authorization"] } == [nil])
+        #expect(other.requests("/landing").map { $0.header("Authorization") } == [nil])
         // And a fetch to the other origin on the same queue carries none.
         #expect(await outcome(of: queue, FetchOperation<Data>(url: other.url("/landing"))) == nil)
-        #expect(other.requests(path: "/landing").allSatisfy { $0.headers["Authorization"] == nil })
+        #expect(other.requests("/landing").allSatisfy { $0.header("Authorization") == nil })
     }
 
     @Test func cancellingOneWaiterLeavesTheRefreshAndTheOthers() async throws {
         let (api, _, queue, _) = try setUpAllRefused()
-        let gate = ServerGate()
+        let gate = TestGate()
         api.refreshGate.withLock { $0 = gate }
         let (operations, done) = fetchAll(items(10), api, on: queue)
         #expect(await waitForWaiters(10, api, queue))
@@ -324,7 +325,7 @@ struct CredentialRefreshTests {
         let open = FetchOperation<Data>(url: api.url("/public"))
         open.configuration.authenticates = false
         #expect(await outcome(of: queue, open) == nil)
-        #expect(api.server.requests(path: "/public").map { $0.headers["Authorization"] } == [nil])
+        #expect(api.server.requests("/public").map { $0.header("Authorization") } == [nil])
         operations[3].cancel()
         gate.open()
         #expect(await done.wait(timeout: 60))
@@ -337,7 +338,7 @@ struct CredentialRefreshTests {
 
     @Test func cancelAllDuringTheRefreshCancelsItAndFinishesEachWaiterOnce() async throws {
         let (api, authentication, queue, events) = try setUpAllRefused()
-        let gate = ServerGate()
+        let gate = TestGate()
         api.refreshGate.withLock { $0 = gate }
         let paths = items(10)
         let (operations, done) = fetchAll(paths, api, on: queue)
@@ -359,7 +360,7 @@ struct CredentialRefreshTests {
 
     @Test func aFetchThatWaitedForItsSlotIsSentWithTheCredentialOfItsGrant() async throws {
         let (api, authentication, queue, _) = try setUp(total: 1)
-        let hold = ServerGate()
+        let hold = TestGate()
         api.server.route("/hold") { _ in
             hold.wait(timeout: 60)
             return .text("held")
@@ -386,7 +387,7 @@ struct CredentialRefreshTests {
 
     @Test func aFetchWaitingForARefreshEndsAtItsTotalTimeout() async throws {
         let (api, _, queue, _) = try setUp()
-        let gate = ServerGate()
+        let gate = TestGate()
         api.refreshGate.withLock { $0 = gate }
         defer { gate.open() }
         let fetch = FetchOperation<Data>(url: api.url("/api/item/0"))
@@ -410,9 +411,9 @@ struct CredentialRefreshTests {
         request.httpBody = body
         let upload = FetchOperation<Data>(request: request)
         #expect(await outcome(of: queue, upload) == nil)
-        let sent = api.server.requests(path: "/api/upload")
+        let sent = api.server.requests("/api/upload")
         #expect(sent.map(\.body) == [body, body])
-        #expect(sent.map { $0.headers["Authorization"] } == ["Bearer old", "Bearer new"])
+        #expect(sent.map { $0.header("Authorization") } == ["Bearer old", "Bearer new"])
         #expect(api.refreshCount == 1)
     }
 
@@ -423,7 +424,7 @@ struct CredentialRefreshTests {
         request.httpBodyStream = InputStream(data: Data("stream".utf8))
         let upload = FetchOperation<Data>(request: request)
         #expect(await outcome(of: queue, upload)?.statusCode == 401, "the refusal stands")
-        #expect(api.server.requestCount(path: "/api/upload") == 1)
+        #expect(api.server.requests("/api/upload").count == 1)
     }
 
     @Test func withoutACredentialNothingIsSent() async throws {
@@ -434,12 +435,12 @@ struct CredentialRefreshTests {
             return
         }
         #expect(failure.reason == .noCredential)
-        #expect(api.server.requestCount(path: "/api/item/0") == 0)
+        #expect(api.server.requests("/api/item/0").count == 0)
         authentication.setCredential(FetchCredential(token: "new"))
         #expect(await outcome(of: queue, FetchOperation<Data>(url: api.url("/api/item/1"))) == nil)
         authentication.logOut()
         #expect(await outcome(of: queue, FetchOperation<Data>(url: api.url("/api/item/2")))?.code == .authenticationFailed)
-        #expect(api.server.requestCount(path: "/api/item/2") == 0)
+        #expect(api.server.requests("/api/item/2").count == 0)
     }
 
     @Test func theRefreshLimitIsABackstopWithItsOwnError() async throws {
@@ -459,7 +460,7 @@ struct CredentialRefreshTests {
             return
         }
         #expect(failure.reason == .refreshLimitReached(maximum: 2, window: 600))
-        #expect(api.server.requests(path: "/api/item/2").allSatisfy { $0.headers["Authorization"] != nil },
+        #expect(api.server.requests("/api/item/2").allSatisfy { $0.header("Authorization") != nil },
                 "nothing is sent without the credential")
     }
 
@@ -483,13 +484,13 @@ struct CredentialRefreshTests {
     @Test func a401FromAnotherOriginIsThatServersAnswerNotARefusal() async throws {
         // Given an API that redirects to a storage server (another origin) that answers 401
         let (api, authentication, queue, events) = try setUp(credential: FetchCredential(token: "new"))
-        let storage = try LoopbackServer()
-        defer { storage.stop() }
+        let storage = try TestServer()
+        defer { storage.shutDown() }
         storage.route("/blob") { _ in
-            HTTPResponse.text("link expired", status: 401).with(header: "X-Storage-Reason", "expired")
+            TestResponse.text("link expired", status: 401).with(header: "X-Storage-Reason", "expired")
         }
         api.server.route("/api/redirect") { _ in
-            HTTPResponse(status: 302).with(header: "Location", storage.url("/blob").absoluteString)
+            .redirect(to: storage.url("/blob").absoluteString, status: 302)
         }
         // When the API is fetched
         let fetch = FetchOperation<Data>(url: api.url("/api/redirect"))
@@ -505,7 +506,7 @@ struct CredentialRefreshTests {
         #expect(String(decoding: failure.bodyPrefix, as: UTF8.self) == "link expired")
         #expect(api.refreshCount == 0)
         #expect(api.authorizations("/api/redirect") == ["Bearer new"])
-        #expect(storage.requests(path: "/blob").map { $0.headers["Authorization"] } == [nil])
+        #expect(storage.requests("/blob").map { $0.header("Authorization") } == [nil])
         #expect(authentication.credential?.generation == 1)
         #expect(events.events.withLock { $0 }.isEmpty)
     }
@@ -514,7 +515,7 @@ struct CredentialRefreshTests {
         // Given a credential about to expire, and a refresh that hangs
         let expiring = FetchCredential(token: "old", refreshToken: "r1", expiresAt: Date(timeIntervalSinceNow: 5))
         let (api, _, queue, _) = try setUp(credential: expiring)
-        let gate = ServerGate()
+        let gate = TestGate()
         api.refreshGate.withLock { $0 = gate }
         defer { gate.open() }
         let started = Date()
@@ -539,14 +540,14 @@ struct CredentialRefreshTests {
             #expect(timeout.kind == .total)
             #expect(timeout.interval == 2)
             #expect(timeout.url == api.url(path))
-            #expect(api.server.requestCount(path: path) == 0)
+            #expect(api.server.requests(path).count == 0)
         }
     }
 
     @Test func aHungRefreshEndsAtTheRefreshTimeoutAndTheNextFetchRefreshesAgain() async throws {
         // Given a refresh that hangs, and a refresh timeout of 1 s
         let api = try TokenAPI(valid: "new", refreshTo: "new")
-        let gate = ServerGate()
+        let gate = TestGate()
         api.refreshGate.withLock { $0 = gate }
         defer { gate.open() }
         let authentication = FetchAuthentication(authenticator: TestAuthenticator(refreshURL: api.url("/refresh")),
@@ -588,11 +589,11 @@ struct CredentialRefreshTests {
     @Test func aCredentialInAHeaderOfItsOwnStaysWithItsOrigin() async throws {
         // Given an API whose authenticator sends the credential in `X-Api-Key`, not
         // `Authorization`, and that redirects once within its origin and once to another
-        let api = try LoopbackServer()
-        let other = try LoopbackServer()
-        defer { api.stop(); other.stop() }
-        api.route("/start") { _ in HTTPResponse(status: 302).with(header: "Location", api.url("/same").absoluteString) }
-        api.route("/same") { _ in HTTPResponse(status: 302).with(header: "Location", other.url("/landing").absoluteString) }
+        let api = try TestServer()
+        let other = try TestServer()
+        defer { api.shutDown(); other.shutDown() }
+        api.route("/start") { _ in .redirect(to: api.url("/same").absoluteString, status: 302) }
+        api.route("/same") { _ in .redirect(to: other.url("/landing").absoluteString, status: 302) }
         other.route("/landing") { _ in .text("landed") }
         let authentication = FetchAuthentication(authenticator: KeyAuthenticator(), credential: FetchCredential(token: "key-1"),
                                                  origins: [api.baseURL])
@@ -600,9 +601,9 @@ struct CredentialRefreshTests {
         // When the fetch follows both
         #expect(await outcome(of: queue, FetchOperation<Data>(url: api.url("/start"))) == nil)
         // Then its origin got the key on each request, and the other origin never did
-        #expect(api.requests(path: "/start").map { $0.headers["X-Api-Key"] } == ["key-1"])
-        #expect(api.requests(path: "/same").map { $0.headers["X-Api-Key"] } == ["key-1"])
-        #expect(other.requests(path: "/landing").map { $0.headers["X-Api-Key"] } == [nil])
+        #expect(api.requests("/start").map { $0.header("X-Api-Key") } == ["key-1"])
+        #expect(api.requests("/same").map { $0.header("X-Api-Key") } == ["key-1"])
+        #expect(other.requests("/landing").map { $0.header("X-Api-Key") } == [nil])
     }
 
     @Test func theLoggerTellsTheRefusalAndTheRefreshAndTheFetchStartsOnce() async throws {

@@ -1,6 +1,6 @@
 import Dispatch
 import Foundation
-import LoopbackServer
+import FetchKitTesting
 import Testing
 @testable import FetchKit
 
@@ -89,8 +89,8 @@ func counts(of queue: FetchQueue, reach condition: @escaping @Sendable (FetchQue
 @Suite("FetchQueue", .timeLimit(.minutes(3)))
 struct FetchQueueTests {
     @Test func completionCarriesTheTypedResultOnce() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let queue = makeFetchQueue()
         let results = Locked<[Result<Data, FetchError>]>([])
         let done = Countdown(2)
@@ -106,9 +106,9 @@ struct FetchQueueTests {
     }
 
     @Test func overallLimitAsSeenByTheServer() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
-        let gate = ServerGate()
+        let server = try TestServer()
+        defer { server.shutDown() }
+        let gate = TestGate()
         server.gatedRoute("/gate", gate)
         let queue = makeFetchQueue(total: 3, perHost: 10)
         let operations = (0..<12).map { server.operation("/gate?n=\($0)") }
@@ -118,15 +118,15 @@ struct FetchQueueTests {
         #expect(await server.waitUntil(timeout: 60) { $0.requestsInFlight == 3 })
         gate.open()
         for operation in operations { try await operation.finished() }
-        #expect(server.peakRequestsInFlight == 3)
-        #expect(server.requestsReceived == 12)
+        #expect(server.counters.peakRequestsInFlight == 3)
+        #expect(server.counters.requestsReceived == 12)
     }
 
     @Test func perHostLimitAsSeenByEachServer() async throws {
-        let busy = try LoopbackServer()
-        let other = try LoopbackServer()
-        defer { busy.stop(); other.stop() }
-        let gate = ServerGate()
+        let busy = try TestServer()
+        let other = try TestServer()
+        defer { busy.shutDown(); other.shutDown() }
+        let gate = TestGate()
         busy.gatedRoute("/gate", gate)
         other.gatedRoute("/gate", gate)
         let queue = makeFetchQueue(total: 6, perHost: 2)
@@ -138,14 +138,14 @@ struct FetchQueueTests {
         #expect(await other.waitUntil(timeout: 60) { $0.requestsInFlight == 2 })
         gate.open()
         for operation in operations { try await operation.finished() }
-        #expect(busy.peakRequestsInFlight == 2)
-        #expect(other.peakRequestsInFlight == 2)
+        #expect(busy.counters.peakRequestsInFlight == 2)
+        #expect(other.counters.peakRequestsInFlight == 2)
     }
 
     @Test func aWaitingFetchRunsNoClock() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
-        let gate = ServerGate()
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
+        let gate = TestGate()
         server.gatedRoute("/gate", gate)
         let queue = makeFetchQueue(total: 1, perHost: 1)
         let first = server.operation("/gate")
@@ -163,9 +163,9 @@ struct FetchQueueTests {
     }
 
     @Test func limitsCanChangeWhileRunning() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
-        let gate = ServerGate()
+        let server = try TestServer()
+        defer { server.shutDown() }
+        let gate = TestGate()
         server.route("/gate") { _ in gate.wait(timeout: 60); return .text("open") }
         let queue = makeFetchQueue(total: 1, perHost: 10)
         queue.coalescesIdenticalRequests = false
@@ -177,13 +177,13 @@ struct FetchQueueTests {
         #expect(await server.waitUntil(timeout: 30) { $0.requestsInFlight == 3 })
         gate.open()
         for operation in operations { try await operation.finished() }
-        #expect(server.peakRequestsInFlight == 3)
+        #expect(server.counters.peakRequestsInFlight == 3)
     }
 
     @Test func priorityDecidesWhichWaitingFetchStartsNext() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
-        let gate = ServerGate()
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
+        let gate = TestGate()
         server.route("/gate") { _ in gate.wait(timeout: 60); return .text("open") }
         let recorder = EventRecorder()
         let queue = makeFetchQueue(total: 1, perHost: 1, monitors: [recorder])
@@ -205,8 +205,8 @@ struct FetchQueueTests {
     }
 
     @Test func cancelByIDCompletesItOnceAsCancelled() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let queue = makeFetchQueue()
         let results = Locked<[Result<Data, FetchError>]>([])
         let done = Countdown(1)
@@ -226,8 +226,8 @@ struct FetchQueueTests {
     }
 
     @Test func cancelByPredicate() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let queue = makeFetchQueue(total: 2, perHost: 2)
         let operations = (0..<10).map { server.operation("/stall-head?n=\($0)") }
         for operation in operations { queue.enqueue(operation) }
@@ -244,8 +244,8 @@ struct FetchQueueTests {
     }
 
     @Test func cancellingTenThousandQueuedFetchesCompletesEachOnceAsCancelled() async throws {
-        let server = try LoopbackServer(recordRequests: false)
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let queue = makeFetchQueue(total: 4, perHost: 4)
         let count = 10_000
         let completions = Locked([Int](repeating: 0, count: count))
@@ -271,8 +271,8 @@ struct FetchQueueTests {
     }
 
     @Test func monitorEventsComeOncePerFetchInOrder() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let recorder = EventRecorder()
         let queue = makeFetchQueue(total: 4, perHost: 4, monitors: [recorder])
         var ids: [FetchID] = []
@@ -305,8 +305,8 @@ struct FetchQueueTests {
     }
 
     @Test func networkActivityFlagDoesNotFlickerBetweenBackToBackFetches() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let timer = ManualTimer()
         let queue = FetchQueue(name: #function, maximumConcurrentTransfers: 8, maximumTransfersPerHost: 4,
                                monitors: [EventRecorder()],
@@ -342,8 +342,8 @@ struct FetchQueueTests {
     }
 
     @Test func networkActivityIsAnnouncedAndTrueWhileATransferRuns() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let queue = makeFetchQueue()
         let changes = Locked<[Bool]>([])
         let off = Countdown(1)
@@ -363,14 +363,14 @@ struct FetchQueueTests {
     }
 
     @Test func identicalGETsShareOneTransfer() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let queue = makeFetchQueue(coalesces: true)
         let operations = (0..<5).map { _ in server.operation("/delay/200") }
         let results = Countdown(5)
         for operation in operations { queue.enqueue(operation) { _ in results.signal() } }
         #expect(await results.wait())
-        #expect(server.requestCount(path: "/delay/200") == 1, "the server saw one request for five callers")
+        #expect(server.requests("/delay/200").count == 1, "the server saw one request for five callers")
         #expect(operations.allSatisfy { $0.error == nil && $0.parses.current == [Data("delayed 200".utf8)] })
         #expect(queue.statistics.requestsCoalesced == 4)
         #expect(queue.statistics.transfersStarted == 1)
@@ -378,8 +378,8 @@ struct FetchQueueTests {
     }
 
     @Test func differentHeadersOrLimitsDoNotShare() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let queue = makeFetchQueue(coalesces: true)
         let plain = server.operation("/delay/100")
         var request = URLRequest(url: server.url("/delay/100"))
@@ -389,17 +389,17 @@ struct FetchQueueTests {
         limited.configuration.maximumResponseSize = 100
         for operation in [plain, withHeader, limited] { queue.enqueue(operation) }
         for operation in [plain, withHeader, limited] { try await operation.finished() }
-        #expect(server.requestCount(path: "/delay/100") == 3)
+        #expect(server.requests("/delay/100").count == 3)
     }
 
     @Test func cancellingOneCallerKeepsTheSharedTransferForTheOthers() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer()
+        defer { server.shutDown() }
         // The head and half the body, then held until the test opens the gate.
-        let gate = ServerGate()
+        let gate = TestGate()
         server.route("/held") { _ in
-            .script([.write(HTTPResponse.rawHead(status: 200, headers: ["Content-Length": "2000"])),
-                     .writePattern(offset: 0, count: 1000), .wait(gate), .writePattern(offset: 1000, count: 1000)])
+            .steps([.head(status: 200, headers: ["Content-Length": "2000"]),
+                     .patternBytes(offset: 0, count: 1000), .wait(for: gate), .patternBytes(offset: 1000, count: 1000)])
         }
         let queue = makeFetchQueue(coalesces: true)
         let operations = (0..<3).map { _ in server.operation("/held") }
@@ -421,14 +421,14 @@ struct FetchQueueTests {
         #expect(queue.transferCounts.inFlight == 1, "the transfer goes on for the last caller")
         gate.open()
         try await operations[2].finished()
-        #expect(operations[2].responseBody == BytePattern.data(offset: 0, count: 2000))
-        #expect(server.requestCount(path: "/held") == 1)
+        #expect(operations[2].responseBody == TestResponse.patternBytes(count: 2000))
+        #expect(server.requests("/held").count == 1)
         #expect(queue.statistics.requestsCoalesced == 2)
     }
 
     @Test func cancellingTheLastCallerStopsTheSharedTransfer() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let session = FetchSession()
         defer { session.invalidate() }
         let queue = makeFetchQueue(coalesces: true)
@@ -451,8 +451,8 @@ struct FetchQueueTests {
     }
 
     @Test func batchReportsCountsAndBytesAndCompletesAfterTheLastMember() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let queue = makeFetchQueue(total: 4, perHost: 4)
         let operations = (0..<8).map { server.operation("/bytes/1000?n=\($0)") }
             + [server.operation("/status/500"), server.operation("/stall-head")]
@@ -492,8 +492,8 @@ struct FetchQueueTests {
     }
 
     @Test func asyncFetchReturnsTheOperationAndTaskCancellationCancelsIt() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let queue = makeFetchQueue()
         let operation = server.operation("/json")
         let fetched = try await queue.fetch(operation)
@@ -509,8 +509,8 @@ struct FetchQueueTests {
     }
 
     @Test func anOperationCanBeEnqueuedOnlyOnce() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let queue = makeFetchQueue()
         let other = makeFetchQueue()
         let operation = server.operation("/json")
@@ -532,22 +532,22 @@ struct FetchQueueTests {
     }
 
     @Test func suspendedQueueStartsNothingUntilResumed() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let queue = makeFetchQueue()
         queue.isSuspended = true
         let operation = server.operation("/json")
         queue.enqueue(operation)
         #expect(!operation.isExecuting && !operation.isFinished)
-        #expect(server.requestsReceived == 0)
+        #expect(server.counters.requestsReceived == 0)
         queue.isSuspended = false
         try await operation.finished()
         #expect(operation.error == nil)
     }
 
     @Test func dependenciesWorkThroughTheQueue() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let queue = makeFetchQueue()
         let login = LogIn(api: server.baseURL, user: "bob", password: "secret")
         let getUser = GetUser(api: server.baseURL, after: login)
@@ -558,8 +558,8 @@ struct FetchQueueTests {
     }
 
     @Test func aQueueReleasedWhileItsCancelledTransferWindsDownIsSafe() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let session = FetchSession()
         defer { session.invalidate() }
         var operations: [RecordingOperation] = []
@@ -581,8 +581,8 @@ struct FetchQueueTests {
     }
 
     @Test func aFinishedOperationAndItsQueueAreReleased() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let released = Countdown(1)
         let weakQueue = WeakBox()
         do {
@@ -657,4 +657,28 @@ func queueReleased(timeout: TimeInterval = 10, _ condition: @escaping @Sendable 
         }
     }
     return true
+}
+
+private extension TestServer {
+    /// A GET operation for a path on this server.
+    func operation(_ path: String) -> RecordingOperation {
+        RecordingOperation(request: URLRequest(url: url(path)))
+    }
+
+    /// Routes `path` to an answer, "open", held until `gate` opens. Requests held there count
+    /// as in flight on the server.
+    func gatedRoute(_ path: String, _ gate: TestGate) {
+        route(path) { _ in .text("open").held(by: gate) }
+    }
+}
+
+/// Lets at least `seconds` pass, measured by an event rather than a sleep: an operation with
+/// that idle timeout against an endpoint that never answers (the standard `/stall-head`) times
+/// out.
+private func letTimePass(_ seconds: TimeInterval, on server: TestServer) async -> Bool {
+    let witness = FetchOperation<Data>(url: server.url("/stall-head?witness=\(UUID().uuidString)"))
+    witness.configuration.idleTimeout = seconds
+    _ = try? await witness.run()
+    if case .timedOut? = witness.error { return true }
+    return false
 }

@@ -1,14 +1,14 @@
 import Foundation
-import LoopbackServer
+import FetchKitTesting
 import Testing
 @testable import FetchKit
 
 @Suite("Per-host back-off", .timeLimit(.minutes(3)))
 struct HostBackOffTests {
     @Test func aRetryAfterHoldsTheHostsOtherFetchesButNotOtherHosts() async throws {
-        let server = try LoopbackServer()
-        let other = try LoopbackServer()
-        defer { server.stop(); other.stop() }
+        let server = try TestServer.standard()
+        let other = try TestServer.standard()
+        defer { server.shutDown(); other.shutDown() }
         let queue = makeFetchQueue(total: 4, perHost: 4)
         // A long pause, which the test ends itself: nothing here depends on how fast it runs.
         let throttled = server.operation("/flaky/backoff/1/429?retry-after=60")
@@ -29,20 +29,20 @@ struct HostBackOffTests {
         queue.enqueue(elsewhere)
         try await elsewhere.finished()
         #expect(!held.isFinished)
-        #expect(server.requestCount(path: "/json") == 0)
+        #expect(server.requests("/json").count == 0)
         // Lifting the pause lets it go.
         queue.clearBackOff(for: server.baseURL)
         try await held.finished()
         #expect(queue.backOffDeadline(for: server.baseURL) == nil)
-        #expect(server.recordedRequests.map(\.path) == ["/flaky/backoff/1/429", "/json"])
+        #expect(server.requests.map(\.path) == ["/flaky/backoff/1/429", "/json"])
         throttled.cancel()
         _ = try? await throttled.finished()
         #expect(throttled.error?.isCancellation == true)
     }
 
     @Test func aServiceUnavailableWithoutRetryAfterPausesNothing() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let queue = makeFetchQueue()
         let failing = server.operation("/status/503")
         failing.configuration.retryPolicy = .none
@@ -55,8 +55,8 @@ struct HostBackOffTests {
 @Suite("Conditional GET", .timeLimit(.minutes(3)))
 struct ConditionalGETTests {
     @Test func theSecondFetchIsNotModifiedAndItsOutputComesFromTheStoredBody() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let store = ValidatorStore()
         let first = server.operation("/etag/v1")
         first.configuration.validatorStore = store
@@ -73,9 +73,9 @@ struct ConditionalGETTests {
         #expect(second.response?.statusCode == 304)
         #expect(second.parses.current == [Data("tag v1".utf8)], "the kept body, parsed again")
         #expect(try second.result?.get() == Data("tag v1".utf8))
-        let sent = try #require(server.requests(path: "/etag/v1").last)
-        #expect(sent.headers["If-None-Match"] == "\"v1\"")
-        #expect(sent.headers["If-Modified-Since"] == LoopbackServer.fixedLastModified)
+        let sent = try #require(server.requests("/etag/v1").last)
+        #expect(sent.header("If-None-Match") == "\"v1\"")
+        #expect(sent.header("If-Modified-Since") == StandardRoutes.lastModified)
     }
 
     @Test func withoutStoredBodiesTheOperationSaysWhatANotModifiedYields() async throws {
@@ -89,8 +89,8 @@ struct ConditionalGETTests {
                 storedBody == nil ? "unchanged" : "unexpected body"
             }
         }
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let store = ValidatorStore(storesBodies: false)
         let first = Revision(url: server.url("/etag/v3"))
         first.configuration.validatorStore = store
@@ -116,8 +116,8 @@ struct ConditionalGETTests {
     /// A plain operation, whose output needs the body, sends no validators that would earn a
     /// `304` it could make nothing of: it gets the body, as it would without a store.
     @Test func aPlainOperationGetsTheBodyFromAStoreThatKeepsNone() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let store = ValidatorStore(storesBodies: false)
         let url = server.url("/etag/v4")
         for round in 0..<2 {
@@ -127,19 +127,19 @@ struct ConditionalGETTests {
             #expect(!operation.isNotModified)
         }
         #expect(store.validators(for: url)?.entityTag == "\"v4\"", "the store still learns the validators")
-        #expect(server.requests(path: "/etag/v4").allSatisfy { $0.headers["If-None-Match"] == nil })
+        #expect(server.requests("/etag/v4").allSatisfy { $0.header("If-None-Match") == nil })
 
         // An output that needs no body still revalidates: a 304 is a success with nothing in it.
         let touch = FetchOperation<Void>(url: url)
         touch.configuration.validatorStore = store
         try await FetchQueue().fetch(touch)
         #expect(touch.isNotModified)
-        #expect(server.requests(path: "/etag/v4").last?.headers["If-None-Match"] == "\"v4\"")
+        #expect(server.requests("/etag/v4").last?.header("If-None-Match") == "\"v4\"")
     }
 
     @Test func aStoredBodyIsParsedWhenAsked() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let store = ValidatorStore(storesBodies: true)
         let first = server.operation("/etag/v2")
         first.configuration.validatorStore = store
@@ -153,8 +153,8 @@ struct ConditionalGETTests {
     }
 
     @Test func aBodyThatFailedToParseIsFetchedWholeNextTime() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let store = ValidatorStore()
         let broken = server.operation("/etag/v3")
         broken.configuration.validatorStore = store
@@ -165,13 +165,13 @@ struct ConditionalGETTests {
         again.configuration.validatorStore = store
         try await again.run()
         #expect(!again.isNotModified)
-        #expect(server.requests(path: "/etag/v3").last?.headers["If-None-Match"] == nil)
+        #expect(server.requests("/etag/v3").last?.header("If-None-Match") == nil)
     }
 
     @Test func validatorsSurviveInTheirFile() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer.standard()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         let file = directory.file("validators.json")
         let store = ValidatorStore(persistingTo: file)
         let operation = server.operation("/etag/v4")
@@ -196,8 +196,8 @@ struct ConditionalGETTests {
     }
 
     @Test func aFloodOfNotModifiedThroughAQueue() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let store = ValidatorStore()
         let queue = makeFetchQueue(total: 8, perHost: 8)
         let warmUp = (0..<50).map { server.operation("/etag/flood-\($0)") }
@@ -219,8 +219,8 @@ struct ConditionalGETTests {
 @Suite("Redirect policy", .timeLimit(.minutes(3)))
 struct RedirectPolicyTests {
     @Test func tooManyRedirectsIsAClearError() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let operation = server.operation("/redirect/6")
         operation.configuration.redirectPolicy = .follow(maximum: 3)
         await #expect(throws: FetchError.self) { try await operation.run() }
@@ -234,8 +234,8 @@ struct RedirectPolicyTests {
     }
 
     @Test func aRedirectLoopIsCaughtAtOnce() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let operation = server.operation("/redirect-loop")
         await #expect(throws: FetchError.self) { try await operation.run() }
         guard case .redirectFailed(let failure)? = operation.error else {
@@ -243,13 +243,13 @@ struct RedirectPolicyTests {
             return
         }
         #expect(failure.kind == .loop)
-        #expect(server.requestCount(path: "/redirect-loop") == 1)
+        #expect(server.requests("/redirect-loop").count == 1)
         #expect(failure.description.contains("Redirect loop"))
     }
 
     @Test func notFollowingGivesTheRedirectItself() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let refused = server.operation("/redirect/1")
         refused.configuration.redirectPolicy = .doNotFollow
         await #expect(throws: FetchError.self) { try await refused.run() }
@@ -264,12 +264,12 @@ struct RedirectPolicyTests {
         accepted.configuration.acceptableStatusCodes = [302]
         try await accepted.run()
         #expect(accepted.response?.statusCode == 302)
-        #expect(server.requestCount(path: "/redirect/0") == 0)
+        #expect(server.requests("/redirect/0").count == 0)
     }
 
     @Test func aHookDecidesEachRedirect() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let seen = Locked<[[String]]>([])
         let operation = server.operation("/redirect/2")
         operation.configuration.redirectPolicy = .ask { context in
@@ -281,30 +281,30 @@ struct RedirectPolicyTests {
         await #expect(throws: FetchError.self) { try await operation.run() }
         #expect(operation.error?.statusCode == 302, "the hook stopped at the second redirect")
         #expect(seen.current == [["/redirect/2"], ["/redirect/2", "/redirect/1"]])
-        #expect(server.requests(path: "/redirect/1").first?.headers["X-Hook"] == "hooked")
+        #expect(server.requests("/redirect/1").first?.header("X-Hook") == "hooked")
     }
 
     @Test func credentialsAndCookiesStayWithTheirOrigin() async throws {
-        let origin = try LoopbackServer()
-        let other = try LoopbackServer()
-        defer { origin.stop(); other.stop() }
+        let origin = try TestServer.standard()
+        let other = try TestServer.standard()
+        defer { origin.shutDown(); other.shutDown() }
         var request = URLRequest(url: origin.url("/redirect-to?url=\(other.url("/headers").absoluteString)"))
         request.setValue("Bearer secret", forHTTPHeaderField: "Authorization")
         request.setValue("session=1", forHTTPHeaderField: "Cookie")
         request.setValue("kept", forHTTPHeaderField: "X-Other")
         try await RecordingOperation(request: request).run()
-        let arrived = try #require(other.requests(path: "/headers").first)
-        #expect(arrived.headers["Authorization"] == nil)
-        #expect(arrived.headers["Cookie"] == nil)
-        #expect(arrived.headers["X-Other"] == "kept")
+        let arrived = try #require(other.requests("/headers").first)
+        #expect(arrived.header("Authorization") == nil)
+        #expect(arrived.header("Cookie") == nil)
+        #expect(arrived.header("X-Other") == "kept")
     }
 }
 
 @Suite("Authentication", .timeLimit(.minutes(3)))
 struct AuthenticationTests {
     @Test func credentialsPerHostAnswerTheChallenge() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let operation = server.operation("/basic-auth/alice/secret")
         operation.configuration.credentials = .perHost(["127.0.0.1": URLCredential(user: "alice", password: "secret", persistence: .none)])
         try await operation.run()
@@ -313,22 +313,29 @@ struct AuthenticationTests {
     }
 
     @Test func aWrongPasswordFailsWithTheStatusWithoutLooping() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let operation = server.operation("/basic-auth/alice/secret")
         operation.configuration.credentials = .perHost(["127.0.0.1": URLCredential(user: "alice", password: "wrong", persistence: .none)])
         await #expect(throws: FetchError.self) { try await operation.run() }
         #expect(operation.error?.statusCode == 401)
-        #expect(server.requestCount(path: "/basic-auth/alice/secret") <= 2, "one answer, then the 401")
+        #expect(server.requests("/basic-auth/alice/secret").count <= 2, "one answer, then the 401")
     }
 
     @Test func anotherHostsCredentialIsNotOffered() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let operation = server.operation("/basic-auth/alice/secret")
         operation.configuration.credentials = .perHost(["example.com": URLCredential(user: "alice", password: "secret", persistence: .none)])
         await #expect(throws: FetchError.self) { try await operation.run() }
         #expect(operation.error?.statusCode == 401)
-        #expect(server.requests(path: "/basic-auth/alice/secret").allSatisfy { $0.headers["Authorization"] == nil })
+        #expect(server.requests("/basic-auth/alice/secret").allSatisfy { $0.header("Authorization") == nil })
+    }
+}
+
+private extension TestServer {
+    /// A GET operation for a path on this server.
+    func operation(_ path: String) -> RecordingOperation {
+        RecordingOperation(request: URLRequest(url: url(path)))
     }
 }

@@ -1,6 +1,6 @@
 import Dispatch
 import Foundation
-import LoopbackServer
+import FetchKitTesting
 import Testing
 @testable import FetchKit
 
@@ -81,8 +81,8 @@ struct RetryTests {
     static let quick = RetryPolicy(maximumRetries: 2, baseDelay: 0.05, maximumDelay: 0.2)
 
     @Test func aTransientFailureIsRetriedAndVisible() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let operation = server.operation("/flaky/retry-visible/2/503")
         operation.configuration.retryPolicy = Self.quick
         let events = Locked<[RetryEvent]>([])
@@ -92,14 +92,14 @@ struct RetryTests {
         #expect(operation.parses.current == [Data("ok after 2".utf8)])
         #expect(events.current.map(\.attempt) == [2, 3])
         #expect(events.current.allSatisfy { $0.error.statusCode == 503 })
-        #expect(server.requestCount(path: "/flaky/retry-visible/2/503") == 3)
+        #expect(server.requests("/flaky/retry-visible/2/503").count == 3)
     }
 
     @Test func aFetchStartedByHandAndNotKeptStillFinishesAfterItsRetryWait() async throws {
         // Between attempts the operation holds no transfer: what waits for the delay must keep
         // it, or its completion would never run.
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let done = Countdown(1)
         let attempts = Locked(0)
         weak var released: FetchOperation<Data>?
@@ -119,19 +119,19 @@ struct RetryTests {
     }
 
     @Test func retriesStopAtTheLimit() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let operation = server.operation("/flaky/retry-limit/5/503")
         operation.configuration.retryPolicy = RetryPolicy(maximumRetries: 1, baseDelay: 0.05)
         await #expect(throws: FetchError.self) { try await operation.run() }
         #expect(operation.error?.statusCode == 503)
         #expect(operation.attempts == 2)
-        #expect(server.requestCount(path: "/flaky/retry-limit/5/503") == 2)
+        #expect(server.requests("/flaky/retry-limit/5/503").count == 2)
     }
 
     @Test func aPOSTIsNotRetriedUnlessAllowed() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         var request = URLRequest(url: server.url("/flaky/post/1/503"))
         request.httpMethod = "POST"
         request.httpBody = Data("x".utf8)
@@ -149,8 +149,8 @@ struct RetryTests {
     }
 
     @Test func retryAfterSetsTheWait() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let operation = server.operation("/flaky/after/1/429?retry-after=1")
         let events = Locked<[RetryEvent]>([])
         operation.onRetry(on: .immediate) { event in events.withLock { $0.append(event) } }
@@ -160,8 +160,8 @@ struct RetryTests {
     }
 
     @Test func cancellingDuringTheWaitFinishesAtOnce() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let operation = server.operation("/status/503")
         operation.configuration.retryPolicy = RetryPolicy(maximumRetries: 3, baseDelay: 600, maximumDelay: 600)
         let waiting = Countdown(1)
@@ -175,8 +175,8 @@ struct RetryTests {
     }
 
     @Test func theTotalTimeoutCoversEveryAttempt() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let operation = server.operation("/status/503")
         operation.configuration.retryPolicy = RetryPolicy(maximumRetries: 1000, baseDelay: 0.1, multiplier: 1, jitter: 0)
         operation.configuration.totalTimeout = 0.6
@@ -190,9 +190,9 @@ struct RetryTests {
     }
 
     @Test func aRetriedDownloadResumesWhereTheFailedAttemptStopped() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         let length = 120_000
         let cut = Locked(true)
         server.resumableRoute("/cut-once", length: length, etag: Locked("e1"), cutFull: cut)
@@ -202,13 +202,13 @@ struct RetryTests {
         try await download.run()
         #expect(download.attempts == 2)
         #expect(download.resumedBytes == Int64(length / 2))
-        #expect(FileManager.default.contents(atPath: directory.file("resumed").path) == BytePattern.data(offset: 0, count: length))
-        #expect(server.requests(path: "/cut-once").last?.headers["Range"] == "bytes=\(length / 2)-")
+        #expect(FileManager.default.contents(atPath: directory.file("resumed").path) == TestResponse.patternBytes(count: length))
+        #expect(server.requests("/cut-once").last?.header("Range") == "bytes=\(length / 2)-")
     }
 
     @Test func aQueueFreesTheSlotDuringTheWaitAndReportsTheRetry() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let recorder = EventRecorder()
         let queue = makeFetchQueue(total: 1, perHost: 1, monitors: [recorder])
         let flaky = server.operation("/status/503")
@@ -225,5 +225,34 @@ struct RetryTests {
         _ = try? await flaky.finished()
         #expect(await eventsDrain(queue))
         #expect(recorder.kinds(for: flakyID).filter { $0 == .retry }.count == 1)
+    }
+}
+
+private extension TestServer {
+    /// A GET operation for a path on this server.
+    func operation(_ path: String) -> RecordingOperation {
+        RecordingOperation(request: URLRequest(url: url(path)))
+    }
+}
+
+private extension TestServer {
+    /// Serves `length` pattern bytes at `path` with `ETag: "<etag>"`, honouring `Range` and
+    /// `If-Range`. While `cutFull` holds, a full (non-range) response stops after half the body
+    /// and closes. With `ignoresRanges`, ranges are ignored (always 200).
+    func resumableRoute(_ path: String, length: Int, etag: Locked<String>, cutFull: Locked<Bool>, ignoresRanges: Bool = false) {
+        route(path) { request in
+            let tag = "\"\(etag.current)\""
+            let acceptRanges = ignoresRanges ? "none" : "bytes"
+            if !ignoresRanges, let range = request.header("Range"), request.header("If-Range") == nil || request.header("If-Range") == tag,
+               range.hasPrefix("bytes="), Int(range.dropFirst(6).prefix { $0 != "-" }) != nil {
+                // A 206 from the range's start to the end, or a 416 past the end.
+                return .ranged(patternCount: length, for: request, etag: tag)
+            }
+            if cutFull.current {
+                return .steps([.head(status: 200, headers: ["ETag": tag, "Accept-Ranges": acceptRanges, "Content-Length": String(length)]),
+                               .patternBytes(offset: 0, count: length / 2), .close])
+            }
+            return .pattern(count: length, headers: ["ETag": tag, "Accept-Ranges": acceptRanges])
+        }
     }
 }

@@ -1,5 +1,5 @@
 import Foundation
-import LoopbackServer
+import FetchKitTesting
 import Testing
 @testable import FetchKit
 
@@ -23,8 +23,8 @@ struct WaitingTests {
     }
 
     @Test func backgroundThreadWaitWithoutRunLoopSourcesReturns() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let operation = server.operation("/delay/100")
         let ranHandler = Locked(false)
         operation.onCompletion { _ in ranHandler.withLock { $0 = true } }
@@ -54,12 +54,19 @@ struct WaitingTests {
     }
 
     @Test func finishedReturnsTheTypedOperation() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let operation = server.operation("/json")
         makeQueue(1).addOperation(operation)
         let finished: RecordingOperation = try await operation.finished()
         #expect(finished === operation)
         #expect(finished.parses.current.count == 1)
+    }
+}
+
+private extension TestServer {
+    /// A GET operation for a path on this server.
+    func operation(_ path: String) -> RecordingOperation {
+        RecordingOperation(request: URLRequest(url: url(path)))
     }
 }

@@ -1,5 +1,5 @@
 import Foundation
-import LoopbackServer
+import FetchKitTesting
 import Testing
 @testable import FetchKit
 #if canImport(Glibc)
@@ -33,9 +33,9 @@ struct BackpressureTests {
     /// stays near 8 MiB, not most of the body, in one request (issue 32, 6.7). On main the
     /// writer's backlog reached 40 MiB of 48.
     @Test func aSlowDiskHoldsTheReadingInsteadOfItsBytes() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         // Under a sanitizer, whose disk here is 25 times slower, 16 MiB: twice what the gate
         // holds back, so that it holds, and the race checker sees it; the bound on the peak is
         // a claim about the full-speed run only.
@@ -47,8 +47,8 @@ struct BackpressureTests {
 
         try await download.run()
 
-        #expect(contents(destination) == BytePattern.data(offset: 0, count: length), "every byte, in order, once")
-        #expect(server.requestCount(path: "/big") == 1)
+        #expect(contents(destination) == TestResponse.patternBytes(count: length), "every byte, in order, once")
+        #expect(server.requests("/big").count == 1)
         #expect(download.backpressureContinuations == 0)
         // 8 MiB, and what was on its way when the reading was held (the router queue's share
         // on a loaded machine): generous, and far under the body.
@@ -58,9 +58,9 @@ struct BackpressureTests {
     }
 
     @Test func aSlowDiskStopsTheTransferAndContinuesItWithRange() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         let length = 8 << 20
         server.resumableRoute("/big", length: length, etag: Locked("v1"), cutFull: Locked(false))
         let destination = directory.file("big.bin")
@@ -78,7 +78,7 @@ struct BackpressureTests {
 
         try await download.run()
 
-        #expect(contents(destination) == BytePattern.data(offset: 0, count: length), "every byte, in order, once")
+        #expect(contents(destination) == TestResponse.patternBytes(count: length), "every byte, in order, once")
         #expect(download.backpressureContinuations >= 1)
         // The chunk that crossed the bound is the most it is passed by (URLSession's chunks are
         // at most 16 KiB; allow a little more).
@@ -87,21 +87,21 @@ struct BackpressureTests {
         #expect(download.resumedBytes == 0, "nothing came from an earlier download")
         #expect(last.current == FetchProgress(bytesReceived: Int64(length), bytesExpected: Int64(length)))
         #expect(!wentBack.current, "progress never goes backwards across a continuation")
-        let requests = server.requests(path: "/big")
+        let requests = server.requests("/big")
         #expect(requests.count == 1 + download.backpressureContinuations)
-        #expect(requests.first?.headers["Range"] == nil)
+        #expect(requests.first?.header("Range") == nil)
         for (index, request) in requests.dropFirst().enumerated() {
-            let range = try #require(request.headers["Range"], "continuation \(index + 1) asks for the rest")
+            let range = try #require(request.header("Range"), "continuation \(index + 1) asks for the rest")
             let start = Int(range.dropFirst("bytes=".count).prefix { $0 != "-" }) ?? 0
             #expect(start > 0 && start < length)
-            #expect(request.headers["If-Range"] == "\"v1\"")
+            #expect(request.header("If-Range") == "\"v1\"")
         }
     }
 
     @Test func aContinuationWorksWithoutKeepingPartialDownloads() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         let length = 4 << 20
         server.resumableRoute("/big", length: length, etag: Locked("v1"), cutFull: Locked(false))
         let destination = directory.file("big.bin")
@@ -111,7 +111,7 @@ struct BackpressureTests {
 
         try await download.run()
 
-        #expect(contents(destination) == BytePattern.data(offset: 0, count: length))
+        #expect(contents(destination) == TestResponse.patternBytes(count: length))
         #expect(download.backpressureContinuations >= 1)
         #expect(!FileManager.default.fileExists(atPath: download.partialFileURL.path))
         #expect(!FileManager.default.fileExists(atPath: download.partialRecordURL.path))
@@ -120,9 +120,9 @@ struct BackpressureTests {
     /// A server that does not accept ranges cannot be continued: the backlog is not bounded
     /// then (documented), and every byte still arrives.
     @Test func withoutRangesTheTransferIsNotStopped() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         let length = 4 << 20
         server.resumableRoute("/big", length: length, etag: Locked("v1"), cutFull: Locked(false), ignoresRanges: true)
         let destination = directory.file("big.bin")
@@ -131,9 +131,9 @@ struct BackpressureTests {
 
         try await download.run()
 
-        #expect(contents(destination) == BytePattern.data(offset: 0, count: length))
+        #expect(contents(destination) == TestResponse.patternBytes(count: length))
         #expect(download.backpressureContinuations == 0)
-        #expect(server.requestCount(path: "/big") == 1)
+        #expect(server.requests("/big").count == 1)
     }
 
     /// A write that hangs (a stalled disk) does not hold up the transfer: it goes on receiving
@@ -143,9 +143,9 @@ struct BackpressureTests {
     /// arrived, so the transfer is not stopped (a continuation from the end of the body would
     /// ask for an empty range and get a 416).
     @Test func aBacklogThatPassesTheBoundOnlyAtTheEndIsNotContinued() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         let length = 1 << 20
         server.resumableRoute("/big", length: length, etag: Locked("v1"), cutFull: Locked(false))
         let destination = directory.file("big.bin")
@@ -161,17 +161,17 @@ struct BackpressureTests {
         }
         try await download.run()
         #expect(download.backpressureContinuations == 0)
-        #expect(server.requestCount(path: "/big") == 1)
-        #expect(contents(destination) == BytePattern.data(offset: 0, count: length))
+        #expect(server.requests("/big").count == 1)
+        #expect(contents(destination) == TestResponse.patternBytes(count: length))
     }
 
     /// A download whose last bytes wait for a stalled disk does not hold up the session's other
     /// transfers: they share URLSession's one delegate queue, and the close waits off it.
     @Test(.disabled(if: runsUnderSanitizer, "blocks a writer thread for seconds on purpose; under a sanitizer on two cores, libdispatch's pool grows too slowly around it for the suite's other timings"))
     func aDownloadWaitingForTheDiskAtItsEndHoldsUpNoOtherTransfer() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer.standard()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         let destination = directory.file("small.bin")
         let download = DownloadOperation(url: server.url("/bytes/65536"), destination: destination)
         let release = Countdown(1)
@@ -195,7 +195,7 @@ struct BackpressureTests {
         _ = try await downloaded
         #expect(otherFinished, "a fetch completed while the download waited for the disk")
         #expect(other.error == nil)
-        #expect(contents(destination) == BytePattern.data(offset: 0, count: 65536))
+        #expect(contents(destination) == TestResponse.patternBytes(count: 65536))
     }
 
     /// A download cancelled while its disk hangs keeps its partial file once the writer is done,
@@ -203,9 +203,9 @@ struct BackpressureTests {
     /// queue. (It waited on that queue, so a stalled disk stalled every transfer of the session.)
     @Test(.disabled(if: runsUnderSanitizer, "blocks a writer thread for seconds on purpose; under a sanitizer on two cores, libdispatch's pool grows too slowly around it for the suite's other timings"))
     func aDownloadCancelledWhileItsDiskHangsHoldsUpNoOtherTransfer() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer.standard()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         let length = 4 << 20
         server.resumableRoute("/big", length: length, etag: Locked("v1"), cutFull: Locked(false))
         let destination = directory.file("big.bin")
@@ -236,15 +236,15 @@ struct BackpressureTests {
         #expect(other.error == nil)
         #expect(download.error?.isCancellation == true)
         let partial = try #require(contents(download.partialFileURL), "the resumable partial file is kept")
-        #expect(partial.count >= 512 << 10 && partial == BytePattern.data(offset: 0, count: partial.count),
+        #expect(partial.count >= 512 << 10 && partial == TestResponse.patternBytes(count: partial.count),
                 "every byte that reached the writer is on disk, in order")
     }
 
     @Test(.disabled(if: runsUnderSanitizer, "blocks a writer thread for seconds on purpose; under a sanitizer on two cores, libdispatch's pool grows too slowly around it for the suite's other timings"))
     func aHangingWriteDoesNotHoldUpTheTransfer() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         let length = 4 << 20
         server.resumableRoute("/big", length: length, etag: Locked("v1"), cutFull: Locked(false))
         let destination = directory.file("big.bin")
@@ -264,7 +264,7 @@ struct BackpressureTests {
         _ = try await finished
 
         #expect(received, "chunks kept arriving while the first write hung")
-        #expect(contents(destination) == BytePattern.data(offset: 0, count: length))
+        #expect(contents(destination) == TestResponse.patternBytes(count: length))
         // Whether the bound was passed before the release depends on timing; it held either way.
         #expect(download.peakBacklog <= (1 << 20) + (64 << 10), "peak backlog \(download.peakBacklog)")
     }
@@ -273,9 +273,9 @@ struct BackpressureTests {
     /// waits for a write, however short (that would hold URLSession's chunks in its queue,
     /// uncounted), so the backlog passes the bound and the transfer is stopped and continued.
     @Test func aDiskSlowerThanTheNetworkInShortWritesIsStillBounded() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         let length = 16 << 20
         server.resumableRoute("/big", length: length, etag: Locked("v1"), cutFull: Locked(false))
         let destination = directory.file("big.bin")
@@ -286,7 +286,7 @@ struct BackpressureTests {
 
         try await download.run()
 
-        #expect(contents(destination) == BytePattern.data(offset: 0, count: length))
+        #expect(contents(destination) == TestResponse.patternBytes(count: length))
         #expect(download.backpressureContinuations >= 1, "the writer's backlog reached the bound")
         #expect(download.peakBacklog <= bound + (64 << 10), "peak backlog \(download.peakBacklog)")
     }
@@ -294,9 +294,9 @@ struct BackpressureTests {
     /// Cancelled while the writer is behind: the writer finishes first, so the partial file is
     /// exactly what arrived, and a later download resumes from its length.
     @Test func aCancelWaitsForTheWriterAndKeepsAConsistentPartialFile() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         let length = 4 << 20
         server.resumableRoute("/big", length: length, etag: Locked("v1"), cutFull: Locked(false))
         let destination = directory.file("big.bin")
@@ -310,12 +310,12 @@ struct BackpressureTests {
 
         let partial = try #require(contents(first.partialFileURL), "a resumable partial file is kept")
         #expect(partial.count >= 1 << 20, "every byte that reached the writer is on disk")
-        #expect(partial == BytePattern.data(offset: 0, count: partial.count))
+        #expect(partial == TestResponse.patternBytes(count: partial.count))
 
         let second = DownloadOperation(url: server.url("/big"), destination: destination)
         try await second.run()
         #expect(second.resumedBytes == Int64(partial.count))
-        #expect(contents(destination) == BytePattern.data(offset: 0, count: length))
+        #expect(contents(destination) == TestResponse.patternBytes(count: length))
     }
 }
 
@@ -337,8 +337,8 @@ struct DiskMemoryTests {
     @Test(.enabled(if: ProcessInfo.processInfo.environment["FETCHKIT_MEMORY_TEST"] == "1", "set FETCHKIT_MEMORY_TEST=1"),
           .enabled(if: !runsUnderSanitizer, "a sanitizer's shadow memory is counted too"))
     func aLargeDownloadToDiskKeepsTheProcessSmall() async throws {
-        let server = try LoopbackServer(recordRequests: false)
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let size = 256 << 20
         var growths: [Int] = []
         for _ in 0..<3 {
@@ -365,17 +365,16 @@ struct DiskMemoryTests {
 @Suite("Backpressure: continuations that cannot continue", .timeLimit(.minutes(3)))
 struct BackpressureEdgeTests {
     @Test func aServerWhoseValidatorChangesEachTimeIsStoppedOnceAndFinishes() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         let length = 4 << 20
         let responses = Locked(0)
         // A fresh ETag every time: `If-Range` never matches, so a continuation gets the whole
         // body again from byte 0, and would be stopped and restarted for ever.
         server.route("/rotating") { _ in
             let n = responses.withLock { $0 += 1; return $0 }
-            return HTTPResponse(status: 200, headers: ["ETag": "\"v\(n)\"", "Accept-Ranges": "bytes"],
-                                body: .pattern(offset: 0, count: length))
+            return .pattern(count: length, headers: ["ETag": "\"v\(n)\"", "Accept-Ranges": "bytes"])
         }
         let destination = directory.file("rotating.bin")
         let download = DownloadOperation(url: server.url("/rotating"), destination: destination)
@@ -384,7 +383,7 @@ struct BackpressureEdgeTests {
 
         try await download.run()
 
-        #expect(FileManager.default.contents(atPath: destination.path) == BytePattern.data(offset: 0, count: length))
+        #expect(FileManager.default.contents(atPath: destination.path) == TestResponse.patternBytes(count: length))
         #expect(download.backpressureContinuations == 1, "a Range answered from byte 0 is not stopped again")
         #expect(responses.current == 2)
     }
@@ -463,5 +462,27 @@ struct BacklogGateTests {
         done?()
         let released = gate.heldUntil(now: .max)
         #expect(released > 0 && released < .max, "released once the reading went on")
+    }
+}
+
+private extension TestServer {
+    /// Serves `length` pattern bytes at `path` with `ETag: "<etag>"`, honouring `Range` and
+    /// `If-Range`. While `cutFull` holds, a full (non-range) response stops after half the body
+    /// and closes. With `ignoresRanges`, ranges are ignored (always 200).
+    func resumableRoute(_ path: String, length: Int, etag: Locked<String>, cutFull: Locked<Bool>, ignoresRanges: Bool = false) {
+        route(path) { request in
+            let tag = "\"\(etag.current)\""
+            let acceptRanges = ignoresRanges ? "none" : "bytes"
+            if !ignoresRanges, let range = request.header("Range"), request.header("If-Range") == nil || request.header("If-Range") == tag,
+               range.hasPrefix("bytes="), Int(range.dropFirst(6).prefix { $0 != "-" }) != nil {
+                // A 206 from the range's start to the end, or a 416 past the end.
+                return .ranged(patternCount: length, for: request, etag: tag)
+            }
+            if cutFull.current {
+                return .steps([.head(status: 200, headers: ["ETag": tag, "Accept-Ranges": acceptRanges, "Content-Length": String(length)]),
+                               .patternBytes(offset: 0, count: length / 2), .close])
+            }
+            return .pattern(count: length, headers: ["ETag": tag, "Accept-Ranges": acceptRanges])
+        }
     }
 }

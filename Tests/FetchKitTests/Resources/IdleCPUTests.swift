@@ -3,7 +3,7 @@ import FoundationNetworkingShims
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
-import LoopbackServer
+import FetchKitTesting
 import Testing
 @testable import FetchKit
 
@@ -64,8 +64,8 @@ struct IdleCPUTests {
     /// Slow bodies arrive byte for byte: a read source that replaced a write source still
     /// wakes the transfer for every chunk.
     @Test func trickledBodiesArriveWhole() async throws {
-        let server = try LoopbackServer(recordRequests: false)
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let session = try quietSession()
         defer { session.invalidate() }
         let length = 60_000
@@ -80,18 +80,19 @@ struct IdleCPUTests {
         #expect(rewrites >= rewritesBefore + fetches.count, "each new connection's switch to reading goes through the fix")
         #endif
         for result in results {
-            #expect(try result.get() == BytePattern.data(offset: 0, count: length))
+            #expect(try result.get() == TestResponse.patternBytes(count: length))
         }
     }
 
     /// A body larger than the socket buffers goes up: libcurl asks for writability again and
     /// again while it sends (and for readability all along), then for readability alone.
     @Test func largeUploadsArriveWholeAndTheirAnswersToo() async throws {
-        let server = try LoopbackServer(recordRequests: false)
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let session = try quietSession()
         defer { session.invalidate() }
-        let bodies = (0..<4).map { index in BytePattern.data(offset: index * 7, count: (6 << 20) + index * 1001) }
+        // The pattern from offset `index * 7`.
+        let bodies = (0..<4).map { index in Data(TestResponse.patternBytes(count: index * 7 + (6 << 20) + index * 1001).dropFirst(index * 7)) }
         let fetches = bodies.map { body in
             var request = URLRequest(url: server.url("/echo"))
             request.httpMethod = "POST"
@@ -116,8 +117,8 @@ struct IdleCPUTests {
     /// until their idle timeout, and cancelled at random moments — each ends as it must:
     /// every wake-up the fix moves from one source to another still reaches its transfer.
     @Test func manyMixedTransfersWithCancellationsAllEndCorrectly() async throws {
-        let server = try LoopbackServer(recordRequests: false)
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let session = try quietSession()
         defer { session.invalidate() }
         var random = SplitMix64(seed: 20)
@@ -160,7 +161,7 @@ struct IdleCPUTests {
             if cancelled.contains(index), case .failure(.cancelled) = result { continue }
             switch shape {
             case .bytes(let n), .delayed(let n), .trickled(let n):
-                #expect((try? result.get()) == BytePattern.data(offset: 0, count: n), "fetch \(index): \(result)")
+                #expect((try? result.get()) == TestResponse.patternBytes(count: n), "fetch \(index): \(result)")
             case .redirected:
                 #expect((try? result.get()) == Data("redirected".utf8), "fetch \(index): \(result)")
             case .silent:
@@ -176,8 +177,8 @@ struct IdleCPUTests {
     /// one's transfers end whole, and a session invalidated while its transfers wait ends
     /// them cancelled without disturbing the others.
     @Test func sessionsSideBySideAndAnInvalidatedOneEachEndTheirOwnTransfers() async throws {
-        let server = try LoopbackServer(recordRequests: false)
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let first = try quietSession()
         let second = try quietSession()
         let unfixed = FetchSession(configuration: FetchSession.defaultConfiguration(), monitors: [], quietsWaitingSockets: false)
@@ -216,7 +217,7 @@ struct IdleCPUTests {
             }
         }
         for (result, length) in zip(try await results, lengths) {
-            #expect((try? result.get()) == BytePattern.data(offset: 0, count: length), "\(result)")
+            #expect((try? result.get()) == TestResponse.patternBytes(count: length), "\(result)")
         }
     }
 

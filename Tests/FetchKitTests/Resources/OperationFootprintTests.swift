@@ -1,5 +1,5 @@
 import Foundation
-import LoopbackServer
+import FetchKitTesting
 import Testing
 @testable import FetchKit
 
@@ -24,8 +24,8 @@ struct OperationFootprintTests {
     }
 
     @Test func aWaitingOperationNobodyWatchesMakesNoBoxes() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let (queue, blocker, waiting, done) = await fetchWaitingBehindABlocker(on: server, path: "/json")
         let boxes = waiting.core.withLock { $0.madeBoxes }
         #expect(!boxes.record && !boxes.extras, "no transfer record, no handlers, observers or sequences")
@@ -90,8 +90,8 @@ struct OperationFootprintTests {
     @Test func aWaitingFetchsAttemptIsItsPlaceInTheQueueWithNothingBetween() async throws {
         // The operation runs its attempts itself (no attempt-loop object between it and its
         // place in the queue), and hears of the transfer directly.
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let (queue, blocker, waiting, done) = await fetchWaitingBehindABlocker(on: server, path: "/bytes/3000")
         let handle = try #require(waiting.core.withLock { $0.transfer })
         let member = try #require(handle as? FlightMember, "the operation holds its place in the queue")
@@ -104,8 +104,8 @@ struct OperationFootprintTests {
     }
 
     @Test func aFetchWaitingForASlotHoldsNoBodySinkUntilItIsGranted() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let (queue, blocker, waiting, done) = await fetchWaitingBehindABlocker(on: server, path: "/bytes/3000")
 
         let (member, blockerHost) = queue.state.withLock { state in
@@ -137,8 +137,8 @@ struct OperationFootprintTests {
     }
 
     @Test func aSequenceMadeAfterTheFetchFinishedStartsFromItsFinalValue() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let operation = FetchOperation<Data>(url: server.url("/bytes/3000"))
         operation.start()
         _ = try await operation.value
@@ -198,7 +198,7 @@ struct OperationFootprintTests {
 
     /// A queue of one slot, held by a fetch whose head never comes, and a fetch of `path`
     /// waiting for that slot (it completes once the blocker is cancelled).
-    private func fetchWaitingBehindABlocker(on server: LoopbackServer, path: String) async
+    private func fetchWaitingBehindABlocker(on server: TestServer, path: String) async
         -> (queue: FetchQueue, blocker: FetchOperation<Data>, waiting: FetchOperation<Data>, done: Countdown) {
         let queue = makeFetchQueue(total: 1, perHost: 1, monitors: [])
         let blocker = server.operation("/stall-head")
@@ -209,5 +209,12 @@ struct OperationFootprintTests {
         queue.enqueue(waiting) { _ in done.signal() }
         #expect(await counts(of: queue, reach: { $0.waiting == 1 }))
         return (queue, blocker, waiting, done)
+    }
+}
+
+private extension TestServer {
+    /// A GET operation for a path on this server.
+    func operation(_ path: String) -> RecordingOperation {
+        RecordingOperation(request: URLRequest(url: url(path)))
     }
 }

@@ -1,14 +1,14 @@
 import Dispatch
 import Foundation
-import LoopbackServer
+import FetchKitTesting
 import Testing
 @testable import FetchKit
 
 @Suite("Stress", .timeLimit(.minutes(3)))
 struct StressTests {
     @Test func tenThousandOperationsWithRandomCancelsFinishAndCompleteExactlyOnce() async throws {
-        let server = try LoopbackServer(recordRequests: false)
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         // A quarter of them under a sanitizer, whose every access costs tens of times more:
         // still thousands of cancels racing transfers, parses and completions.
         let count = runsUnderSanitizer ? 2_500 : 10_000
@@ -63,13 +63,13 @@ struct StressTests {
         #expect(cancelled + succeeded == count, "only cancels and successes are possible here")
         #expect(victims.allSatisfy { operations[$0].isCancelled || operations[$0].error == nil })
         let requested = victims.count + roles.filter { $0 == 1 }.count
-        print("stress: \(count) operations, \(requested) cancels requested (\(victims.count) up front, the rest from completion handlers), \(cancelled) finished cancelled, \(succeeded) succeeded, \(server.requestsReceived) requests served, \(String(format: "%.2f", elapsed)) s")
+        print("stress: \(count) operations, \(requested) cancels requested (\(victims.count) up front, the rest from completion handlers), \(cancelled) finished cancelled, \(succeeded) succeeded, \(server.counters.requestsReceived) requests served, \(String(format: "%.2f", elapsed)) s")
         withExtendedLifetime(tokens) {}
     }
 
     @Test func fetchQueueStormOfRandomCancelsCompletesEachFetchOnce() async throws {
-        let server = try LoopbackServer(recordRequests: false)
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let queue = FetchQueue(name: #function, maximumConcurrentTransfers: 16, maximumTransfersPerHost: 8,
                                monitors: [EventRecorder()],
                                coalescesIdenticalRequests: true, networkActivityHideDelay: 0)
@@ -131,9 +131,9 @@ struct StressTests {
     }
 
     @Test func queueBoundIsRespectedAsSeenByTheServer() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
-        let gate = ServerGate()
+        let server = try TestServer()
+        defer { server.shutDown() }
+        let gate = TestGate()
         server.gatedRoute("/gate", gate)
         let queue = makeQueue(3)
         let operations = (0..<12).map { server.operation("/gate?n=\($0)") }
@@ -141,7 +141,20 @@ struct StressTests {
         #expect(await server.waitUntil(timeout: 60) { $0.requestsInFlight == 3 })
         gate.open()
         for operation in operations { try await operation.finished() }
-        #expect(server.peakRequestsInFlight == 3)
-        #expect(server.requestsReceived == 12)
+        #expect(server.counters.peakRequestsInFlight == 3)
+        #expect(server.counters.requestsReceived == 12)
+    }
+}
+
+private extension TestServer {
+    /// A GET operation for a path on this server.
+    func operation(_ path: String) -> RecordingOperation {
+        RecordingOperation(request: URLRequest(url: url(path)))
+    }
+
+    /// Routes `path` to an answer, "open", held until `gate` opens. Requests held there count
+    /// as in flight on the server.
+    func gatedRoute(_ path: String, _ gate: TestGate) {
+        route(path) { _ in .text("open").held(by: gate) }
     }
 }

@@ -1,5 +1,5 @@
 import Foundation
-import LoopbackServer
+import FetchKitTesting
 import Testing
 @testable import FetchKit
 
@@ -50,24 +50,24 @@ private final class StreamMetricsLog: FetchEventMonitor, @unchecked Sendable {
 struct StreamingFetchTests {
     /// A response with no `Content-Length` whose events the server writes `interval` ms apart,
     /// then closes: the body ends with the connection.
-    static func timedEvents(_ events: [String], intervalMilliseconds: Int, thenStall: Bool = false) -> HTTPResponse {
-        var actions: [ScriptAction] = [.write(HTTPResponse.rawHead(status: 200, headers: [
+    static func timedEvents(_ events: [String], intervalMilliseconds: Int, thenStall: Bool = false) -> TestResponse {
+        var actions: [TestResponse.Step] = [.head(status: 200, headers: [
             "Content-Type": "text/event-stream", "Cache-Control": "no-cache", "Connection": "close",
-        ]))]
+        ])]
         for event in events {
-            actions.append(.sleep(milliseconds: intervalMilliseconds))
+            actions.append(.pause(milliseconds: intervalMilliseconds))
             actions.append(.write(Data(event.utf8)))
         }
         actions.append(thenStall ? .stall : .close)
-        return .script(actions)
+        return .steps(actions)
     }
 
     /// Ten events 100 ms apart: each is yielded before the server writes the next, not when
     /// the body ends (latency is what a stream is for). Times count from the head's arrival,
     /// after which the server writes event k at 100·k ms.
     @Test func eachEventIsYieldedAsTheServerSendsIt() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer()
+        defer { server.shutDown() }
         let events = (1...10).map { "id: \($0)\ndata: {\"text\":\"t\($0)\"}\n\n" }
         server.route("/events") { _ in Self.timedEvents(events, intervalMilliseconds: 100) }
         let queue = FetchQueue()
@@ -101,16 +101,16 @@ struct StreamingFetchTests {
     /// event k+1 only once the test has read event k (a gate), so nothing but the event itself
     /// can have pushed it through — no later bytes, no end of the body.
     @Test func eachEventIsYieldedBeforeTheServerWritesTheNext() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
-        let gates = (0..<5).map { _ in ServerGate() }
-        var actions: [ScriptAction] = [.write(HTTPResponse.rawHead(status: 200, headers: ["Content-Type": "text/event-stream"]))]
+        let server = try TestServer()
+        defer { server.shutDown() }
+        let gates = (0..<5).map { _ in TestGate() }
+        var actions: [TestResponse.Step] = [.head(status: 200, headers: ["Content-Type": "text/event-stream"])]
         for (index, gate) in gates.enumerated() {
             actions.append(.write(Data("data: {\"text\":\"e\(index)\"}\n\n".utf8)))
-            actions.append(.wait(gate))
+            actions.append(.wait(for: gate))
         }
         actions.append(.close)
-        let response = HTTPResponse.script(actions)
+        let response = TestResponse.steps(actions)
         server.route("/gated") { _ in response }
         var tokens: [StreamedToken] = []
         for try await token in FetchQueue().stream(StreamedTokens(url: server.url("/gated"))) {
@@ -123,8 +123,8 @@ struct StreamingFetchTests {
     /// The head comes first; a status the operation does not accept fails before any element,
     /// with the start of the error body kept, as for any fetch.
     @Test func anUnacceptableStatusFailsBeforeAnyElement() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer()
+        defer { server.shutDown() }
         server.route("/missing") { _ in .text("no such stream", status: 404) }
         let operation = DataStreamOperation(url: server.url("/missing"))
         var chunks = 0
@@ -149,8 +149,8 @@ struct StreamingFetchTests {
     /// queue, which a loaded suite kept busy past 1 s once (the fresh-clone CI's run, whose
     /// other tests took three times as long as alone).
     @Test func breakingOutClosesTheConnectionCompletesOnceAndFreesTheSlot() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let queue = FetchQueue(maximumConcurrentTransfers: 1)
         let operation = DataStreamOperation(url: server.url("/trickle/999999999999/64/20"))
         let completions = Locked(0)
@@ -179,8 +179,8 @@ struct StreamingFetchTests {
     /// the next fetch, its connection closes. Here an endless trickle's sequence is dropped on
     /// a queue of one. (The fetch streamed on, unread, and the next fetch never started.)
     @Test func aStreamDroppedUnreadIsCancelledAndFreesItsSlot() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let queue = FetchQueue(maximumConcurrentTransfers: 1)
         let operation = DataStreamOperation(url: server.url("/trickle/999999999999/64/20"))
         _ = queue.stream(operation)
@@ -194,8 +194,8 @@ struct StreamingFetchTests {
     /// A sequence kept, and iterated from another task, is not cancelled when the copy that
     /// was made first goes away.
     @Test func aStreamKeptAndReadElsewhereIsNotCancelled() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let operation = DataStreamOperation(url: server.url("/bytes/\(256 << 10)"))
         let reading: Task<Int, any Error>
         do {
@@ -212,8 +212,8 @@ struct StreamingFetchTests {
 
     /// Cancelling the reading task cancels the fetch: the loop throws `cancelled`.
     @Test func cancellingTheReadingTaskCancelsTheFetch() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let operation = DataStreamOperation(url: server.url("/trickle/999999999999/64/20"))
         let elements = FetchQueue().stream(operation)
         let firstChunk = Countdown(1)
@@ -236,8 +236,8 @@ struct StreamingFetchTests {
     /// Lines, and a typed subclass: a parse error ends the sequence with `parseFailed` and
     /// cancels the fetch.
     @Test func framingCutsLinesAndAParseErrorEndsTheStream() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer()
+        defer { server.shutDown() }
         server.route("/lines") { _ in Self.timedEvents(["one\r\ntw", "o\nthree"], intervalMilliseconds: 10) }
         server.route("/bad") { _ in Self.timedEvents(["data: {\"text\":\"a\"}\n\n", "data: nope\n\n", "data: {\"text\":\"b\"}\n\n"], intervalMilliseconds: 10, thenStall: true) }
         var lines: [String] = []
@@ -264,8 +264,8 @@ struct StreamingFetchTests {
     /// An attempt refused before any byte of the body is retried (the reader saw nothing);
     /// one cut mid-body is not (the reader saw its start): the error ends the stream.
     @Test func onlyAnAttemptBeforeTheBodyIsRetried() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let retried = DataStreamOperation(url: server.url("/flaky/stream/1/503"))
         retried.configuration.retryPolicy = RetryPolicy(maximumRetries: 2, baseDelay: 0.01, maximumDelay: 0.01)
         var body = Data()
@@ -281,14 +281,14 @@ struct StreamingFetchTests {
         }
         #expect(cut.attempts == 1)
         #expect(received == 100_000)
-        #expect(server.requestCount(path: "/close-mid-body/200000") == 1)
+        #expect(server.requests("/close-mid-body/200000").count == 1)
     }
 
     /// `maximumResponseSize` holds for a stream; the idle timeout fires between chunks when
     /// the server goes silent.
     @Test func theSizeLimitAndTheIdleTimeoutHold() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let large = DataStreamOperation(url: server.url("/trickle/1000000/10000/1"))
         large.configuration.maximumResponseSize = 100_000
         var received = 0
@@ -319,8 +319,8 @@ struct StreamingFetchTests {
     /// is held the idle timeout does not run: the silence is the reader's. Every byte arrives,
     /// in order.
     @Test func aSlowReaderHoldsTheReadingWithoutTimingOut() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let length = 2 << 20
         let operation = DataStreamOperation(url: server.url("/bytes/\(length)"), bufferSize: 64 << 10)
         // Generous for a loaded machine: the resume and the next chunk wait behind URLSession's
@@ -339,7 +339,7 @@ struct StreamingFetchTests {
             if reads == 1 { try await Task.sleep(for: .milliseconds(8_000)) }
             #expect(chunk.count <= largestRead, "a read took \(chunk.count) bytes")
         }
-        #expect(body == BytePattern.data(offset: 0, count: length))
+        #expect(body == TestResponse.patternBytes(count: length))
         #expect(operation.error == nil)
         #expect(operation.channel.gate.pauses > 0, "the reading was never held")
         #if os(Linux)
@@ -351,27 +351,27 @@ struct StreamingFetchTests {
     /// server holds events back, and libcurl decodes a compressed read whole, past the
     /// reader's pause. A request that names its codings keeps them.
     @Test func aStreamAsksForItsBodyUncompressedUnlessTheRequestSaysOtherwise() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         for try await _ in FetchQueue().stream(DataStreamOperation(url: server.url("/bytes/64?plain"))) {}
         var request = URLRequest(url: server.url("/bytes/64?gzip"))
         request.setValue("gzip", forHTTPHeaderField: "Accept-Encoding")
         for try await _ in FetchQueue().stream(DataStreamOperation(request: request)) {}
-        let plain = server.requests(path: "/bytes/64").first { $0.query["plain"] != nil }
-        let gzip = server.requests(path: "/bytes/64").first { $0.query["gzip"] != nil }
-        #expect(plain?.headers["Accept-Encoding"] == "identity")
-        #expect(gzip?.headers["Accept-Encoding"] == "gzip")
+        let plain = server.requests("/bytes/64").first { $0.query["plain"] != nil }
+        let gzip = server.requests("/bytes/64").first { $0.query["gzip"] != nil }
+        #expect(plain?.header("Accept-Encoding") == "identity")
+        #expect(gzip?.header("Accept-Encoding") == "gzip")
     }
 
     /// Lines and events cut before a framing error in the same read reach the reader before
     /// the error (they were dropped with it): one write holds two lines, then one past the
     /// limit; two events, then one whose data lines pass its limit together.
     @Test func whatWasCutBeforeAFramingErrorIsReadBeforeIt() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer()
+        defer { server.shutDown() }
         server.route("/lines") { _ in .text("a\nb\n" + String(repeating: "x", count: 4096) + "\nnever\n") }
         server.route("/events") { _ in
-            HTTPResponse(status: 200, headers: ["Content-Type": "text/event-stream"],
+            TestResponse(status: 200, headers: ["Content-Type": "text/event-stream"],
                          body: Data(("data: 1\n\ndata: 2\n\n" + String(repeating: "data: " + String(repeating: "y", count: 100) + "\n", count: 20)
                                      + "\ndata: never\n\n").utf8))
         }
@@ -407,8 +407,8 @@ struct StreamingFetchTests {
     /// line: here a CRLF and a two-byte character straddle the first edges, and every line
     /// comes whole, in order.
     @Test func aLargeReadIsCutIntoLinesASliceAtATimeWithNothingSplit() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer()
+        defer { server.shutDown() }
         let slice = 64 << 10
         var body = Data()
         var expected: [String] = []
@@ -427,7 +427,7 @@ struct StreamingFetchTests {
             number += 1
         }
         let whole = body
-        server.route("/many") { _ in HTTPResponse(status: 200, body: whole) }
+        server.route("/many") { _ in TestResponse(status: 200, body: whole) }
         let operation = LineStream(url: server.url("/many"))
         let arrived = Countdown(1)
         operation.onProgress(on: .immediate, minimumInterval: 0) { progress in
@@ -445,13 +445,13 @@ struct StreamingFetchTests {
     /// `streamAlreadyRead`, at once, and leaves the first reader's fetch alone: the first gets
     /// the whole body. (The second took the first's place: one of them waited for ever.)
     @Test func aSecondReaderIsRefusedAndTheFirstReadsOn() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer()
+        defer { server.shutDown() }
         let length = 1 << 20
-        let gate = ServerGate()
+        let gate = TestGate()
         server.route("/held") { _ in
-            .script([.write(HTTPResponse.rawHead(status: 200, headers: ["Content-Length": String(length)])),
-                     .writePattern(offset: 0, count: 1024), .wait(gate), .writePattern(offset: 1024, count: length - 1024)])
+            .steps([.head(status: 200, headers: ["Content-Length": String(length)]),
+                     .patternBytes(offset: 0, count: 1024), .wait(for: gate), .patternBytes(offset: 1024, count: length - 1024)])
         }
         let operation = DataStreamOperation(url: server.url("/held"))
         let elements = FetchQueue().stream(operation)
@@ -468,7 +468,7 @@ struct StreamingFetchTests {
         }
         gate.open()
         while let chunk = try await iterator.next() { body.append(chunk) }
-        #expect(body == BytePattern.data(offset: 0, count: length))
+        #expect(body == TestResponse.patternBytes(count: length))
         #expect(operation.error == nil)
     }
 
@@ -477,8 +477,8 @@ struct StreamingFetchTests {
     @Test func aStreamHasNoSizeLimitUnlessOneIsSet() async throws {
         #expect(DataStreamOperation(url: URL(filePath: "/")).configuration.maximumResponseSize == .max)
         #expect(DataStreamOperation(request: nil).configuration.maximumResponseSize == .max)
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let operation = DataStreamOperation(url: server.url("/bytes/\(1 << 20)"))
         operation.configuration.maximumResponseSize = 64 << 10
         operation.configuration.retryPolicy = .none
@@ -491,8 +491,8 @@ struct StreamingFetchTests {
     /// A task waiting for the head of a stream that will not start (its queue is paused)
     /// stops waiting when it is cancelled, with `cancelled`; the fetch itself goes on.
     @Test func waitingForTheHeadEndsWithTheWaitersCancel() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let queue = FetchQueue()
         queue.isSuspended = true
         let operation = DataStreamOperation(url: server.url("/bytes/1024"))
@@ -520,8 +520,8 @@ struct StreamingFetchTests {
     /// (a loop that never waits would never see its cancel): the next read throws `cancelled`
     /// and the fetch is cancelled. Here the whole body waits before the cancelled task reads.
     @Test func aCancelledReaderGetsNoMoreChunksEvenWithChunksWaiting() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let length = 256 << 10
         let operation = DataStreamOperation(url: server.url("/bytes/\(length)"))
         let arrived = Countdown(1)
@@ -558,16 +558,16 @@ struct StreamingFetchTests {
     /// readers handed out what they had cut: 60 to 255 more elements after the cancel.)
     @Test(arguments: Reading.allCases)
     func aCancelledReaderGetsNoMoreOfTheElementsCutAlready(_ reading: Reading) async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer()
+        defer { server.shutDown() }
         let events = (0..<2000).map { #"data: {"text":"\#($0)"}"# + "\n\n" }.joined()
         server.route("/events") { _ in
-            .script([.write(HTTPResponse.rawHead(status: 200, headers: ["Content-Type": "text/event-stream"])),
+            .steps([.head(status: 200, headers: ["Content-Type": "text/event-stream"]),
                       .write(Data(events.utf8)), .stall])
         }
         let lines = (0..<2000).map { #"{"text":"\#($0)"}"# + "\n" }.joined()
         server.route("/ndjson") { _ in
-            .script([.write(HTTPResponse.rawHead(status: 200, headers: ["Content-Type": "application/x-ndjson"])),
+            .steps([.head(status: 200, headers: ["Content-Type": "application/x-ndjson"]),
                       .write(Data(lines.utf8)), .stall])
         }
         let url = server.url("/events")
@@ -616,8 +616,8 @@ struct StreamingFetchTests {
     /// The test ends there: what comes after, behind a suite's busy work queue, is the
     /// slow-reader test's.
     @Test func aResumeThatWaitsForABusyWorkQueueStillHolds() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let operation = DataStreamOperation(url: server.url("/bytes/\(4 << 20)"), bufferSize: 64 << 10)
         operation.configuration.idleTimeout = 3
         operation.configuration.retryPolicy = .none
@@ -650,8 +650,8 @@ struct StreamingFetchTests {
     /// (The idle clock ran from the resume: the stream failed with the idle timeout after 3 s,
     /// as two streams did in a loaded suite.)
     @Test func aReadThatWaitsForABusyWorkQueueAfterAResumeIsNotIdle() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let operation = DataStreamOperation(url: server.url("/bytes/\(4 << 20)"), bufferSize: 64 << 10)
         operation.configuration.idleTimeout = 3
         operation.configuration.retryPolicy = .none
@@ -691,8 +691,8 @@ struct StreamingFetchTests {
         #expect(Transfer.backstop(idleTimeout: 1, consumerMayHold: false) == 31)
         #expect(Transfer.backstop(idleTimeout: 3, consumerMayHold: false, slack: 2) == 5)
         #expect(Transfer.backstop(idleTimeout: 1, consumerMayHold: true) == 7 * 24 * 3600)
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let length = 1 << 20
         let operation = DataStreamOperation(url: server.url("/bytes/\(length)"), bufferSize: 64 << 10)
         operation.configuration.idleTimeout = 3
@@ -709,15 +709,15 @@ struct StreamingFetchTests {
         if let error = operation.error { throw error }
         var body = Data()
         for try await chunk in elements { body.append(chunk) }
-        #expect(body == BytePattern.data(offset: 0, count: length))
+        #expect(body == TestResponse.patternBytes(count: length))
     }
 
     /// Where the reading cannot be paused (here turned off, as on a session whose report says
     /// `reader-pace` is unavailable), a reader more than twice its buffer behind ends the
     /// stream with `streamOverflow`: the buffer's bound holds by failing, never by growing.
     @Test func withoutThePauseASlowReaderFailsAtTheBound() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let buffer = 64 << 10
         let operation = DataStreamOperation(url: server.url("/bytes/\(8 << 20)"), bufferSize: buffer)
         operation.channel.pausesReading = false
@@ -744,8 +744,8 @@ struct StreamingFetchTests {
     /// 100 streams on a queue of 8: never more than 8 at the server at once, each completes
     /// once with its whole body.
     @Test func aHundredStreamsOnAQueueOfEight() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let monitor = StreamMetricsLog()
         let queue = FetchQueue(maximumConcurrentTransfers: 8, maximumTransfersPerHost: 8, monitors: [monitor])
         let completions = Locked([Int](repeating: 0, count: 100))
@@ -772,7 +772,7 @@ struct StreamingFetchTests {
             return bodies
         }
         for operation in operations { _ = await outcome(of: operation) }
-        let expected = BytePattern.data(offset: 0, count: 2000)
+        let expected = TestResponse.patternBytes(count: 2000)
         #expect(bodies.allSatisfy { $0 == expected })
         #expect(server.counters.peakRequestsInFlight <= 8, "\(server.counters)")
         #expect(await completed.wait(timeout: 30))
@@ -788,8 +788,8 @@ struct StreamingFetchTests {
     /// The queue refuses an operation enqueued twice: the second sequence throws why, and the
     /// first goes on.
     @Test func aRefusedStreamThrowsWhyAndLeavesTheFirst() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let queue = FetchQueue()
         let operation = DataStreamOperation(url: server.url("/bytes/5000"))
         let first = queue.stream(operation)
@@ -804,7 +804,7 @@ struct StreamingFetchTests {
         }
         var body = Data()
         for try await chunk in first { body.append(chunk) }
-        #expect(body == BytePattern.data(offset: 0, count: 5000))
+        #expect(body == TestResponse.patternBytes(count: 5000))
     }
 }
 
@@ -853,8 +853,8 @@ struct EventSourceTests {
     /// stream asked for; its event has no `id`, so the last event ID stays; the third gets 204,
     /// which ends the sequence.
     @Test func aStreamThatEndsReconnectsWithTheLastEventIDAfterItsRetry() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer()
+        defer { server.shutDown() }
         let connections = Locked(0)
         server.route("/events") { _ in
             let number = connections.withLock { count -> Int in
@@ -864,7 +864,7 @@ struct EventSourceTests {
             switch number {
             case 1: return StreamingFetchTests.timedEvents(["retry: 200\nid: 1\ndata: a\n\n", "data: b\n\n: a comment\n"], intervalMilliseconds: 5)
             case 2: return StreamingFetchTests.timedEvents(["data: c\n\ndata: unended"], intervalMilliseconds: 5)
-            default: return HTTPResponse(status: 204)
+            default: return .status(204)
             }
         }
         var events: [(ServerSentEvent, ContinuousClock.Instant)] = []
@@ -875,11 +875,11 @@ struct EventSourceTests {
         #expect(events.map(\.0.data) == ["a", "b", "c"])
         #expect(events.map(\.0.lastEventID) == ["1", "1", "1"])
         #expect(events.count == 3 && events[2].1 - events[1].1 >= .milliseconds(190), "the reconnect did not wait for retry")
-        let requests = server.requests(path: "/events")
+        let requests = server.requests("/events")
         #expect(requests.count == 3)
-        #expect(requests.first?.headers["Last-Event-ID"] == nil)
-        #expect(requests.dropFirst().allSatisfy { $0.headers["Last-Event-ID"] == "1" }, "\(requests.map(\.headers))")
-        #expect(requests.allSatisfy { $0.headers["Accept"] == "text/event-stream" })
+        #expect(requests.first?.header("Last-Event-ID") == nil)
+        #expect(requests.dropFirst().allSatisfy { $0.header("Last-Event-ID") == "1" }, "\(requests.map(\.headerFields))")
+        #expect(requests.allSatisfy { $0.header("Accept") == "text/event-stream" })
     }
 
     /// A request's own `Last-Event-ID` (a stream resumed from a stored id) is where the stream
@@ -888,8 +888,8 @@ struct EventSourceTests {
     /// server's `8`, then an empty `id`. (The caller's `7` was sent again after the reset, and
     /// the first events carried no id.)
     @Test func aRequestsLastEventIDStartsTheStreamAndAnEmptyIDClearsIt() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer()
+        defer { server.shutDown() }
         let connections = Locked(0)
         server.route("/events") { _ in
             let number = connections.withLock { count -> Int in
@@ -901,7 +901,7 @@ struct EventSourceTests {
             case 2: return StreamingFetchTests.timedEvents(["id: 8\ndata: b\n\n"], intervalMilliseconds: 5)
             case 3: return StreamingFetchTests.timedEvents(["id\ndata: c\n\n"], intervalMilliseconds: 5)
             case 4: return StreamingFetchTests.timedEvents(["data: d\n\n"], intervalMilliseconds: 5)
-            default: return HTTPResponse(status: 204)
+            default: return .status(204)
             }
         }
         var request = URLRequest(url: server.url("/events"))
@@ -912,7 +912,7 @@ struct EventSourceTests {
         }
         #expect(events.map(\.data) == ["a", "b", "c", "d"])
         #expect(events.map(\.lastEventID) == ["7", "8", "", ""])
-        let sent = server.requests(path: "/events").map { $0.headers["Last-Event-ID"] }
+        let sent = server.requests("/events").map { $0.header("Last-Event-ID") }
         #expect(sent == ["7", "7", "8", nil, nil], "\(sent)")
     }
 
@@ -920,8 +920,8 @@ struct EventSourceTests {
     /// reconnections in a row; a status the fetch does not accept ends it with that error, at
     /// once.
     @Test func fruitlessReconnectionsAreBoundedAndAnErrorStatusEndsTheStream() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         server.route("/empty") { _ in StreamingFetchTests.timedEvents([": nothing\n"], intervalMilliseconds: 1) }
         var count = 0
         for try await _ in FetchQueue().events(from: URLRequest(url: server.url("/empty")),
@@ -929,30 +929,30 @@ struct EventSourceTests {
             count += 1
         }
         #expect(count == 0)
-        #expect(server.requestCount(path: "/empty") == 4)
+        #expect(server.requests("/empty").count == 4)
 
         var configuration = FetchConfiguration()
         configuration.retryPolicy = .none
         await #expect(throws: FetchError.self) {
             for try await _ in FetchQueue().events(from: URLRequest(url: server.url("/status/403")), configuration: configuration) {}
         }
-        #expect(server.requestCount(path: "/status/403") == 1)
+        #expect(server.requests("/status/403").count == 1)
     }
 
     /// A connection reset in the middle of the stream is reconnected; once the reconnections
     /// run out, the sequence throws that failure — it does not end as if the server had
     /// ended it (which it did, silently, before).
     @Test func aStreamThatFailsInTransitThrowsItsFailureWhenTheReconnectionsRunOut() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer()
+        defer { server.shutDown() }
         server.route("/reset") { _ in
-            .script([.write(HTTPResponse.rawHead(status: 200, headers: ["Content-Type": "text/event-stream"])),
+            .steps([.head(status: 200, headers: ["Content-Type": "text/event-stream"]),
                      .write(Data("data: half".utf8)), .reset])
         }
         var configuration = FetchConfiguration()
         configuration.retryPolicy = .none
         for reconnection in [EventStreamReconnection.never, EventStreamReconnection(maximumReconnects: 2, delay: 0.01)] {
-            let before = server.requestCount(path: "/reset")
+            let before = server.requests("/reset").count
             do throws(FetchError) {
                 for try await event in FetchQueue().events(from: URLRequest(url: server.url("/reset")), reconnection: reconnection,
                                                            configuration: configuration) {
@@ -962,21 +962,21 @@ struct EventSourceTests {
             } catch {
                 #expect(error.code == .transport, "\(error)")
             }
-            #expect(server.requestCount(path: "/reset") - before == 1 + reconnection.maximumReconnects)
+            #expect(server.requests("/reset").count - before == 1 + reconnection.maximumReconnects)
         }
     }
 
     /// An event stream answered with an HTML page (a portal, a proxy's error) is not read as
     /// events, and not reconnected: the sequence throws `notAnEventStream` with what came.
     @Test func aConnectionAnsweredWithAnotherMediaTypeEndsTheStream() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer()
+        defer { server.shutDown() }
         server.route("/portal") { _ in
-            HTTPResponse(status: 200, headers: ["Content-Type": "text/html; charset=utf-8"], body: Data("data: a trap\n\n<html></html>".utf8))
+            TestResponse(status: 200, headers: ["Content-Type": "text/html; charset=utf-8"], body: Data("data: a trap\n\n<html></html>".utf8))
         }
-        server.route("/untyped") { _ in HTTPResponse(status: 200, body: Data("data: a trap\n\n".utf8)) }
+        server.route("/untyped") { _ in TestResponse(status: 200, body: Data("data: a trap\n\n".utf8)) }
         server.route("/typed") { _ in
-            HTTPResponse(status: 200, headers: ["Content-Type": "Text/Event-Stream ; charset=utf-8"], body: Data("data: ok\n\n".utf8))
+            TestResponse(status: 200, headers: ["Content-Type": "Text/Event-Stream ; charset=utf-8"], body: Data("data: ok\n\n".utf8))
         }
         for (path, shown) in [("/portal", "text/html; charset=utf-8"), ("/untyped", "")] {
             do throws(FetchError) {
@@ -993,7 +993,7 @@ struct EventSourceTests {
                 #expect(contentType == shown)
                 #expect(error.description.contains("not text/event-stream"))
             }
-            #expect(server.requestCount(path: path) == 1, "\(path) was reconnected")
+            #expect(server.requests(path).count == 1, "\(path) was reconnected")
         }
         // The media type is compared without case and parameters.
         var data: [String] = []
@@ -1013,8 +1013,8 @@ struct EventSourceTests {
         #expect(EventStreamReconnection(delay: 3, maximumDelay: 2).wait(requested: 10) == 2)
         #expect(EventStreamReconnection(delay: .nan, maximumDelay: .nan).wait(requested: nil) == 0)
 
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer()
+        defer { server.shutDown() }
         server.route("/forever") { _ in StreamingFetchTests.timedEvents(["retry: 100000000000000\ndata: a\n\n"], intervalMilliseconds: 1) }
         let reconnection = EventStreamReconnection(delay: 3, maximumDelay: .infinity)
         let source = FetchQueue().events(from: URLRequest(url: server.url("/forever")), reconnection: reconnection)
@@ -1032,6 +1032,6 @@ struct EventSourceTests {
         reader.cancel()
         let error = await reader.value
         #expect(error?.code == .cancelled, "expected the cancel, got \(String(describing: error))")
-        #expect(server.requestCount(path: "/forever") == 1)
+        #expect(server.requests("/forever").count == 1)
     }
 }

@@ -2,7 +2,7 @@ import Foundation
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
-import LoopbackServer
+import FetchKitTesting
 import Testing
 @testable import FetchKit
 
@@ -99,8 +99,8 @@ struct ConnectTimeoutTests {
     #endif
 
     @Test func aSlowAnswerOnAConnectionMadeInTimeIsNotAConnectTimeout() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let operation = FetchOperation<Data>(request: URLRequest(url: server.url("/delay/800")))
         operation.configuration.connectTimeout = 0.1
         operation.configuration.retryPolicy = .none

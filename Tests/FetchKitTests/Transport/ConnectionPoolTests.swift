@@ -1,6 +1,6 @@
 import Foundation
 import FoundationNetworkingShims
-import LoopbackServer
+import FetchKitTesting
 import Testing
 @testable import FetchKit
 
@@ -18,19 +18,19 @@ struct ConnectionPoolTests {
     private static let burst = 8
 
     @Test func connectionsOfABurstSurviveASpellOfOneTransferAtATime() throws {
-        let server = try LoopbackServer(recordRequests: false)
-        defer { server.stop() }
-        let gate = Locked(ServerGate())
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
+        let gate = Locked(TestGate())
         server.route("/held") { _ in
-            .script([.write(HTTPResponse.rawHead(status: 200, headers: ["Content-Length": "2"])),
-                     .wait(gate.current), .write(Data("ok".utf8))])
+            .steps([.head(status: 200, headers: ["Content-Length": "2"]),
+                     .wait(for: gate.current), .write(Data("ok".utf8))])
         }
         let session = FetchSession()
         defer { session.invalidate() }
 
         // Given a burst that opened `burst` connections,
         try heldBurst(server, session, gate)
-        #expect(server.connectionsAccepted == Self.burst)
+        #expect(server.counters.connectionsAccepted == Self.burst)
 
         // when a dozen fetches then run one at a time (one transfer in flight),
         for index in 0..<12 {
@@ -42,9 +42,9 @@ struct ConnectionPoolTests {
         }
 
         // then another burst reuses the connections of the first: none is opened.
-        gate.withLock { $0 = ServerGate() }
+        gate.withLock { $0 = TestGate() }
         try heldBurst(server, session, gate)
-        #expect(server.connectionsAccepted == Self.burst,
+        #expect(server.counters.connectionsAccepted == Self.burst,
                 "a burst after a quiet spell reconnected instead of reusing the pool")
     }
 
@@ -60,7 +60,7 @@ struct ConnectionPoolTests {
 
     /// Starts `burst` fetches of `/held`, opens the gate once all are at the server, and waits
     /// for them to finish.
-    private func heldBurst(_ server: LoopbackServer, _ session: FetchSession, _ gate: Locked<ServerGate>) throws {
+    private func heldBurst(_ server: TestServer, _ session: FetchSession, _ gate: Locked<TestGate>) throws {
         let fetches = (0..<Self.burst).map { index in
             let fetch = FetchOperation<Data>(url: server.url("/held?n=\(index)"))
             fetch.configuration.session = session

@@ -1,5 +1,6 @@
 import Foundation
 import FetchKit
+// LoopbackServer: FetchKitTesting has no TLS/HTTP/2 server, and Support's withTLSServer puts nginx in front of a LoopbackServer only (server.backend)
 import LoopbackServer
 import Testing
 
@@ -95,6 +96,7 @@ struct HTTP2Tests {
         let ((bodies, limited, measuredRun, peaks, port), log) = try await withTLSServer { server, pki in
             let bodies = try await runTLSProbe(large.map { server.url(.valid, "/bytes/\($0)") }, trusting: pki.trustBundle)
             // Each request waits 300 ms at the server, so that the limit is reached and held.
+            // LoopbackServer: TLSServer.backend (Support) is a LoopbackServer; its counters are read here
             server.backend.resetCounters()
             let limited = try await runTLSProbe((0..<small).map { server.url(.valid, "/bytes/\(2000 + $0)?delay=300") },
                                                 options: ["--per-host", "\(perHost)"], trusting: pki.trustBundle)
@@ -142,6 +144,7 @@ struct HTTP2Tests {
         let ((results, ranges, port), log) = try await withTLSServer { server, pki in
             // The whole body with an ETag, but only its first `sent` bytes before it stalls;
             // a `Range` request gets the rest at once.
+            // LoopbackServer: TLSServer.backend (Support) is a LoopbackServer, so this route is its HTTPResponse API
             server.backend.route(path) { request in
                 let headers: HTTPHeaders = ["Content-Type": "application/octet-stream", "ETag": "\"stall-at\"", "Accept-Ranges": "bytes"]
                 if let range = request.headers["Range"], range.hasPrefix("bytes="), range.hasSuffix("-"),

@@ -1,5 +1,5 @@
 import Foundation
-import LoopbackServer
+import FetchKitTesting
 import Testing
 @testable import FetchKit
 
@@ -9,12 +9,12 @@ import Testing
 @Suite("Heads libcurl refuses are invalid responses", .timeLimit(.minutes(2)))
 struct LibcurlRefusedHeadTests {
     private func answer(_ head: String) async throws -> (FetchError?, Int) {
-        let server = try LoopbackServer()
-        defer { server.stop() }
-        server.route("/x") { _ in .script([.write(Data(head.utf8)), .write(Data("hello".utf8)), .close]) }
+        let server = try TestServer()
+        defer { server.shutDown() }
+        server.route("/x") { _ in .steps([.write(Data(head.utf8)), .write(Data("hello".utf8)), .close]) }
         let operation = FetchOperation<Data>(url: server.url("/x"))
         let error = await outcome(of: operation)
-        return (error, server.requestCount(path: "/x"))
+        return (error, server.requests("/x").count)
     }
 
     @Test(arguments: ["HTTP/1.1 OK\r\n\r\n", "HTTP/1.1 20 OK\r\n\r\n", "HTTP/1.1 -200 OK\r\n\r\n", "HTTP/1.1 000\r\n\r\n"])

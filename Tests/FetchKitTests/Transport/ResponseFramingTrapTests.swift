@@ -1,6 +1,6 @@
 @testable import FetchKit
 import Foundation
-import LoopbackServer
+import FetchKitTesting
 import Testing
 
 // Responses whose bytes reach a trap in FoundationNetworking 6.3.x (a fatalError, a failed
@@ -271,8 +271,8 @@ struct ResponseHeadFilterTests {
     /// Every task of a session gets a filter, and gives it back when it completes: none is left
     /// after many fetches.
     @Test func filtersAreForgottenWhenTheirTasksComplete() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let session = FetchSession()
         #expect(session.guardsResponseHeads)
         let queue = FetchQueue(maximumConcurrentTransfers: 8)

@@ -1,5 +1,5 @@
 import Foundation
-import LoopbackServer
+import FetchKitTesting
 import Testing
 @testable import FetchKit
 
@@ -42,7 +42,7 @@ struct TimeoutSemanticsTests {
     }
 
     /// Routes `path` to `response`, which gets the number of the request, from 1.
-    private func route(_ server: LoopbackServer, _ path: String, _ response: @escaping @Sendable (Int) -> HTTPResponse) {
+    private func route(_ server: TestServer, _ path: String, _ response: @escaping @Sendable (Int) -> TestResponse) {
         let requests = Locked(0)
         server.route(path) { _ in
             let number = requests.withLock { count -> Int in
@@ -55,9 +55,9 @@ struct TimeoutSemanticsTests {
 
     @Test(arguments: [1.0, 0.4])
     func aServerThatNeverAnswersFailsAfterTheRequestTimeoutOnce(_ interval: TimeInterval) async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
-        route(server, "/never") { _ in .script([.stall]) }
+        let server = try TestServer()
+        defer { server.shutDown() }
+        route(server, "/never") { _ in .steps([.stall]) }
         var request = URLRequest(url: server.url("/never"))
         request.timeoutInterval = interval
         let operation = FetchOperation<Data>(request: request)   // the default retry policy
@@ -68,11 +68,11 @@ struct TimeoutSemanticsTests {
             Issue.record("expected a timeout, got \(String(describing: error))")
             return
         }
-        print("timeoutInterval \(interval) s against a silent server: \(timeout.kind) timeout after \(String(format: "%.3f", elapsed)) s, \(server.requestCount(path: "/never")) request(s)")
+        print("timeoutInterval \(interval) s against a silent server: \(timeout.kind) timeout after \(String(format: "%.3f", elapsed)) s, \(server.requests("/never").count) request(s)")
         #expect(timeout.kind == .idle)
         #expect(timeout.interval == interval, "the error names the bound that fired, as set")
         #expect(endedNoSooner(elapsed, than: interval), "\(interval) s took \(elapsed) s")
-        #expect(server.requestCount(path: "/never") == 1, "a server silent for the whole timeout is not asked again")
+        #expect(server.requests("/never").count == 1, "a server silent for the whole timeout is not asked again")
         #expect(retries.current.isEmpty)
         #expect(operation.attempts == 1)
     }
@@ -82,8 +82,8 @@ struct TimeoutSemanticsTests {
     @Test(.disabled(if: runsUnderSanitizer, "under a sanitizer: the fault suite's stall mid-body covers it; CI's time"))
     func aServerThatStallsAfterAnsweringIsRetried() async throws {
         // It answered, then went silent mid-body: another attempt may well get the rest.
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let operation = FetchOperation<Data>(url: server.url("/stall-mid-body/1000"))
         // Room for the head to arrive on a loaded machine: a head later than the idle timeout
         // means "never answered", which is (rightly) not retried.
@@ -98,7 +98,7 @@ struct TimeoutSemanticsTests {
         }
         #expect(timeout.kind == .idle)
         #expect(timeout.interval == idle)
-        #expect(server.requestCount(path: "/stall-mid-body/1000") == 2)
+        #expect(server.requests("/stall-mid-body/1000").count == 2)
     }
 
     /// Failures that come at once, with a wait before the retry that would end past the
@@ -106,11 +106,11 @@ struct TimeoutSemanticsTests {
     @Test(arguments: [(503, nil, RetryPolicy(maximumRetries: 3, baseDelay: 20, jitter: 0)),
                       (429, "30", RetryPolicy(maximumRetries: 3, baseDelay: 0.01, jitter: 0))] as [(Int, String?, RetryPolicy)])
     func aRetryWhoseWaitWouldPassTheDeadlineIsNotBegun(_ status: Int, _ retryAfter: String?, _ policy: RetryPolicy) async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer()
+        defer { server.shutDown() }
         let path = "/busy"
         route(server, path) { _ in
-            let busy = HTTPResponse.text("busy", status: status)
+            let busy = TestResponse.text("busy", status: status)
             return retryAfter.map { busy.with(header: "Retry-After", $0) } ?? busy
         }
         let operation = FetchOperation<Data>(url: server.url(path))
@@ -122,20 +122,20 @@ struct TimeoutSemanticsTests {
         operation.onRetry(on: .immediate) { event in retries.withLock { $0.append(event) } }
         let error = await outcome(of: operation)
         #expect(error?.statusCode == status, "got \(String(describing: error))")
-        #expect(server.requestCount(path: path) == 1)
+        #expect(server.requests(path).count == 1)
         #expect(retries.current.isEmpty, "no wait was begun")
     }
 
     @Test func anExplicitTotalDeadlineCoversEveryAttemptAndWait() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer()
+        defer { server.shutDown() }
         // The first request is cut short at once (a retryable failure); the next never answers.
         route(server, "/flaky-then-silent") { number in
             if number == 1 {
-                return .script([.write(HTTPResponse.rawHead(status: 200, headers: ["Content-Length": "1000"])),
-                                 .writePattern(offset: 0, count: 100), .close])
+                return .steps([.head(status: 200, headers: ["Content-Length": "1000"]),
+                                 .patternBytes(offset: 0, count: 100), .close])
             }
-            return .script([.stall])
+            return .steps([.stall])
         }
         let operation = FetchOperation<Data>(url: server.url("/flaky-then-silent"))
         operation.configuration.idleTimeout = 30
@@ -160,17 +160,17 @@ struct TimeoutSemanticsTests {
         #expect(retries.current.map(\.attempt) == [2])
         // The retry was sent; on a loaded machine it may not have reached the server before
         // the deadline stopped it. Never a third.
-        #expect((1...2).contains(server.requestCount(path: "/flaky-then-silent")))
+        #expect((1...2).contains(server.requests("/flaky-then-silent").count))
     }
 
     @Test func aRetryWaitingForAQueueSlotFailsAtTheDeadline() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer()
+        defer { server.shutDown() }
         route(server, "/cut-short") { _ in
-            .script([.write(HTTPResponse.rawHead(status: 200, headers: ["Content-Length": "1000"])),
-                     .writePattern(offset: 0, count: 100), .close])
+            .steps([.head(status: 200, headers: ["Content-Length": "1000"]),
+                     .patternBytes(offset: 0, count: 100), .close])
         }
-        let gate = ServerGate()
+        let gate = TestGate()
         let holding = Countdown(1)
         server.route("/gate") { _ in
             holding.signal()
@@ -210,7 +210,14 @@ struct TimeoutSemanticsTests {
         }
         #expect(timeout.kind == .total)
         #expect(timeout.interval == deadline)
-        #expect(server.requestCount(path: "/cut-short") == 1, "the retry never got to send")
+        #expect(server.requests("/cut-short").count == 1, "the retry never got to send")
         #expect(queue.statistics.transfersStarted == 2, "the fetch's first attempt and the other fetch")
+    }
+}
+
+private extension TestServer {
+    /// A GET operation for a path on this server.
+    func operation(_ path: String) -> RecordingOperation {
+        RecordingOperation(request: URLRequest(url: url(path)))
     }
 }
