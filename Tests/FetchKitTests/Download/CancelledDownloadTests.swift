@@ -1,5 +1,5 @@
 import Foundation
-import LoopbackServer
+import FetchKitTesting
 import Testing
 @testable import FetchKit
 
@@ -11,16 +11,16 @@ import Testing
 @Suite("A cancelled download completes after its partial file is kept", .timeLimit(.minutes(3)))
 struct CancelledDownloadTests {
     @Test func theCompletionSeesTheRecordWithTheKeptLength() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         let size = 1_000_000, firstPart = 300_000
         server.route("/held.bin") { _ in
-            .script([
-                .write(HTTPResponse.rawHead(status: 200, headers: [
+            .steps([
+                .head(status: 200, headers: [
                     "Content-Length": String(size), "ETag": "\"v1\"", "Accept-Ranges": "bytes",
-                ])),
-                .writePattern(offset: 0, count: firstPart),
+                ]),
+                .patternBytes(offset: 0, count: firstPart),
                 .stall,
             ])
         }

@@ -1,5 +1,5 @@
 import Foundation
-import LoopbackServer
+import FetchKitTesting
 import Testing
 @testable import FetchKit
 #if canImport(Glibc)
@@ -156,27 +156,27 @@ struct DigestDownloadTests {
     }
 
     @Test func theRightDigestSucceedsHashedAsWritten() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer.standard()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         let length = 1_234_567
-        let expected = try await sha256sum(of: BytePattern.data(offset: 0, count: length), in: directory)
+        let expected = try await sha256sum(of: TestResponse.patternBytes(count: length), in: directory)
         let destination = directory.file("file.bin")
         let download = DownloadOperation(url: server.url("/bytes/\(length)"), destination: destination)
         download.expectedDigest = expected
 
         try await download.run()
 
-        #expect(contents(destination) == BytePattern.data(offset: 0, count: length))
+        #expect(contents(destination) == TestResponse.patternBytes(count: length))
         #expect(download.digestBytesReadBack == 0, "hashed as written, never read back")
     }
 
     @Test func aWrongDigestLeavesNoFileInPlaceAndSaysWhatWasExpectedAndGot() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer.standard()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         let length = 300_001
-        let actual = try await sha256sum(of: BytePattern.data(offset: 0, count: length), in: directory)
+        let actual = try await sha256sum(of: TestResponse.patternBytes(count: length), in: directory)
         let destination = directory.file("file.bin")
         try Data("the old file".utf8).write(to: destination)
         let download = DownloadOperation(url: server.url("/bytes/\(length)"), destination: destination)
@@ -198,11 +198,11 @@ struct DigestDownloadTests {
         #expect(!exists(download.partialFileURL), "a corrupt partial file is not kept to be resumed")
         #expect(!exists(download.partialRecordURL))
         #expect(download.downloadedFileURL == nil)
-        #expect(server.requests(path: "/bytes/\(length)").count == 1, "not retried")
+        #expect(server.requests("/bytes/\(length)").count == 1, "not retried")
     }
 
     /// A first download cancelled mid-body keeps a resumable partial file.
-    private func interruptedDownload(_ server: LoopbackServer, to destination: URL, digest: FileDigest?) async throws -> Int {
+    private func interruptedDownload(_ server: TestServer, to destination: URL, digest: FileDigest?) async throws -> Int {
         let first = DownloadOperation(url: server.url("/big"), destination: destination)
         first.expectedDigest = digest
         first.onProgress(on: .immediate) { progress in
@@ -216,12 +216,12 @@ struct DigestDownloadTests {
 
     @Test(arguments: [false, true])
     func aResumedDownloadIsCheckedAcrossTheResume(rightDigest: Bool) async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         let length = 4 << 20
         server.resumableRoute("/big", length: length, etag: Locked("v1"), cutFull: Locked(false))
-        let actual = try await sha256sum(of: BytePattern.data(offset: 0, count: length), in: directory)
+        let actual = try await sha256sum(of: TestResponse.patternBytes(count: length), in: directory)
         let digest = rightDigest ? actual : wrong(actual)
         let destination = directory.file("big.bin")
         let kept = try await interruptedDownload(server, to: destination, digest: digest)
@@ -230,7 +230,7 @@ struct DigestDownloadTests {
         second.expectedDigest = digest
         if rightDigest {
             try await second.run()
-            #expect(contents(destination) == BytePattern.data(offset: 0, count: length))
+            #expect(contents(destination) == TestResponse.patternBytes(count: length))
         } else {
             await #expect(throws: FetchError.self) { try await second.run() }
             guard case .digestMismatch(let mismatch)? = second.error else {
@@ -242,24 +242,24 @@ struct DigestDownloadTests {
             #expect(!exists(second.partialFileURL), "not resumed again")
         }
         #expect(second.resumedBytes == Int64(kept) || !rightDigest)
-        #expect(server.requests(path: "/big").last?.headers["Range"] == "bytes=\(kept)-")
+        #expect(server.requests("/big").last?.header("Range") == "bytes=\(kept)-")
         #expect(second.digestBytesReadBack == Int64(kept), "what was on disk is read once")
     }
 
     @Test func aPartialFileCorruptedOnDiskBeforeTheResumeFailsTheCheck() async throws {
         // The bytes before the resume point are hashed from the disk, not trusted.
-        let server = try LoopbackServer()
+        let server = try TestServer()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         let length = 4 << 20
         server.resumableRoute("/big", length: length, etag: Locked("v1"), cutFull: Locked(false))
-        let actual = try await sha256sum(of: BytePattern.data(offset: 0, count: length), in: directory)
+        let actual = try await sha256sum(of: TestResponse.patternBytes(count: length), in: directory)
         let destination = directory.file("big.bin")
         let kept = try await interruptedDownload(server, to: destination, digest: actual)
         let partialURL = DownloadOperation(url: server.url("/big"), destination: destination).partialFileURL
         let handle = try FileHandle(forUpdating: partialURL)
         try handle.seek(toOffset: UInt64(kept / 2))
-        handle.write(Data([0xFF ^ BytePattern.data(offset: kept / 2, count: 1)[0]]))
+        handle.write(Data([0xFF ^ ResumeFixtures.patternBytes(offset: kept / 2, count: 1)[0]]))
         try handle.close()
 
         let second = DownloadOperation(url: server.url("/big"), destination: destination)
@@ -273,13 +273,13 @@ struct DigestDownloadTests {
     }
 
     @Test func aRetryThatResumesGoesOnFromTheHashItHad() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         let length = 600_000
         // The full response breaks off halfway; the retry asks for the rest.
         server.resumableRoute("/cut", length: length, etag: Locked("v1"), cutFull: Locked(true))
-        let expected = try await sha256sum(of: BytePattern.data(offset: 0, count: length), in: directory)
+        let expected = try await sha256sum(of: TestResponse.patternBytes(count: length), in: directory)
         let destination = directory.file("cut.bin")
         let download = DownloadOperation(url: server.url("/cut"), destination: destination)
         download.expectedDigest = expected
@@ -287,20 +287,20 @@ struct DigestDownloadTests {
 
         try await download.run()
 
-        #expect(contents(destination) == BytePattern.data(offset: 0, count: length))
+        #expect(contents(destination) == TestResponse.patternBytes(count: length))
         #expect(download.attempts == 2)
-        #expect(server.requests(path: "/cut").last?.headers["Range"] == "bytes=\(length / 2)-")
+        #expect(server.requests("/cut").last?.header("Range") == "bytes=\(length / 2)-")
         #expect(download.digestBytesReadBack == 0, "the retry went on from the hash of what it had written")
     }
 
     @Test(arguments: [false, true])
     func aDownloadContinuedAfterTheDiskFellBehindIsVerified(rightDigest: Bool) async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         let length = 8 << 20
         server.resumableRoute("/big", length: length, etag: Locked("v1"), cutFull: Locked(false))
-        let actual = try await sha256sum(of: BytePattern.data(offset: 0, count: length), in: directory)
+        let actual = try await sha256sum(of: TestResponse.patternBytes(count: length), in: directory)
         let destination = directory.file("big.bin")
         let download = DownloadOperation(url: server.url("/big"), destination: destination)
         download.expectedDigest = rightDigest ? actual : wrong(actual)
@@ -309,7 +309,7 @@ struct DigestDownloadTests {
 
         if rightDigest {
             try await download.run()
-            #expect(contents(destination) == BytePattern.data(offset: 0, count: length))
+            #expect(contents(destination) == TestResponse.patternBytes(count: length))
         } else {
             await #expect(throws: FetchError.self) { try await download.run() }
             #expect(download.error?.code == .digestMismatch)

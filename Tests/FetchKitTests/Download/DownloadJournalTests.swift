@@ -1,5 +1,5 @@
 import Foundation
-import LoopbackServer
+import FetchKitTesting
 import Testing
 @testable import FetchKit
 #if canImport(FoundationNetworking)
@@ -18,9 +18,9 @@ struct DownloadJournalTests {
     }
 
     @Test func aTrackedDownloadIsWrittenBeforeItStartsAndLeavesWhenItSucceeds() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer.standard()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         let journalURL = directory.file("downloads.json")
         let journal = try DownloadJournal(contentsOf: journalURL)
         let destination = directory.file("a.bin")
@@ -61,9 +61,9 @@ struct DownloadJournalTests {
     /// busy leave it at once, without waiting for the disk, and in one write after: a journal
     /// of n downloads costs a handful of writes, not 2n or 3n whole-file writes.
     @Test func aListIsTrackedInOneWriteAndSuccessesWhileTheDiskIsBusyShareOne() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer.standard()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         let journalURL = directory.file("downloads.json")
         let journal = try DownloadJournal(contentsOf: journalURL)
         let downloads = (0..<50).map { DownloadOperation(url: server.url("/bytes/10?\($0)"), destination: directory.file("f\($0)")) }
@@ -95,15 +95,15 @@ struct DownloadJournalTests {
     }
 
     @Test func anInterruptedDownloadIsRestoredAndResumesItsPartialFile() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         let length = 400_000
         let cut = Locked(true)
         server.resumableRoute("/file", length: length, etag: Locked("v1"), cutFull: cut)
         let journalURL = directory.file("downloads.json")
         let destination = directory.file("file.bin")
-        let pattern = BytePattern.data(offset: 0, count: length)
+        let pattern = TestResponse.patternBytes(count: length)
         let hasher = DigestHasher(.sha256)
         hasher.update(pattern)
         let digest = hasher.finish()
@@ -127,16 +127,16 @@ struct DownloadJournalTests {
         try await operation.run()
         #expect(contents(destination) == pattern)
         #expect(operation.resumedBytes == Int64(length / 2))
-        #expect(server.requests(path: "/file").last?.headers["Range"] == "bytes=\(length / 2)-")
+        #expect(server.requests("/file").last?.header("Range") == "bytes=\(length / 2)-")
         #expect(journal.entries.isEmpty)
         try journal.flush()
         #expect(try entriesOnDisk(journalURL).isEmpty)
     }
 
     @Test func secretsAreNotWrittenUnlessTheAppOptsIn() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer.standard()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         var components = URLComponents(url: server.url("/bytes/1000"), resolvingAgainstBaseURL: false)
         components?.user = "ann"
         components?.password = "hunter2pass"

@@ -1,5 +1,5 @@
 import Foundation
-import LoopbackServer
+import FetchKitTesting
 import Testing
 @testable import FetchKit
 #if canImport(FoundationNetworking)
@@ -83,10 +83,10 @@ struct DownloadManagerExampleTests {
     }
 
     @Test func aCancelledDownloadIsForgottenAPausedOneIsKeptAndFinishes() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer()
         let directory = try TemporaryDirectory()
-        let gate = ServerGate()
-        defer { gate.open(); server.stop(); directory.remove() }
+        let gate = TestGate()
+        defer { gate.open(); server.shutDown(); directory.remove() }
         let length = 150_000, held = 50_000
         for name in ["a", "b"] { server.heldResumableRoute("/\(name)", length: length, held: held, gate: gate) }
         let halfway = ["a": Countdown(1), "b": Countdown(1)]
@@ -120,8 +120,8 @@ struct DownloadManagerExampleTests {
         gate.open()
         manager.resume(idA)
         #expect(await finished["a"]?.wait() == true)
-        #expect(FileManager.default.contents(atPath: a.path) == BytePattern.data(offset: 0, count: length))
-        #expect(server.requests(path: "/a").last?.headers["Range"] == "bytes=\(held)-")
+        #expect(FileManager.default.contents(atPath: a.path) == TestResponse.patternBytes(count: length))
+        #expect(server.requests("/a").last?.header("Range") == "bytes=\(held)-")
         try manager.journal.flush()
         #expect(try listed(manager.journal.fileURL).isEmpty)
     }

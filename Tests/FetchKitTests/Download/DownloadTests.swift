@@ -1,5 +1,5 @@
 import Foundation
-import LoopbackServer
+import FetchKitTesting
 import Testing
 @testable import FetchKit
 
@@ -10,15 +10,15 @@ struct DownloadTests {
     private func exists(_ url: URL) -> Bool { FileManager.default.fileExists(atPath: url.path) }
 
     @Test func downloadStreamsToTheDestination() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer.standard()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         let destination = directory.file("file.bin")
         let download = DownloadOperation(url: server.url("/bytes/300000"), destination: destination)
         let last = Locked<FetchProgress?>(nil)
         download.onProgress(on: .immediate) { progress in last.withLock { $0 = progress } }
         try await download.run()
-        #expect(contents(destination) == BytePattern.data(offset: 0, count: 300_000))
+        #expect(contents(destination) == TestResponse.patternBytes(count: 300_000))
         #expect(download.downloadedFileURL == destination.standardizedFileURL)
         #expect(download.responseBody == nil, "the body never sat in memory")
         #expect(!exists(download.partialFileURL))
@@ -35,18 +35,18 @@ struct DownloadTests {
                 sizes.withLock { $0.append(size) }
             }
         }
-        let server = try LoopbackServer()
+        let server = try TestServer.standard()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         let download = Checked(request: URLRequest(url: server.url("/bytes/4096")), destination: directory.file("a"))
         try await download.run()
         #expect(download.sizes.current == [4096])
     }
 
     @Test func anExistingDestinationIsUntouchedWhenTheDownloadFails() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer.standard()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         let destination = directory.file("keep.txt")
         try Data("old contents".utf8).write(to: destination)
         for path in ["/status/500", "/close-mid-body/100000", "/lie/5000/100"] {
@@ -59,22 +59,22 @@ struct DownloadTests {
     }
 
     @Test func anExistingDestinationIsReplacedWhenTheDownloadSucceeds() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer.standard()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         let destination = directory.file("replace.bin")
         try Data("old".utf8).write(to: destination)
         try await DownloadOperation(url: server.url("/bytes/1000"), destination: destination).run()
-        #expect(contents(destination) == BytePattern.data(offset: 0, count: 1000))
+        #expect(contents(destination) == TestResponse.patternBytes(count: 1000))
     }
 
     @Test func aLengthMismatchIsAClearError() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         server.route("/short") { _ in
-            .script([.write(HTTPResponse.rawHead(status: 200, headers: ["Content-Length": "1000", "Connection": "close"])),
-                     .writePattern(offset: 0, count: 400), .close])
+            .steps([.head(status: 200, headers: ["Content-Length": "1000", "Connection": "close"]),
+                    .patternBytes(offset: 0, count: 400), .close])
         }
         let download = DownloadOperation(url: server.url("/short"), destination: directory.file("short"))
         await #expect(throws: FetchError.self) { try await download.run() }
@@ -91,9 +91,9 @@ struct DownloadTests {
     }
 
     @Test func anInterruptedDownloadResumesWithRangeAndIfRange() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         let length = 200_000
         let etag = Locked("v1")
         let cut = Locked(true)
@@ -111,12 +111,12 @@ struct DownloadTests {
         let last = Locked<FetchProgress?>(nil)
         second.onProgress(on: .immediate) { progress in last.withLock { $0 = progress } }
         try await second.run()
-        #expect(contents(destination) == BytePattern.data(offset: 0, count: length))
+        #expect(contents(destination) == TestResponse.patternBytes(count: length))
         #expect(second.resumedBytes == Int64(length / 2))
         #expect(second.response?.statusCode == 206)
-        let resumed = try #require(server.requests(path: "/resumable").last)
-        #expect(resumed.headers["Range"] == "bytes=\(length / 2)-")
-        #expect(resumed.headers["If-Range"] == "\"v1\"")
+        let resumed = try #require(server.requests("/resumable").last)
+        #expect(resumed.header("Range") == "bytes=\(length / 2)-")
+        #expect(resumed.header("If-Range") == "\"v1\"")
         #expect(last.current == FetchProgress(bytesReceived: Int64(length), bytesExpected: Int64(length)), "progress counts the resumed bytes")
         #expect(!exists(second.partialFileURL))
     }
@@ -125,9 +125,9 @@ struct DownloadTests {
     /// the same download takes it from the sink, not from the disk (what is on disk is read
     /// only by a download that did not write it: another run).
     @Test func aRetryResumesFromTheRecordItsSinkWroteWithoutReadingItBack() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         let length = 200_000
         let cut = Locked(true)
         server.resumableRoute("/resumable", length: length, etag: Locked("v1"), cutFull: cut)
@@ -141,20 +141,20 @@ struct DownloadTests {
             try? Data("not a record".utf8).write(to: recordURL)
         }
         try await download.run()
-        #expect(contents(destination) == BytePattern.data(offset: 0, count: length))
-        let requests = server.requests(path: "/resumable")
+        #expect(contents(destination) == TestResponse.patternBytes(count: length))
+        let requests = server.requests("/resumable")
         #expect(requests.count == 2)
-        #expect(requests.last?.headers["Range"] == "bytes=\(length / 2)-", "the retry resumed")
-        #expect(requests.last?.headers["If-Range"] == "\"v1\"")
+        #expect(requests.last?.header("Range") == "bytes=\(length / 2)-", "the retry resumed")
+        #expect(requests.last?.header("If-Range") == "\"v1\"")
         #expect(download.partialFileNotices.isEmpty, "nothing was read back, so nothing was found unreadable")
     }
 
     @Test func aBatchCountsAResumedDownloadFromWhatIsOnDiskAsTheDownloadDoes() async throws {
         // The queue hears progress from the transfer itself: a 206 continues from the bytes
         // the partial file holds, for the batch as for the download's own progress.
-        let server = try LoopbackServer()
+        let server = try TestServer()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         let length = 200_000
         let cut = Locked(true)
         server.resumableRoute("/resumable", length: length, etag: Locked("v1"), cutFull: cut)
@@ -182,9 +182,9 @@ struct DownloadTests {
     }
 
     @Test func aChangedFileStartsOver() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         let length = 100_000
         let etag = Locked("v1")
         let cut = Locked(true)
@@ -200,13 +200,13 @@ struct DownloadTests {
         try await second.run()
         #expect(second.response?.statusCode == 200)
         #expect(second.resumedBytes == 0)
-        #expect(contents(destination) == BytePattern.data(offset: 0, count: length))
+        #expect(contents(destination) == TestResponse.patternBytes(count: length))
     }
 
     @Test func aServerThatIgnoresRangesGetsAFullRestart() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         let length = 100_000
         let destination = directory.file("norange.bin")
         // A resumable partial file from an earlier attempt…
@@ -221,17 +221,17 @@ struct DownloadTests {
         let second = DownloadOperation(url: server.url("/file"), destination: destination)
         try await second.run()
         #expect(second.resumedBytes == 0)
-        #expect(contents(destination) == BytePattern.data(offset: 0, count: length))
+        #expect(contents(destination) == TestResponse.patternBytes(count: length))
     }
 
     @Test func aPartialFileThatNoLongerFitsIsDroppedOn416() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         let destination = directory.file("shrunk.bin")
         let probe = DownloadOperation(url: server.url("/resumable"), destination: destination)
         // A partial file longer than the resource now is.
-        try BytePattern.data(offset: 0, count: 5000).write(to: probe.partialFileURL)
+        try TestResponse.patternBytes(count: 5000).write(to: probe.partialFileURL)
         PartialDownloadRecord(url: server.url("/resumable").absoluteString, entityTag: "\"v1\"", lastModified: nil).save(to: probe.partialRecordURL)
         server.resumableRoute("/resumable", length: 1000, etag: Locked("v1"), cutFull: Locked(false))
         probe.configuration.retryPolicy = .none
@@ -239,17 +239,17 @@ struct DownloadTests {
         #expect(probe.error?.statusCode == 416)
         #expect(!exists(probe.partialFileURL))
         try await DownloadOperation(url: server.url("/resumable"), destination: destination).run()
-        #expect(contents(destination) == BytePattern.data(offset: 0, count: 1000))
+        #expect(contents(destination) == TestResponse.patternBytes(count: 1000))
     }
 
     @Test func cancellingKeepsAResumablePartialAndTheOldDestination() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
-        let gate = ServerGate()
+        defer { server.shutDown(); directory.remove() }
+        let gate = TestGate()
         server.route("/held") { _ in
-            .script([.write(HTTPResponse.rawHead(status: 200, headers: ["Content-Length": "100000", "ETag": "\"h1\"", "Accept-Ranges": "bytes"])),
-                     .writePattern(offset: 0, count: 50_000), .wait(gate), .writePattern(offset: 50_000, count: 50_000)])
+            .steps([.head(status: 200, headers: ["Content-Length": "100000", "ETag": "\"h1\"", "Accept-Ranges": "bytes"]),
+                    .patternBytes(offset: 0, count: 50_000), .wait(for: gate), .patternBytes(offset: 50_000, count: 50_000)])
         }
         let destination = directory.file("held.bin")
         try Data("previous".utf8).write(to: destination)
@@ -271,9 +271,9 @@ struct DownloadTests {
     }
 
     @Test func cancellingANonResumableDownloadRemovesItsPartialFile() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer.standard()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         let download = DownloadOperation(url: server.url("/stall-mid-body/100000"), destination: directory.file("x"))
         let receiving = Countdown(1)
         let once = Locked(false)
@@ -291,9 +291,9 @@ struct DownloadTests {
 
     @Test(arguments: ["missing-directory/file.bin", "a-directory"])
     func anUnwritablePathFailsBeforeAnyRequest(_ relative: String) async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer.standard()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         try FileManager.default.createDirectory(at: directory.file("a-directory"), withIntermediateDirectories: true)
         let download = DownloadOperation(url: server.url("/bytes/10"), destination: directory.file(relative))
         await #expect(throws: FetchError.self) { try await download.run() }
@@ -303,20 +303,20 @@ struct DownloadTests {
         }
         #expect(failure.kind == .unwritableDestination)
         #expect(failure.description.contains(relative))
-        #expect(server.requestsReceived == 0)
+        #expect(server.counters.requestsReceived == 0)
     }
 
     @Test func aFullDiskIsAClearError() async throws {
         #if os(Linux)
-        let server = try LoopbackServer()
+        let server = try TestServer()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         let destination = directory.file("full.bin")
         try Data("kept".utf8).write(to: destination)
-        let gate = ServerGate()
+        let gate = TestGate()
         server.route("/late") { _ in
-            .script([.wait(gate), .write(HTTPResponse.rawHead(status: 200, headers: ["Content-Length": "100000"])),
-                     .writePattern(offset: 0, count: 100_000)])
+            .steps([.wait(for: gate), .head(status: 200, headers: ["Content-Length": "100000"]),
+                    .patternBytes(offset: 0, count: 100_000)])
         }
         let download = DownloadOperation(url: server.url("/late"), destination: destination)
         // The partial file is /dev/full, where every write fails with ENOSPC. (FetchKit never
@@ -339,11 +339,11 @@ struct DownloadTests {
     }
 
     @Test func twoDownloadsToOneDestinationDoNotShareIt() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer.standard()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
-        let gate = ServerGate()
-        server.gatedRoute("/gate", gate)
+        defer { server.shutDown(); directory.remove() }
+        let gate = TestGate()
+        server.route("/gate") { _ in TestResponse.text("open").held(by: gate) }
         let destination = directory.file("shared")
         let first = DownloadOperation(url: server.url("/gate"), destination: destination)
         first.start()
@@ -359,18 +359,18 @@ struct DownloadTests {
         try await first.finished()
         #expect(contents(destination) == Data("open".utf8))
         try await DownloadOperation(url: server.url("/bytes/10"), destination: destination).run()
-        #expect(contents(destination) == BytePattern.data(offset: 0, count: 10), "released once the first finished")
+        #expect(contents(destination) == TestResponse.patternBytes(count: 10), "released once the first finished")
     }
 
     @Test func downloadsThroughAQueueAreNotCoalesced() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer.standard()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         let queue = makeFetchQueue()
         let downloads = (0..<3).map { DownloadOperation(url: server.url("/bytes/5000"), destination: directory.file("copy\($0)")) }
         for download in downloads { queue.enqueue(download) }
         for download in downloads { try await download.finished() }
-        #expect(server.requestCount(path: "/bytes/5000") == 3)
-        #expect(downloads.allSatisfy { contents($0.destination) == BytePattern.data(offset: 0, count: 5000) })
+        #expect(server.requests("/bytes/5000").count == 3)
+        #expect(downloads.allSatisfy { contents($0.destination) == TestResponse.patternBytes(count: 5000) })
     }
 }

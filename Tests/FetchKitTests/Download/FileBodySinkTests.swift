@@ -1,5 +1,5 @@
 import Foundation
-import LoopbackServer
+import FetchKitTesting
 import Testing
 @testable import FetchKit
 #if canImport(Glibc)
@@ -22,24 +22,24 @@ struct FileBodySinkTests {
     /// reaches the server, the directory holds the files finished so far and nothing else —
     /// no lock file, no partial file, no record — and after the last, just the 20 files.
     @Test func aBodyThatArrivesInOnePieceLeavesNoLockRecordOrPartialFile() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         let seen = Locked<[String]>([])
         let finished = Locked<Set<String>>([])
         server.route("/small") { _ in
             // Seen from the server while the request is in flight.
             let extra = Self.others(in: directory.url, than: finished.current)
             seen.withLock { $0 += extra }
-            return HTTPResponse(status: 200, headers: ["ETag": "\"v1\"", "Accept-Ranges": "bytes"],
-                                body: .pattern(offset: 0, count: 4096))
+            return TestResponse(status: 200, headers: ["ETag": "\"v1\"", "Accept-Ranges": "bytes"],
+                                body: TestResponse.patternBytes(count: 4096))
         }
         for index in 0..<20 {
             let name = "f\(index).bin"
             let download = DownloadOperation(url: server.url("/small?\(index)"), destination: directory.file(name))
             try await download.run()
             finished.withLock { _ = $0.insert(name) }
-            #expect(FileManager.default.contents(atPath: directory.file(name).path) == BytePattern.data(offset: 0, count: 4096))
+            #expect(FileManager.default.contents(atPath: directory.file(name).path) == TestResponse.patternBytes(count: 4096))
         }
         #expect(seen.current.isEmpty, "beside the finished files while a request was in flight: \(Set(seen.current).sorted())")
         #expect(Self.others(in: directory.url, than: finished.current).isEmpty)
@@ -50,18 +50,17 @@ struct FileBodySinkTests {
     /// file has its record and its lock while the body arrives, so that a process killed now
     /// leaves a partial file that resumes, and another process cannot take it.
     @Test func aLargerBodyHasItsLockAndRecordBeforeItsBytesAreOnDisk() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer()
         let directory = try TemporaryDirectory()
-        let gate = ServerGate()
-        defer { gate.open(); server.stop(); directory.remove() }
+        let gate = TestGate()
+        defer { gate.open(); server.shutDown(); directory.remove() }
         let size = 600_000
         server.route("/big") { _ in
-            .script([
-                .write(HTTPResponse.rawHead(status: 200, headers: ["ETag": "\"v1\"", "Accept-Ranges": "bytes",
-                                                                    "Content-Length": String(size)])),
-                .writePattern(offset: 0, count: 400_000),
-                .wait(gate),
-                .writePattern(offset: 400_000, count: size - 400_000),
+            .steps([
+                .head(status: 200, headers: ["ETag": "\"v1\"", "Accept-Ranges": "bytes", "Content-Length": String(size)]),
+                .patternBytes(offset: 0, count: 400_000),
+                .wait(for: gate),
+                .patternBytes(offset: 400_000, count: size - 400_000),
             ])
         }
         let download = DownloadOperation(url: server.url("/big"), destination: directory.file("big.bin"))
@@ -80,16 +79,16 @@ struct FileBodySinkTests {
 
         gate.open()
         try await download.finished()
-        #expect(FileManager.default.contents(atPath: directory.file("big.bin").path) == BytePattern.data(offset: 0, count: size))
+        #expect(FileManager.default.contents(atPath: directory.file("big.bin").path) == TestResponse.patternBytes(count: size))
         #expect(Self.others(in: directory.url, than: ["big.bin"]).isEmpty)
     }
 
     /// A whole body's own file is made exclusively under a name of its own: a link planted at
     /// the partial file's name is neither followed nor removed, and the download succeeds.
     @Test func aWholeBodyNeverWritesThroughALinkAtThePartialName() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer.standard()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         let target = directory.file("target")
         try Data("target".utf8).write(to: target)
         let download = DownloadOperation(url: server.url("/bytes/4096"), destination: directory.file("f.bin"))
@@ -98,7 +97,7 @@ struct FileBodySinkTests {
         try? FileManager.default.createSymbolicLink(at: download.partialFileURL, withDestinationURL: target)
         try await download.finished()
         #expect(FileManager.default.contents(atPath: target.path) == Data("target".utf8))
-        #expect(FileManager.default.contents(atPath: directory.file("f.bin").path) == BytePattern.data(offset: 0, count: 4096))
+        #expect(FileManager.default.contents(atPath: directory.file("f.bin").path) == TestResponse.patternBytes(count: 4096))
     }
 }
 
@@ -131,9 +130,9 @@ struct DownloadJournalCostTests {
     /// (``DownloadJournal/leaveDelay``, here an hour: a loaded machine takes a minute for them):
     /// they leave the file in one write, the flush's, not one each (main: 21 writes in all).
     @Test func successesOneAfterAnotherShareTheirWrites() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer.standard()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         let journal = try DownloadJournal(contentsOf: directory.file("downloads.json"))
         journal.leaveDelay.withLock { $0 = .seconds(3600) }
         let downloads = (0..<20).map { DownloadOperation(url: server.url("/bytes/10?\($0)"), destination: directory.file("f\($0)")) }

@@ -1,5 +1,5 @@
 import Foundation
-import LoopbackServer
+import FetchKitTesting
 import Testing
 @testable import FetchKit
 #if canImport(Glibc)
@@ -15,9 +15,9 @@ struct NoRedownloadTests {
     /// arrived after each stop are written, not dropped, so the server sends the body once,
     /// plus what was in the sockets' buffers at each stop.
     @Test func aDownloadStoppedForTheDiskIsSentAboutOnce() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         // 4 MiB under a sanitizer, whose writer is 25 times slower: still several stops.
         let length = runsUnderSanitizer ? 4 << 20 : 16 << 20
         server.resumableRoute("/big", length: length, etag: Locked("v1"), cutFull: Locked(false))
@@ -30,7 +30,7 @@ struct NoRedownloadTests {
 
         try await download.run()
 
-        #expect(FileManager.default.contents(atPath: destination.path) == BytePattern.data(offset: 0, count: length),
+        #expect(FileManager.default.contents(atPath: destination.path) == TestResponse.patternBytes(count: length),
                 "every byte, in order, once")
         #expect(download.backpressureContinuations >= 1, "the disk fell behind and the transfer was stopped")
         let sent = server.counters.patternBytesSent
@@ -40,7 +40,7 @@ struct NoRedownloadTests {
         let allowance = max(8 << 20, continuations * (4 << 20))
         #expect(sent <= length + allowance,
                 "the server sent \(sent) bytes (\(sent - length) more than the body) over \(continuations) continuations")
-        let requests = server.requests(path: "/big")
-        #expect(requests.count == 1 + continuations, "\(requests.map { $0.headers["Range"] ?? "(whole)" })")
+        let requests = server.requests("/big")
+        #expect(requests.count == 1 + continuations, "\(requests.map { $0.header("Range") ?? "(whole)" })")
     }
 }

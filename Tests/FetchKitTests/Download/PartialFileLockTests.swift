@@ -1,5 +1,5 @@
 import Foundation
-import LoopbackServer
+import FetchKitTesting
 import Testing
 @testable import FetchKit
 #if canImport(Glibc)
@@ -10,20 +10,21 @@ import Darwin
 
 /// A resumable file whose first answer sends `firstPart` bytes, waits for `gate`, then sends
 /// the rest; a `Range` request gets the rest at once, as a 206.
-private func serveGatedFile(_ server: LoopbackServer, path: String, size: Int, firstPart: Int, gate: ServerGate) {
+private func serveGatedFile(_ server: TestServer, path: String, size: Int, firstPart: Int, gate: TestGate) {
     server.route(path) { request in
-        var headers: HTTPHeaders = ["ETag": "\"v1\"", "Accept-Ranges": "bytes"]
-        if let range = request.headers["Range"], range.hasPrefix("bytes="), range.hasSuffix("-"),
+        if let range = request.header("Range"), range.hasPrefix("bytes="), range.hasSuffix("-"),
            let start = Int(range.dropFirst("bytes=".count).dropLast()), start < size {
-            headers.add(name: "Content-Range", value: "bytes \(start)-\(size - 1)/\(size)")
-            return .pattern(count: size - start, offset: start, status: 206, headers: headers)
+            let head = TestResponse.Step.head(status: 206, headers: [
+                "ETag": "\"v1\"", "Accept-Ranges": "bytes", "Content-Range": "bytes \(start)-\(size - 1)/\(size)",
+                "Content-Type": "application/octet-stream", "Content-Length": String(size - start),
+            ])
+            return ResumeFixtures.patternAnswer(head, offset: start, count: size - start, for: request)
         }
-        headers.add(name: "Content-Length", value: String(size))
-        return .script([
-            .write(HTTPResponse.rawHead(status: 200, headers: headers)),
-            .writePattern(offset: 0, count: firstPart),
-            .wait(gate),
-            .writePattern(offset: firstPart, count: size - firstPart),
+        return .steps([
+            .head(status: 200, headers: ["ETag": "\"v1\"", "Accept-Ranges": "bytes", "Content-Length": String(size)]),
+            .patternBytes(offset: 0, count: firstPart),
+            .wait(for: gate),
+            .patternBytes(offset: firstPart, count: size - firstPart),
         ])
     }
 }
@@ -38,10 +39,10 @@ struct PartialFileLockTests {
     /// A second `fetchkit` into the same `-o`, while the first is mid-body: it skips the file
     /// with a message naming the first, sends nothing, and the first finishes a whole file.
     @Test func aSecondFetchkitSkipsAFileTheFirstIsDownloading() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
-        let gate = ServerGate()
+        defer { server.shutDown(); directory.remove() }
+        let gate = TestGate()
         defer { gate.open() }
         let size = 1_000_000
         serveGatedFile(server, path: "/big.bin", size: size, firstPart: 300_000, gate: gate)
@@ -61,26 +62,26 @@ struct PartialFileLockTests {
         // Then it skips the file, says who is downloading it, and sends nothing
         #expect(second.ending == .exit(3), "ExitStatus.fileSystem: \(second.ending)\n\(second.stdout)\(second.stderr)")
         #expect(second.stdout.contains("✗ big.bin  skipped: being downloaded by another fetchkit (pid \(first.pid))"), "\(second.stdout)")
-        #expect(server.requestCount(path: "/big.bin") == 1, "the second run sent a request")
+        #expect(server.requests("/big.bin").count == 1, "the second run sent a request")
 
         // And the first run finishes a whole file
         gate.open()
         let result = try await first.finish(timeout: 60)
         #expect(result.ending == .exit(0), "\(result.ending)\n\(result.stdout)\(result.stderr)")
         let file = try #require(FileManager.default.contents(atPath: directory.file("big.bin").path))
-        #expect(file.count == size && BytePattern.matches(file, offset: 0))
+        #expect(file.count == size && file == TestResponse.patternBytes(count: size))
         #expect(try FileManager.default.contentsOfDirectory(atPath: directory.url.path) == ["big.bin"], "no lock or partial file is left")
     }
 
     /// The same, for a `DownloadOperation`: a lock held elsewhere (here by the test, as another
     /// process would hold it) fails the download before anything is sent or written.
     @Test func aDownloadWhosePartialFileIsLockedFailsWithoutTouchingIt() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer.standard()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         let destination = directory.file("5000")
         let download = DownloadOperation(url: server.url("/bytes/5000"), destination: destination)
-        let partialBytes = BytePattern.data(offset: 0, count: 1000)
+        let partialBytes = TestResponse.patternBytes(count: 1000)
         try partialBytes.write(to: download.partialFileURL)
         let held = try PartialFileLock.acquire(at: download.partialLockURL).get()
 
@@ -89,7 +90,7 @@ struct PartialFileLockTests {
         guard case .fileSystem(let failure)? = error else { Issue.record("\(String(describing: error))"); return }
         #expect(failure.kind == .destinationInUse)
         #expect(download.otherProcessDownloading == getpid())
-        #expect(server.requestCount(path: "/bytes/5000") == 0)
+        #expect(server.requests("/bytes/5000").count == 0)
         #expect(FileManager.default.contents(atPath: download.partialFileURL.path) == partialBytes, "the partial file is untouched")
 
         // Once the lock is let go, the same download goes through and cleans up after itself.
@@ -97,7 +98,7 @@ struct PartialFileLockTests {
         let again = DownloadOperation(url: server.url("/bytes/5000"), destination: destination)
         try await again.run()
         #expect(again.otherProcessDownloading == nil)
-        #expect(FileManager.default.contents(atPath: destination.path) == BytePattern.data(offset: 0, count: 5000))
+        #expect(FileManager.default.contents(atPath: destination.path) == TestResponse.patternBytes(count: 5000))
         #expect(!FileManager.default.fileExists(atPath: again.partialLockURL.path))
     }
 

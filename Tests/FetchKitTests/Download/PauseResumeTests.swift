@@ -1,27 +1,28 @@
 import Dispatch
 import Foundation
+import FetchKitTesting
 import LoopbackServer
 import Testing
 @testable import FetchKit
 
-extension LoopbackServer {
+extension TestServer {
     /// Serves `length` pattern bytes at `path` with `ETag: "<tag>"` and ranges. A full answer
     /// sends its first `held` bytes, then waits for `gate` before the rest; a `Range` answer
     /// (`206`, validated with `If-Range`) is sent at once.
-    func heldResumableRoute(_ path: String, length: Int, held: Int, tag: String = "\"p1\"", gate: ServerGate) {
+    func heldResumableRoute(_ path: String, length: Int, held: Int, tag: String = "\"p1\"", gate: TestGate) {
         route(path) { request in
-            let headers: HTTPHeaders = ["ETag": tag, "Accept-Ranges": "bytes", "Content-Type": "application/octet-stream"]
-            if let range = request.headers["Range"], request.headers["If-Range"] == tag,
+            if let range = request.header("Range"), request.header("If-Range") == tag,
                range.hasPrefix("bytes="), let start = Int(range.dropFirst(6).prefix { $0 != "-" }), start < length {
-                var partial = headers
-                partial["Content-Range"] = "bytes \(start)-\(length - 1)/\(length)"
-                return HTTPResponse(status: 206, headers: partial, body: .pattern(offset: start, count: length - start))
+                let head = TestResponse.Step.head(status: 206, headers: [
+                    "ETag": tag, "Accept-Ranges": "bytes", "Content-Type": "application/octet-stream",
+                    "Content-Range": "bytes \(start)-\(length - 1)/\(length)", "Content-Length": String(length - start),
+                ])
+                return ResumeFixtures.patternAnswer(head, offset: start, count: length - start, for: request)
             }
-            var head = headers
-            head["Content-Length"] = String(length)
-            return .script([.write(HTTPResponse.rawHead(status: 200, headers: head)),
-                            .writePattern(offset: 0, count: held), .wait(gate),
-                            .writePattern(offset: held, count: length - held)])
+            return .steps([.head(status: 200, headers: ["ETag": tag, "Accept-Ranges": "bytes", "Content-Type": "application/octet-stream",
+                                                        "Content-Length": String(length)]),
+                           .patternBytes(offset: 0, count: held), .wait(for: gate),
+                           .patternBytes(offset: held, count: length - held)])
         }
     }
 
@@ -31,6 +32,11 @@ extension LoopbackServer {
             order.withLock { $0.append(request.path) }
             return .text(request.path)
         }
+    }
+
+    /// A GET operation for a path on this server.
+    fileprivate func recordingOperation(_ path: String) -> RecordingOperation {
+        RecordingOperation(request: URLRequest(url: url(path)))
     }
 }
 
@@ -42,6 +48,7 @@ func signalOnce(_ countdown: Countdown) -> @Sendable (Bool) -> Void {
     }
 }
 
+// LoopbackServer: kept for Operation/DependentDownloadTests.swift, which uses `line.server`'s LoopbackServer API (requestCount(path:), built-in /bytes); this file's suites use TestServerHeldSlotLine
 /// A one-slot queue whose slot a request holds until ``gate`` opens, and routes that record
 /// the order in which the server gets `names`: to see the order of a line of waiting fetches.
 struct HeldSlotLine {
@@ -54,7 +61,13 @@ struct HeldSlotLine {
     init(names: [String]) async throws {
         server = try LoopbackServer()
         server.gatedRoute("/held", gate)
-        for name in names { server.orderRoute("/\(name)", order) }
+        for name in names {
+            let order = order
+            server.route("/\(name)") { request in
+                order.withLock { $0.append(request.path) }
+                return .text(request.path)
+            }
+        }
         queue.enqueue(server.operation("/held"))
         // The held request takes the slot before the others are enqueued: an `OperationQueue`
         // starts operations in no set order, and the first to ask takes the slot.
@@ -75,6 +88,43 @@ struct HeldSlotLine {
     func stop() {
         gate.open()
         server.stop()
+    }
+}
+
+/// ``HeldSlotLine`` on FetchKitTesting's ``TestServer``: a one-slot queue whose slot a request
+/// holds until ``gate`` opens, and routes that record the order in which the server gets
+/// `names`.
+struct TestServerHeldSlotLine {
+    let server: TestServer
+    let gate = TestGate()
+    let order = Locked<[String]>([])
+    let queue = makeFetchQueue(total: 1)
+
+    /// Starts the server and the held request; returns once the server has it.
+    init(names: [String]) async throws {
+        server = try TestServer()
+        server.route("/held") { [gate] _ in TestResponse.text("open").held(by: gate) }
+        for name in names { server.orderRoute("/\(name)", order) }
+        queue.enqueue(server.recordingOperation("/held"))
+        // The held request takes the slot before the others are enqueued: an `OperationQueue`
+        // starts operations in no set order, and the first to ask takes the slot.
+        #expect(await server.waitUntil { $0.requestsReceived == 1 })
+    }
+
+    /// Enqueues a fetch of each of `names`, one at a time, each in line before the next is
+    /// enqueued; each signals `done` when it completes.
+    func enqueue(_ names: [String], signalling done: Countdown) async throws -> [String: FetchID] {
+        var ids: [String: FetchID] = [:]
+        for (index, name) in names.enumerated() {
+            ids[name] = queue.enqueue(server.recordingOperation("/\(name)"), on: .global) { _ in done.signal() }
+            #expect(await counts(of: queue) { $0.waiting == index + 1 })
+        }
+        return ids
+    }
+
+    func stop() {
+        gate.open()
+        server.shutDown()
     }
 }
 
@@ -99,10 +149,10 @@ struct PauseResumeTests {
     }
 
     @Test func pausingARunningDownloadKeepsItsBytesFreesItsSlotAndResumesWithRange() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer.standard()
         let directory = try TemporaryDirectory()
-        let gate = ServerGate()
-        defer { gate.open(); server.stop(); directory.remove() }
+        let gate = TestGate()
+        defer { gate.open(); server.shutDown(); directory.remove() }
         let length = 200_000, held = 80_000
         server.heldResumableRoute("/big", length: length, held: held, gate: gate)
         let queue = makeFetchQueue(total: 1)
@@ -115,7 +165,7 @@ struct PauseResumeTests {
         let awaited = Task { try await download.value }
         #expect(await halfway.wait())
         // A fetch waits behind it for the only slot.
-        let behind = server.operation("/json")
+        let behind = server.recordingOperation("/json")
         let behindDone = Countdown(1)
         queue.enqueue(behind, on: .global) { _ in behindDone.signal() }
         #expect(await counts(of: queue) { $0.inFlight == 1 && $0.waiting == 1 })
@@ -141,11 +191,11 @@ struct PauseResumeTests {
         #expect(value == destination)
         #expect(completions.current == 1)
         #expect(download.error == nil)
-        #expect(contents(destination) == BytePattern.data(offset: 0, count: length), "the file is whole and correct")
-        let requests = server.requests(path: "/big")
+        #expect(contents(destination) == TestResponse.patternBytes(count: length), "the file is whole and correct")
+        let requests = server.requests("/big")
         #expect(requests.count == 2)
-        #expect(requests.last?.headers["Range"] == "bytes=\(held)-", "the server saw a Range from the kept offset")
-        #expect(requests.last?.headers["If-Range"] == "\"p1\"")
+        #expect(requests.last?.header("Range") == "bytes=\(held)-", "the server saw a Range from the kept offset")
+        #expect(requests.last?.header("If-Range") == "\"p1\"")
         #expect(download.resumedBytes == Int64(held))
         #expect(download.attempts == 1, "a resume is not a retry")
         #expect(await queue.recorder?.waitUntil { events in
@@ -154,10 +204,10 @@ struct PauseResumeTests {
     }
 
     @Test func aDownloadOnItsOwnPausesAndResumesWithRangeToo() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer()
         let directory = try TemporaryDirectory()
-        let gate = ServerGate()
-        defer { gate.open(); server.stop(); directory.remove() }
+        let gate = TestGate()
+        defer { gate.open(); server.shutDown(); directory.remove() }
         server.heldResumableRoute("/own", length: 50_000, held: 20_000, gate: gate)
         let download = DownloadOperation(url: server.url("/own"), destination: directory.file("own.bin"))
         let halfway = reached(20_000, download)
@@ -170,18 +220,18 @@ struct PauseResumeTests {
         #expect(download.resume())          // at once: before or after the stop took, it continues
         #expect(await done.wait())
         #expect(completions.current == 1 && download.error == nil)
-        #expect(contents(download.destination) == BytePattern.data(offset: 0, count: 50_000))
-        #expect(server.requests(path: "/own").map { $0.headers["Range"] } == [nil, "bytes=20000-"])
+        #expect(contents(download.destination) == TestResponse.patternBytes(count: 50_000))
+        #expect(server.requests("/own").map { $0.header("Range") } == [nil, "bytes=20000-"])
     }
 
     @Test func pausingAWaitingDownloadTakesItOutOfLineUntilItIsResumed() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer.standard()
         let directory = try TemporaryDirectory()
-        let gate = ServerGate()
-        defer { gate.open(); server.stop(); directory.remove() }
-        server.gatedRoute("/held", gate)
+        let gate = TestGate()
+        defer { gate.open(); server.shutDown(); directory.remove() }
+        server.route("/held") { _ in TestResponse.text("open").held(by: gate) }
         let queue = makeFetchQueue(total: 1)
-        let blocker = server.operation("/held")
+        let blocker = server.recordingOperation("/held")
         let blockerDone = Countdown(1)
         queue.enqueue(blocker, on: .global) { _ in blockerDone.signal() }
         // The blocker holds the only slot before the others are enqueued: an `OperationQueue`
@@ -199,39 +249,39 @@ struct PauseResumeTests {
         gate.open()
         #expect(await blockerDone.wait())
         #expect(await counts(of: queue) { $0.inFlight == 0 && $0.waiting == 0 })
-        #expect(server.requestCount(path: "/bytes/5000") == 0, "a paused download sends nothing")
+        #expect(server.requests("/bytes/5000").count == 0, "a paused download sends nothing")
         #expect(!download.isFinished && completions.current == 0 && download.isPaused)
 
         #expect(download.resume())
         #expect(await done.wait())
         #expect(completions.current == 1)
-        #expect(contents(destination) == BytePattern.data(offset: 0, count: 5000))
-        #expect(server.requestCount(path: "/bytes/5000") == 1)
+        #expect(contents(destination) == TestResponse.patternBytes(count: 5000))
+        #expect(server.requests("/bytes/5000").count == 1)
     }
 
     @Test func aFetchPausedBeforeItStartsSendsNothingUntilResumed() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let queue = makeFetchQueue()
-        let operation = server.operation("/json")
+        let operation = server.recordingOperation("/json")
         #expect(operation.pause(), "a pending operation can be paused")
         let done = Countdown(1)
         let id = queue.enqueue(operation, on: .global) { _ in done.signal() }
         // It starts, prepares its request and parks: the queue holds it, nothing is sent.
         #expect(await queue.recorder?.waitUntil { $0.contains { $0.id == id && $0.kind == .enqueue } } == true)
         #expect(queue.count == 1 && operation.isPaused)
-        #expect(server.requestCount(path: "/json") == 0)
+        #expect(server.requests("/json").count == 0)
         #expect(operation.resume())
         #expect(await done.wait())
         #expect(operation.responseBody?.isEmpty == false)
-        #expect(server.requestCount(path: "/json") == 1)
+        #expect(server.requests("/json").count == 1)
     }
 
     @Test func cancellingAPausedDownloadCompletesOnceAsCancelledAndKeepsItsPartialFile() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer()
         let directory = try TemporaryDirectory()
-        let gate = ServerGate()
-        defer { gate.open(); server.stop(); directory.remove() }
+        let gate = TestGate()
+        defer { gate.open(); server.shutDown(); directory.remove() }
         server.heldResumableRoute("/big", length: 100_000, held: 40_000, gate: gate)
         let queue = makeFetchQueue(total: 1)
         let download = DownloadOperation(url: server.url("/big"), destination: directory.file("big.bin"))
@@ -249,16 +299,16 @@ struct PauseResumeTests {
         #expect(!download.resume(), "a cancelled download does not resume")
         #expect(completions.current.count == 1)
         #expect(DownloadOperation.fileSize(download.partialFileURL) == 40_000, "kept for a later download, as a cancel keeps it")
-        #expect(server.requestCount(path: "/big") == 1)
+        #expect(server.requests("/big").count == 1)
         #expect(queue.operation(for: id) == nil)
     }
 
     @Test func aSuspendedQueueFreedWhileItsFetchIsPausedCancelsItOnce() async throws {
-        let server = try LoopbackServer()
-        defer { server.stop() }
+        let server = try TestServer.standard()
+        defer { server.shutDown() }
         let done = Countdown(1)
         let results = Locked<[Result<Data, FetchError>]>([])
-        let operation = server.operation("/json")
+        let operation = server.recordingOperation("/json")
         do {
             let queue = makeFetchQueue()
             queue.isSuspended = true
@@ -268,14 +318,14 @@ struct PauseResumeTests {
         #expect(await done.wait(), "the freed queue cancelled its paused fetch")
         #expect(results.current.count == 1)
         #expect(operation.error?.isCancellation == true)
-        #expect(server.requestCount(path: "/json") == 0)
+        #expect(server.requests("/json").count == 0)
     }
 
     @Test func pauseAllStopsEveryTransferAndStartsNoneResumeAllFinishesThem() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer()
         let directory = try TemporaryDirectory()
-        let gate = ServerGate()
-        defer { gate.open(); server.stop(); directory.remove() }
+        let gate = TestGate()
+        defer { gate.open(); server.shutDown(); directory.remove() }
         let length = 60_000, held = 20_000
         for index in 0..<3 { server.heldResumableRoute("/f\(index)", length: length, held: held, gate: gate) }
         let queue = makeFetchQueue(total: 2)
@@ -292,7 +342,7 @@ struct PauseResumeTests {
         #expect(await counts(of: queue) { $0.inFlight == 2 && $0.waiting == 1 })
         #expect(queue.pauseAll() == 3)
         #expect(await counts(of: queue) { $0.inFlight == 0 && $0.waiting == 0 })
-        #expect(server.requestCount(path: "/f2") == 0, "no slot went to the third while the others were paused")
+        #expect(server.requests("/f2").count == 0, "no slot went to the third while the others were paused")
         #expect(downloads.allSatisfy { $0.isPaused })
         #expect(completions.current == 0)
 
@@ -301,10 +351,10 @@ struct PauseResumeTests {
         #expect(await done.wait())
         #expect(completions.current == 3)
         for (index, download) in downloads.enumerated() {
-            #expect(contents(download.destination) == BytePattern.data(offset: 0, count: length))
-            let requests = server.requests(path: "/f\(index)")
+            #expect(contents(download.destination) == TestResponse.patternBytes(count: length))
+            let requests = server.requests("/f\(index)")
             if index < 2 {
-                #expect(requests.map { $0.headers["Range"] } == [nil, "bytes=\(held)-"])
+                #expect(requests.map { $0.header("Range") } == [nil, "bytes=\(held)-"])
             } else {
                 #expect(requests.count == 1)
             }
@@ -312,16 +362,16 @@ struct PauseResumeTests {
     }
 
     @Test func pausingOneMemberOfASharedFlightLeavesTheOthersTransfer() async throws {
-        let server = try LoopbackServer()
-        let gate = ServerGate()
-        defer { gate.open(); server.stop() }
+        let server = try TestServer()
+        let gate = TestGate()
+        defer { gate.open(); server.shutDown() }
         server.route("/shared") { _ in
-            .script([.write(HTTPResponse.rawHead(status: 200, headers: ["Content-Length": "30000"])),
-                     .writePattern(offset: 0, count: 10_000), .wait(gate), .writePattern(offset: 10_000, count: 20_000)])
+            .steps([.head(status: 200, headers: ["Content-Length": "30000"]),
+                    .patternBytes(offset: 0, count: 10_000), .wait(for: gate), .patternBytes(offset: 10_000, count: 20_000)])
         }
         let queue = makeFetchQueue(coalesces: true)
-        let paused = server.operation("/shared")
-        let other = server.operation("/shared")
+        let paused = server.recordingOperation("/shared")
+        let other = server.recordingOperation("/shared")
         let pausedDone = Countdown(1), otherDone = Countdown(1)
         let pausedCompletions = Locked(0)
         queue.enqueue(paused, on: .global) { _ in pausedCompletions.withLock { $0 += 1 }; pausedDone.signal() }
@@ -331,21 +381,21 @@ struct PauseResumeTests {
         #expect(paused.pause())
         gate.open()
         #expect(await otherDone.wait())
-        #expect(other.responseBody == BytePattern.data(offset: 0, count: 30_000), "the shared transfer went on for the other")
-        #expect(server.requestCount(path: "/shared") == 1)
+        #expect(other.responseBody == TestResponse.patternBytes(count: 30_000), "the shared transfer went on for the other")
+        #expect(server.requests("/shared").count == 1)
         #expect(!paused.isFinished && pausedCompletions.current == 0)
         #expect(paused.resume())
         #expect(await pausedDone.wait())
-        #expect(paused.responseBody == BytePattern.data(offset: 0, count: 30_000), "asked again from the start")
+        #expect(paused.responseBody == TestResponse.patternBytes(count: 30_000), "asked again from the start")
         #expect(pausedCompletions.current == 1)
-        #expect(server.requestCount(path: "/shared") == 2)
+        #expect(server.requests("/shared").count == 2)
     }
 }
 
 @Suite("Re-prioritising waiting fetches", .timeLimit(.minutes(3)))
 struct ReprioritizeTests {
     @Test func theServerSeesTheNewOrderWithOneSlot() async throws {
-        let line = try await HeldSlotLine(names: ["a", "b", "c", "d"])
+        let line = try await TestServerHeldSlotLine(names: ["a", "b", "c", "d"])
         defer { line.stop() }
         let (queue, gate, order) = (line.queue, line.gate, line.order)
         let done = Countdown(4)
@@ -361,20 +411,20 @@ struct ReprioritizeTests {
     }
 
     @Test func aPausedFetchResumesAtItsNewPriority() async throws {
-        let server = try LoopbackServer()
-        let gate = ServerGate()
-        defer { gate.open(); server.stop() }
-        server.gatedRoute("/held", gate)
+        let server = try TestServer()
+        let gate = TestGate()
+        defer { gate.open(); server.shutDown() }
+        server.route("/held") { _ in TestResponse.text("open").held(by: gate) }
         let order = Locked<[String]>([])
         for name in ["a", "b"] { server.orderRoute("/\(name)", order) }
         let queue = makeFetchQueue(total: 1)
-        queue.enqueue(server.operation("/held"))
+        queue.enqueue(server.recordingOperation("/held"))
         // The blocker holds the only slot before the others are enqueued: an `OperationQueue`
         // starts operations in no set order, and the first to ask takes the slot.
         #expect(await server.waitUntil { $0.requestsReceived == 1 })
         let done = Countdown(2)
-        let a = queue.enqueue(server.operation("/a"), on: .global) { _ in done.signal() }
-        queue.enqueue(server.operation("/b"), on: .global) { _ in done.signal() }
+        let a = queue.enqueue(server.recordingOperation("/a"), on: .global) { _ in done.signal() }
+        queue.enqueue(server.recordingOperation("/b"), on: .global) { _ in done.signal() }
         #expect(await counts(of: queue) { $0.waiting == 2 })
         #expect(queue.pause(a))
         #expect(queue.setPriority(.veryHigh, of: a))
@@ -391,16 +441,16 @@ struct ReprioritizeTests {
     /// queue once knew a transfer by its first fetch: the second took the first's entry, and
     /// one slot stayed taken for good).
     @Test func aFetchResumedBesideTheSharedTransferItMadeFreesOnlyItsOwnSlot() async throws {
-        let server = try LoopbackServer()
-        let gates = (first: ServerGate(), second: ServerGate(), shared: ServerGate())
-        defer { gates.first.open(); gates.second.open(); gates.shared.open(); server.stop() }
-        server.gatedRoute("/held/1", gates.first)
-        server.gatedRoute("/held/2", gates.second)
+        let server = try TestServer.standard()
+        let gates = (first: TestGate(), second: TestGate(), shared: TestGate())
+        defer { gates.first.open(); gates.second.open(); gates.shared.open(); server.shutDown() }
+        server.route("/held/1") { _ in TestResponse.text("open").held(by: gates.first) }
+        server.route("/held/2") { _ in TestResponse.text("open").held(by: gates.second) }
         // The tokens the shared path was asked with, in order; each arrival signals its countdown.
         let tokens = Locked<[String?]>([])
         let arrivals = [Countdown(1), Countdown(1)]
         server.route("/shared") { request in
-            let count = tokens.withLock { $0.append(request.headers["Authorization"]); return $0.count }
+            let count = tokens.withLock { $0.append(request.header("Authorization")); return $0.count }
             if count <= arrivals.count { arrivals[count - 1].signal() }
             gates.shared.wait(timeout: 120)
             return .text("open")
@@ -412,15 +462,15 @@ struct ReprioritizeTests {
         let recorder = try #require(queue.recorder)
         // Both slots are taken.
         let held = Countdown(2)
-        queue.enqueue(server.operation("/held/1"), on: .global) { _ in held.signal() }
-        queue.enqueue(server.operation("/held/2"), on: .global) { _ in held.signal() }
+        queue.enqueue(server.recordingOperation("/held/1"), on: .global) { _ in held.signal() }
+        queue.enqueue(server.recordingOperation("/held/2"), on: .global) { _ in held.signal() }
         #expect(await server.waitUntil { $0.requestsReceived == 2 })
         // The creator waits; a caller joins its transfer; the creator is paused.
-        let creator = server.operation("/shared")
+        let creator = server.recordingOperation("/shared")
         let creatorDone = Countdown(1)
         let creatorID = queue.enqueue(creator, on: .global) { _ in creatorDone.signal() }
         #expect(await counts(of: queue) { $0.waiting == 1 })
-        let joiner = server.operation("/shared")
+        let joiner = server.recordingOperation("/shared")
         let joinerDone = Countdown(1)
         let joinerID = queue.enqueue(joiner, on: .global) { _ in joinerDone.signal() }
         #expect(await recorder.waitUntil { $0.contains { $0 == (.join, joinerID) } })
@@ -443,7 +493,7 @@ struct ReprioritizeTests {
         #expect(await creatorDone.wait())
         #expect(creator.responseBody == Data("open".utf8) && joiner.responseBody == Data("open".utf8))
         #expect(await counts(of: queue) { $0 == .init(inFlight: 0, waiting: 0) })
-        let after = [server.operation("/json"), server.operation("/json")]
+        let after = [server.recordingOperation("/json"), server.recordingOperation("/json")]
         let afterDone = Countdown(2)
         for operation in after { queue.enqueue(operation, on: .global) { _ in afterDone.signal() } }
         #expect(await afterDone.wait())
@@ -452,20 +502,20 @@ struct ReprioritizeTests {
     /// A paused fetch keeps its place in line (as aria2 keeps a paused download's): resumed, it
     /// goes before the fetches enqueued after it.
     @Test func aResumedFetchKeepsItsPlaceInLine() async throws {
-        let server = try LoopbackServer()
-        let gate = ServerGate()
-        defer { gate.open(); server.stop() }
-        server.gatedRoute("/held", gate)
+        let server = try TestServer()
+        let gate = TestGate()
+        defer { gate.open(); server.shutDown() }
+        server.route("/held") { _ in TestResponse.text("open").held(by: gate) }
         let order = Locked<[String]>([])
         for name in ["a", "b", "c"] { server.orderRoute("/\(name)", order) }
         let queue = makeFetchQueue(total: 1)
-        queue.enqueue(server.operation("/held"))
+        queue.enqueue(server.recordingOperation("/held"))
         #expect(await server.waitUntil { $0.requestsReceived == 1 })
         // One at a time: an `OperationQueue` starts operations in no set order.
         let done = Countdown(3)
         var ids: [FetchID] = []
         for (index, name) in ["a", "b", "c"].enumerated() {
-            ids.append(queue.enqueue(server.operation("/\(name)"), on: .global) { _ in done.signal() })
+            ids.append(queue.enqueue(server.recordingOperation("/\(name)"), on: .global) { _ in done.signal() })
             #expect(await counts(of: queue) { $0.waiting == index + 1 })
         }
         #expect(queue.pause(ids[0]))
@@ -481,24 +531,24 @@ struct ReprioritizeTests {
     /// the two `/shared` fetches made the flight is the `OperationQueue`'s choice: either way.
     @Test(arguments: ["cancel", "pause"])
     func aSharedFlightFallsBackWhenItsUrgentMemberLeaves(_ how: String) async throws {
-        let server = try LoopbackServer()
-        let gate = ServerGate()
-        defer { gate.open(); server.stop() }
-        server.gatedRoute("/held", gate)
+        let server = try TestServer()
+        let gate = TestGate()
+        defer { gate.open(); server.shutDown() }
+        server.route("/held") { _ in TestResponse.text("open").held(by: gate) }
         let order = Locked<[String]>([])
         for name in ["shared", "normal"] { server.orderRoute("/\(name)", order) }
         let queue = makeFetchQueue(total: 1, coalesces: true)
         let recorder = try #require(queue.recorder)
-        queue.enqueue(server.operation("/held"))
+        queue.enqueue(server.recordingOperation("/held"))
         // The blocker holds the only slot before the others are enqueued: an `OperationQueue`
         // starts operations in no set order, and the first to ask takes the slot.
         #expect(await server.waitUntil { $0.requestsReceived == 1 })
         let done = Countdown(2)
-        let low = server.operation("/shared")
+        let low = server.recordingOperation("/shared")
         low.queuePriority = .low
         queue.enqueue(low, on: .global) { _ in done.signal() }
-        queue.enqueue(server.operation("/normal"), on: .global) { _ in done.signal() }
-        let urgent = server.operation("/shared")
+        queue.enqueue(server.recordingOperation("/normal"), on: .global) { _ in done.signal() }
+        let urgent = server.recordingOperation("/shared")
         urgent.queuePriority = .veryHigh
         let urgentID = queue.enqueue(urgent)
         #expect(await counts(of: queue) { $0.waiting == 2 })
@@ -516,24 +566,24 @@ struct ReprioritizeTests {
     /// the urgent one leaves, or is lowered, the flight goes back behind that fetch.
     @Test(arguments: ["cancel", "pause", "lower"])
     func aSharedFlightFallsBackWhenTheUrgentFetchThatMadeItLeaves(_ how: String) async throws {
-        let server = try LoopbackServer()
-        let gate = ServerGate()
-        defer { gate.open(); server.stop() }
-        server.gatedRoute("/held", gate)
+        let server = try TestServer()
+        let gate = TestGate()
+        defer { gate.open(); server.shutDown() }
+        server.route("/held") { _ in TestResponse.text("open").held(by: gate) }
         let order = Locked<[String]>([])
         for name in ["shared", "normal"] { server.orderRoute("/\(name)", order) }
         let queue = makeFetchQueue(total: 1, coalesces: true)
         let recorder = try #require(queue.recorder)
-        queue.enqueue(server.operation("/held"))
+        queue.enqueue(server.recordingOperation("/held"))
         #expect(await server.waitUntil { $0.requestsReceived == 1 })
-        let urgent = server.operation("/shared")
+        let urgent = server.recordingOperation("/shared")
         urgent.queuePriority = .veryHigh
         let urgentID = queue.enqueue(urgent)
         #expect(await counts(of: queue) { $0.waiting == 1 }, "it waits in line: it made the flight")
         let done = Countdown(3)
-        queue.enqueue(server.operation("/normal"), on: .global) { _ in done.signal() }
+        queue.enqueue(server.recordingOperation("/normal"), on: .global) { _ in done.signal() }
         #expect(await counts(of: queue) { $0.waiting == 2 })
-        let joiners = [server.operation("/shared"), server.operation("/shared")]
+        let joiners = [server.recordingOperation("/shared"), server.recordingOperation("/shared")]
         let joinerIDs = joiners.map { queue.enqueue($0, on: .global) { _ in done.signal() } }
         #expect(await recorder.waitUntil { events in
             joinerIDs.allSatisfy { id in events.contains { $0.kind == .join && $0.id == id } }
@@ -548,7 +598,7 @@ struct ReprioritizeTests {
         gate.open()
         #expect(await done.wait())
         #expect(order.current == ["/normal", "/shared"], "the flight went back to .normal, behind /normal")
-        #expect(server.requestCount(path: "/shared") == 1, "one transfer for the joiners")
+        #expect(server.requests("/shared").count == 1, "one transfer for the joiners")
         for joiner in joiners { #expect(joiner.responseBody == Data("/shared".utf8)) }
         queue.cancel(urgentID)
     }
@@ -559,7 +609,7 @@ struct ReprioritizePausedTests {
     /// Re-prioritising a paused fetch to the priority it has already is nothing: it keeps its
     /// place in line, as a waiting fetch does (it once went to the back of its line).
     @Test func anUnchangedPriorityKeepsAPausedFetchsPlace() async throws {
-        let line = try await HeldSlotLine(names: ["a", "b", "c"])
+        let line = try await TestServerHeldSlotLine(names: ["a", "b", "c"])
         defer { line.stop() }
         let (queue, gate, order) = (line.queue, line.gate, line.order)
         // One at a time: an `OperationQueue` starts operations in no set order.
@@ -579,7 +629,7 @@ struct ReprioritizePausedTests {
     /// A changed priority re-places a paused fetch as it does a waiting one: at the back of its
     /// new priority; set again to the same, it stays there.
     @Test func aChangedPriorityMovesAPausedFetchToTheBackOfItsNewLevel() async throws {
-        let line = try await HeldSlotLine(names: ["a", "b", "c", "d"])
+        let line = try await TestServerHeldSlotLine(names: ["a", "b", "c", "d"])
         defer { line.stop() }
         let (queue, gate, order) = (line.queue, line.gate, line.order)
         let done = Countdown(4)

@@ -1,5 +1,5 @@
 import Foundation
-import LoopbackServer
+import FetchKitTesting
 import Testing
 @testable import FetchKit
 
@@ -16,7 +16,7 @@ struct ResumeIntegrityTests {
         ResumeFixtures.content(version: version, length: length)
     }
 
-    typealias LyingServer = ResumeFixtures.LyingServer
+    typealias LyingServer = ResumeFixtures.LyingTestServer
 
     /// Leaves half of version 1 on disk, then replaces the object.
     static func leaveHalfOfVersion1(_ lying: LyingServer, at destination: URL, newLength: Int? = nil) async throws {
@@ -31,7 +31,7 @@ struct ResumeIntegrityTests {
     @Test func aResumeAnsweredWithAnotherETagStartsOver() async throws {
         let lying = try LyingServer()
         let directory = try TemporaryDirectory()
-        defer { lying.server.stop(); directory.remove() }
+        defer { lying.server.shutDown(); directory.remove() }
         let destination = directory.file("object.bin")
         try await Self.leaveHalfOfVersion1(lying, at: destination)
 
@@ -39,10 +39,10 @@ struct ResumeIntegrityTests {
         try await second.run()
         #expect(FileManager.default.contents(atPath: destination.path) == Self.content(version: 2, length: 200_000),
                 "the file is version 2, whole: never half of each")
-        let requests = lying.server.requests(path: "/object")
+        let requests = lying.server.requests("/object")
         #expect(requests.count == 3)
-        #expect(requests[1].headers["If-Range"] == "\"v1\"")
-        #expect(requests[2].headers["Range"] == nil, "started over from byte 0")
+        #expect(requests[1].header("If-Range") == "\"v1\"")
+        #expect(requests[2].header("Range") == nil, "started over from byte 0")
         #expect(second.partialFileNotices.map(\.reason) == [.changedOnServer])
         #expect(!FileManager.default.fileExists(atPath: second.partialFileURL.path))
     }
@@ -50,38 +50,38 @@ struct ResumeIntegrityTests {
     @Test func aResumeAnsweredWithAnotherLastModifiedStartsOver() async throws {
         let lying = try LyingServer(sendsETag: false, sendsLastModified: true)
         let directory = try TemporaryDirectory()
-        defer { lying.server.stop(); directory.remove() }
+        defer { lying.server.shutDown(); directory.remove() }
         let destination = directory.file("object.bin")
         try await Self.leaveHalfOfVersion1(lying, at: destination)
 
         let second = DownloadOperation(url: lying.server.url("/object"), destination: destination)
         try await second.run()
         #expect(FileManager.default.contents(atPath: destination.path) == Self.content(version: 2, length: 200_000))
-        let requests = lying.server.requests(path: "/object")
+        let requests = lying.server.requests("/object")
         #expect(requests.count == 3)
-        #expect(requests[1].headers["If-Range"] == "Mon, 01 Jun 2026 10:00:00 GMT")
-        #expect(requests[2].headers["Range"] == nil)
+        #expect(requests[1].header("If-Range") == "Mon, 01 Jun 2026 10:00:00 GMT")
+        #expect(requests[2].header("Range") == nil)
     }
 
     @Test func aResumeWhoseContentRangeTotalDiffersStartsOver() async throws {
         // The same ETag, but the object is now longer: its Content-Range total gives it away.
         let lying = try LyingServer(fixedETag: true)
         let directory = try TemporaryDirectory()
-        defer { lying.server.stop(); directory.remove() }
+        defer { lying.server.shutDown(); directory.remove() }
         let destination = directory.file("object.bin")
         try await Self.leaveHalfOfVersion1(lying, at: destination, newLength: 250_000)
 
         let second = DownloadOperation(url: lying.server.url("/object"), destination: destination)
         try await second.run()
         #expect(FileManager.default.contents(atPath: destination.path) == Self.content(version: 2, length: 250_000))
-        #expect(lying.server.requests(path: "/object").count == 3)
-        #expect(lying.server.requests(path: "/object").last?.headers["Range"] == nil)
+        #expect(lying.server.requests("/object").count == 3)
+        #expect(lying.server.requests("/object").last?.header("Range") == nil)
     }
 
     @Test func aTruthfulResumeStillAppends() async throws {
         let lying = try LyingServer()
         let directory = try TemporaryDirectory()
-        defer { lying.server.stop(); directory.remove() }
+        defer { lying.server.shutDown(); directory.remove() }
         let destination = directory.file("object.bin")
         try await Self.leaveHalfOfVersion1(lying, at: destination)
         lying.version.withLock { $0 = 1 }   // nothing changed after all
@@ -90,7 +90,7 @@ struct ResumeIntegrityTests {
         try await second.run()
         #expect(FileManager.default.contents(atPath: destination.path) == Self.content(version: 1, length: 200_000))
         #expect(second.resumedBytes == 100_000)
-        #expect(lying.server.requests(path: "/object").count == 2)
+        #expect(lying.server.requests("/object").count == 2)
         #expect(second.partialFileNotices.isEmpty)
     }
 
@@ -98,7 +98,7 @@ struct ResumeIntegrityTests {
         // A download told not to start over fails, and says why.
         let lying = try LyingServer()
         let directory = try TemporaryDirectory()
-        defer { lying.server.stop(); directory.remove() }
+        defer { lying.server.shutDown(); directory.remove() }
         let destination = directory.file("object.bin")
         try await Self.leaveHalfOfVersion1(lying, at: destination)
 
@@ -112,7 +112,7 @@ struct ResumeIntegrityTests {
         #expect(detail.contains("\"v1\"") && detail.contains("\"v2\""), "\(detail)")
         #expect(!FileManager.default.fileExists(atPath: destination.path))
         #expect(!FileManager.default.fileExists(atPath: second.partialFileURL.path), "the old half is gone: nothing left to splice")
-        #expect(lying.server.requests(path: "/object").count == 2)
+        #expect(lying.server.requests("/object").count == 2)
     }
 }
 

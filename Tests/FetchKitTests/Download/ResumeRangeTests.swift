@@ -1,5 +1,5 @@
 import Foundation
-import LoopbackServer
+import FetchKitTesting
 import Testing
 @testable import FetchKit
 
@@ -32,56 +32,56 @@ struct ResumeRangeTests {
     static let length = 200_000
     static let half = 100_000
 
-    private func serve(_ lie: Lie, on server: LoopbackServer) {
+    private func serve(_ lie: Lie, on server: TestServer) {
         let cut = Locked(true)
         server.route("/object") { request in
-            let whole = BytePattern.data(offset: 0, count: Self.length + 1_000)
-            let validators: HTTPHeaders = ["ETag": "\"v1\"", "Accept-Ranges": "bytes"]
-            guard request.headers["Range"] == "bytes=\(Self.half)-" else {
-                var headers = validators
-                headers["Content-Length"] = String(Self.length)
+            let whole = TestResponse.patternBytes(count: Self.length + 1_000)
+            guard request.header("Range") == "bytes=\(Self.half)-" else {
+                let headers = ["ETag": "\"v1\"", "Accept-Ranges": "bytes", "Content-Length": String(Self.length)]
                 let first = cut.withLock { value -> Bool in defer { value = false }; return value }
-                return first ? .script([.write(HTTPResponse.rawHead(status: 200, headers: headers)),
-                                        .write(whole.prefix(Self.half)), .close])
-                    : HTTPResponse(status: 200, headers: headers, body: whole.prefix(Self.length))
+                return first ? .steps([.head(status: 200, headers: ["ETag": "\"v1\"", "Accept-Ranges": "bytes", "Content-Length": String(Self.length)]),
+                                       .write(whole.prefix(Self.half)), .close])
+                    : TestResponse(status: 200, headers: headers, body: whole.prefix(Self.length))
             }
-            var headers = validators
+            let contentRange: String
             let body: Data
             switch lie {
             case .shortRange:
-                headers["Content-Range"] = "bytes \(Self.half)-149999/\(Self.length)"
+                contentRange = "bytes \(Self.half)-149999/\(Self.length)"
                 body = whole.subdata(in: Self.half..<150_000)
             case .longerContentLength:
-                headers["Content-Range"] = "bytes \(Self.half)-\(Self.length - 1)/\(Self.length)"
+                contentRange = "bytes \(Self.half)-\(Self.length - 1)/\(Self.length)"
                 body = whole.subdata(in: Self.half..<(Self.length + 500))
             case .chunkedPastTheRange:
-                headers["Content-Range"] = "bytes \(Self.half)-\(Self.length - 1)/\(Self.length)"
-                headers["Transfer-Encoding"] = "chunked"
                 let bytes = whole.subdata(in: Self.half..<(Self.length + 700))
                 var chunked = Data(String(bytes.count, radix: 16).utf8 + Array("\r\n".utf8))
                 chunked.append(bytes)
                 chunked.append(contentsOf: Array("\r\n0\r\n\r\n".utf8))
-                return .script([.write(HTTPResponse.rawHead(status: 206, headers: headers)), .write(chunked), .close])
+                return .steps([.head(status: 206, headers: ["ETag": "\"v1\"", "Accept-Ranges": "bytes",
+                                                            "Content-Range": "bytes \(Self.half)-\(Self.length - 1)/\(Self.length)",
+                                                            "Transfer-Encoding": "chunked"]),
+                               .write(chunked), .close])
             case .rangePastTheEnd:
-                headers["Content-Range"] = "bytes \(Self.half)-\(Self.length + 499)/\(Self.length)"
+                contentRange = "bytes \(Self.half)-\(Self.length + 499)/\(Self.length)"
                 body = whole.subdata(in: Self.half..<(Self.length + 500))
             case .shortRangeOfUnknownTotal:
-                headers["Content-Range"] = "bytes \(Self.half)-149999/*"
+                contentRange = "bytes \(Self.half)-149999/*"
                 body = whole.subdata(in: Self.half..<150_000)
             case .shiftedStart:
-                headers["Content-Range"] = "bytes 50000-\(Self.length - 1)/\(Self.length)"
+                contentRange = "bytes 50000-\(Self.length - 1)/\(Self.length)"
                 body = whole.subdata(in: 50_000..<Self.length)
             }
-            headers["Content-Length"] = String(body.count)
-            return .script([.write(HTTPResponse.rawHead(status: 206, headers: headers)), .write(body), .close])
+            return .steps([.head(status: 206, headers: ["ETag": "\"v1\"", "Accept-Ranges": "bytes", "Content-Range": contentRange,
+                                                        "Content-Length": String(body.count)]),
+                           .write(body), .close])
         }
     }
 
     @Test(arguments: Lie.allCases)
     func aRangeThatIsNotTheRestIsRefusedAndNoWrongFileIsMade(_ lie: Lie) async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         serve(lie, on: server)
         let destination = directory.file("object.bin")
         let first = DownloadOperation(url: server.url("/object"), destination: destination)
@@ -100,24 +100,24 @@ struct ResumeRangeTests {
         #expect(!FileManager.default.fileExists(atPath: destination.path), "no file of the wrong length is made")
         let kept = DownloadOperation.fileSize(second.partialFileURL) ?? 0
         #expect(kept <= Int64(Self.length), "nothing past the file's end was appended: \(kept)")
-        #expect(server.requests(path: "/object").last?.headers["Range"] == "bytes=\(Self.half)-")
+        #expect(server.requests("/object").last?.header("Range") == "bytes=\(Self.half)-")
     }
 
     /// A resume answered with a `206` of a new version of the file (another `ETag`) whose range
     /// also starts elsewhere: the change is what is reported, and the partial of the old version
     /// is removed (it was kept, and the answer retried as a transient error).
     @Test func aChangedFileIsDetectedWhateverRangeItNames() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         server.route("/object") { request in
-            let whole = BytePattern.data(offset: 0, count: Self.length)
-            guard request.headers["Range"] == "bytes=\(Self.half)-" else {
-                let headers: HTTPHeaders = ["ETag": "\"v1\"", "Accept-Ranges": "bytes", "Content-Length": String(Self.length)]
-                return .script([.write(HTTPResponse.rawHead(status: 200, headers: headers)), .write(whole.prefix(Self.half)), .close])
+            let whole = TestResponse.patternBytes(count: Self.length)
+            guard request.header("Range") == "bytes=\(Self.half)-" else {
+                return .steps([.head(status: 200, headers: ["ETag": "\"v1\"", "Accept-Ranges": "bytes", "Content-Length": String(Self.length)]),
+                               .write(whole.prefix(Self.half)), .close])
             }
-            let headers: HTTPHeaders = ["ETag": "\"v2\"", "Accept-Ranges": "bytes", "Content-Range": "bytes 0-\(Self.length - 1)/\(Self.length)"]
-            return HTTPResponse(status: 206, headers: headers, body: whole)
+            let headers = ["ETag": "\"v2\"", "Accept-Ranges": "bytes", "Content-Range": "bytes 0-\(Self.length - 1)/\(Self.length)"]
+            return TestResponse(status: 206, headers: headers, body: whole)
         }
         let destination = directory.file("object.bin")
         let first = DownloadOperation(url: server.url("/object"), destination: destination)
@@ -134,28 +134,29 @@ struct ResumeRangeTests {
         }
         #expect(DownloadOperation.fileSize(second.partialFileURL) == nil, "the old version's partial is removed")
         #expect(!FileManager.default.fileExists(atPath: destination.path))
-        #expect(server.requests(path: "/object").count == 2, "not retried")
+        #expect(server.requests("/object").count == 2, "not retried")
     }
 
     /// With the total given (`/200000`) or not (`/*`: the length the first answer gave is the
     /// one checked against).
     @Test(arguments: [String(Self.length), "*"])
     func theRestOfTheFileStillResumes(total: String) async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         let cut = Locked(true)
         server.route("/object") { request in
-            let whole = BytePattern.data(offset: 0, count: Self.length)
-            var headers: HTTPHeaders = ["ETag": "\"v1\"", "Accept-Ranges": "bytes"]
-            if request.headers["Range"] == "bytes=\(Self.half)-" {
+            let whole = TestResponse.patternBytes(count: Self.length)
+            var headers = ["ETag": "\"v1\"", "Accept-Ranges": "bytes"]
+            if request.header("Range") == "bytes=\(Self.half)-" {
                 headers["Content-Range"] = "bytes \(Self.half)-\(Self.length - 1)/\(total)"
-                return HTTPResponse(status: 206, headers: headers, body: whole.subdata(in: Self.half..<Self.length))
+                return TestResponse(status: 206, headers: headers, body: whole.subdata(in: Self.half..<Self.length))
             }
             headers["Content-Length"] = String(Self.length)
             let first = cut.withLock { value -> Bool in defer { value = false }; return value }
-            return first ? .script([.write(HTTPResponse.rawHead(status: 200, headers: headers)), .write(whole.prefix(Self.half)), .close])
-                : HTTPResponse(status: 200, headers: headers, body: whole)
+            return first ? .steps([.head(status: 200, headers: ["ETag": "\"v1\"", "Accept-Ranges": "bytes", "Content-Length": String(Self.length)]),
+                                   .write(whole.prefix(Self.half)), .close])
+                : TestResponse(status: 200, headers: headers, body: whole)
         }
         let destination = directory.file("object.bin")
         let first = DownloadOperation(url: server.url("/object"), destination: destination)
@@ -164,6 +165,6 @@ struct ResumeRangeTests {
         let second = DownloadOperation(url: server.url("/object"), destination: destination)
         try await second.run()
         #expect(second.resumedBytes == Int64(Self.half))
-        #expect(FileManager.default.contents(atPath: destination.path) == BytePattern.data(offset: 0, count: Self.length))
+        #expect(FileManager.default.contents(atPath: destination.path) == TestResponse.patternBytes(count: Self.length))
     }
 }

@@ -1,5 +1,5 @@
 import Foundation
-import LoopbackServer
+import FetchKitTesting
 import Testing
 @testable import FetchKit
 
@@ -27,7 +27,7 @@ struct SafeFilesTests {
         }
     }
 
-    private func record(_ server: LoopbackServer, _ path: String, etag: String = "v1", length: Int64? = nil) -> PartialDownloadRecord {
+    private func record(_ server: TestServer, _ path: String, etag: String = "v1", length: Int64? = nil) -> PartialDownloadRecord {
         var record = PartialDownloadRecord(url: server.url(path).absoluteString, entityTag: "\"\(etag)\"", lastModified: nil)
         record.length = length
         return record
@@ -36,10 +36,10 @@ struct SafeFilesTests {
     // MARK: The partial file
 
     @Test func aLinkPlantedAtThePartialFileIsRefusedAndTheDownloadStartsOver() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer()
         let directory = try TemporaryDirectory()
         let outside = try Outside()
-        defer { server.stop(); directory.remove(); outside.directory.remove() }
+        defer { server.shutDown(); directory.remove(); outside.directory.remove() }
         server.resumableRoute("/r", length: 50_000, etag: Locked("v1"), cutFull: Locked(false))
         let destination = directory.file("r.bin")
         let download = DownloadOperation(url: server.url("/r"), destination: destination)
@@ -50,35 +50,35 @@ struct SafeFilesTests {
         try await download.run()
 
         #expect(contents(outside.secret) == Outside.bytes, "nothing is written through the link")
-        #expect(contents(destination) == BytePattern.data(offset: 0, count: 50_000))
+        #expect(contents(destination) == TestResponse.patternBytes(count: 50_000))
         #expect(!isLink(destination), "the destination is the downloaded file, not the planted link")
-        #expect(server.requests(path: "/r").last?.headers["Range"] == nil, "not resumed")
+        #expect(server.requests("/r").last?.header("Range") == nil, "not resumed")
         #expect(download.resumedBytes == 0)
         #expect(download.partialFileNotices.map(\.reason) == [.partialNotARegularFile])
         #expect(download.partialFileNotices.first?.description.contains("not a regular file") == true)
     }
 
     @Test func aLinkPlantedAtThePartialFileOfAFreshDownloadIsNotFollowed() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer.standard()
         let directory = try TemporaryDirectory()
         let outside = try Outside()
-        defer { server.stop(); directory.remove(); outside.directory.remove() }
+        defer { server.shutDown(); directory.remove(); outside.directory.remove() }
         let download = DownloadOperation(url: server.url("/bytes/20000"), destination: directory.file("fresh.bin"))
         try FileManager.default.createSymbolicLink(at: download.partialFileURL, withDestinationURL: outside.secret)
 
         try await download.run()
 
         #expect(contents(outside.secret) == Outside.bytes)
-        #expect(contents(directory.file("fresh.bin")) == BytePattern.data(offset: 0, count: 20_000))
+        #expect(contents(directory.file("fresh.bin")) == TestResponse.patternBytes(count: 20_000))
         #expect(!exists(download.partialFileURL))
         #expect(download.partialFileNotices.map(\.reason) == [.partialNotARegularFile])
     }
 
     @Test func aHardLinkPlantedAtThePartialFileIsRefused() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer()
         let directory = try TemporaryDirectory()
         let outside = try Outside()
-        defer { server.stop(); directory.remove(); outside.directory.remove() }
+        defer { server.shutDown(); directory.remove(); outside.directory.remove() }
         server.resumableRoute("/h", length: 30_000, etag: Locked("v1"), cutFull: Locked(false))
         let download = DownloadOperation(url: server.url("/h"), destination: directory.file("h.bin"))
         try FileManager.default.linkItem(at: outside.secret, to: download.partialFileURL)
@@ -87,19 +87,19 @@ struct SafeFilesTests {
         try await download.run()
 
         #expect(contents(outside.secret) == Outside.bytes, "a second name for an outside file is not written")
-        #expect(contents(directory.file("h.bin")) == BytePattern.data(offset: 0, count: 30_000))
-        #expect(server.requests(path: "/h").last?.headers["Range"] == nil)
+        #expect(contents(directory.file("h.bin")) == TestResponse.patternBytes(count: 30_000))
+        #expect(server.requests("/h").last?.header("Range") == nil)
         #expect(download.partialFileNotices.map(\.reason) == [.partialNotARegularFile])
     }
 
     @Test func aLinkPlantedAtTheRecordIsRefused() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer()
         let directory = try TemporaryDirectory()
         let outside = try Outside()
-        defer { server.stop(); directory.remove(); outside.directory.remove() }
+        defer { server.shutDown(); directory.remove(); outside.directory.remove() }
         server.resumableRoute("/rec", length: 40_000, etag: Locked("v1"), cutFull: Locked(false))
         let download = DownloadOperation(url: server.url("/rec"), destination: directory.file("rec.bin"))
-        try BytePattern.data(offset: 0, count: 10_000).write(to: download.partialFileURL)
+        try TestResponse.patternBytes(count: 10_000).write(to: download.partialFileURL)
         let forged = outside.directory.file("record.json")
         record(server, "/rec", length: 10_000).save(to: forged)
         let forgedBytes = try #require(contents(forged))
@@ -107,17 +107,17 @@ struct SafeFilesTests {
 
         try await download.run()
 
-        #expect(server.requests(path: "/rec").last?.headers["Range"] == nil, "a linked record is not trusted")
+        #expect(server.requests("/rec").last?.header("Range") == nil, "a linked record is not trusted")
         #expect(contents(forged) == forgedBytes, "nor written through")
-        #expect(contents(directory.file("rec.bin")) == BytePattern.data(offset: 0, count: 40_000))
+        #expect(contents(directory.file("rec.bin")) == TestResponse.patternBytes(count: 40_000))
         #expect(download.partialFileNotices.map(\.reason) == [.recordNotARegularFile])
     }
 
     @Test func aLinkPlantedAtTheRecordIsNotWrittenThrough() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer()
         let directory = try TemporaryDirectory()
         let outside = try Outside()
-        defer { server.stop(); directory.remove(); outside.directory.remove() }
+        defer { server.shutDown(); directory.remove(); outside.directory.remove() }
         let cut = Locked(true)
         server.resumableRoute("/w", length: 40_000, etag: Locked("v1"), cutFull: cut)
         let download = DownloadOperation(url: server.url("/w"), destination: directory.file("w.bin"))
@@ -138,9 +138,9 @@ struct SafeFilesTests {
     }
 
     @Test func theRecordKeepsNoSecretOfTheURLYetResumes() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         let cut = Locked(true)
         server.resumableRoute("/s", length: 40_000, etag: Locked("v1"), cutFull: cut)
         var parts = try #require(URLComponents(url: server.url("/s"), resolvingAgainstBaseURL: false))
@@ -164,13 +164,13 @@ struct SafeFilesTests {
     }
 
     @Test func aRecordForTheSameURLWithAnotherTokenIsIgnored() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         server.resumableRoute("/t", length: 40_000, etag: Locked("v1"), cutFull: Locked(false))
         let destination = directory.file("t.bin")
         let download = DownloadOperation(url: server.url("/t?token=new"), destination: destination)
-        try BytePattern.data(offset: 0, count: 1_000).write(to: download.partialFileURL)
+        try TestResponse.patternBytes(count: 1_000).write(to: download.partialFileURL)
         PartialDownloadRecord(source: server.url("/t?token=old"), entityTag: "\"v1\"", lastModified: nil, length: 1_000)
             .save(to: download.partialRecordURL)
 
@@ -181,58 +181,58 @@ struct SafeFilesTests {
     }
 
     @Test func aRecordForAnotherURLIsIgnoredWithANotice() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         server.resumableRoute("/mine", length: 30_000, etag: Locked("v1"), cutFull: Locked(false))
         let download = DownloadOperation(url: server.url("/mine"), destination: directory.file("mine.bin"))
-        try BytePattern.data(offset: 0, count: 10_000).write(to: download.partialFileURL)
+        try TestResponse.patternBytes(count: 10_000).write(to: download.partialFileURL)
         record(server, "/theirs", length: 10_000).save(to: download.partialRecordURL)
 
         try await download.run()
 
-        #expect(server.requests(path: "/mine").last?.headers["Range"] == nil)
-        #expect(contents(directory.file("mine.bin")) == BytePattern.data(offset: 0, count: 30_000))
+        #expect(server.requests("/mine").last?.header("Range") == nil)
+        #expect(contents(directory.file("mine.bin")) == TestResponse.patternBytes(count: 30_000))
         #expect(download.partialFileNotices.map(\.reason) == [.recordForAnotherURL])
         #expect(download.partialFileNotices.first?.description.contains("another URL") == true)
     }
 
     @Test func aRecordWhoseLengthDoesNotMatchIsIgnoredWithANotice() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         server.resumableRoute("/size", length: 30_000, etag: Locked("v1"), cutFull: Locked(false))
         let download = DownloadOperation(url: server.url("/size"), destination: directory.file("size.bin"))
-        try BytePattern.data(offset: 0, count: 5000).write(to: download.partialFileURL)
+        try TestResponse.patternBytes(count: 5000).write(to: download.partialFileURL)
         // Written as raw JSON: the record says 100 bytes were kept, the file has 5,000.
         let json = #"{"url":"\#(server.url("/size").absoluteString)","entityTag":"\"v1\"","length":100}"#
         try Data(json.utf8).write(to: download.partialRecordURL)
 
         try await download.run()
 
-        #expect(server.requests(path: "/size").last?.headers["Range"] == nil)
-        #expect(contents(directory.file("size.bin")) == BytePattern.data(offset: 0, count: 30_000))
+        #expect(server.requests("/size").last?.header("Range") == nil)
+        #expect(contents(directory.file("size.bin")) == TestResponse.patternBytes(count: 30_000))
         #expect(download.partialFileNotices.map(\.reason) == [.lengthMismatch])
     }
 
     @Test func aPartialFileWithoutARecordIsIgnoredWithANotice() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer.standard()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         let download = DownloadOperation(url: server.url("/bytes/3000"), destination: directory.file("orphan.bin"))
         try Data("junk".utf8).write(to: download.partialFileURL)
         try await download.run()
-        #expect(contents(directory.file("orphan.bin")) == BytePattern.data(offset: 0, count: 3000))
+        #expect(contents(directory.file("orphan.bin")) == TestResponse.patternBytes(count: 3000))
         #expect(download.partialFileNotices.map(\.reason) == [.recordMissing])
     }
 
     // MARK: The destination
 
     @Test func aDestinationThatIsALinkIsRefusedBeforeAnyRequest() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer.standard()
         let directory = try TemporaryDirectory()
         let outside = try Outside()
-        defer { server.stop(); directory.remove(); outside.directory.remove() }
+        defer { server.shutDown(); directory.remove(); outside.directory.remove() }
         let destination = directory.file("linked.bin")
         try FileManager.default.createSymbolicLink(at: destination, withDestinationURL: outside.secret)
         let download = DownloadOperation(url: server.url("/bytes/1000"), destination: destination)
@@ -247,14 +247,14 @@ struct SafeFilesTests {
         #expect(failure.description.contains("symbolic link"))
         #expect(contents(outside.secret) == Outside.bytes)
         #expect(isLink(destination), "the link is left as it was")
-        #expect(server.requestsReceived == 0)
+        #expect(server.counters.requestsReceived == 0)
     }
 
     @Test func aDestinationThatIsALinkToADirectoryIsRefused() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer.standard()
         let directory = try TemporaryDirectory()
         let outside = try Outside()
-        defer { server.stop(); directory.remove(); outside.directory.remove() }
+        defer { server.shutDown(); directory.remove(); outside.directory.remove() }
         let destination = directory.file("dir-link")
         try FileManager.default.createSymbolicLink(at: destination, withDestinationURL: outside.directory.url)
         let download = DownloadOperation(url: server.url("/bytes/1000"), destination: destination)
@@ -268,15 +268,15 @@ struct SafeFilesTests {
     }
 
     @Test func aLongDestinationNameStillFits() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer.standard()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         let name = String(repeating: "a", count: 246) + ".bin"      // 250 bytes: a valid name
         let destination = directory.file(name)
         let download = DownloadOperation(url: server.url("/bytes/1000"), destination: destination)
         #expect(download.partialFileURL.lastPathComponent.utf8.count <= 255 - ".json".count)
         try await download.run()
-        #expect(contents(destination) == BytePattern.data(offset: 0, count: 1000))
+        #expect(contents(destination) == TestResponse.patternBytes(count: 1000))
     }
 
     // MARK: Content codings
@@ -287,40 +287,40 @@ struct SafeFilesTests {
     /// Here a server that compresses when asked cuts its gzip body in half: the download is
     /// whole. (It asked for gzip, and put an empty file in place, reported as a success.)
     @Test func aDownloadAsksForTheFileAsStoredSoACutCompressedBodyCannotPassForIt() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         let file = Data(String(repeating: "hostile input is the normal case. ", count: 2_000).utf8)
         let cut = Gzip.compress(file).prefix(Gzip.compress(file).count / 2)
         server.route("/report.txt") { request in
-            if let accepted = request.headers["Accept-Encoding"], accepted.contains("gzip") {
-                return HTTPResponse(status: 200, headers: ["Content-Encoding": "gzip"], body: Data(cut))
+            if let accepted = request.header("Accept-Encoding"), accepted.contains("gzip") {
+                return TestResponse(status: 200, headers: ["Content-Encoding": "gzip"], body: Data(cut))
             }
-            return HTTPResponse(status: 200, headers: [:], body: file)
+            return TestResponse(status: 200, body: file)
         }
         let destination = directory.file("report.txt")
         let download = DownloadOperation(url: server.url("/report.txt"), destination: destination)
         download.configuration.retryPolicy = .none
         try await download.run()
         #expect(contents(destination) == file)
-        #expect(server.requests(path: "/report.txt").map { $0.headers["Accept-Encoding"] } == ["identity"])
+        #expect(server.requests("/report.txt").map { $0.header("Accept-Encoding") } == ["identity"])
 
         // A request that names its codings keeps them.
         var request = URLRequest(url: server.url("/report.txt"))
         request.setValue("br", forHTTPHeaderField: "Accept-Encoding")
         try await DownloadOperation(request: request, destination: directory.file("again.txt")).run()
-        #expect(server.requests(path: "/report.txt").last?.headers["Accept-Encoding"] == "br")
+        #expect(server.requests("/report.txt").last?.header("Accept-Encoding") == "br")
     }
 
     // MARK: The size cap
 
     @Test func aGzipBombStopsAtTheCap() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         let bomb = Gzip.zeros(count: 64 << 20)                      // 64 MiB of zeros in ~64 KiB
         server.route("/bomb") { _ in
-            HTTPResponse(status: 200, headers: ["Content-Encoding": "gzip", "Content-Type": "application/octet-stream"], body: bomb)
+            TestResponse(status: 200, headers: ["Content-Encoding": "gzip", "Content-Type": "application/octet-stream"], body: bomb)
         }
         let cap: Int64 = 4 << 20
         let destination = directory.file("bomb.bin")
@@ -352,12 +352,12 @@ struct SafeFilesTests {
     }
 
     @Test func aResumedDownloadCountsTheCapOnTheWholeFile() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         server.resumableRoute("/big", length: 200_000, etag: Locked("v1"), cutFull: Locked(false))
         let download = DownloadOperation(url: server.url("/big"), destination: directory.file("big.bin"))
-        try BytePattern.data(offset: 0, count: 60_000).write(to: download.partialFileURL)
+        try TestResponse.patternBytes(count: 60_000).write(to: download.partialFileURL)
         record(server, "/big", length: 60_000).save(to: download.partialRecordURL)
         // 140,000 bytes remain: under the cap alone, over it with the 60,000 already on disk.
         download.configuration.maximumResponseSize = 150_000
@@ -365,32 +365,32 @@ struct SafeFilesTests {
 
         await #expect(throws: FetchError.self) { try await download.run() }
 
-        #expect(server.requests(path: "/big").last?.headers["Range"] == "bytes=60000-")
+        #expect(server.requests("/big").last?.header("Range") == "bytes=60000-")
         let limit = try #require(download.error?.sizeLimit, "expected responseTooLarge, got \(String(describing: download.error))")
         #expect(limit.limit == 150_000)
         #expect((DownloadOperation.fileSize(download.partialFileURL) ?? 0) <= 150_000)
     }
 
     @Test func aResumedBodyOfUnknownLengthStopsAtTheCap() async throws {
-        let server = try LoopbackServer()
+        let server = try TestServer()
         let directory = try TemporaryDirectory()
-        defer { server.stop(); directory.remove() }
+        defer { server.shutDown(); directory.remove() }
         // A 206 with no Content-Length, and 120,000 bytes: under the cap alone, over it with the
         // 60,000 already on disk. Only the bytes written can tell when the cap is reached.
         server.route("/unsized") { _ in
-            .script([.write(HTTPResponse.rawHead(status: 206, headers: [
-                        "Content-Range": "bytes 60000-179999/180000", "ETag": "\"v1\"", "Connection": "close"])),
-                     .writePattern(offset: 60_000, count: 120_000), .close])
+            .steps([.head(status: 206, headers: [
+                        "Content-Range": "bytes 60000-179999/180000", "ETag": "\"v1\"", "Connection": "close"]),
+                    .patternBytes(offset: 60_000, count: 120_000), .close])
         }
         let download = DownloadOperation(url: server.url("/unsized"), destination: directory.file("unsized.bin"))
-        try BytePattern.data(offset: 0, count: 60_000).write(to: download.partialFileURL)
+        try TestResponse.patternBytes(count: 60_000).write(to: download.partialFileURL)
         record(server, "/unsized", length: 60_000).save(to: download.partialRecordURL)
         download.configuration.maximumResponseSize = 150_000
         download.configuration.retryPolicy = .none
 
         await #expect(throws: FetchError.self) { try await download.run() }
 
-        #expect(server.requests(path: "/unsized").last?.headers["Range"] == "bytes=60000-")
+        #expect(server.requests("/unsized").last?.header("Range") == "bytes=60000-")
         let limit = try #require(download.error?.sizeLimit, "expected responseTooLarge, got \(String(describing: download.error))")
         #expect(limit.limit == 150_000)
         #expect(!exists(directory.file("unsized.bin")))
