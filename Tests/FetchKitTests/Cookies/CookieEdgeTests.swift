@@ -131,10 +131,3 @@ struct CookieEdgeTests {
         #expect(mine.httpCookieAcceptPolicy == .never, "a read elsewhere rewrote it")
     }
 }
-
-private extension TestServer {
-    /// A GET operation for a path on this server.
-    func operation(_ path: String) -> RecordingOperation {
-        RecordingOperation(request: URLRequest(url: url(path)))
-    }
-}

@@ -242,10 +242,3 @@ extension CookieSendingAttackTests {
         #expect(CookieJar.matching(storage.cookies ?? [], for: other, now: Date()).isEmpty)
     }
 }
-
-private extension TestServer {
-    /// A GET operation for a path on this server.
-    func operation(_ path: String) -> RecordingOperation {
-        RecordingOperation(request: URLRequest(url: url(path)))
-    }
-}

@@ -1,7 +1,6 @@
 import Dispatch
 import Foundation
 import FetchKitTesting
-import LoopbackServer
 import Testing
 @testable import FetchKit
 
@@ -33,11 +32,6 @@ extension TestServer {
             return .text(request.path)
         }
     }
-
-    /// A GET operation for a path on this server.
-    fileprivate func recordingOperation(_ path: String) -> RecordingOperation {
-        RecordingOperation(request: URLRequest(url: url(path)))
-    }
 }
 
 /// Signals once, the first time `condition` holds.
@@ -48,26 +42,20 @@ func signalOnce(_ countdown: Countdown) -> @Sendable (Bool) -> Void {
     }
 }
 
-// LoopbackServer: kept for Operation/DependentDownloadTests.swift, which uses `line.server`'s LoopbackServer API (requestCount(path:), built-in /bytes); this file's suites use TestServerHeldSlotLine
 /// A one-slot queue whose slot a request holds until ``gate`` opens, and routes that record
-/// the order in which the server gets `names`: to see the order of a line of waiting fetches.
+/// the order in which the server gets `names` (on a server with the standard routes too): to
+/// see the order of a line of waiting fetches.
 struct HeldSlotLine {
-    let server: LoopbackServer
-    let gate = ServerGate()
+    let server: TestServer
+    let gate = TestGate()
     let order = Locked<[String]>([])
     let queue = makeFetchQueue(total: 1)
 
     /// Starts the server and the held request; returns once the server has it.
     init(names: [String]) async throws {
-        server = try LoopbackServer()
+        server = try TestServer.standard()
         server.gatedRoute("/held", gate)
-        for name in names {
-            let order = order
-            server.route("/\(name)") { request in
-                order.withLock { $0.append(request.path) }
-                return .text(request.path)
-            }
-        }
+        for name in names { server.orderRoute("/\(name)", order) }
         queue.enqueue(server.operation("/held"))
         // The held request takes the slot before the others are enqueued: an `OperationQueue`
         // starts operations in no set order, and the first to ask takes the slot.
@@ -80,43 +68,6 @@ struct HeldSlotLine {
         var ids: [String: FetchID] = [:]
         for (index, name) in names.enumerated() {
             ids[name] = queue.enqueue(server.operation("/\(name)"), on: .global) { _ in done.signal() }
-            #expect(await counts(of: queue) { $0.waiting == index + 1 })
-        }
-        return ids
-    }
-
-    func stop() {
-        gate.open()
-        server.stop()
-    }
-}
-
-/// ``HeldSlotLine`` on FetchKitTesting's ``TestServer``: a one-slot queue whose slot a request
-/// holds until ``gate`` opens, and routes that record the order in which the server gets
-/// `names`.
-struct TestServerHeldSlotLine {
-    let server: TestServer
-    let gate = TestGate()
-    let order = Locked<[String]>([])
-    let queue = makeFetchQueue(total: 1)
-
-    /// Starts the server and the held request; returns once the server has it.
-    init(names: [String]) async throws {
-        server = try TestServer()
-        server.route("/held") { [gate] _ in TestResponse.text("open").held(by: gate) }
-        for name in names { server.orderRoute("/\(name)", order) }
-        queue.enqueue(server.recordingOperation("/held"))
-        // The held request takes the slot before the others are enqueued: an `OperationQueue`
-        // starts operations in no set order, and the first to ask takes the slot.
-        #expect(await server.waitUntil { $0.requestsReceived == 1 })
-    }
-
-    /// Enqueues a fetch of each of `names`, one at a time, each in line before the next is
-    /// enqueued; each signals `done` when it completes.
-    func enqueue(_ names: [String], signalling done: Countdown) async throws -> [String: FetchID] {
-        var ids: [String: FetchID] = [:]
-        for (index, name) in names.enumerated() {
-            ids[name] = queue.enqueue(server.recordingOperation("/\(name)"), on: .global) { _ in done.signal() }
             #expect(await counts(of: queue) { $0.waiting == index + 1 })
         }
         return ids
@@ -165,7 +116,7 @@ struct PauseResumeTests {
         let awaited = Task { try await download.value }
         #expect(await halfway.wait())
         // A fetch waits behind it for the only slot.
-        let behind = server.recordingOperation("/json")
+        let behind = server.operation("/json")
         let behindDone = Countdown(1)
         queue.enqueue(behind, on: .global) { _ in behindDone.signal() }
         #expect(await counts(of: queue) { $0.inFlight == 1 && $0.waiting == 1 })
@@ -231,7 +182,7 @@ struct PauseResumeTests {
         defer { gate.open(); server.shutDown(); directory.remove() }
         server.route("/held") { _ in TestResponse.text("open").held(by: gate) }
         let queue = makeFetchQueue(total: 1)
-        let blocker = server.recordingOperation("/held")
+        let blocker = server.operation("/held")
         let blockerDone = Countdown(1)
         queue.enqueue(blocker, on: .global) { _ in blockerDone.signal() }
         // The blocker holds the only slot before the others are enqueued: an `OperationQueue`
@@ -263,7 +214,7 @@ struct PauseResumeTests {
         let server = try TestServer.standard()
         defer { server.shutDown() }
         let queue = makeFetchQueue()
-        let operation = server.recordingOperation("/json")
+        let operation = server.operation("/json")
         #expect(operation.pause(), "a pending operation can be paused")
         let done = Countdown(1)
         let id = queue.enqueue(operation, on: .global) { _ in done.signal() }
@@ -308,7 +259,7 @@ struct PauseResumeTests {
         defer { server.shutDown() }
         let done = Countdown(1)
         let results = Locked<[Result<Data, FetchError>]>([])
-        let operation = server.recordingOperation("/json")
+        let operation = server.operation("/json")
         do {
             let queue = makeFetchQueue()
             queue.isSuspended = true
@@ -370,8 +321,8 @@ struct PauseResumeTests {
                     .patternBytes(offset: 0, count: 10_000), .wait(for: gate), .patternBytes(offset: 10_000, count: 20_000)])
         }
         let queue = makeFetchQueue(coalesces: true)
-        let paused = server.recordingOperation("/shared")
-        let other = server.recordingOperation("/shared")
+        let paused = server.operation("/shared")
+        let other = server.operation("/shared")
         let pausedDone = Countdown(1), otherDone = Countdown(1)
         let pausedCompletions = Locked(0)
         queue.enqueue(paused, on: .global) { _ in pausedCompletions.withLock { $0 += 1 }; pausedDone.signal() }
@@ -395,7 +346,7 @@ struct PauseResumeTests {
 @Suite("Re-prioritising waiting fetches", .timeLimit(.minutes(3)))
 struct ReprioritizeTests {
     @Test func theServerSeesTheNewOrderWithOneSlot() async throws {
-        let line = try await TestServerHeldSlotLine(names: ["a", "b", "c", "d"])
+        let line = try await HeldSlotLine(names: ["a", "b", "c", "d"])
         defer { line.stop() }
         let (queue, gate, order) = (line.queue, line.gate, line.order)
         let done = Countdown(4)
@@ -418,13 +369,13 @@ struct ReprioritizeTests {
         let order = Locked<[String]>([])
         for name in ["a", "b"] { server.orderRoute("/\(name)", order) }
         let queue = makeFetchQueue(total: 1)
-        queue.enqueue(server.recordingOperation("/held"))
+        queue.enqueue(server.operation("/held"))
         // The blocker holds the only slot before the others are enqueued: an `OperationQueue`
         // starts operations in no set order, and the first to ask takes the slot.
         #expect(await server.waitUntil { $0.requestsReceived == 1 })
         let done = Countdown(2)
-        let a = queue.enqueue(server.recordingOperation("/a"), on: .global) { _ in done.signal() }
-        queue.enqueue(server.recordingOperation("/b"), on: .global) { _ in done.signal() }
+        let a = queue.enqueue(server.operation("/a"), on: .global) { _ in done.signal() }
+        queue.enqueue(server.operation("/b"), on: .global) { _ in done.signal() }
         #expect(await counts(of: queue) { $0.waiting == 2 })
         #expect(queue.pause(a))
         #expect(queue.setPriority(.veryHigh, of: a))
@@ -462,15 +413,15 @@ struct ReprioritizeTests {
         let recorder = try #require(queue.recorder)
         // Both slots are taken.
         let held = Countdown(2)
-        queue.enqueue(server.recordingOperation("/held/1"), on: .global) { _ in held.signal() }
-        queue.enqueue(server.recordingOperation("/held/2"), on: .global) { _ in held.signal() }
+        queue.enqueue(server.operation("/held/1"), on: .global) { _ in held.signal() }
+        queue.enqueue(server.operation("/held/2"), on: .global) { _ in held.signal() }
         #expect(await server.waitUntil { $0.requestsReceived == 2 })
         // The creator waits; a caller joins its transfer; the creator is paused.
-        let creator = server.recordingOperation("/shared")
+        let creator = server.operation("/shared")
         let creatorDone = Countdown(1)
         let creatorID = queue.enqueue(creator, on: .global) { _ in creatorDone.signal() }
         #expect(await counts(of: queue) { $0.waiting == 1 })
-        let joiner = server.recordingOperation("/shared")
+        let joiner = server.operation("/shared")
         let joinerDone = Countdown(1)
         let joinerID = queue.enqueue(joiner, on: .global) { _ in joinerDone.signal() }
         #expect(await recorder.waitUntil { $0.contains { $0 == (.join, joinerID) } })
@@ -493,7 +444,7 @@ struct ReprioritizeTests {
         #expect(await creatorDone.wait())
         #expect(creator.responseBody == Data("open".utf8) && joiner.responseBody == Data("open".utf8))
         #expect(await counts(of: queue) { $0 == .init(inFlight: 0, waiting: 0) })
-        let after = [server.recordingOperation("/json"), server.recordingOperation("/json")]
+        let after = [server.operation("/json"), server.operation("/json")]
         let afterDone = Countdown(2)
         for operation in after { queue.enqueue(operation, on: .global) { _ in afterDone.signal() } }
         #expect(await afterDone.wait())
@@ -509,13 +460,13 @@ struct ReprioritizeTests {
         let order = Locked<[String]>([])
         for name in ["a", "b", "c"] { server.orderRoute("/\(name)", order) }
         let queue = makeFetchQueue(total: 1)
-        queue.enqueue(server.recordingOperation("/held"))
+        queue.enqueue(server.operation("/held"))
         #expect(await server.waitUntil { $0.requestsReceived == 1 })
         // One at a time: an `OperationQueue` starts operations in no set order.
         let done = Countdown(3)
         var ids: [FetchID] = []
         for (index, name) in ["a", "b", "c"].enumerated() {
-            ids.append(queue.enqueue(server.recordingOperation("/\(name)"), on: .global) { _ in done.signal() })
+            ids.append(queue.enqueue(server.operation("/\(name)"), on: .global) { _ in done.signal() })
             #expect(await counts(of: queue) { $0.waiting == index + 1 })
         }
         #expect(queue.pause(ids[0]))
@@ -539,16 +490,16 @@ struct ReprioritizeTests {
         for name in ["shared", "normal"] { server.orderRoute("/\(name)", order) }
         let queue = makeFetchQueue(total: 1, coalesces: true)
         let recorder = try #require(queue.recorder)
-        queue.enqueue(server.recordingOperation("/held"))
+        queue.enqueue(server.operation("/held"))
         // The blocker holds the only slot before the others are enqueued: an `OperationQueue`
         // starts operations in no set order, and the first to ask takes the slot.
         #expect(await server.waitUntil { $0.requestsReceived == 1 })
         let done = Countdown(2)
-        let low = server.recordingOperation("/shared")
+        let low = server.operation("/shared")
         low.queuePriority = .low
         queue.enqueue(low, on: .global) { _ in done.signal() }
-        queue.enqueue(server.recordingOperation("/normal"), on: .global) { _ in done.signal() }
-        let urgent = server.recordingOperation("/shared")
+        queue.enqueue(server.operation("/normal"), on: .global) { _ in done.signal() }
+        let urgent = server.operation("/shared")
         urgent.queuePriority = .veryHigh
         let urgentID = queue.enqueue(urgent)
         #expect(await counts(of: queue) { $0.waiting == 2 })
@@ -574,16 +525,16 @@ struct ReprioritizeTests {
         for name in ["shared", "normal"] { server.orderRoute("/\(name)", order) }
         let queue = makeFetchQueue(total: 1, coalesces: true)
         let recorder = try #require(queue.recorder)
-        queue.enqueue(server.recordingOperation("/held"))
+        queue.enqueue(server.operation("/held"))
         #expect(await server.waitUntil { $0.requestsReceived == 1 })
-        let urgent = server.recordingOperation("/shared")
+        let urgent = server.operation("/shared")
         urgent.queuePriority = .veryHigh
         let urgentID = queue.enqueue(urgent)
         #expect(await counts(of: queue) { $0.waiting == 1 }, "it waits in line: it made the flight")
         let done = Countdown(3)
-        queue.enqueue(server.recordingOperation("/normal"), on: .global) { _ in done.signal() }
+        queue.enqueue(server.operation("/normal"), on: .global) { _ in done.signal() }
         #expect(await counts(of: queue) { $0.waiting == 2 })
-        let joiners = [server.recordingOperation("/shared"), server.recordingOperation("/shared")]
+        let joiners = [server.operation("/shared"), server.operation("/shared")]
         let joinerIDs = joiners.map { queue.enqueue($0, on: .global) { _ in done.signal() } }
         #expect(await recorder.waitUntil { events in
             joinerIDs.allSatisfy { id in events.contains { $0.kind == .join && $0.id == id } }
@@ -609,7 +560,7 @@ struct ReprioritizePausedTests {
     /// Re-prioritising a paused fetch to the priority it has already is nothing: it keeps its
     /// place in line, as a waiting fetch does (it once went to the back of its line).
     @Test func anUnchangedPriorityKeepsAPausedFetchsPlace() async throws {
-        let line = try await TestServerHeldSlotLine(names: ["a", "b", "c"])
+        let line = try await HeldSlotLine(names: ["a", "b", "c"])
         defer { line.stop() }
         let (queue, gate, order) = (line.queue, line.gate, line.order)
         // One at a time: an `OperationQueue` starts operations in no set order.
@@ -629,7 +580,7 @@ struct ReprioritizePausedTests {
     /// A changed priority re-places a paused fetch as it does a waiting one: at the back of its
     /// new priority; set again to the same, it stays there.
     @Test func aChangedPriorityMovesAPausedFetchToTheBackOfItsNewLevel() async throws {
-        let line = try await TestServerHeldSlotLine(names: ["a", "b", "c", "d"])
+        let line = try await HeldSlotLine(names: ["a", "b", "c", "d"])
         defer { line.stop() }
         let (queue, gate, order) = (line.queue, line.gate, line.order)
         let done = Countdown(4)

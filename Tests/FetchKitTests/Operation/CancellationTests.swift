@@ -233,10 +233,3 @@ func allSettle(_ operations: [AnyFetchOperation], timeout: TimeInterval = 30) as
     _ = await settled.wait(timeout: timeout + 10)
     return result.current
 }
-
-private extension TestServer {
-    /// A GET operation for a path on this server.
-    func operation(_ path: String) -> RecordingOperation {
-        RecordingOperation(request: URLRequest(url: url(path)))
-    }
-}

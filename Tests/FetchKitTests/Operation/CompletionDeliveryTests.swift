@@ -45,10 +45,3 @@ struct CompletionDeliveryTests {
         #expect(onMine.current == true)
     }
 }
-
-private extension TestServer {
-    /// A GET operation for a path on this server.
-    func operation(_ path: String) -> RecordingOperation {
-        RecordingOperation(request: URLRequest(url: url(path)))
-    }
-}

@@ -1,7 +1,5 @@
 import Foundation
 import FetchKitTesting
-// LoopbackServer: HeldSlotLine (Download/PauseResumeTests.swift, outside this move) serves on a LoopbackServer
-import LoopbackServer
 import Testing
 @testable import FetchKit
 
@@ -56,7 +54,7 @@ struct AttemptsCountWhatWasSentTests {
         }
         #expect(download.attempts == 0, "nothing was sent")
         #expect(download.sentRequest == nil)
-        #expect(requestCount(line.server, "/bytes/5000") == 0)
+        #expect(line.server.requests("/bytes/5000").isEmpty)
         if how == "pause" {
             // Resumed, it is sent: one attempt, and its request.
             line.gate.open()
@@ -67,14 +65,4 @@ struct AttemptsCountWhatWasSentTests {
             #expect(download.sentRequest?.url == line.server.url("/bytes/5000"))
         }
     }
-}
-
-/// The requests `server` received for `path`: HeldSlotLine's server is another suite's, a
-/// LoopbackServer until that suite moves to TestServer.
-private func requestCount(_ server: LoopbackServer, _ path: String) -> Int {
-    server.requestCount(path: path)
-}
-
-private func requestCount(_ server: TestServer, _ path: String) -> Int {
-    server.requests(path).count
 }

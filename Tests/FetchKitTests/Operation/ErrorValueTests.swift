@@ -313,14 +313,3 @@ struct ErrorValueTests {
         #expect(agents["/bytes/1?configuration"] == "Configured/1.0", "a configuration's User-Agent wins")
     }
 }
-
-private extension TestServer {
-    /// Routes `path` to a responder that holds every request until `gate` opens, then answers
-    /// "open". Requests held there count as in flight on the server.
-    func gatedRoute(_ path: String, _ gate: TestGate) {
-        route(path) { _ in
-            gate.wait(timeout: 120)
-            return .text("open")
-        }
-    }
-}

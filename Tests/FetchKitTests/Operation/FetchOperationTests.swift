@@ -378,10 +378,3 @@ struct FetchOperationTests {
         #expect(await released.wait(), "the operation was not released after failing")
     }
 }
-
-private extension TestServer {
-    /// A GET operation for a path on this server.
-    func operation(_ path: String) -> RecordingOperation {
-        RecordingOperation(request: URLRequest(url: url(path)))
-    }
-}

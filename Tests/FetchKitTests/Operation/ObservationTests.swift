@@ -145,10 +145,3 @@ struct ObservationTests {
         withExtendedLifetime(tokens) {}
     }
 }
-
-private extension TestServer {
-    /// A GET operation for a path on this server.
-    func operation(_ path: String) -> RecordingOperation {
-        RecordingOperation(request: URLRequest(url: url(path)))
-    }
-}

@@ -266,14 +266,3 @@ struct ProgressStreamIntervalTests {
         #expect(await values(every) == [1, 2, 3, 5, 6])
     }
 }
-
-private extension TestServer {
-    /// Routes `path` to a responder that holds every request until `gate` opens, then answers
-    /// "open". Requests held there count as in flight on the server.
-    func gatedRoute(_ path: String, _ gate: TestGate) {
-        route(path) { _ in
-            gate.wait(timeout: 120)
-            return .text("open")
-        }
-    }
-}

@@ -259,14 +259,3 @@ struct TypedResultTests {
         #expect(seen.current > 0)
     }
 }
-
-private extension TestServer {
-    /// Routes `path` to a responder that holds every request until `gate` opens, then answers
-    /// "open". Requests held there count as in flight on the server.
-    func gatedRoute(_ path: String, _ gate: TestGate) {
-        route(path) { _ in
-            gate.wait(timeout: 120)
-            return .text("open")
-        }
-    }
-}

@@ -82,16 +82,3 @@ struct BatchCancellationTests {
         #expect(final.current?.failed == 1 && final.current?.succeeded == 3 && final.current?.cancelled == 0)
     }
 }
-
-private extension TestServer {
-    /// A GET operation for a path on this server.
-    func operation(_ path: String) -> RecordingOperation {
-        RecordingOperation(request: URLRequest(url: url(path)))
-    }
-
-    /// Routes `path` to an answer, "open", held until `gate` opens. Requests held there count
-    /// as in flight on the server.
-    func gatedRoute(_ path: String, _ gate: TestGate) {
-        route(path) { _ in .text("open").held(by: gate) }
-    }
-}

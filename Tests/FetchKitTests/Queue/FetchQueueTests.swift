@@ -658,27 +658,3 @@ func queueReleased(timeout: TimeInterval = 10, _ condition: @escaping @Sendable 
     }
     return true
 }
-
-private extension TestServer {
-    /// A GET operation for a path on this server.
-    func operation(_ path: String) -> RecordingOperation {
-        RecordingOperation(request: URLRequest(url: url(path)))
-    }
-
-    /// Routes `path` to an answer, "open", held until `gate` opens. Requests held there count
-    /// as in flight on the server.
-    func gatedRoute(_ path: String, _ gate: TestGate) {
-        route(path) { _ in .text("open").held(by: gate) }
-    }
-}
-
-/// Lets at least `seconds` pass, measured by an event rather than a sleep: an operation with
-/// that idle timeout against an endpoint that never answers (the standard `/stall-head`) times
-/// out.
-private func letTimePass(_ seconds: TimeInterval, on server: TestServer) async -> Bool {
-    let witness = FetchOperation<Data>(url: server.url("/stall-head?witness=\(UUID().uuidString)"))
-    witness.configuration.idleTimeout = seconds
-    _ = try? await witness.run()
-    if case .timedOut? = witness.error { return true }
-    return false
-}

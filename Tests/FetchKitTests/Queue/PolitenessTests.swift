@@ -332,10 +332,3 @@ struct AuthenticationTests {
         #expect(server.requests("/basic-auth/alice/secret").allSatisfy { $0.header("Authorization") == nil })
     }
 }
-
-private extension TestServer {
-    /// A GET operation for a path on this server.
-    func operation(_ path: String) -> RecordingOperation {
-        RecordingOperation(request: URLRequest(url: url(path)))
-    }
-}

@@ -227,32 +227,3 @@ struct RetryTests {
         #expect(recorder.kinds(for: flakyID).filter { $0 == .retry }.count == 1)
     }
 }
-
-private extension TestServer {
-    /// A GET operation for a path on this server.
-    func operation(_ path: String) -> RecordingOperation {
-        RecordingOperation(request: URLRequest(url: url(path)))
-    }
-}
-
-private extension TestServer {
-    /// Serves `length` pattern bytes at `path` with `ETag: "<etag>"`, honouring `Range` and
-    /// `If-Range`. While `cutFull` holds, a full (non-range) response stops after half the body
-    /// and closes. With `ignoresRanges`, ranges are ignored (always 200).
-    func resumableRoute(_ path: String, length: Int, etag: Locked<String>, cutFull: Locked<Bool>, ignoresRanges: Bool = false) {
-        route(path) { request in
-            let tag = "\"\(etag.current)\""
-            let acceptRanges = ignoresRanges ? "none" : "bytes"
-            if !ignoresRanges, let range = request.header("Range"), request.header("If-Range") == nil || request.header("If-Range") == tag,
-               range.hasPrefix("bytes="), Int(range.dropFirst(6).prefix { $0 != "-" }) != nil {
-                // A 206 from the range's start to the end, or a 416 past the end.
-                return .ranged(patternCount: length, for: request, etag: tag)
-            }
-            if cutFull.current {
-                return .steps([.head(status: 200, headers: ["ETag": tag, "Accept-Ranges": acceptRanges, "Content-Length": String(length)]),
-                               .patternBytes(offset: 0, count: length / 2), .close])
-            }
-            return .pattern(count: length, headers: ["ETag": tag, "Accept-Ranges": acceptRanges])
-        }
-    }
-}

@@ -63,10 +63,3 @@ struct WaitingTests {
         #expect(finished.parses.current.count == 1)
     }
 }
-
-private extension TestServer {
-    /// A GET operation for a path on this server.
-    func operation(_ path: String) -> RecordingOperation {
-        RecordingOperation(request: URLRequest(url: url(path)))
-    }
-}

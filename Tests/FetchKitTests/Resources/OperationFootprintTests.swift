@@ -211,10 +211,3 @@ struct OperationFootprintTests {
         return (queue, blocker, waiting, done)
     }
 }
-
-private extension TestServer {
-    /// A GET operation for a path on this server.
-    func operation(_ path: String) -> RecordingOperation {
-        RecordingOperation(request: URLRequest(url: url(path)))
-    }
-}

@@ -145,16 +145,3 @@ struct StressTests {
         #expect(server.counters.requestsReceived == 12)
     }
 }
-
-private extension TestServer {
-    /// A GET operation for a path on this server.
-    func operation(_ path: String) -> RecordingOperation {
-        RecordingOperation(request: URLRequest(url: url(path)))
-    }
-
-    /// Routes `path` to an answer, "open", held until `gate` opens. Requests held there count
-    /// as in flight on the server.
-    func gatedRoute(_ path: String, _ gate: TestGate) {
-        route(path) { _ in .text("open").held(by: gate) }
-    }
-}

@@ -223,29 +223,3 @@ struct TimeoutTests {
         #expect(second.error == nil)
     }
 }
-
-private extension TestServer {
-    /// A GET operation for a path on this server.
-    func operation(_ path: String) -> RecordingOperation {
-        RecordingOperation(request: URLRequest(url: url(path)))
-    }
-
-    /// Routes `path` to a responder that holds every request until `gate` opens, then answers
-    /// "open". Requests held there count as in flight on the server.
-    func gatedRoute(_ path: String, _ gate: TestGate) {
-        route(path) { _ in
-            gate.wait(timeout: 120)
-            return .text("open")
-        }
-    }
-}
-
-/// Lets at least `seconds` pass, measured by an event rather than a sleep: an operation with
-/// that idle timeout against an endpoint that never answers times out.
-private func letTimePass(_ seconds: TimeInterval, on server: TestServer) async -> Bool {
-    let witness = FetchOperation<Data>(url: server.url("/stall-head?witness=\(UUID().uuidString)"))
-    witness.configuration.idleTimeout = seconds
-    _ = try? await witness.run()
-    if case .timedOut? = witness.error { return true }
-    return false
-}

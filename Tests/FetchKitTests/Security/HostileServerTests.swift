@@ -417,10 +417,3 @@ struct HostileServerTests {
         #expect(operation.responseBody == Data("twice".utf8))
     }
 }
-
-private extension TestServer {
-    /// A GET operation for a path on this server.
-    func operation(_ path: String) -> RecordingOperation {
-        RecordingOperation(request: URLRequest(url: url(path)))
-    }
-}

@@ -180,10 +180,3 @@ struct ServerFaultOutcomeTests {
         print("fault 503 storm: 30 fetches, all succeeded after 3 attempts; \(server.counters.requestsReceived) requests, at most \(server.counters.peakRequestsInFlight) at once")
     }
 }
-
-private extension TestServer {
-    /// A GET operation for a path on this server.
-    func operation(_ path: String) -> RecordingOperation {
-        RecordingOperation(request: URLRequest(url: url(path)))
-    }
-}

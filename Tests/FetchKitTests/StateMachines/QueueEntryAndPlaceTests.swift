@@ -202,10 +202,3 @@ struct QueueEntryTests {
         #expect(operation.core.withLock { $0.observed == nil }, "the finished fetch keeps no record of the freed queue's")
     }
 }
-
-private extension TestServer {
-    /// A GET operation for a path on this server.
-    func operation(_ path: String) -> RecordingOperation {
-        RecordingOperation(request: URLRequest(url: url(path)))
-    }
-}

@@ -327,19 +327,3 @@ private func fetchOutcome(_ queue: FetchQueue, _ operation: some OutputProducing
     }
     return outcome.current
 }
-
-private extension TestServer {
-    /// A GET operation for a path on this server.
-    func operation(_ path: String) -> RecordingOperation {
-        RecordingOperation(request: URLRequest(url: url(path)))
-    }
-
-    /// Routes `path` to a responder that holds every request until `gate` opens, then answers
-    /// "open". Requests held there count as in flight on the server.
-    func gatedRoute(_ path: String, _ gate: TestGate) {
-        route(path) { _ in
-            gate.wait(timeout: 120)
-            return .text("open")
-        }
-    }
-}

@@ -1,5 +1,5 @@
 import Foundation
-import LoopbackServer
+import FetchKitTesting
 @testable import FetchKit
 
 /// An error for parse hooks to throw.
@@ -66,7 +66,7 @@ extension OperationQueue {
     }
 }
 
-extension LoopbackServer {
+extension TestServer {
     /// A GET operation for a path on this server.
     func operation(_ path: String) -> RecordingOperation {
         RecordingOperation(request: URLRequest(url: url(path)))
@@ -90,14 +90,11 @@ extension OutputProducing {
     }
 }
 
-extension LoopbackServer {
-    /// Routes `path` to a handler that holds every request until `gate` opens, then answers
-    /// "open". Requests held there count as in flight on the server.
-    func gatedRoute(_ path: String, _ gate: ServerGate) {
-        route(path) { _ in
-            gate.wait(timeout: 120)
-            return .text("open")
-        }
+extension TestServer {
+    /// Routes `path` to an answer, "open", held until `gate` opens. Requests held there count
+    /// as in flight on the server.
+    func gatedRoute(_ path: String, _ gate: TestGate) {
+        route(path) { _ in .text("open").held(by: gate) }
     }
 }
 
@@ -122,8 +119,9 @@ final class ManualTimer: @unchecked Sendable {
 }
 
 /// Lets at least `seconds` pass, measured by an event rather than a sleep: an operation with
-/// that idle timeout against an endpoint that never answers times out.
-func letTimePass(_ seconds: TimeInterval, on server: LoopbackServer) async -> Bool {
+/// that idle timeout against an endpoint that never answers (the standard `/stall-head`) times
+/// out.
+func letTimePass(_ seconds: TimeInterval, on server: TestServer) async -> Bool {
     let witness = FetchOperation<Data>(url: server.url("/stall-head?witness=\(UUID().uuidString)"))
     witness.configuration.idleTimeout = seconds
     _ = try? await witness.run()

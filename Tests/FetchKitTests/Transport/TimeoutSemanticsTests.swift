@@ -214,10 +214,3 @@ struct TimeoutSemanticsTests {
         #expect(queue.statistics.transfersStarted == 2, "the fetch's first attempt and the other fetch")
     }
 }
-
-private extension TestServer {
-    /// A GET operation for a path on this server.
-    func operation(_ path: String) -> RecordingOperation {
-        RecordingOperation(request: URLRequest(url: url(path)))
-    }
-}
