@@ -52,7 +52,7 @@ let package = Package(
         .executableTarget(name: "DependencyProbe", dependencies: ["FetchKit", "LoopbackServer", "FetchKitTesting"], path: "Tests/DependencyProbe"),
         // Fetches over HTTPS in a process of its own, which the TLS tests start in a private mount
         // namespace where their test CA is in the system bundle (all that libcurl trusts on Linux).
-        .executableTarget(name: "TLSProbe", dependencies: ["FetchKit", "LoopbackServer"], path: "Tests/TLSProbe"),
+        .executableTarget(name: "TLSProbe", dependencies: ["FetchKit", "LoopbackServer", "FetchKitTesting"], path: "Tests/TLSProbe"),
         // Fetches one hostile response in a process of its own, through FetchKit or a plain
         // URLSession: where FoundationNetworking crashes on it, this process dies, not the tests.
         .executableTarget(name: "FramingProbe", dependencies: ["FetchKit", "LoopbackServer", "FetchKitTesting"], path: "Tests/FramingProbe"),
