@@ -87,10 +87,12 @@ public final class StubTransport: Sendable {
     /// The answer to `request`.
     func answer(_ request: URLRequest) -> (status: Int, headers: [String: String], body: Data) {
         let method = request.httpMethod ?? "GET"
-        let path = request.url?.path ?? "/"
+        let components = request.url.flatMap { URLComponents(url: $0, resolvingAgainstBaseURL: false) }
+        // Not percent-decoded, as a TestServer logs it.
+        let path = components.map { $0.percentEncodedPath.isEmpty ? "/" : $0.percentEncodedPath } ?? "/"
+        let target = path + (components?.percentEncodedQuery.map { "?" + $0 } ?? "")
         var query: [String: String] = [:]
-        for item in URLComponents(url: request.url ?? URL(fileURLWithPath: "/"), resolvingAgainstBaseURL: false)?.queryItems ?? []
-            where query[item.name] == nil {
+        for item in components?.queryItems ?? [] where query[item.name] == nil {
             query[item.name] = item.value ?? ""
         }
         let fields = (request.allHTTPHeaderFields ?? [:]).sorted { $0.key < $1.key }
@@ -105,7 +107,7 @@ public final class StubTransport: Sendable {
                 return (route, parameters)
             }.first
         }.first
-        let received = TestRequest(method: method, path: path, query: query, headerFields: fields.map { ($0.key, $0.value) },
+        let received = TestRequest(method: method, path: path, target: target, query: query, headerFields: fields.map { ($0.key, $0.value) },
                                    body: request.httpBody ?? Data(), connectionID: 0, time: Date(), parameters: matched?.1 ?? [:])
         state.withLock { $0.requests.append(received) }
         guard let (route, _) = matched else {
@@ -118,7 +120,9 @@ public final class StubTransport: Sendable {
         switch response.body {
         case .data(let data):
             return (response.status, headers, data)
-        case .pattern(_, let count), .chunkedPattern(let count, _, _):
+        case .pattern(let offset, let count):
+            return (response.status, headers, TestResponse.patternBytes(offset: offset, count: count))
+        case .chunkedPattern(let count, _, _):
             return (response.status, headers, TestResponse.patternBytes(count: count))
         default:
             return (500, ["Content-Type": "text/plain"], Data("StubTransport: a fault needs a socket (use TestServer)".utf8))

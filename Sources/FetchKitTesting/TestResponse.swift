@@ -19,6 +19,19 @@ public struct TestResponse: Sendable {
         response = HTTPResponse(status: status, headers: HTTPHeaders(headers.sorted { $0.key < $1.key }.map { ($0.key, $0.value) }), body: body)
     }
 
+    /// A response with `status`, the header fields `headerFields` in their order (a name may
+    /// come more than once: several `Set-Cookie` fields) and `body`; the server adds
+    /// `Content-Length` unless they give one.
+    public init(status: Int, headerFields: [(name: String, value: String)], body: Data = Data()) {
+        response = HTTPResponse(status: status, headers: HTTPHeaders(headerFields.map { ($0.name, $0.value) }), body: body)
+    }
+
+    /// The status code, or `nil` for a hand-written answer (``steps(_:)``), which says its own.
+    public var status: Int? {
+        if case .script = response.body { return nil }
+        return response.status
+    }
+
     // MARK: Canned
 
     /// `200` (or `status`) with `json` as an `application/json` body, sent as given.
@@ -140,14 +153,16 @@ public struct TestResponse: Sendable {
     /// bodies are counted (``TestServer/Counters/patternBytesSent``).
     ///
     /// - Parameters:
+    ///   - offset: Where in the pattern the body starts (a `206`'s part: ``patternBytes(offset:count:)``
+    ///     shows the same bytes). Default 0.
     ///   - count: How many bytes.
     ///   - status: The status. Default `200`.
-    ///   - headers: More header fields (a `Content-Length` given here is sent as it is, true
-    ///     or not).
-    public static func pattern(count: Int, status: Int = 200, headers: [String: String] = [:]) -> TestResponse {
+    ///   - headers: More header fields, replacing the default `Content-Type` if they name one
+    ///     (a `Content-Length` given here is sent as it is, true or not).
+    public static func pattern(offset: Int = 0, count: Int, status: Int = 200, headers: [String: String] = [:]) -> TestResponse {
         var fields: HTTPHeaders = ["Content-Type": "application/octet-stream"]
         for (name, value) in headers.sorted(by: { $0.key < $1.key }) { fields.replaceOrAdd(name: name, value: value) }
-        return TestResponse(.pattern(count: max(0, count), status: status, headers: fields))
+        return TestResponse(.pattern(count: max(0, count), offset: max(0, offset), status: status, headers: fields))
     }
 
     /// A copy of this answer with the header field `name` set to `value` (replacing any of
@@ -155,6 +170,16 @@ public struct TestResponse: Sendable {
     /// to it.
     public func with(header name: String, _ value: String) -> TestResponse {
         TestResponse(response.with(header: name, value))
+    }
+
+    /// A copy of this answer with one more header field `name: value`, after those it has,
+    /// keeping any of that name (a second `Set-Cookie`, a second `WWW-Authenticate`). Does
+    /// nothing to a hand-written answer (``steps(_:)``).
+    public func adding(header name: String, _ value: String) -> TestResponse {
+        var copy = response
+        if case .script = copy.body { return self }
+        copy.headers.add(name: name, value: value)
+        return TestResponse(copy)
     }
 
     // MARK: Faults
@@ -275,7 +300,13 @@ public struct TestResponse: Sendable {
         ///   - headers: The header fields, in order.
         ///   - reason: The reason phrase. Default the status's usual one.
         public static func head(status: Int, headers: KeyValuePairs<String, String> = [:], reason: String? = nil) -> Step {
-            Step(action: .write(HTTPResponse.rawHead(status: status, headers: HTTPHeaders(headers.map { ($0.key, $0.value) }),
+            head(status: status, headerFields: headers.map { (name: $0.key, value: $0.value) }, reason: reason)
+        }
+
+        /// Writes a response head as ``head(status:headers:reason:)`` does, from header fields
+        /// made at run time (in their order, duplicates kept).
+        public static func head(status: Int, headerFields: [(name: String, value: String)], reason: String? = nil) -> Step {
+            Step(action: .write(HTTPResponse.rawHead(status: status, headers: HTTPHeaders(headerFields.map { ($0.name, $0.value) }),
                                                      reason: reason)))
         }
 
@@ -308,10 +339,10 @@ public struct TestResponse: Sendable {
         public static let stall = Step(action: .stall)
     }
 
-    /// The bytes `count` of which a fault's body is made (``closeMidBody(count:)``,
+    /// The bytes of the kit's byte pattern from `offset` (default 0), `count` of them, of which a fault's body is made (``closeMidBody(count:)``,
     /// ``slowBody(count:chunkSize:intervalMilliseconds:)``…): compare what arrived with it.
-    public static func patternBytes(count: Int) -> Data {
-        BytePattern.data(offset: 0, count: count)
+    public static func patternBytes(offset: Int = 0, count: Int) -> Data {
+        BytePattern.data(offset: max(0, offset), count: max(0, count))
     }
 
     private static func head(contentLength: Int) -> Data {

@@ -10,6 +10,9 @@ public struct TestRequest: Sendable {
     public let method: String
     /// The path, without the query, not percent-decoded.
     public let path: String
+    /// The request target as it was sent: the path and, after a `?`, the query, neither
+    /// decoded (`/search?q=a%20b&q=c`).
+    public let target: String
     /// The query's parameters, percent-decoded (the first value of a name).
     public let query: [String: String]
     /// The header fields in the order received, as name and value.
@@ -27,6 +30,12 @@ public struct TestRequest: Sendable {
     /// several).
     public func header(_ name: String) -> String? {
         headerFields.first { $0.name.caseInsensitiveCompare(name) == .orderedSame }?.value
+    }
+
+    /// The values of every header field `name` (matched case-insensitively), in the order
+    /// received: empty if there is none.
+    public func headerValues(_ name: String) -> [String] {
+        headerFields.filter { $0.name.caseInsensitiveCompare(name) == .orderedSame }.map(\.value)
     }
 }
 
@@ -482,6 +491,7 @@ extension TestRequest {
     init(_ request: HTTPRequest, parameters: [String: String]) {
         method = request.method
         path = request.path
+        target = request.target
         query = request.query
         headerFields = request.headers.map { ($0.name, $0.value) }
         body = request.body

@@ -1,6 +1,9 @@
 import FetchKit
 import FetchKitTesting
 import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
 import Testing
 
 /// FetchKitTesting's controls for a test that steers the server: gates that hold an answer,
@@ -106,5 +109,40 @@ struct TestServerKitControlTests {
         #expect(server.requests("GET", "/users/:id").count == 2)
         #expect(server.requests("POST", "/users/:id").map(\.path) == ["/users/3"])
         #expect(server.requests("/users/1").count == 1 && server.requests("/posts/:id").isEmpty)
+    }
+
+    /// Repeated fields go out as given: two `Set-Cookie` fields both reach the client; the
+    /// request's raw target and every value of a repeated field are in the log.
+    @Test func repeatedFieldsGoOutAndComeInAsTheyAre() async throws {
+        let server = try TestServer()
+        defer { server.shutDown() }
+        server.route("GET", "/cookies") { _ in
+            TestResponse(status: 200, headerFields: [(name: "Set-Cookie", value: "a=1"), (name: "Set-Cookie", value: "b=2")])
+                .adding(header: "Set-Cookie", "c=3")
+        }
+        let fields: [(name: String, value: String)] = (1...3).map { (name: "X-Step", value: String($0)) }
+        server.route("GET", "/built") { _ in .steps([.head(status: 200, headerFields: fields + [(name: "Content-Length", value: "0")])]) }
+        server.route("GET", "/part") { _ in .pattern(offset: 1000, count: 500, status: 206) }
+        #expect(TestResponse.json("{}").status == 200 && TestResponse.steps([.close]).status == nil)
+
+        var request = URLRequest(url: server.url("/cookies?q=a%20b&q=c"))
+        request.addValue("one", forHTTPHeaderField: "X-Twice")
+        request.addValue("two", forHTTPHeaderField: "X-Twice")
+        let session = URLSession(configuration: .ephemeral)
+        defer { session.finishTasksAndInvalidate() }
+        let (_, response) = try await session.data(for: request)
+        let cookies = HTTPCookie.cookies(withResponseHeaderFields: ["Set-Cookie": (response as? HTTPURLResponse)?.value(forHTTPHeaderField: "Set-Cookie") ?? ""],
+                                         for: server.url("/"))
+        #expect(Set(cookies.map(\.name)) == ["a", "b", "c"], "\(String(describing: (response as? HTTPURLResponse)?.allHeaderFields))")
+        let logged = try #require(server.requests("/cookies").first)
+        #expect(logged.target == "/cookies?q=a%20b&q=c" && logged.query["q"] == "a b")
+        #expect(logged.headerValues("x-twice").joined(separator: ",").replacingOccurrences(of: " ", with: "") == "one,two")
+
+        let (_, built) = try await session.data(from: server.url("/built"))
+        #expect((built as? HTTPURLResponse)?.value(forHTTPHeaderField: "X-Step")?.replacingOccurrences(of: " ", with: "") == "1,2,3")
+        let (part, partResponse) = try await session.data(from: server.url("/part"))
+        #expect((partResponse as? HTTPURLResponse)?.statusCode == 206)
+        #expect(part == TestResponse.patternBytes(offset: 1000, count: 500))
+        #expect(part == TestResponse.patternBytes(count: 1500).suffix(500))
     }
 }
