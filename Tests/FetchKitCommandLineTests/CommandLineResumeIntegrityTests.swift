@@ -1,5 +1,5 @@
 import Foundation
-import LoopbackServer
+import FetchKitTesting
 import Testing
 @testable import FetchKit
 
@@ -11,7 +11,7 @@ struct CommandLineResumeIntegrityTests {
     @Test func aRunResumedAgainstAChangedFileEndsWithTheNewFileWhole() async throws {
         let lying = try ResumeFixtures.LyingServer()
         let directory = try TemporaryDirectory()
-        defer { lying.server.stop(); directory.remove() }
+        defer { lying.server.shutDown(); directory.remove() }
         let url = lying.server.url("/object").absoluteString
         // The first run is cut off halfway and keeps its partial file.
         let first = try await runTool("fetchkit", [url, "-d", directory.url.path, "--retry", "0"])
@@ -22,8 +22,8 @@ struct CommandLineResumeIntegrityTests {
         #expect((second.stdout + second.stderr).contains("the file changed on the server"), "it says why it started over: \(second)")
         #expect(FileManager.default.contents(atPath: directory.file("object").path)
                     == ResumeFixtures.content(version: 2, length: 200_000), "version 2, whole")
-        let requests = lying.server.requests(path: "/object").filter { $0.method == "GET" }
-        #expect(requests.contains { $0.headers["If-Range"] == "\"v1\"" }, "it resumed with the old validator")
-        #expect(requests.last?.headers["Range"] == nil, "then started over")
+        let requests = lying.server.requests("/object").filter { $0.method == "GET" }
+        #expect(requests.contains { $0.header("If-Range") == "\"v1\"" }, "it resumed with the old validator")
+        #expect(requests.last?.header("Range") == nil, "then started over")
     }
 }

@@ -1,6 +1,5 @@
 import Foundation
 import FetchKitTesting
-import LoopbackServer   // LoopbackServer: resumableRoute (Support/ResumeFixtures.swift) extends it; another change moves it
 import Testing
 @testable import FetchKit
 
@@ -121,11 +120,10 @@ struct CommandLineFileTests {
     private let secretBytes = Data("precious bytes outside the output directory".utf8)
 
     @Test func aLinkPlantedAtAPartialFileInTheOutputDirectoryIsRefused() async throws {
-        // LoopbackServer: resumableRoute (Support/ResumeFixtures.swift) is moved by another change
-        let server = try LoopbackServer()
+        let server = try TestServer()
         let directory = try TemporaryDirectory()
         let outside = try TemporaryDirectory()
-        defer { server.stop(); directory.remove(); outside.remove() }
+        defer { server.shutDown(); directory.remove(); outside.remove() }
         server.resumableRoute("/planted", length: 50_000, etag: Locked("v1"), cutFull: Locked(false))
         let secret = outside.file("secret")
         try secretBytes.write(to: secret)
@@ -140,7 +138,7 @@ struct CommandLineFileTests {
         #expect(result.status == 0, "\(result.stdout)\(result.stderr)")
         #expect(contents(secret) == secretBytes, "nothing is written through the link")
         #expect(contents(directory.file("planted")) == TestResponse.patternBytes(count: 50_000))
-        #expect(server.requests(path: "/planted").last?.headers["Range"] == nil)
+        #expect(server.requests("/planted").last?.header("Range") == nil)
         #expect(result.stdout.contains("Ignored the partial download"), "\(result.stdout)")
         #expect(result.stdout.contains("not a regular file"), "\(result.stdout)")
     }
@@ -179,11 +177,10 @@ struct CommandLineFileTests {
     /// a record for another URL, a record whose length is not the file's.
     @Test(arguments: ["linked record", "another URL", "another length"])
     func anUntrustworthyRecordIsIgnoredWithANote(_ attack: String) async throws {
-        // LoopbackServer: resumableRoute (Support/ResumeFixtures.swift) is moved by another change
-        let server = try LoopbackServer()
+        let server = try TestServer()
         let directory = try TemporaryDirectory()
         let outside = try TemporaryDirectory()
-        defer { server.stop(); directory.remove(); outside.remove() }
+        defer { server.shutDown(); directory.remove(); outside.remove() }
         server.resumableRoute("/rec", length: 40_000, etag: Locked("v1"), cutFull: Locked(false))
         try TestResponse.patternBytes(count: 10_000).write(to: directory.file(".rec.fetchkit-partial"))
         let url = attack == "another URL" ? server.url("/other").absoluteString : server.url("/rec").absoluteString
@@ -201,7 +198,7 @@ struct CommandLineFileTests {
         let result = try await runTool("fetchkit", [server.url("/rec").absoluteString, "-d", directory.url.path])
 
         #expect(result.status == 0, "\(result.stdout)\(result.stderr)")
-        #expect(server.requests(path: "/rec").last?.headers["Range"] == nil, "not resumed")
+        #expect(server.requests("/rec").last?.header("Range") == nil, "not resumed")
         #expect(FileManager.default.contents(atPath: directory.file("rec").path) == TestResponse.patternBytes(count: 40_000))
         #expect(result.stdout.contains("Ignored the partial download"), "\(result.stdout)")
         if attack == "linked record" {

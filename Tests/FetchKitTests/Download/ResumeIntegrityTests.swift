@@ -16,7 +16,7 @@ struct ResumeIntegrityTests {
         ResumeFixtures.content(version: version, length: length)
     }
 
-    typealias LyingServer = ResumeFixtures.LyingTestServer
+    typealias LyingServer = ResumeFixtures.LyingServer
 
     /// Leaves half of version 1 on disk, then replaces the object.
     static func leaveHalfOfVersion1(_ lying: LyingServer, at destination: URL, newLength: Int? = nil) async throws {
