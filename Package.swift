@@ -46,23 +46,23 @@ let package = Package(
         .systemLibrary(name: "CZlib", path: "Tests/CZlib", pkgConfig: "zlib", providers: [.apt(["zlib1g-dev"])]),
         // Waits for a fetch on a real main thread from top-level code, for FetchKitTests to run
         // as a subprocess (an in-process test always runs inside a main-queue job).
-        .executableTarget(name: "RunLoopProbe", dependencies: ["FetchKit", "LoopbackServer", "FetchKitTesting"], path: "Tests/RunLoopProbe"),
+        .executableTarget(name: "RunLoopProbe", dependencies: ["FetchKit", "FetchKitTesting"], path: "Tests/RunLoopProbe"),
         // Frees the dependents of a fetch in flight, for FetchKitTests to run as a subprocess (a
         // use of a freed dependent crashes the process it happens in).
-        .executableTarget(name: "DependencyProbe", dependencies: ["FetchKit", "LoopbackServer", "FetchKitTesting"], path: "Tests/DependencyProbe"),
+        .executableTarget(name: "DependencyProbe", dependencies: ["FetchKit", "FetchKitTesting"], path: "Tests/DependencyProbe"),
         // Fetches over HTTPS in a process of its own, which the TLS tests start in a private mount
         // namespace where their test CA is in the system bundle (all that libcurl trusts on Linux).
         .executableTarget(name: "TLSProbe", dependencies: ["FetchKit", "LoopbackServer", "FetchKitTesting"], path: "Tests/TLSProbe"),
         // Fetches one hostile response in a process of its own, through FetchKit or a plain
         // URLSession: where FoundationNetworking crashes on it, this process dies, not the tests.
-        .executableTarget(name: "FramingProbe", dependencies: ["FetchKit", "LoopbackServer", "FetchKitTesting"], path: "Tests/FramingProbe"),
+        .executableTarget(name: "FramingProbe", dependencies: ["FetchKit", "FetchKitTesting"], path: "Tests/FramingProbe"),
         // Subclasses of each operation calling each of its initializers through `super`, as an
         // endpoint author's module does: built with the tests, so an initializer that compiles
         // across modules but does not link fails the build.
         .executableTarget(name: "SubclassProbe", dependencies: ["FetchKit"], path: "Tests/SubclassProbe"),
         // Reports, from an `atexit` handler, whether OpenSSL's own exit handler ran before it:
         // for FetchKitTests to run as a subprocess (what happens at exit happens once a process).
-        .executableTarget(name: "ExitCleanupProbe", dependencies: ["FetchKit", "FoundationNetworkingShims", "LoopbackServer", "FetchKitTesting"], path: "Tests/ExitCleanupProbe"),
+        .executableTarget(name: "ExitCleanupProbe", dependencies: ["FetchKit", "FoundationNetworkingShims", "FetchKitTesting"], path: "Tests/ExitCleanupProbe"),
         .testTarget(name: "LoopbackServerTests", dependencies: ["LoopbackServer"]),
         // The door's own paths, each checked on this toolchain (FetchKitTests check the workarounds).
         .testTarget(name: "FoundationNetworkingShimsTests", dependencies: ["FoundationNetworkingShims"]),

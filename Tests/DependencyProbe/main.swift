@@ -10,7 +10,7 @@
 // every dependent was freed.
 import FetchKit
 import Foundation
-import LoopbackServer
+import FetchKitTesting
 
 let arguments = Array(CommandLine.arguments.dropFirst())
 let scenario = arguments.first ?? "readme"
@@ -58,22 +58,28 @@ final class GetUser: FetchOperation<Data>, @unchecked Sendable {
     deinit { freed.send() }
 }
 
-let server = try LoopbackServer()
+let server = try TestServer()
+// The user a login's bearer token names, as FetchKit's tests' standard `/user` answers.
+server.route("GET", "/user") { request in
+    guard let token = request.header("Authorization")?.split(separator: " ").last, token.hasPrefix("token-") else {
+        return .json(#"{"error":"unauthorized"}"#, status: 401)
+    }
+    return .json(#"{"name":"\#(token.dropFirst(6))","id":42}"#)
+}
 let queue = FetchQueue(maximumConcurrentTransfers: 8)
 nonisolated(unsafe) var rounds = 0
 
 /// Starts a login, answered when its gate opens, and waits until the server holds its request.
-func startLogin() -> (LogIn, ServerGate) {
-    let gate = ServerGate()
+func startLogin() -> (LogIn, TestGate) {
+    let gate = TestGate()
     let status = ending == "fails" ? 403 : 200
     let body = Data(ending == "fails" ? #"{"error":"bad credentials"}"# .utf8 : #"{"token":"token-alice"}"#.utf8)
     rounds += 1
     let path = "/gated-login/\(rounds)"
     server.route(path) { _ in
-        .script([.wait(gate),
-                 .write(HTTPResponse.rawHead(status: status, headers: ["Content-Type": "application/json",
-                                                                      "Content-Length": "\(body.count)"])),
-                 .write(body)])
+        .steps([.wait(for: gate),
+                .head(status: status, headers: ["Content-Type": "application/json", "Content-Length": "\(body.count)"]),
+                .write(body)])
     }
     let login = LogIn(url: server.url(path))
     login.name = "login"
@@ -83,7 +89,7 @@ func startLogin() -> (LogIn, ServerGate) {
 }
 
 /// Ends the login as the scenario says and waits until it finished.
-func endLogin(_ started: (LogIn, ServerGate)) {
+func endLogin(_ started: (LogIn, TestGate)) {
     let (login, gate) = started
     if ending == "cancelled" { login.cancel() }
     gate.open()
@@ -119,7 +125,7 @@ func readme() async {
     }
     freed.wait("GetUser to be freed")
     endLogin(login)
-    if server.requestCount(path: "/user") != 0 { fail("the cancelled GetUser sent a request") }
+    if !server.requests("/user").isEmpty { fail("the cancelled GetUser sent a request") }
 }
 
 /// Dependents of one login, each cancelled and freed in the order given, before the login ends.
@@ -175,7 +181,7 @@ func abandoned() {
 /// Plain `BlockOperation` dependents of a FetchKit operation, and FetchKit dependents of a
 /// plain `BlockOperation`: the second is FetchKit's to keep safe.
 func fetchAfterBlock() {
-    let blocker = ServerGate()
+    let blocker = TestGate()
     let block = BlockOperation { _ = blocker.wait(timeout: 30) }
     let signals = (0..<3).map { _ in Signal() }
     var dependents: [GetUser?] = signals.map { GetUser(url: server.url("/user"), after: block, freed: $0) }
@@ -204,5 +210,5 @@ for each in endings {
     }
     print("ok \(scenario) \(ending)")
 }
-server.stop()
+server.shutDown()
 exit(0)

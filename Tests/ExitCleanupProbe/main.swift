@@ -6,14 +6,14 @@
 // process loads (`Sources/CFetchKitShims/exit_cleanup.c`): then OpenSSL is still there.
 //
 // Usage: ExitCleanupProbe
-// Fetches 100 bytes from a LoopbackServer of its own through a FetchSession (libcurl initialises
+// Fetches 100 bytes from a TestServer of its own through a FetchSession (libcurl initialises
 // OpenSSL for any URLSession, HTTPS or not), then exits 0. Prints, in any order:
 //   state=<OpenSSLExitCleanup.current>
 //   cleaned-before-exit-handler=<true|false|none>     (from the exit handler, the last line written)
 import FetchKit
 import Foundation
 import FoundationNetworkingShims
-import LoopbackServer
+import FetchKitTesting
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -27,7 +27,8 @@ func say(_ line: String) {
     (line + "\n").withCString { _ = write(1, $0, strlen($0)) }
 }
 say("state=\(OpenSSLExitCleanup.current)")
-let server = try LoopbackServer()
+let server = try TestServer()
+server.route("GET", "/bytes/100") { _ in .pattern(count: 100) }
 let session = FetchSession()
 let fetch = FetchOperation<Data>(url: server.url("/bytes/100"))
 fetch.configuration.session = session

@@ -9,7 +9,7 @@
 //   error kind=<FetchError code or URLError code> description=<text>
 import FetchKit
 import Foundation
-import LoopbackServer
+import FetchKitTesting
 
 let arguments = Array(CommandLine.arguments.dropFirst())
 guard arguments.count == 2, let framing = FramingCase.all[arguments[0]] else {
@@ -18,13 +18,13 @@ guard arguments.count == 2, let framing = FramingCase.all[arguments[0]] else {
 }
 let mode = arguments[1]
 
-let server: LoopbackServer
-do { server = try LoopbackServer() } catch {
+let server: TestServer
+do { server = try TestServer() } catch {
     print("error kind=server description=\(error)")
     exit(1)
 }
 for (path, bytes) in framing.routes {
-    server.route(path) { _ in .script([.write(bytes), .close]) }
+    server.route(path) { _ in .steps([.write(bytes), .close]) }
 }
 let url = server.url(framing.routes[0].path)
 
@@ -72,6 +72,6 @@ default:
     print("unknown mode \(mode)")
     exit(2)
 }
-server.stop()
+server.shutDown()
 exit(0)
 

@@ -7,7 +7,7 @@
 // Prints one line and exits 0 when the wait returned after the completion ran.
 import FetchKit
 import Foundation
-import LoopbackServer
+import FetchKitTesting
 
 final class Flag: @unchecked Sendable {
     private let lock = NSLock()
@@ -17,7 +17,8 @@ final class Flag: @unchecked Sendable {
 }
 
 let mode = CommandLine.arguments.dropFirst().first ?? "main"
-let server = try LoopbackServer()
+let server = try TestServer()
+server.route("GET", "/delay/150") { _ in TestResponse.text("delayed 150").delayed(milliseconds: 150) }
 let operation = FetchOperation<Data>(url: server.url("/delay/150"))
 let completionRan = Flag()
 let completionOnMainThread = Flag()
@@ -38,5 +39,5 @@ queue.addOperation(operation)
 let returned = operation.waitUntilFinished(timeout: 30)
 let expectedThread = mode == "main" ? completionOnMainThread.isSet : true
 print("returned=\(returned) completionRan=\(completionRan.isSet) onExpectedThread=\(expectedThread) error=\(operation.error.map { "\($0)" } ?? "none")")
-server.stop()
+server.shutDown()
 exit(returned && completionRan.isSet && expectedThread && operation.error == nil ? 0 : 1)
