@@ -128,8 +128,14 @@ enum InputList {
         guard let url = Options.httpURL(String(first)) else {
             throw .line("\(at): not an http or https URL: '\(Terminal.sanitized(Redaction.redacted(String(first.prefix(2048)))))'")
         }
+        return try entry(url: url, digests: fields.dropFirst(), at: at)
+    }
+
+    /// The entry of `url` with the digest of `digests` (the fields after the URL): none, or one
+    /// `sha256:HEX` (`sha512:`, `sha1:`, `md5:`).
+    static func entry(url: URL, digests: some Collection<Substring>, at: String) throws(Options.UsageError) -> Entry {
         var digest: FileDigest?
-        for field in fields.dropFirst() {
+        for field in digests {
             guard let colon = field.firstIndex(of: ":"), let algorithm = FileDigest.Algorithm(named: String(field[..<colon])),
                   digest == nil else {
                 throw .line("\(at): after the URL, only 'sha256:' and 64 hex digits (or sha512:, sha1:, md5: and theirs), "

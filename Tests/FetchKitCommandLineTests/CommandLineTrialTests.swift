@@ -371,20 +371,6 @@ private enum ByteAtATimeList {
         guard let url = Options.httpURL(String(first)) else {
             throw .line("\(at): not an http or https URL: '\(Terminal.sanitized(Redaction.redacted(String(first.prefix(2048)))))'")
         }
-        var digest: FileDigest?
-        for field in fields.dropFirst() {
-            guard let colon = field.firstIndex(of: ":"), let algorithm = FileDigest.Algorithm(named: String(field[..<colon])),
-                  digest == nil else {
-                throw .line("\(at): after the URL, only 'sha256:' and 64 hex digits (or sha512:, sha1:, md5: and theirs), "
-                    + "not '\(Terminal.sanitized(String(field.prefix(80))))'")
-            }
-            let hex = field[field.index(after: colon)...]
-            guard let parsed = FileDigest(algorithm, hex: String(hex)) else {
-                throw .line("\(at): \(algorithm.name): needs \(algorithm.byteCount * 2) hexadecimal digits, "
-                    + "not '\(Terminal.sanitized(String(hex.prefix(80))))'")
-            }
-            digest = parsed
-        }
-        return InputList.Entry(url: url, digest: digest)
+        return try InputList.entry(url: url, digests: fields.dropFirst(), at: at)
     }
 }
