@@ -31,8 +31,9 @@ let package = Package(
         // The part of the shims that must run before any Swift code: OpenSSL's exit-time cleanup
         // turned off as the process loads (corelibs #5469). Not a product.
         .target(name: "CFetchKitShims"),
-        // The in-tree HTTP/1.1 server on 127.0.0.1 that the tests, the demo and the benchmark
-        // run against. A target, not a product: it is not part of FetchKit's public surface.
+        // The in-tree HTTP/1.1 server on 127.0.0.1 under FetchKitTesting's TestServer (which
+        // FetchKit's own tests use), the demo and the benchmark. A target, not a product: its
+        // API is not FetchKit's public surface.
         .target(name: "LoopbackServer"),
         .target(name: "FetchKitTesting", dependencies: ["FetchKit", "LoopbackServer"]),
         .testTarget(name: "FetchKitTests", dependencies: ["FetchKit", "FoundationNetworkingShims", "LoopbackServer", "RunLoopProbe", "DependencyProbe", "TLSProbe", "FramingProbe", "SubclassProbe", "ExitCleanupProbe", "MeasurementProbe", "CZlib", "FetchKitTesting",
