@@ -1,6 +1,5 @@
 import Foundation
 import FetchKitTesting
-import LoopbackServer   // LoopbackServer: TLSServer (shared Support/TLSServer.swift) fronts a LoopbackServer backend, whose log is read here
 import Testing
 @testable import FetchKit
 
@@ -27,7 +26,7 @@ struct CommandLineHTTPSTests {
             let trusted = try await run(server.url(.valid, "/bytes/\(size)"), trusting: pki.trustBundle, into: "trusted")
             let untrusted = try await run(server.url(.valid, "/bytes/100"), trusting: nil, into: "untrusted")
             let selfSigned = try await run(server.url(.selfSigned, "/bytes/100"), trusting: pki.trustBundle, into: "self-signed")
-            #expect(server.backend.requestCount(path: "/bytes/100") == 0, "no refused request reached the server")
+            #expect(server.backend.requests("/bytes/100").count == 0, "no refused request reached the server")
             return (trusted, untrusted, selfSigned)
         }
         #expect(trusted.status == 0, "\(trusted)")
@@ -69,7 +68,7 @@ struct CommandLineHTTPSTests {
             let runs = [try await run([], into: "cacert"),
                         try await run(["--pinnedpubkey", "sha256//\(wrong);sha256//\(right)"], into: "pinned"),
                         try await run(["--pinnedpubkey", "sha256//\(wrong)"], into: "mismatch")]
-            #expect(server.backend.requestCount(path: "/bytes/100") == 2, "the mismatch sent nothing")
+            #expect(server.backend.requests("/bytes/100").count == 2, "the mismatch sent nothing")
             return runs
         }
         #expect(runs[0].status == 0, "\(runs[0])")

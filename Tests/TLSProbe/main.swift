@@ -13,8 +13,9 @@
 //   <index> error kind=<FetchError.Code> reason=<TLSFailure.Reason|none> urlerror=<code|none> attempts=<n> elapsed_ms=<ms> text=<libcurl's message> description=<FetchError's description>
 // With --stream each URL is read as it arrives (a DataStreamOperation through
 // FetchQueue.stream); its line adds reads=<elements read> first_read_ms=<ms to the first>.
-// `pattern` compares the body of a `/bytes/<n>` or `/trickle/<n>/…` URL with the
-// LoopbackServer's byte pattern; `elapsed_ms` runs from the enqueue to the result.
+// `pattern` compares the body of a `/bytes/<n>` or `/trickle/<n>/…` URL with the kit's byte
+// pattern (FetchKitTesting's TestResponse.patternBytes); `elapsed_ms` runs from the enqueue to
+// the result.
 //
 // Usage: TLSProbe cancel-resume <directory> <download-url> <url>...
 // On one HTTP/2 connection: a DownloadOperation of <download-url> into <directory>/file, and
@@ -28,8 +29,8 @@
 //     (or `resume error kind=… description=…`)
 // Exits 0 once every fetch ended (whatever its result), 2 on bad usage.
 import FetchKit
+import FetchKitTesting
 import Foundation
-import LoopbackServer
 
 /// One line without line breaks, for a message that may hold any text.
 func oneLine(_ text: String) -> String {
@@ -44,8 +45,8 @@ func usageError(_ message: String) -> Never {
 /// The pattern bytes a `/bytes/<n>` or `/trickle/<n>/<chunk>/<ms>` URL serves, if it is one.
 func expectedBody(_ url: URL) -> Data? {
     let parts = url.pathComponents
-    if parts.count == 3, parts[1] == "bytes", let count = Int(parts[2]) { return BytePattern.data(offset: 0, count: count) }
-    if parts.count == 5, parts[1] == "trickle", let count = Int(parts[2]) { return BytePattern.data(offset: 0, count: count) }
+    if parts.count == 3, parts[1] == "bytes", let count = Int(parts[2]) { return TestResponse.patternBytes(count: count) }
+    if parts.count == 5, parts[1] == "trickle", let count = Int(parts[2]) { return TestResponse.patternBytes(count: count) }
     return nil
 }
 
@@ -208,7 +209,7 @@ func cancelAndResume(directory: URL, download downloadURL: URL, others: [URL]) a
         let file = try await queue.fetch(resumed)
         let body = (try? Data(contentsOf: file)) ?? Data()
         let total = resumed.response?.expectedContentLength ?? 0
-        let expected = BytePattern.data(offset: 0, count: body.count)
+        let expected = TestResponse.patternBytes(count: body.count)
         print("resume ok status=\(resumed.response?.statusCode ?? 0) bytes=\(body.count) resumed=\(resumed.resumedBytes) pattern=\(body == expected ? "match" : "mismatch") attempts=\(resumed.attempts) content_length=\(total)")
     } catch {
         print("resume error kind=\(error.code) attempts=\(resumed.attempts) description=\(oneLine(error.description))")

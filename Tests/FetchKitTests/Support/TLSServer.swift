@@ -1,5 +1,5 @@
+import FetchKitTesting
 import Foundation
-import LoopbackServer
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Darwin)
@@ -17,7 +17,7 @@ enum TLSTools {
     ///
     /// They need Linux (libcurl's one trust store is the system bundle), root (for
     /// `unshare --mount` and the bind mount of a bundle with the test CA over it), `openssl`,
-    /// `nginx` (the TLS and HTTP/2 server in front of the LoopbackServer) and `unshare`.
+    /// `nginx` (the TLS and HTTP/2 server in front of the TestServer) and `unshare`.
     static let unavailable: String? = {
         #if os(Linux)
         if geteuid() != 0 { return "the TLS tests need root, to trust their CA in a private mount namespace (unshare --mount)" }
@@ -38,15 +38,18 @@ enum TLSTools {
     }
 }
 
-/// nginx on 127.0.0.1 in front of a ``LoopbackServer``: one TLS port per certificate of a
+/// nginx on 127.0.0.1 in front of a ``TestServer``: one TLS port per certificate of a
 /// ``TestPKI``, each offering HTTP/2 and HTTP/1.1 (ALPN), proxying every request to the
-/// LoopbackServer over HTTP/1.1 without buffering (streamed and stalled bodies pass as they are).
+/// TestServer over HTTP/1.1 without buffering (streamed and stalled bodies pass as they are).
+/// Each HTTP/2 stream reaches the backend as a request of its own, so its request log and
+/// counters count streams; nginx's access log (``stop()``) counts TLS connections.
 ///
 /// Its configuration, logs and temporary files live in a directory of its own. ``stop()`` ends
 /// it and waits for every one of its processes.
 final class TLSServer: Sendable {
-    /// The server behind nginx, for routes and counters.
-    let backend: LoopbackServer
+    /// The server behind nginx, for routes, its request log and counters (nginx needs only
+    /// its port).
+    let backend: TestServer
     /// The TLS port of each certificate.
     let ports: [TestPKI.Kind: UInt16]
     private let nginx: ChildProcess
@@ -58,7 +61,7 @@ final class TLSServer: Sendable {
     /// Starts nginx with `pki`'s certificates in front of `backend`, and waits until it listens.
     ///
     /// - Throws: When nginx does not start (its messages are in the error).
-    init(pki: TestPKI, backend: LoopbackServer) async throws {
+    init(pki: TestPKI, backend: TestServer) async throws {
         guard let nginxPath = TLSTools.nginx else { throw ParseTestError(reason: "nginx is not installed") }
         self.backend = backend
         directory = try TemporaryDirectory()
@@ -237,15 +240,18 @@ extension ChildProcess {
     }
 }
 
-/// Runs `body` with a fresh ``TestPKI`` and a ``TLSServer`` using it, then stops the server
-/// (waiting for its processes) and removes every file, whether `body` threw or not.
+/// Runs `body` with a fresh ``TestPKI`` and a ``TLSServer`` using it in front of a
+/// ``TestServer/standard(sendBufferSize:)`` backend (a test adds its own routes to
+/// `server.backend`), then stops nginx (waiting for its processes), shuts the backend down —
+/// which records a test failure for any request no route matched — and removes every file,
+/// whether `body` threw or not.
 ///
 /// - Returns: What `body` returned, and nginx's access log.
 func withTLSServer<Result>(_ body: (TLSServer, TestPKI) async throws -> Result) async throws -> (Result, accessLog: [String]) {
     let pki = try await TestPKI.make()
     defer { pki.remove() }
-    let backend = try LoopbackServer()
-    defer { backend.stop() }
+    let backend = try TestServer.standard()
+    defer { backend.shutDown() }
     let server = try await TLSServer(pki: pki, backend: backend)
     let result: Result
     do {

@@ -1,7 +1,6 @@
 import Foundation
 import FetchKit
-// LoopbackServer: withTLSServer/TLSServer (Support/TLSServer.swift) put a LoopbackServer behind nginx; TestServer has no way in (TLSServer would need to take a TestServer or a port)
-import LoopbackServer
+import FetchKitTesting
 import Testing
 
 // Redirects over HTTP/2. libcurl 7.88 keeps a transfer's receive buffer when its HTTP/2

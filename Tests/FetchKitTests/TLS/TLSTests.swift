@@ -1,11 +1,10 @@
 import Foundation
 import FetchKit
-// LoopbackServer: withTLSServer/TLSServer (Support/TLSServer.swift) put a LoopbackServer behind nginx; TestServer has no way in (TLSServer would need to take a TestServer or a port)
-import LoopbackServer
+import FetchKitTesting
 import Testing
 
 // HTTPS end to end: nginx terminates TLS (and HTTP/2) on 127.0.0.1 with certificates a test CA
-// made for this run, in front of the LoopbackServer. libcurl on Linux trusts the system bundle
+// made for this run, in front of a TestServer. libcurl on Linux trusts the system bundle
 // and nothing else, so TLSProbe runs the fetches in a private mount namespace where a bundle
 // holding the test CA is mounted over it; the machine's own bundle is never modified.
 
@@ -18,8 +17,8 @@ struct TLSTests {
         let ((results, port), log) = try await withTLSServer { server, pki in
             let results = try await runTLSProbe([server.url(.valid, "/bytes/100"), server.url(.valid, "/bytes/1048576")],
                                                 trusting: pki.trustBundle)
-            #expect(server.backend.requestCount(path: "/bytes/100") == 1)
-            #expect(server.backend.requestCount(path: "/bytes/1048576") == 1)
+            #expect(server.backend.requests("/bytes/100").count == 1)
+            #expect(server.backend.requests("/bytes/1048576").count == 1)
             return (results, server.ports[.valid])
         }
         for (result, count) in zip(results, [100, 1_048_576]) {
@@ -39,7 +38,7 @@ struct TLSTests {
     @Test func theSameServerFailsWhereItsCAIsNotTrusted() async throws {
         let (results, _) = try await withTLSServer { server, _ in
             let results = try await runTLSProbe([server.url(.valid, "/bytes/100")], trusting: nil)
-            #expect(server.backend.requestsReceived == 0, "no request reaches the server")
+            #expect(server.backend.counters.requestsReceived == 0, "no request reaches the server")
             return results
         }
         let result = try #require(results.first)
@@ -73,7 +72,7 @@ struct TLSTests {
         let (results, _) = try await withTLSServer { server, pki in
             let results = try await runTLSProbe([server.url(refusal.kind, "/bytes/100"), server.url(refusal.control, "/bytes/100")],
                                                 trusting: pki.trustBundle)
-            #expect(server.backend.requestCount(path: "/bytes/100") == 1, "only the control's request reaches the server")
+            #expect(server.backend.requests("/bytes/100").count == 1, "only the control's request reaches the server")
             return results
         }
         let (refused, control) = (results[0], results[1])
@@ -111,8 +110,8 @@ struct TLSTests {
             // At once, on one HTTP/2 connection (FoundationNetworking's own following of the
             // second would crash: see TLSRedirectTests).
             let results = try await runTLSProbe([redirect(to: plain), redirect(to: secure)], trusting: pki.trustBundle)
-            #expect(server.backend.requestCount(path: "/bytes/100") == 1, "only the followed one reached /bytes/100")
-            #expect(!server.backend.recordedRequests.contains { $0.headers["Host"]?.hasPrefix("localhost") == true },
+            #expect(server.backend.requests("/bytes/100").count == 1, "only the followed one reached /bytes/100")
+            #expect(!server.backend.requests.contains { $0.header("Host")?.hasPrefix("localhost") == true },
                     "nothing was sent in the clear")
             return results
         }

@@ -1,8 +1,6 @@
 import Foundation
 @testable import FetchKit
 import FetchKitTesting
-// LoopbackServer: withTLSServer/TLSServer (Support/TLSServer.swift) put a LoopbackServer behind nginx; TestServer has no way in (TLSServer would need to take a TestServer or a port)
-import LoopbackServer
 import Testing
 
 // Trust settings (issue 22, point 4): what TrustSettings accepts and refuses as input, when a
@@ -123,12 +121,12 @@ struct TrustSettingsTLSTests {
             let trusted = try FetchSession(trust: trust)
             let url = server.url(.valid, "/bytes/200000")
             let (operation, result) = await fetch(url, in: trusted)
-            #expect((try? result.get()) == BytePattern.data(offset: 0, count: 200_000), "\(result)")
+            #expect((try? result.get()) == TestResponse.patternBytes(count: 200_000), "\(result)")
             #expect(operation.response?.statusCode == 200)
             // A session without the setting: the system bundle alone, where the test CA is not.
             let (_, plain) = await fetch(server.url(.valid, "/bytes/100"), in: FetchSession())
             #expect(tlsReason(plain) == .untrusted, "\(plain)")
-            #expect(server.backend.requestCount(path: "/bytes/100") == 0, "no request reached the server")
+            #expect(server.backend.requests("/bytes/100").count == 0, "no request reached the server")
             // The added CA widens nothing else: a certificate for another host still fails.
             let (_, wrongHost) = await fetch(server.url(.wrongHost, "/bytes/100"), in: trusted)
             #expect(tlsReason(wrongHost) == .hostNameMismatch, "\(wrongHost)")
@@ -161,18 +159,18 @@ struct TrustSettingsTLSTests {
             }
             #expect(refusedOperation.progress.completedUnitCount == 0, "not a byte of the body was delivered")
             #expect(refusedOperation.response == nil && refusedOperation.attempts == 1)
-            #expect(server.backend.requestCount(path: "/bytes/300000") == 0, "the request never reached the server")
+            #expect(server.backend.requests("/bytes/300000").count == 0, "the request never reached the server")
 
             // The right pin: served, twice (the second on the pooled, pinned connection).
             let rightSession = try FetchSession(trust: right)
             for _ in 0..<2 {
                 let (_, served) = await fetch(server.url(.valid, "/bytes/1000"), in: rightSession)
-                #expect((try? served.get()) == BytePattern.data(offset: 0, count: 1000), "\(served)")
+                #expect((try? served.get()) == TestResponse.patternBytes(count: 1000), "\(served)")
             }
             // The other key's server, same CA, same host: refused by the right pin.
             let (_, otherServer) = await fetch(server.url(.otherKey, "/bytes/1000"), in: rightSession)
             #expect(tlsReason(otherServer) == .pinMismatch, "\(otherServer)")
-            #expect(server.backend.requestCount(path: "/bytes/1000") == 2)
+            #expect(server.backend.requests("/bytes/1000").count == 2)
             return server.ports[.valid]
         }
         let port = try #require(checks)
@@ -194,7 +192,7 @@ struct TrustSettingsTLSTests {
             let target = "https://127.0.0.1:\(port)/bytes/100".addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? ""
             let (_, redirected) = await fetch(URL(string: "https://localhost:\(port)/redirect-to?url=\(target)")!, in: session)
             #expect(tlsReason(redirected) == .pinMismatch, "\(redirected)")
-            #expect(server.backend.requestCount(path: "/bytes/100") == 1, "only the unpinned request was served")
+            #expect(server.backend.requests("/bytes/100").count == 1, "only the unpinned request was served")
             return true
         }
         #expect(checks)

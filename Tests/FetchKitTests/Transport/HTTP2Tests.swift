@@ -1,11 +1,10 @@
 import Foundation
 import FetchKit
-// LoopbackServer: FetchKitTesting has no TLS/HTTP/2 server, and Support's withTLSServer puts nginx in front of a LoopbackServer only (server.backend)
-import LoopbackServer
+import FetchKitTesting
 import Testing
 
 // HTTP/2 over TLS end to end (issue 22, point 2): nginx negotiates h2 with libcurl (ALPN) and
-// proxies each stream to the LoopbackServer as a request of its own, so the backend's
+// proxies each stream to the TestServer as a request of its own, so the backend's
 // counters count streams and nginx's access log (`$connection`) counts TLS connections.
 
 /// The access log's lines for `port`, split into words:
@@ -96,15 +95,14 @@ struct HTTP2Tests {
         let ((bodies, limited, measuredRun, peaks, port), log) = try await withTLSServer { server, pki in
             let bodies = try await runTLSProbe(large.map { server.url(.valid, "/bytes/\($0)") }, trusting: pki.trustBundle)
             // Each request waits 300 ms at the server, so that the limit is reached and held.
-            // LoopbackServer: TLSServer.backend (Support) is a LoopbackServer; its counters are read here
             server.backend.resetCounters()
             let limited = try await runTLSProbe((0..<small).map { server.url(.valid, "/bytes/\(2000 + $0)?delay=300") },
                                                 options: ["--per-host", "\(perHost)"], trusting: pki.trustBundle)
-            let limitedPeak = server.backend.peakRequestsInFlight
+            let limitedPeak = server.backend.counters.peakRequestsInFlight
             server.backend.resetCounters()
             let measuredRun = try await runTLSProbe((0..<measured).map { server.url(.valid, "/bytes/\(5000 + $0)?delay=300") },
                                                     options: ["--per-host", "\(measuredPerHost)"], trusting: pki.trustBundle)
-            return (bodies, limited, measuredRun, (limitedPeak, server.backend.peakRequestsInFlight), server.ports[.valid])
+            return (bodies, limited, measuredRun, (limitedPeak, server.backend.counters.peakRequestsInFlight), server.ports[.valid])
         }
         let lines = served(log, port: port)
         for (result, count) in zip(bodies, large) {
@@ -144,24 +142,24 @@ struct HTTP2Tests {
         let ((results, ranges, port), log) = try await withTLSServer { server, pki in
             // The whole body with an ETag, but only its first `sent` bytes before it stalls;
             // a `Range` request gets the rest at once.
-            // LoopbackServer: TLSServer.backend (Support) is a LoopbackServer, so this route is its HTTPResponse API
             server.backend.route(path) { request in
-                let headers: HTTPHeaders = ["Content-Type": "application/octet-stream", "ETag": "\"stall-at\"", "Accept-Ranges": "bytes"]
-                if let range = request.headers["Range"], range.hasPrefix("bytes="), range.hasSuffix("-"),
+                if let range = request.header("Range"), range.hasPrefix("bytes="), range.hasSuffix("-"),
                    let first = Int(range.dropFirst(6).dropLast()), first < total {
-                    var partial = headers
-                    partial.add(name: "Content-Range", value: "bytes \(first)-\(total - 1)/\(total)")
-                    return .pattern(count: total - first, offset: first, status: 206, headers: partial)
+                    // The pattern from `first` on: a 206 with `Content-Range: bytes first-(total-1)/total`.
+                    return .steps([.head(status: 206, headers: ["Content-Type": "application/octet-stream", "ETag": "\"stall-at\"",
+                                                                "Accept-Ranges": "bytes", "Content-Range": "bytes \(first)-\(total - 1)/\(total)",
+                                                                "Content-Length": "\(total - first)"]),
+                                   .patternBytes(offset: first, count: total - first)])
                 }
-                var head = headers
-                head.add(name: "Content-Length", value: "\(total)")
-                return .script([.write(HTTPResponse.rawHead(status: 200, headers: head)), .writePattern(offset: 0, count: sent), .stall])
+                return .steps([.head(status: 200, headers: ["Content-Type": "application/octet-stream", "ETag": "\"stall-at\"",
+                                                            "Accept-Ranges": "bytes", "Content-Length": "\(total)"]),
+                               .patternBytes(offset: 0, count: sent), .stall])
             }
             let others = (0..<3).map { server.url(.valid, "/trickle/\(48 << 10)/\(4 << 10)/\(60 + $0)") }
             let results = try await runTLSProbe(arguments: ["cancel-resume", directory.url.path, server.url(.valid, path).absoluteString]
                                                     + others.map(\.absoluteString),
                                                 lines: 2 + others.count, trusting: pki.trustBundle)
-            return (results, server.backend.requests(path: path).map { $0.headers["Range"] }, server.ports[.valid])
+            return (results, server.backend.requests(path).map { $0.header("Range") }, server.ports[.valid])
         }
         let cancel = results[0], others = results[1..<results.count - 1], resume = results[results.count - 1]
         #expect(cancel.fields["kind"] == "cancelled", "\(cancel)")
