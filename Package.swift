@@ -36,12 +36,12 @@ let package = Package(
         // API is not FetchKit's public surface.
         .target(name: "LoopbackServer"),
         .target(name: "FetchKitTesting", dependencies: ["FetchKit", "LoopbackServer"]),
-        .testTarget(name: "FetchKitTests", dependencies: ["FetchKit", "FoundationNetworkingShims", "LoopbackServer", "RunLoopProbe", "DependencyProbe", "TLSProbe", "FramingProbe", "SubclassProbe", "ExitCleanupProbe", "MeasurementProbe", "CZlib", "FetchKitTesting",
+        .testTarget(name: "FetchKitTests", dependencies: ["FetchKit", "FoundationNetworkingShims", "RunLoopProbe", "DependencyProbe", "TLSProbe", "FramingProbe", "SubclassProbe", "ExitCleanupProbe", "MeasurementProbe", "CZlib", "FetchKitTesting",
                                                        // A second process holding a partial file's lock (PartialFileLockTests).
                                                        "fetchkit"]),
         // The `fetchkit` command's tests: the command runs as its users run it, in a process of
         // its own. `Support` is the library tests' folder (a link), compiled into each target.
-        .testTarget(name: "FetchKitCommandLineTests", dependencies: ["FetchKit", "FoundationNetworkingShims", "LoopbackServer", "fetchkit", "CZlib", "FetchKitTesting"]),
+        .testTarget(name: "FetchKitCommandLineTests", dependencies: ["FetchKit", "FoundationNetworkingShims", "fetchkit", "CZlib", "FetchKitTesting"]),
         // zlib, for the tests only: they compress real gzip streams (a bomb, a truncated body).
         // FetchKit itself needs no zlib: libcurl decodes content codings under URLSession.
         .systemLibrary(name: "CZlib", path: "Tests/CZlib", pkgConfig: "zlib", providers: [.apt(["zlib1g-dev"])]),
@@ -53,7 +53,7 @@ let package = Package(
         .executableTarget(name: "DependencyProbe", dependencies: ["FetchKit", "FetchKitTesting"], path: "Tests/DependencyProbe"),
         // Fetches over HTTPS in a process of its own, which the TLS tests start in a private mount
         // namespace where their test CA is in the system bundle (all that libcurl trusts on Linux).
-        .executableTarget(name: "TLSProbe", dependencies: ["FetchKit", "LoopbackServer", "FetchKitTesting"], path: "Tests/TLSProbe"),
+        .executableTarget(name: "TLSProbe", dependencies: ["FetchKit", "FetchKitTesting"], path: "Tests/TLSProbe"),
         // Fetches one hostile response in a process of its own, through FetchKit or a plain
         // URLSession: where FoundationNetworking crashes on it, this process dies, not the tests.
         .executableTarget(name: "FramingProbe", dependencies: ["FetchKit", "FetchKitTesting"], path: "Tests/FramingProbe"),
