@@ -93,6 +93,11 @@ benchmarks:
       also fetches 1000 bytes without a limit (the control: HTTP/2 where it is offered);
       --baseline-client: BIN, a fetchkit-bench built from another commit, runs each row too,
       right after this one's; skipped, saying why, without ss or what https needs
+  digests [--size MiB] [--runs R]
+      hashing a file of MiB in the page cache (default 256) with each digest FetchKit checks
+      (SHA-256, SHA-512, SHA-1, MD5): libcrypto's, FetchKit's own Swift fallback
+      (ComparisonSwitches.usesSystemDigests off), and the coreutils tool as a process; MB/s,
+      medians of R interleaved runs (default 5)
   serve
       runs the loopback server until interrupted and prints its URL, for other clients
 
@@ -157,6 +162,9 @@ do {
     case "disk-memory-child":
         guard arguments.count == 5, let size = Int(arguments[2]) else { throw BenchError("bad child arguments") }
         try DiskMemoryBenchmark.child(client: arguments[1], size: size, base: arguments[3], path: arguments[4])
+    case "digests":
+        try DigestsBenchmark.run(sizeMiB: try option("--size", in: arguments, default: 256),
+                                 runs: try option("--runs", in: arguments, default: 5))
     case "queue-memory-child":
         guard arguments.count == 3, let count = Int(arguments[2]) else { throw BenchError("bad child arguments") }
         try QueueMemoryBenchmark.child(scenario: arguments[1], count: count)
