@@ -310,8 +310,36 @@ final class Connection {
     }
 
     /// Waits for `gate` to open. Returns `false` early if the server stops or the peer goes
-    /// away (checked between short waits on the gate).
+    /// away. Sleeps in `poll(2)` on the socket and on a pipe the gate pokes when it opens, so a
+    /// held answer costs nothing while it waits; `stop()` shuts the socket down, which wakes
+    /// the poll too.
     private func await(_ gate: ServerGate) -> Bool {
+        guard let pipe = try? Socket.makePipe() else { return awaitPolling(gate) }
+        defer {
+            gate.unregister(waker: pipe.write)
+            Socket.close(pipe.read)
+            Socket.close(pipe.write)
+        }
+        guard gate.register(waker: pipe.write) else { return true }
+        var watchPeer = true
+        while true {
+            if core.isStopping { return false }
+            // The socket is polled for data only until a pipelined request is seen (then only
+            // for its end: POLLHUP and POLLERR come unasked); a second's slices are a safety net.
+            var descriptors = [pollfd(fd: pipe.read, events: Int16(POLLIN), revents: 0),
+                               pollfd(fd: fd, events: watchPeer ? Int16(POLLIN) : 0, revents: 0)]
+            let ready = poll(&descriptors, 2, 1000)
+            if ready < 0, errno != EINTR { return gate.wait(timeout: 0) }
+            if descriptors[0].revents != 0 { return true }
+            if descriptors[1].revents != 0 {
+                if Socket.peerIsGone(fd) || descriptors[1].revents & Int16(POLLHUP | POLLERR | POLLNVAL) != 0 { return false }
+                watchPeer = false   // a pipelined request is waiting; keep holding
+            }
+        }
+    }
+
+    /// ``await(_:)`` by looking every 20 ms, for when no pipe can be made.
+    private func awaitPolling(_ gate: ServerGate) -> Bool {
         var watchPeer = true
         while !gate.wait(timeout: 0.02) {
             if core.isStopping { return false }

@@ -15,6 +15,8 @@ import Foundation
 public final class ServerGate: @unchecked Sendable {
     private let condition = NSCondition()
     private var opened = false
+    /// The write ends of the pipes of connections waiting at the gate, poked when it opens.
+    private var wakers: Set<Int32> = []
 
     /// Creates a closed gate.
     public init() {}
@@ -24,6 +26,27 @@ public final class ServerGate: @unchecked Sendable {
         condition.lock()
         opened = true
         condition.broadcast()
+        // Under the lock: a waiter unregisters (under it) before it closes its pipe.
+        for waker in wakers { Socket.poke(waker) }
+        wakers.removeAll()
+        condition.unlock()
+    }
+
+    /// Registers the write end of a waiting connection's pipe, poked when the gate opens.
+    ///
+    /// - Returns: `false` if the gate is open already (nothing was registered).
+    func register(waker: Int32) -> Bool {
+        condition.lock()
+        defer { condition.unlock() }
+        guard !opened else { return false }
+        wakers.insert(waker)
+        return true
+    }
+
+    /// Forgets a waker registered with ``register(waker:)``, before its pipe is closed.
+    func unregister(waker: Int32) {
+        condition.lock()
+        wakers.remove(waker)
         condition.unlock()
     }
 

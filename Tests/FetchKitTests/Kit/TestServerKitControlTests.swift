@@ -145,4 +145,23 @@ struct TestServerKitControlTests {
         #expect(part == TestResponse.patternBytes(offset: 1000, count: 500))
         #expect(part == TestResponse.patternBytes(count: 1500).suffix(500))
     }
+
+    /// Shutting the server down ends an answer held at a gate never opened: the connection
+    /// closes and the fetch fails, at once rather than at a poll's next look.
+    @Test func shuttingDownEndsAHeldAnswer() async throws {
+        let server = try TestServer()
+        server.route("GET", "/held") { _ in TestResponse.text("never").held(by: TestGate()) }
+        let operation = DataFetchOperation(url: server.url("/held"))
+        operation.configuration.retryPolicy = .none
+        let queue = FetchQueue()
+        let ended = Countdown(1)
+        queue.enqueue(operation, on: .global) { _ in ended.signal() }
+        #expect(await server.waitUntil { $0.requestsInFlight == 1 })
+        let start = ContinuousClock.now
+        server.shutDown()
+        #expect(ContinuousClock.now - start < .seconds(5), "the held connection's thread ended")
+        #expect(server.counters.connectionsOpen == 0 && server.counters.requestsInFlight == 0, "\(server.counters)")
+        #expect(await ended.wait())
+        #expect(operation.error != nil, "the connection closed under the fetch")
+    }
 }
