@@ -76,17 +76,10 @@ enum ThroughputBenchmark {
             offset += step
         }
         try handle.close()
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/sha256sum")
-        process.arguments = [file.path]
-        let pipe = Pipe()
-        process.standardOutput = pipe
-        try process.run()
-        let output = pipe.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        let hex = String(decoding: output, as: UTF8.self).prefix { $0 != " " }
-        guard process.terminationStatus == 0, hex.count == 64 else { throw BenchError("sha256sum failed: \(hex)") }
-        return String(hex)
+        guard let hex = try DigestsBenchmark.tool(.sha256, file), hex.count == 64 else {
+            throw BenchError("sha256sum failed")
+        }
+        return hex
     }
 
     /// FetchKit to disk checking a SHA-256 (libcrypto's, and FetchKit's own), against FetchKit
