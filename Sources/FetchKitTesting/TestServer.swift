@@ -201,8 +201,9 @@ public final class TestServer: Sendable {
     }
 
     /// Answers requests whose path matches `pattern` — segments, with `:name` matching any one
-    /// segment (`/users/:id/posts`) and a last `*` any rest — and whose method is `method`
-    /// (any, for `nil`). The route added last wins among those that match.
+    /// segment (`/users/:id/posts`) and a last `*` any rest, an empty one too — and whose
+    /// method is `method` (any, for `nil`). Empty segments are ignored on both sides (`/users/7/`
+    /// and `/users//7` match `/users/:id`). The route added last wins among those that match.
     ///
     /// - Parameters:
     ///   - method: The method, e.g. `"GET"`; `nil` for any.
